@@ -1,0 +1,234 @@
+"""Read and write LeRobot metadata, v2.1 and v3.0.
+
+Readers take a dataset root that is a local path or any fsspec URL; writers take a local directory and write
+atomically. `info` stays a plain dict so that keys dlbench does not know survive a read-write round trip.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .. import io
+from ..errors import UserError
+from . import paths
+
+STAT_NAMES = ("min", "max", "mean", "std", "count")
+DEFAULT_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+
+
+# --------------------------------------------------------------------------------------------- generic helpers
+def open_file(root: str, relpath: str, mode: str = "rb"):
+    """Open a file of a dataset (local or fsspec URL); a missing file is a `UserError` naming it."""
+    url = paths.join(str(root), relpath)
+    try:
+        return fsspec.open(url, mode).open()
+    except FileNotFoundError:
+        raise UserError(f"{url}: file not found; is {root} a complete LeRobot dataset?") from None
+
+
+def exists(root: str, relpath: str) -> bool:
+    fs, path = fsspec.core.url_to_fs(paths.join(str(root), relpath))
+    return fs.exists(path)
+
+
+def read_json(root: str, relpath: str) -> Any:
+    with open_file(root, relpath) as f:
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as e:
+            raise UserError(f"{paths.join(str(root), relpath)}: not valid JSON ({e})") from None
+
+
+def iter_jsonl(root: str, relpath: str) -> Iterator[dict]:
+    """Stream the rows of a JSON-lines file without holding it whole."""
+    with open_file(root, relpath, "rt") as f:
+        for lineno, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise UserError(f"{paths.join(str(root), relpath)}:{lineno}: not valid JSON ({e})") from None
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Numpy arrays and scalars to plain lists and numbers (for JSON and parquet)."""
+    if isinstance(obj, dict):
+        return {k: to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+# ------------------------------------------------------------------------------------------------------ info
+def read_info(root: str) -> dict:
+    return read_json(root, paths.INFO_PATH)
+
+
+def write_info(root: str | Path, info: dict) -> None:
+    io.write_json(Path(root) / paths.INFO_PATH, to_jsonable(info), indent=4)
+
+
+def require_version(root: str, expected: str) -> dict:
+    """Read info.json and check `codebase_version`; the error says which command converts the dataset."""
+    info = read_info(root)
+    found = info.get("codebase_version")
+    if found != expected:
+        hint = ""
+        if expected == paths.V30 and found == paths.V21:
+            hint = f"; convert it first: dlbench convert run {root} <destination>"
+        raise UserError(
+            f"{paths.join(str(root), paths.INFO_PATH)}: codebase_version is {found!r}, expected {expected!r}{hint}"
+        )
+    return info
+
+
+def video_keys(info: dict) -> list[str]:
+    """Camera keys (features of dtype video), sorted."""
+    return sorted(k for k, ft in info["features"].items() if ft.get("dtype") == "video")
+
+
+def parquet_feature_keys(info: dict) -> list[str]:
+    """Features stored as parquet columns (everything but videos)."""
+    return [k for k, ft in info["features"].items() if ft.get("dtype") != "video"]
+
+
+def v21_info_to_v30(info: dict, data_files_size_in_mb: int, video_files_size_in_mb: int) -> dict:
+    """The v3.0 info.json of a converted v2.1 dataset, as LeRobot's converter writes it."""
+    new = {k: v for k, v in info.items() if k not in ("total_chunks", "total_videos")}
+    new["codebase_version"] = paths.V30
+    new["data_files_size_in_mb"] = data_files_size_in_mb
+    new["video_files_size_in_mb"] = video_files_size_in_mb
+    new["data_path"] = paths.V30_DATA_PATH
+    new["video_path"] = paths.V30_VIDEO_PATH if info.get("video_path") is not None else None
+    new["fps"] = int(info["fps"])
+    new["features"] = {
+        k: (dict(ft) if ft.get("dtype") == "video" else {**ft, "fps": new["fps"]}) for k, ft in info["features"].items()
+    }
+    return new
+
+
+# ---------------------------------------------------------------------------------------------------- v2.1
+def iter_episodes_v21(root: str) -> Iterator[dict]:
+    return iter_jsonl(root, paths.EPISODES_JSONL_PATH)
+
+
+def iter_episodes_stats_v21(root: str) -> Iterator[dict]:
+    return iter_jsonl(root, paths.EPISODES_STATS_JSONL_PATH)
+
+
+def read_tasks_v21(root: str) -> list[str]:
+    """Task strings indexed by task_index."""
+    rows = sorted(iter_jsonl(root, paths.TASKS_JSONL_PATH), key=lambda r: r["task_index"])
+    if [r["task_index"] for r in rows] != list(range(len(rows))):
+        raise UserError(f"{paths.join(str(root), paths.TASKS_JSONL_PATH)}: task_index values are not 0..N-1")
+    return [r["task"] for r in rows]
+
+
+def write_v21_meta(
+    root: str | Path, info: dict, episodes: Iterable[dict], tasks: list[str], episodes_stats: Iterable[dict]
+) -> None:
+    root = Path(root)
+    write_info(root, info)
+    io.write_jsonl(root / paths.EPISODES_JSONL_PATH, (to_jsonable(e) for e in episodes))
+    io.write_jsonl(root / paths.TASKS_JSONL_PATH, ({"task_index": i, "task": t} for i, t in enumerate(tasks)))
+    io.write_jsonl(root / paths.EPISODES_STATS_JSONL_PATH, (to_jsonable(s) for s in episodes_stats))
+
+
+# ---------------------------------------------------------------------------------------------------- v3.0
+def write_tasks_v30(root: str | Path, tasks: list[str]) -> None:
+    """meta/tasks.parquet as LeRobot writes it: a pandas frame indexed by the task string (index name `task`)."""
+    import pandas as pd
+
+    df = pd.DataFrame({"task_index": np.arange(len(tasks), dtype=np.int64)}, index=pd.Index(tasks, name="task"))
+    with io.atomic_path(Path(root) / paths.TASKS_PARQUET_PATH) as tmp:
+        df.to_parquet(tmp)
+
+
+def read_tasks_v30(root: str) -> list[str]:
+    """Task strings indexed by task_index (accepts the early unnamed-index files too)."""
+    with open_file(root, paths.TASKS_PARQUET_PATH) as f:
+        df = pq.read_table(f).to_pandas()
+    if "task" in df.columns:
+        df = df.set_index("task")
+    df = df.sort_values("task_index")
+    return [str(t) for t in df.index]
+
+
+def write_stats(root: str | Path, stats: dict) -> None:
+    io.write_json(Path(root) / paths.STATS_PATH, to_jsonable(stats), indent=4)
+
+
+def read_stats(root: str) -> dict:
+    return read_json(root, paths.STATS_PATH)
+
+
+def flatten_stats(stats: dict) -> dict[str, Any]:
+    """{feature: {stat: value}} -> {"stats/<feature>/<stat>": value} (the meta/episodes column names)."""
+    return {f"stats/{feat}/{name}": to_jsonable(v) for feat, d in stats.items() for name, v in d.items()}
+
+
+def episodes_files_v30(root: str) -> list[str]:
+    """Relative paths of the meta/episodes parquet files, in (chunk, file) order."""
+    fs, base = fsspec.core.url_to_fs(paths.join(str(root), "meta/episodes"))
+    found = sorted(fs.glob(base.rstrip("/") + "/chunk-*/file-*.parquet"))
+    if not found:
+        raise UserError(f"{paths.join(str(root), 'meta/episodes')}: no episode metadata files; is this a v3.0 dataset?")
+    return [f"meta/episodes/{Path(p).parent.name}/{Path(p).name}" for p in found]
+
+
+def read_episodes_v30(root: str, columns: list[str] | None = None) -> pa.Table:
+    """All meta/episodes rows (one per episode) in episode order, optionally projected to `columns`."""
+    tables = []
+    for rel in episodes_files_v30(root):
+        with open_file(root, rel) as f:
+            tables.append(pq.read_table(f, columns=columns))
+    table = pa.concat_tables(tables)
+    return table.sort_by("episode_index") if "episode_index" in table.column_names else table
+
+
+def write_parquet(path: str | Path, table: pa.Table, **kwargs) -> None:
+    with io.atomic_path(path) as tmp:
+        pq.write_table(table, tmp, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------- stats
+def aggregate_stats(stats_list: Iterable[dict]) -> dict:
+    """Combine per-episode stats into dataset stats: count-weighted mean, parallel variance, min of min, max of max.
+
+    Streams over `stats_list` keeping only running sums, so memory does not grow with the number of episodes.
+    """
+    acc: dict[str, dict[str, Any]] = {}
+    for stats in stats_list:
+        for feat, s in stats.items():
+            n = float(np.asarray(s["count"]).reshape(-1)[0])
+            mean, std = np.asarray(s["mean"], dtype=np.float64), np.asarray(s["std"], dtype=np.float64)
+            a = acc.setdefault(feat, {"n": 0.0, "sum": 0.0, "sumsq": 0.0, "min": None, "max": None})
+            a["n"] += n
+            a["sum"] = a["sum"] + mean * n
+            a["sumsq"] = a["sumsq"] + (std**2 + mean**2) * n
+            mn, mx = np.asarray(s["min"], dtype=np.float64), np.asarray(s["max"], dtype=np.float64)
+            a["min"] = mn if a["min"] is None else np.minimum(a["min"], mn)
+            a["max"] = mx if a["max"] is None else np.maximum(a["max"], mx)
+    out = {}
+    for feat, a in acc.items():
+        mean = a["sum"] / a["n"]
+        var = np.maximum(a["sumsq"] / a["n"] - mean**2, 0.0)
+        out[feat] = {
+            "min": a["min"].tolist(),
+            "max": a["max"].tolist(),
+            "mean": mean.tolist(),
+            "std": np.sqrt(var).tolist(),
+            "count": [int(a["n"])],
+        }
+    return out
