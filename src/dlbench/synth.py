@@ -59,7 +59,7 @@ class SynthConfig:
     action_dim: int = 6
     seed: int = 0
     chunks_size: int = paths.DEFAULT_CHUNK_SIZE
-    robot_type: str = "synthetic"
+    robot_type: str = "dlbench_synthetic"  # marks datasets whose frames carry barcodes (see validate.py)
 
     def validate(self) -> None:
         if self.codec not in CODECS:

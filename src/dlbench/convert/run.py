@@ -1,0 +1,67 @@
+"""`dlbench convert run`: plan, a local pool of workers, finalize; with a progress bar."""
+
+from __future__ import annotations
+
+import multiprocessing
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from ..errors import UserError
+from . import finalize as finalizemod
+from . import plan as planmod
+from . import work as workmod
+
+
+def _worker(work_dir: str, lease_timeout_s: float) -> None:
+    try:
+        workmod.work(work_dir, lease_timeout_s=lease_timeout_s)
+    except UserError as e:
+        print(f"dlbench convert worker: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+def run(src: str, dst: str | Path, workers: int = 1, work_dir: str | Path | None = None,
+        options: planmod.PlanOptions = planmod.PlanOptions(), lease_timeout_s: float = 60.0,
+        progress: bool = True) -> Path:
+    """Convert `src` (v2.1) to `dst` (v3.0) on this machine with `workers` processes.
+
+    The work directory defaults to a hidden sibling of `dst`, so a rerun after an interruption resumes; it is
+    removed after a successful publish only when it was the default.
+    """
+    dst = Path(dst)
+    default_work = work_dir is None
+    work = Path(work_dir) if work_dir else dst.with_name(f".{dst.name}.convert-work")
+    manifest = planmod.plan(src, work, options)
+    procs = [multiprocessing.get_context("spawn").Process(target=_worker, args=(str(work), lease_timeout_s))
+             for _ in range(max(1, workers))]
+    for p in procs:
+        p.start()
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=manifest["units"], desc="convert units", unit="unit", mininterval=1.0)
+    try:
+        while any(p.is_alive() for p in procs):
+            if bar is not None:
+                bar.n = sum(workmod.is_done(work, u) for u in range(manifest["units"]))
+                bar.refresh()
+            time.sleep(0.2)
+    finally:
+        for p in procs:
+            p.join()
+        if bar is not None:
+            bar.n = sum(workmod.is_done(work, u) for u in range(manifest["units"]))
+            bar.close()
+    failed = [p.exitcode for p in procs if p.exitcode != 0]
+    if failed:
+        # a worker's UserError has been printed by it; the plan and finished units are kept for a rerun
+        raise UserError(f"{len(failed)} convert worker(s) failed (see the messages above); fix the cause and rerun "
+                        f"the same command to resume from {work}")
+    out = finalizemod.finalize(work, dst)
+    if default_work:
+        shutil.rmtree(work, ignore_errors=True)
+    return out
+

@@ -1,0 +1,195 @@
+"""Convert work units: lease a unit, write its final v3.0 files, mark it done; repeat until all are done.
+
+Data files are written with one row group per episode (as LeRobot's recorder does); `episode_index` and `index` are
+set to the v3.0 numbering (equal to the source's for a contiguous source). Videos are concatenated by stream copy
+(PyAV remux, never a re-encode): each episode's packets are shifted by the exact number of time-base ticks of the
+frames before it in the file, so `from_timestamp` is `ticks * time_base`, not a running float sum.
+
+Outputs go to `<work>/out/` under their final relative names, each written to a temporary name and renamed into
+place; `<work>/done/unit-N.json` is written last and records what `finalize` needs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .. import io
+from ..errors import UserError
+from ..format import meta, paths
+from . import plan as planmod
+from .lease import LeaseDir
+
+OUT_DIR = "out"
+DONE_DIR = "done"
+LEASES_DIR = "leases"
+
+
+def done_path(work: Path, unit: int) -> Path:
+    return work / DONE_DIR / f"unit-{unit:06d}.json"
+
+
+def is_done(work: Path, unit: int) -> bool:
+    return done_path(work, unit).exists()
+
+
+# ------------------------------------------------------------------------------------------------------ data
+def _write_data_file(manifest: dict, f: dict, out: Path) -> list[dict]:
+    src = manifest["src"]
+    writer = None
+    entries = []
+    row = f["start_row"]
+    target = out / paths.v30_data_path(f["chunk_index"], f["file_index"])
+    with io.atomic_path(target) as tmp:
+        try:
+            for k, (src_ep, length) in enumerate(zip(f["source_episodes"], f["lengths"])):
+                rel = paths.v21_data_path(src_ep, manifest["source_chunks_size"])
+                with meta.open_file(src, rel) as fh:
+                    try:
+                        table = pq.read_table(fh)
+                    except (pa.ArrowInvalid, OSError) as e:
+                        raise UserError(f"{paths.join(src, rel)}: unreadable parquet ({e}); restore the file and rerun") from None
+                if table.num_rows != length:
+                    raise UserError(f"{paths.join(src, rel)}: {table.num_rows} rows but meta/episodes.jsonl says {length}")
+                new_ep = f["first_episode"] + k
+                table = _set_column(table, "episode_index", pa.array([new_ep] * length, pa.int64()))
+                table = _set_column(table, "index", pa.array(range(row, row + length), pa.int64()))
+                if writer is None:
+                    writer = pq.ParquetWriter(tmp, table.schema)
+                elif not table.schema.equals(writer.schema, check_metadata=False):
+                    raise UserError(f"{paths.join(src, rel)}: columns differ from the episodes before it")
+                writer.write_table(table, row_group_size=max(length, 1))
+                entries.append({"dataset_from_index": row, "dataset_to_index": row + length})
+                row += length
+        finally:
+            if writer is not None:
+                writer.close()
+    return entries
+
+
+def _set_column(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
+    i = table.schema.get_field_index(name)
+    if i < 0:
+        return table
+    return table.set_column(i, table.schema.field(i), values.cast(table.schema.field(i).type))
+
+
+# ----------------------------------------------------------------------------------------------------- video
+def _write_video_file(manifest: dict, camera: str, f: dict, out: Path) -> list[dict]:
+    import av
+
+    src = manifest["src"]
+    fps = Fraction(manifest["fps"]).limit_denominator(1001)
+    target = out / paths.v30_video_path(camera, f["chunk_index"], f["file_index"])
+    entries = []
+    with io.atomic_path(target) as tmp:
+        with av.open(str(tmp), "w", format="mp4", options={"movflags": "faststart"}) as out_c:
+            out_s = None
+            tb = codec = None
+            offset = 0  # ticks of output time base before the current episode
+            last_dts = None
+            for src_ep, length in zip(f["source_episodes"], f["lengths"]):
+                rel = paths.v21_video_path(src_ep, camera, manifest["source_chunks_size"])
+                url = paths.join(src, rel)
+                try:
+                    with meta.open_file(src, rel) as fh, av.open(fh, "r") as in_c:
+                        in_s = in_c.streams.video[0]
+                        if out_s is None:
+                            out_s = out_c.add_stream_from_template(in_s, opaque=True)
+                            tb, codec = in_s.time_base, in_s.codec_context.name
+                            out_s.time_base = tb
+                        elif in_s.time_base != tb or in_s.codec_context.name != codec:
+                            raise UserError(f"{url}: codec or time base differs from the episodes before it in "
+                                            f"this camera; all episodes of a camera must share them")
+                        packets = [p for p in in_c.demux(in_s) if p.dts is not None]
+                except av.error.FFmpegError as e:
+                    raise UserError(f"{url}: unreadable video ({e}); restore the file and rerun") from None
+                if len(packets) != length:
+                    raise UserError(f"{url}: {len(packets)} frames but meta/episodes.jsonl says {length}")
+                ticks = Fraction(1) / (fps * Fraction(tb.numerator, tb.denominator))
+                if ticks.denominator != 1:
+                    raise UserError(f"{url}: time base {tb} cannot represent {fps} fps frames exactly")
+                first_pts = min(p.pts for p in packets)
+                shift = offset - first_pts
+                for p in packets:
+                    p.pts += shift
+                    p.dts += shift
+                    if last_dts is not None and p.dts <= last_dts:
+                        raise UserError(f"{url}: decode timestamps would go backwards when concatenated")
+                    last_dts = p.dts
+                    p.stream = out_s
+                    out_c.mux(p)
+                duration = length * int(ticks)
+                entries.append({"from_ticks": offset, "to_ticks": offset + duration})
+                offset += duration
+    return [{**e, "time_base": [tb.numerator, tb.denominator]} for e in entries]
+
+
+# ------------------------------------------------------------------------------------------------------ units
+def run_unit(work: Path, manifest: dict, unit: dict) -> None:
+    """Write every output file of `unit`, then its done record (idempotent: same inputs, same bytes)."""
+    out = work / OUT_DIR
+    files = []
+    for f in unit["files"]:
+        if unit["stream"] == planmod.DATA_STREAM:
+            entries = _write_data_file(manifest, f, out)
+        else:
+            entries = _write_video_file(manifest, unit["stream"], f, out)
+        files.append({"chunk_index": f["chunk_index"], "file_index": f["file_index"],
+                      "first_episode": f["first_episode"], "episodes": entries})
+    io.write_json(done_path(work, unit["unit"]), {"unit": unit["unit"], "stream": unit["stream"], "files": files},
+                  indent=None)
+
+
+def work(work_dir: str | Path, lease_timeout_s: float = 60.0, poll_s: float = 1.0, progress=None,
+         max_units: int | None = None) -> int:
+    """Lease and run units until every unit is done; return how many this worker ran.
+
+    Waits while other live workers hold the last units, and takes over a unit whose lease went stale, so when this
+    returns normally the whole plan is done (unless `max_units` stopped it early).
+    """
+    work_dir = Path(work_dir)
+    manifest = planmod.load_manifest(work_dir)
+    (work_dir / DONE_DIR).mkdir(exist_ok=True)
+    leases = LeaseDir(work_dir / LEASES_DIR, timeout_s=lease_timeout_s)
+    ran = 0
+    while True:
+        pending = [u for u in range(manifest["units"]) if not is_done(work_dir, u)]
+        if not pending:
+            return ran
+        took = False
+        for u in pending:
+            lease = leases.try_acquire(f"unit-{u:06d}")
+            if lease is None:
+                continue
+            try:
+                if not is_done(work_dir, u):  # done while we looked
+                    run_unit(work_dir, manifest, planmod.load_unit(work_dir, u))
+                    ran += 1
+                    if progress is not None:
+                        progress(u)
+            finally:
+                lease.release()
+            took = True
+            if max_units is not None and ran >= max_units:
+                return ran
+        if not took:
+            time.sleep(poll_s)
+
+
+def status(work_dir: str | Path) -> dict:
+    work_dir = Path(work_dir)
+    manifest = planmod.load_manifest(work_dir)
+    done = sum(is_done(work_dir, u) for u in range(manifest["units"]))
+    leased = [p.stem for p in (work_dir / LEASES_DIR).glob("*.lease")] if (work_dir / LEASES_DIR).exists() else []
+    return {"units": manifest["units"], "done": done, "leased": sorted(leased), "pid": os.getpid()}
+
+
+def read_done(work_dir: Path, unit: int) -> dict:
+    return json.loads(done_path(work_dir, unit).read_text())

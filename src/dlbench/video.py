@@ -1,0 +1,152 @@
+"""Video decoding: a bounded cache of torchcodec decoders, with counters, on the CPU or on NVDEC.
+
+Times are in seconds on the file's timeline (for v3.0: `from_timestamp + timestamp`). Frames are returned as
+uint8 tensors (N, C, H, W) on the decode device. Every returned frame's presentation time is checked against
+the request; a mismatch larger than `tolerance_s` raises `FrameTimestampError`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Sequence
+
+import fsspec
+import torch
+
+from .errors import UserError
+
+DEFAULT_TOLERANCE_S = 1e-4
+
+
+class FrameTimestampError(UserError):
+    """A decoded frame's presentation time is not the requested one."""
+
+
+def is_remote(url: str) -> bool:
+    return "://" in url and not url.startswith("file://")
+
+
+class _Entry:
+    __slots__ = ("decoder", "handle", "fps", "num_frames", "fell_back")
+
+    def __init__(self, decoder, handle, fps, num_frames):
+        self.decoder, self.handle, self.fps, self.num_frames = decoder, handle, fps, num_frames
+        self.fell_back: bool | None = None
+
+
+class VideoDecoderCache:
+    """A bounded LRU of open decoders keyed by file URL, with hit/miss/eviction counters.
+
+    Args:
+        capacity: open decoders kept (each holds a demuxer, a codec context and, for remote files, a read buffer).
+        device: "cpu" or "cuda" (NVDEC through torchcodec). A codec NVDEC cannot decode falls back to the CPU;
+            `fallbacks` counts the files where that happened.
+        seek_mode: torchcodec seek mode; "approximate" opens long files without scanning them.
+        num_ffmpeg_threads: FFmpeg threads per CPU decoder (1 suits DataLoader workers).
+        block_size: read size in bytes for remote files (fsspec byte-range reads).
+
+    One cache belongs to one process; DataLoader workers each build their own (see the loaders).
+    """
+
+    def __init__(self, capacity: int = 16, device: str = "cpu", seek_mode: str = "approximate",
+                 num_ffmpeg_threads: int = 1, block_size: int = 4 * 1024 * 1024):
+        if capacity < 1:
+            raise UserError(f"decoder cache capacity must be >= 1 (got {capacity})")
+        if device not in ("cpu", "cuda") and not str(device).startswith("cuda:"):
+            raise UserError(f"decode device {device!r} is unknown; use 'cpu' or 'cuda'")
+        self.capacity, self.device, self.seek_mode = capacity, device, seek_mode
+        self.num_ffmpeg_threads, self.block_size = num_ffmpeg_threads, block_size
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = self.misses = self.evictions = self.fallbacks = 0
+
+    def _open(self, url: str) -> _Entry:
+        from torchcodec.decoders import VideoDecoder
+
+        handle = None
+        try:
+            if is_remote(url):
+                handle = fsspec.open(url, "rb", block_size=self.block_size, cache_type="readahead").open()
+                source = handle
+            else:
+                source = url.removeprefix("file://")
+            kwargs = {"seek_mode": self.seek_mode, "device": self.device}
+            if self.device == "cpu":
+                kwargs["num_ffmpeg_threads"] = self.num_ffmpeg_threads
+            decoder = VideoDecoder(source, **kwargs)
+        except FileNotFoundError:
+            raise UserError(f"{url}: video file not found") from None
+        except (RuntimeError, ValueError) as e:
+            if handle is not None:
+                handle.close()
+            raise UserError(f"{url}: cannot open video ({str(e).splitlines()[0]}); the file may be corrupt") from None
+        md = decoder.metadata
+        fps = md.average_fps
+        num_frames = md.num_frames if md.num_frames is not None else md.num_frames_from_header
+        return _Entry(decoder, handle, fps, num_frames)
+
+    def get(self, url: str) -> _Entry:
+        with self._lock:
+            entry = self._entries.get(url)
+            if entry is not None:
+                self._entries.move_to_end(url)
+                self.hits += 1
+                return entry
+            self.misses += 1
+        entry = self._open(url)
+        with self._lock:
+            self._entries[url] = entry
+            while len(self._entries) > self.capacity:
+                _, old = self._entries.popitem(last=False)
+                self.evictions += 1
+                if old.handle is not None:
+                    old.handle.close()
+        return entry
+
+    def decode(self, url: str, times_s: Sequence[float], fps: float, tolerance_s: float = DEFAULT_TOLERANCE_S
+               ) -> torch.Tensor:
+        """Frames at `times_s` (seconds in the file), in request order, as uint8 (N, C, H, W).
+
+        Times are mapped to frame indices with the dataset's `fps` (round(t * fps)); requests are decoded sorted
+        and de-duplicated, so a window costs one forward pass per GOP. Raises `FrameTimestampError` if a frame's
+        pts differs from its request by more than `tolerance_s`, and `UserError` for a time beyond the file.
+        """
+        entry = self.get(url)
+        indices = [round(t * fps) for t in times_s]
+        unique = sorted(set(indices))
+        if entry.num_frames is not None and (unique[0] < 0 or unique[-1] >= entry.num_frames):
+            raise UserError(f"{url}: frame at {max(times_s):.4f} s is outside the video ({entry.num_frames} frames); "
+                            f"the dataset's metadata does not match its videos")
+        try:
+            batch = entry.decoder.get_frames_at(unique)
+        except (RuntimeError, IndexError) as e:
+            raise UserError(f"{url}: decoding failed ({str(e).splitlines()[0]}); the file may be corrupt") from None
+        if entry.fell_back is None and self.device != "cpu":
+            entry.fell_back = bool(entry.decoder.cpu_fallback)
+            self.fallbacks += entry.fell_back
+        pos = {idx: i for i, idx in enumerate(unique)}
+        order = torch.tensor([pos[i] for i in indices])
+        pts = batch.pts_seconds[order]
+        requested = torch.tensor(list(times_s), dtype=pts.dtype)
+        worst = (pts - requested).abs().max().item()
+        if worst > tolerance_s:
+            k = int((pts - requested).abs().argmax())
+            raise FrameTimestampError(
+                f"{url}: asked for the frame at {requested[k]:.6f} s, got one at {pts[k]:.6f} s "
+                f"(tolerance {tolerance_s} s); the video's timestamps do not match the dataset's metadata"
+            )
+        return batch.data[order.to(batch.data.device)] if len(unique) != len(indices) or unique != indices else batch.data
+
+    def stats(self) -> dict:
+        lookups = self.hits + self.misses
+        return {"hits": self.hits, "misses": self.misses, "evictions": self.evictions,
+                "hit_rate": self.hits / lookups if lookups else 0.0, "size": len(self._entries),
+                "cpu_fallbacks": self.fallbacks}
+
+    def close(self) -> None:
+        with self._lock:
+            for e in self._entries.values():
+                if e.handle is not None:
+                    e.handle.close()
+            self._entries.clear()
