@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import itertools
-import json
 import os
 import shutil
 from fractions import Fraction
@@ -158,25 +157,32 @@ def finalize(work_dir: str | Path, dst: str | Path) -> Path:
                      "chunks_size": manifest["chunks_size"], "splits": {"train": f"0:{n}"}})
     meta.write_info(out, new_info)
     _publish(out, dst)
-    io.write_json(work / "published.json", {"dst": str(dst.resolve())})
     return dst
 
 
 def _publish(staged: Path, dst: Path) -> None:
+    """Hard-link the staged tree into a hidden sibling of `dst`, then rename it to `dst` (one atomic step).
+
+    The staged tree stays, so finalize can run again (say, after `dst` was deleted) without redoing the units.
+    Across filesystems the files are copied instead of linked.
+    """
     dst.parent.mkdir(parents=True, exist_ok=True)
-    if dst.is_dir():
-        dst.rmdir()  # empty (checked above)
+    tmp = dst.with_name(f".{dst.name}.publishing")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+    def link(src, target):
+        try:
+            os.link(src, target)
+        except OSError as e:
+            if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
+                raise
+            shutil.copy2(src, target)
+
     try:
-        os.rename(staged, dst)
-    except OSError as e:
-        if e.errno != errno.EXDEV:
-            raise
-        tmp = dst.with_name(f".{dst.name}.publishing")  # another filesystem: copy, then one rename
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(staged, tmp)
+        shutil.copytree(staged, tmp, copy_function=link)
+        if dst.is_dir():
+            dst.rmdir()  # empty (checked by the caller)
         os.rename(tmp, dst)
-
-
-def load_published(work_dir: str | Path) -> dict | None:
-    p = Path(work_dir) / "published.json"
-    return json.loads(p.read_text()) if p.exists() else None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -176,6 +177,9 @@ def plan(src: str, work: str | Path, options: PlanOptions = PlanOptions()) -> di
             return manifest
         os.unlink(episodes_tmp)
         raise UserError(f"{work} already holds a different conversion plan; use a new work directory or delete {work}")
+    # no manifest: whatever else is in the work directory belongs to an unfinished plan, not to this one
+    for stale in (UNITS_DIR, "done", "leases", "out"):
+        shutil.rmtree(work / stale, ignore_errors=True)
     os.replace(episodes_tmp, work / EPISODES)
     (work / UNITS_DIR).mkdir(exist_ok=True)
     for i, unit in enumerate(units):

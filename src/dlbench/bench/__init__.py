@@ -1,0 +1,1 @@
+"""Benchmark jobs: `runner` (the harness), `record` (result records)."""

@@ -1,0 +1,224 @@
+"""`dlbench <step> ...`: one subcommand per workflow step; each parses arguments and calls the library."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .errors import UserError
+
+
+def _camera(spec: str):
+    from .synth import Camera
+
+    try:
+        key, size = spec.rsplit("=", 1)
+        h, w = size.lower().split("x")
+        return Camera(key, int(h), int(w))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"camera {spec!r}: expected KEY=HEIGHTxWIDTH, e.g. observation.images.front=96x128")
+
+
+def cmd_synth(a) -> None:
+    from .synth import SynthConfig, synthesize
+
+    cfg = SynthConfig(
+        episodes=a.episodes, length_min=a.length_min, length_max=a.length_max,
+        cameras=tuple(a.camera) if a.camera else SynthConfig().cameras, fps=a.fps, codec=a.codec, gop=a.gop,
+        crf=a.crf, preset=a.preset, tasks=a.tasks, state_dim=a.state_dim, action_dim=a.action_dim, seed=a.seed,
+        chunks_size=a.chunks_size,
+    )
+    out = synthesize(cfg, a.out, overwrite=a.overwrite, workers=a.workers, progress=not a.quiet)
+    print(f"wrote v2.1 dataset {out}")
+
+
+def _plan_options(a):
+    from .convert.plan import PlanOptions
+
+    return PlanOptions(episodes_per_batch=a.episodes_per_batch, data_file_size_in_mb=a.data_file_size_in_mb,
+                       video_file_size_in_mb=a.video_file_size_in_mb, chunks_size=a.chunks_size)
+
+
+def cmd_convert_plan(a) -> None:
+    from .convert.plan import plan
+
+    m = plan(a.src, a.work, _plan_options(a))
+    print(f"planned {m['units']} units over {m['total_episodes']} episodes in {a.work}")
+
+
+def cmd_convert_work(a) -> None:
+    from .convert.work import work
+
+    ran = work(a.work, lease_timeout_s=a.lease_timeout_s,
+               progress=(lambda u: print(f"unit {u} done", flush=True)) if not a.quiet else None)
+    print(f"this worker ran {ran} units; all units of {a.work} are done")
+    if a.done_marker:
+        from . import io
+
+        io.write_json(a.done_marker, {"units_run": ran})
+
+
+def cmd_convert_finalize(a) -> None:
+    from .convert.finalize import finalize
+
+    print(f"published v3.0 dataset {finalize(a.work, a.dst)}")
+
+
+def cmd_convert_run(a) -> None:
+    from .convert.run import run
+
+    out = run(a.src, a.dst, workers=a.workers, work_dir=a.work, options=_plan_options(a),
+              lease_timeout_s=a.lease_timeout_s, progress=not a.quiet)
+    print(f"published v3.0 dataset {out}")
+
+
+def cmd_validate(a) -> None:
+    from . import io
+    from .validate import validate
+
+    report = validate(a.dataset)
+    if a.report:
+        io.write_json(a.report, report)
+    print(f"{a.dataset}: valid v3.0 ({report['episodes']} episodes, {report['frames']} frames, "
+          f"{report['frames_decoded']} edge frames decoded, {report['frames_wrong']} wrong)")
+
+
+def cmd_bench(a) -> None:
+    from .bench import record
+    from .bench.runner import BenchConfig, run
+
+    cfg = BenchConfig(
+        dataset=a.dataset, loader=a.loader, mode=a.mode, batch_size=a.batch_size, num_workers=a.num_workers,
+        decode_device=a.decode_device, duration_s=a.duration_s, warmup_s=a.warmup_s, num_batches=a.num_batches,
+        decoder_cache_size=a.decoder_cache_size, seed=a.seed, verify=not a.no_verify,
+        probe_samples=a.probe_samples, scenario=a.scenario, source=a.source,
+    )
+    rec = run(cfg)
+    record.write(rec, a.out)
+    m = rec["metrics"]
+    print(f"{a.out}: {m['frames_per_s_node']:.1f} frames/s, {m['samples_per_s']:.1f} samples/s, "
+          f"p99 {m['latency_p99_ms']:.1f} ms, {m['frames_wrong']} wrong of {m['frames_verified']} verified")
+
+
+def cmd_aggregate(a) -> None:
+    from .aggregate import aggregate
+
+    df = aggregate(a.runs, a.out, targets=json.loads(a.targets) if a.targets else None)
+    print(f"wrote {a.out} ({len(df)} runs)")
+
+
+def cmd_plot(a) -> None:
+    from .plots import plot_all
+
+    for p in plot_all(a.summary, a.outdir):
+        print(f"wrote {p}")
+
+
+def _add_plan_args(p) -> None:
+    from .format import paths
+
+    p.add_argument("--episodes-per-batch", type=int, default=50, help="episodes per work unit (whole files)")
+    p.add_argument("--data-file-size-in-mb", type=float, default=paths.DEFAULT_DATA_FILE_SIZE_IN_MB)
+    p.add_argument("--video-file-size-in-mb", type=float, default=paths.DEFAULT_VIDEO_FILE_SIZE_IN_MB)
+    p.add_argument("--chunks-size", type=int, default=paths.DEFAULT_CHUNK_SIZE, help="files per chunk directory")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dlbench", description="Prepare LeRobot datasets and benchmark loading them.")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("synth", help="write a synthetic LeRobot v2.1 dataset with barcoded video")
+    p.add_argument("out")
+    p.add_argument("--episodes", type=int, default=10)
+    p.add_argument("--length-min", type=int, default=30)
+    p.add_argument("--length-max", type=int, default=90)
+    p.add_argument("--camera", type=_camera, action="append", help="KEY=HEIGHTxWIDTH (repeat for more cameras)")
+    p.add_argument("--fps", type=int, default=30)
+    p.add_argument("--codec", default="h264", help="h264, hevc or av1")
+    p.add_argument("--gop", type=int, default=None, help="keyframe interval (default: 30; av1: 2)")
+    p.add_argument("--crf", type=int, default=None)
+    p.add_argument("--preset", default=None)
+    p.add_argument("--tasks", type=int, default=2)
+    p.add_argument("--state-dim", type=int, default=6)
+    p.add_argument("--action-dim", type=int, default=6)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--chunks-size", type=int, default=1000, help="episodes per chunk directory")
+    p.add_argument("--workers", type=int, default=None, help="encoding processes (default: all cores)")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty output directory")
+    p.set_defaults(func=cmd_synth)
+
+    conv = sub.add_parser("convert", help="convert v2.1 to v3.0").add_subparsers(dest="step", required=True)
+    p = conv.add_parser("plan", help="write the manifest of work units")
+    p.add_argument("src")
+    p.add_argument("work")
+    _add_plan_args(p)
+    p.set_defaults(func=cmd_convert_plan)
+    p = conv.add_parser("work", help="lease and run units until all are done")
+    p.add_argument("work")
+    p.add_argument("--lease-timeout-s", type=float, default=60.0)
+    p.add_argument("--done-marker", default=None, help="file to write when this worker returns")
+    p.set_defaults(func=cmd_convert_work)
+    p = conv.add_parser("finalize", help="write v3.0 metadata and publish")
+    p.add_argument("work")
+    p.add_argument("dst")
+    p.set_defaults(func=cmd_convert_finalize)
+    p = conv.add_parser("run", help="plan, work with a local pool, finalize")
+    p.add_argument("src")
+    p.add_argument("dst")
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--work", default=None, help="work directory (default: hidden sibling of DST, removed at the end)")
+    p.add_argument("--lease-timeout-s", type=float, default=60.0)
+    _add_plan_args(p)
+    p.set_defaults(func=cmd_convert_run)
+
+    p = sub.add_parser("validate", help="check a v3.0 dataset")
+    p.add_argument("dataset")
+    p.add_argument("--report", default=None, help="write the report as JSON here")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("bench", help="benchmark one loader configuration (one rank)")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--out", required=True, help="record path (.json; a .csv is written beside it)")
+    p.add_argument("--loader", default="dlbench_map")
+    p.add_argument("--mode", default="single")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--num-workers", type=int, default=2)
+    p.add_argument("--decode-device", default="cpu")
+    p.add_argument("--duration-s", type=float, default=10.0)
+    p.add_argument("--warmup-s", type=float, default=2.0)
+    p.add_argument("--num-batches", type=int, default=None)
+    p.add_argument("--decoder-cache-size", type=int, default=16)
+    p.add_argument("--probe-samples", type=int, default=32)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--scenario", default="adhoc")
+    p.add_argument("--source", default="local")
+    p.add_argument("--no-verify", action="store_true", help="skip barcode checks of decoded frames")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("aggregate", help="rank records -> summary CSV")
+    p.add_argument("runs", nargs="+", help="rank record JSON files")
+    p.add_argument("--out", required=True)
+    p.add_argument("--targets", default=None, help='JSON, e.g. {"single": 120, "sarm": 320} frames/s/node')
+    p.set_defaults(func=cmd_aggregate)
+
+    p = sub.add_parser("plot", help="summary CSV -> PNG plots")
+    p.add_argument("summary")
+    p.add_argument("--outdir", required=True)
+    p.set_defaults(func=cmd_plot)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except UserError as e:
+        print(f"dlbench {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""What every loader needs to know about a v3.0 dataset: info, per-episode locations, tasks, time windows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import UserError
+from ..format import meta, paths
+
+# "single": one frame of every camera; "sarm": 8 steps spaced 1 s (the 7 s before the current frame, and it)
+MODES = {
+    "single": None,
+    "sarm": {"cameras": [float(s) for s in range(-7, 1)], "observation.state": [float(s) for s in range(-7, 1)]},
+}
+
+
+@dataclass
+class DatasetMeta:
+    root: str
+    info: dict
+    fps: int
+    cameras: list[str]
+    tasks: list[str]
+    ep_from: np.ndarray  # dataset_from_index per episode
+    ep_to: np.ndarray
+    video_file: dict[str, list[str]]  # camera -> relative video path per episode
+    video_from: dict[str, np.ndarray]  # camera -> from_timestamp per episode
+
+    @classmethod
+    def load(cls, root: str, cameras: list[str] | None = None) -> "DatasetMeta":
+        root = str(root).rstrip("/")
+        info = meta.require_version(root, paths.V30)
+        all_cams = meta.video_keys(info)
+        if cameras:
+            unknown = [c for c in cameras if c not in all_cams]
+            if unknown:
+                raise UserError(f"camera key(s) {unknown} not in {root}; the dataset has {all_cams}")
+        cams = list(cameras) if cameras else all_cams
+        cols = ["episode_index", "dataset_from_index", "dataset_to_index"]
+        for cam in cams:
+            cols += [f"videos/{cam}/chunk_index", f"videos/{cam}/file_index", f"videos/{cam}/from_timestamp"]
+        eps = meta.read_episodes_v30(root, columns=cols).to_pydict()
+        video_file = {
+            cam: [paths.v30_video_path(cam, c, f) for c, f in
+                  zip(eps[f"videos/{cam}/chunk_index"], eps[f"videos/{cam}/file_index"])]
+            for cam in cams
+        }
+        return cls(root=root, info=info, fps=int(info["fps"]), cameras=cams, tasks=meta.read_tasks_v30(root),
+                   ep_from=np.asarray(eps["dataset_from_index"], np.int64),
+                   ep_to=np.asarray(eps["dataset_to_index"], np.int64), video_file=video_file,
+                   video_from={cam: np.asarray(eps[f"videos/{cam}/from_timestamp"], np.float64) for cam in cams})
+
+    @property
+    def num_episodes(self) -> int:
+        return len(self.ep_from)
+
+    @property
+    def num_frames(self) -> int:
+        return int(self.ep_to[-1]) if len(self.ep_to) else 0
+
+    def video_url(self, cam: str, episode: int) -> str:
+        return paths.join(self.root, self.video_file[cam][episode])
+
+    def data_files(self) -> list[str]:
+        """Relative data file paths in (chunk, file) order; reading them in order yields rows in `index` order."""
+        found = sorted({(c, f) for c, f in zip(*self._data_locations())})
+        return [paths.v30_data_path(c, f) for c, f in found]
+
+    def _data_locations(self):
+        eps = meta.read_episodes_v30(self.root, columns=["data/chunk_index", "data/file_index"]).to_pydict()
+        return eps["data/chunk_index"], eps["data/file_index"]
+
+
+def resolve_windows(mode: str | None, delta_timestamps: dict[str, list[float]] | None, dmeta: DatasetMeta
+                    ) -> dict[str, np.ndarray]:
+    """Per key, the window as frame offsets (ints). Empty for single-frame items.
+
+    `delta_timestamps` (seconds per key) overrides `mode`; the key "cameras" stands for every camera. Every delta
+    must be a multiple of 1/fps.
+    """
+    if delta_timestamps is None:
+        if mode not in MODES:
+            raise UserError(f"mode {mode!r} is unknown; choose one of {sorted(MODES)} or give delta_timestamps")
+        delta_timestamps = MODES[mode]
+    windows: dict[str, np.ndarray] = {}
+    features = dmeta.info["features"]
+    for key, deltas in (delta_timestamps or {}).items():
+        keys = dmeta.cameras if key == "cameras" else [key]
+        if key != "cameras" and key not in features:
+            raise UserError(f"delta_timestamps key {key!r} is not a feature of {dmeta.root}; "
+                            f"features: {sorted(features)}")
+        offsets = []
+        for d in deltas:
+            steps = d * dmeta.fps
+            if abs(steps - round(steps)) > 1e-4 * dmeta.fps:
+                raise UserError(f"delta_timestamps[{key!r}]: {d} s is not a multiple of 1/fps = {1 / dmeta.fps:.6f} s")
+            offsets.append(round(steps))
+        for k in keys:
+            windows[k] = np.asarray(offsets, np.int64)
+    return windows

@@ -1,0 +1,76 @@
+# Dataset preparation: synth (v2.1) -> convert plan -> work x N -> finalize (v3.0) -> validate.
+
+
+rule synth:
+    output:
+        directory("results/datasets/{dataset}/v21"),
+    log:
+        "results/logs/synth/{dataset}.log",
+    params:
+        args=synth_args(),
+    threads: workflow.cores
+    conda:
+        "../envs/cpu.yaml"
+    shell:
+        "{DLBENCH} synth {output} {params.args} --workers {threads} > {log} 2>&1"
+
+
+rule convert_plan:
+    input:
+        "results/datasets/{dataset}/v21",
+    output:
+        "results/convert/{dataset}/work/manifest.json",
+    log:
+        "results/logs/convert/{dataset}/plan.log",
+    params:
+        work=subpath(output[0], parent=True),
+        args=plan_args(),
+    conda:
+        "../envs/cpu.yaml"
+    shell:
+        "{DLBENCH} convert plan {input} {params.work} {params.args} > {log} 2>&1"
+
+
+rule convert_work:
+    input:
+        "results/convert/{dataset}/work/manifest.json",
+    output:
+        "results/convert/{dataset}/workers/worker-{i}.json",
+    log:
+        "results/logs/convert/{dataset}/work-{i}.log",
+    params:
+        work=subpath(input[0], parent=True),
+        lease=config["convert"]["lease_timeout_s"],
+    conda:
+        "../envs/cpu.yaml"
+    shell:
+        "{DLBENCH} convert work {params.work} --lease-timeout-s {params.lease} --done-marker {output} > {log} 2>&1"
+
+
+rule convert_finalize:
+    input:
+        manifest="results/convert/{dataset}/work/manifest.json",
+        workers=expand("results/convert/{{dataset}}/workers/worker-{i}.json", i=range(CONVERT_WORKERS)),
+    output:
+        directory("results/datasets/{dataset}/v30"),
+    log:
+        "results/logs/convert/{dataset}/finalize.log",
+    params:
+        work=subpath(input.manifest, parent=True),
+    conda:
+        "../envs/cpu.yaml"
+    shell:
+        "{DLBENCH} convert finalize {params.work} {output} > {log} 2>&1"
+
+
+rule validate_dataset:
+    input:
+        "results/datasets/{dataset}/v30",
+    output:
+        "results/validate/{dataset}.json",
+    log:
+        "results/logs/validate/{dataset}.log",
+    conda:
+        "../envs/cpu.yaml"
+    shell:
+        "{DLBENCH} validate {input} --report {output} > {log} 2>&1"
