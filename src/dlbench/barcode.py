@@ -10,6 +10,8 @@ Bit layout (bit 0 first, row-major over the grid): episode 22 bits, frame 22 bit
 
 from __future__ import annotations
 
+import struct
+import zlib
 from typing import NamedTuple
 
 import numpy as np
@@ -37,8 +39,9 @@ def cell_px(height: int, width: int) -> int:
     return cell
 
 
-def _check(episode, frame, camera):
-    return (episode * 40503 + frame * 2654435761 + camera * 97 + 12345) % (1 << 14)
+def _check(episode: int, frame: int, camera: int) -> int:
+    """14 bits of CRC-32 over the three values: any single flipped cell changes it."""
+    return zlib.crc32(struct.pack("<III", episode, frame, camera)) & 0x3FFF
 
 
 def encode_bits(episode: int, frame: int, camera: int) -> np.ndarray:
@@ -71,7 +74,9 @@ def _decode_bits(bits: np.ndarray):
             weights_cache[width] = (1 << np.arange(width, dtype=np.int64)).astype(np.int64)
         out[name] = bits[:, pos : pos + width].astype(np.int64) @ weights_cache[width]
         pos += width
-    valid = out["check"] == _check(out["episode"], out["frame"], out["camera"])
+    expected = np.array([_check(int(e), int(f), int(c)) for e, f, c in zip(out["episode"], out["frame"], out["camera"])],
+                        dtype=np.int64)
+    valid = out["check"] == expected
     return out["episode"], out["frame"], out["camera"], valid
 
 

@@ -21,4 +21,4 @@ rule bench:
     conda:
         "../envs/cpu.yaml"
     shell:
-        "{DLBENCH} -q bench --dataset {input.dataset} {params.args} --out {output.json} > {log} 2>&1"
+        "dlbench -q bench --dataset {input.dataset} {params.args} --out {output.json} > {log} 2>&1"

@@ -1,16 +1,24 @@
 # Config validation (defaults come from the schema) and the helpers that build target lists.
 import itertools
 import json
+import os
 import shlex
 import sys
 
-from snakemake.utils import validate
+from snakemake.exceptions import WorkflowError
+
+from dlbench.config import validate_config
+from dlbench.errors import UserError
 
 
-validate(config, "../schemas/config.schema.yaml")
+try:
+    validate_config(config, workflow.source_path("../schemas/config.schema.yaml"))
+except UserError as e:
+    raise WorkflowError(f"invalid configuration: {e}") from None
 
-# every rule calls the dlbench CLI with the interpreter that runs Snakemake (works inside a venv without activating it)
-DLBENCH = f"{shlex.quote(sys.executable)} -m dlbench"
+# Rules call the `dlbench` CLI. The directory of the interpreter running Snakemake goes at the end of PATH, so a
+# venv works without activating it, while an activated environment (conda, modules) still comes first.
+shell.prefix(f"export PATH=\"$PATH:{os.path.dirname(sys.executable)}\"; ")
 DATASET = config["dataset"]["name"]
 CONVERT_WORKERS = config["convert"]["workers"]
 AXES = ("loader", "mode", "batch_size", "num_workers", "decode_device")

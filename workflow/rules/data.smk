@@ -12,7 +12,7 @@ rule synth:
     conda:
         "../envs/cpu.yaml"
     shell:
-        "{DLBENCH} synth {output} {params.args} --workers {threads} > {log} 2>&1"
+        "dlbench synth {output} {params.args} --workers {threads} > {log} 2>&1"
 
 
 rule convert_plan:
@@ -28,7 +28,7 @@ rule convert_plan:
     conda:
         "../envs/cpu.yaml"
     shell:
-        "{DLBENCH} convert plan {input} {params.work} {params.args} > {log} 2>&1"
+        "dlbench convert plan {input} {params.work} {params.args} > {log} 2>&1"
 
 
 rule convert_work:
@@ -44,7 +44,7 @@ rule convert_work:
     conda:
         "../envs/cpu.yaml"
     shell:
-        "{DLBENCH} convert work {params.work} --lease-timeout-s {params.lease} --done-marker {output} > {log} 2>&1"
+        "dlbench convert work {params.work} --lease-timeout-s {params.lease} --done-marker {output} > {log} 2>&1"
 
 
 rule convert_finalize:
@@ -60,7 +60,7 @@ rule convert_finalize:
     conda:
         "../envs/cpu.yaml"
     shell:
-        "{DLBENCH} convert finalize {params.work} {output} > {log} 2>&1"
+        "dlbench convert finalize {params.work} {output} > {log} 2>&1"
 
 
 rule validate_dataset:
@@ -73,4 +73,4 @@ rule validate_dataset:
     conda:
         "../envs/cpu.yaml"
     shell:
-        "{DLBENCH} validate {input} --report {output} > {log} 2>&1"
+        "dlbench validate {input} --report {output} > {log} 2>&1"

@@ -13,7 +13,7 @@ rule aggregate:
     conda:
         "../envs/cpu.yaml"
     shell:
-        "{DLBENCH} aggregate {input} --out {output} --targets {params.targets} > {log} 2>&1"
+        "dlbench aggregate {input} --out {output} --targets {params.targets} > {log} 2>&1"
 
 
 rule plots:
@@ -29,4 +29,4 @@ rule plots:
     conda:
         "../envs/cpu.yaml"
     shell:
-        "{DLBENCH} plot {input} --outdir {params.outdir} > {log} 2>&1"
+        "dlbench plot {input} --outdir {params.outdir} > {log} 2>&1"

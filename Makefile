@@ -1,0 +1,28 @@
+# The two commands of the README: `make run` (default pipeline) and `make test` (test suite).
+# Both install what they need first: FFmpeg (apt, where possible), a venv in .venv, and dlbench into it.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+CORES ?= all
+
+.PHONY: run test install system-deps clean
+
+run: install
+	$(BIN)/snakemake -c $(CORES)
+
+test: install
+	$(BIN)/python -m pytest -q tests
+
+install: system-deps $(VENV)/.installed
+
+system-deps:
+	@scripts/install-system-deps.sh
+
+$(VENV)/.installed: requirements-cpu.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -r requirements-cpu.txt
+	$(BIN)/pip install -q --no-deps -e .
+	touch $@
+
+clean:
+	rm -rf results .snakemake

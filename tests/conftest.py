@@ -1,0 +1,31 @@
+"""Shared fixtures: tiny synthetic datasets made at test time (a few episodes, 64 px, a few dozen frames)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlbench.convert.plan import PlanOptions
+from dlbench.convert.run import run as convert_run
+from dlbench.synth import Camera, SynthConfig, synthesize
+
+CAMS2 = (Camera("observation.images.front", 64, 64), Camera("observation.images.wrist", 64, 96))
+# thresholds small enough that data and every camera span several files
+SMALL_FILES = PlanOptions(episodes_per_batch=3, data_file_size_in_mb=0.012, video_file_size_in_mb=0.008)
+
+
+def tiny_config(**kw) -> SynthConfig:
+    base = dict(episodes=8, length_min=12, length_max=40, cameras=CAMS2, tasks=2, seed=7)
+    base.update(kw)
+    return SynthConfig(**base)
+
+
+@pytest.fixture(scope="session")
+def v21_h264(tmp_path_factory):
+    return synthesize(tiny_config(), tmp_path_factory.mktemp("h264") / "v21", workers=2, progress=False)
+
+
+@pytest.fixture(scope="session")
+def v30_h264(v21_h264, tmp_path_factory):
+    """The h264 dataset converted with small thresholds: several files per stream."""
+    return convert_run(str(v21_h264), tmp_path_factory.mktemp("h264v30") / "v30", workers=2, options=SMALL_FILES,
+                       progress=False)

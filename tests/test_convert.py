@@ -1,0 +1,71 @@
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from dlbench import barcode
+from dlbench.errors import UserError
+from dlbench.format import meta, paths
+from dlbench.validate import validate
+from dlbench.video import VideoDecoderCache
+
+
+def test_converted_dataset_validates_with_several_files_per_stream(v30_h264):
+    report = validate(str(v30_h264))
+    assert report["ok"] and report["frames_wrong"] == 0 and report["barcodes_checked"]
+    assert report["data_files"] >= 3
+    for cam in ("observation.images.front", "observation.images.wrist"):
+        assert len(list((v30_h264 / "videos" / cam).rglob("*.mp4"))) >= 2
+
+
+def test_every_frame_is_at_from_timestamp_plus_timestamp(v30_h264, v21_h264):
+    info = meta.read_info(str(v30_h264))
+    assert info["codebase_version"] == "v3.0"
+    assert info["total_frames"] == meta.read_info(str(v21_h264))["total_frames"]
+    eps = meta.read_episodes_v30(str(v30_h264)).to_pylist()
+    cache = VideoDecoderCache(4)
+    for cam_index, cam in enumerate(meta.video_keys(info)):
+        for e in eps:
+            url = str(v30_h264 / paths.v30_video_path(cam, e[f"videos/{cam}/chunk_index"], e[f"videos/{cam}/file_index"]))
+            start = e[f"videos/{cam}/from_timestamp"]
+            times = [start + k / info["fps"] for k in range(e["length"])]
+            ep, fr, c, valid = barcode.read_batch(cache.decode(url, times, info["fps"]))
+            assert valid.all() and (ep == e["episode_index"]).all() and (c == cam_index).all()
+            assert fr.tolist() == list(range(e["length"]))
+            assert e[f"videos/{cam}/to_timestamp"] == pytest.approx(start + e["length"] / info["fps"], abs=1e-9)
+
+
+def test_rows_and_metadata_match_the_source(v30_h264, v21_h264):
+    src = [pq.read_table(p) for p in sorted(v21_h264.glob("data/*/*.parquet"))]
+    dst = [pq.read_table(p) for p in sorted(v30_h264.glob("data/*/*.parquet"))]
+    src_rows = [r for t in src for r in t.to_pylist()]
+    dst_rows = [r for t in dst for r in t.to_pylist()]
+    assert src_rows == dst_rows
+    eps = meta.read_episodes_v30(str(v30_h264)).to_pylist()
+    legacy = list(meta.iter_episodes_v21(str(v21_h264)))
+    assert [e["tasks"] for e in eps] == [e["tasks"] for e in legacy]
+    assert meta.read_tasks_v30(str(v30_h264)) == meta.read_tasks_v21(str(v21_h264))
+    stats = json.loads((v30_h264 / paths.STATS_PATH).read_text())
+    all_state = np.array([r["observation.state"] for r in src_rows])
+    np.testing.assert_allclose(stats["observation.state"]["mean"], all_state.mean(0), rtol=1e-5, atol=1e-6)
+    assert stats["index"]["count"] == [len(src_rows)]
+
+
+def test_v30_input_is_refused_with_a_hint(v30_h264, tmp_path):
+    from dlbench.convert.plan import plan
+
+    with pytest.raises(UserError, match="codebase_version is 'v3.0', expected 'v2.1'"):
+        plan(str(v30_h264), tmp_path / "work")
+
+
+def test_validate_names_a_broken_dataset(v30_h264, tmp_path):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(v30_h264, broken)
+    info = json.loads((broken / paths.INFO_PATH).read_text())
+    info["total_frames"] += 1
+    (broken / paths.INFO_PATH).write_text(json.dumps(info))
+    with pytest.raises(UserError, match="total_frames"):
+        validate(str(broken))

@@ -1,0 +1,59 @@
+import numpy as np
+import pytest
+import torch
+
+from dlbench import barcode
+from dlbench.errors import UserError
+from dlbench.loader.map import LeRobotMapDataset
+
+
+def expected_frames(ds, item, cam):
+    ep = int(item["episode_index"])
+    length = int(ds.meta.ep_to[ep] - ds.meta.ep_from[ep])
+    f = int(item["frame_index"])
+    if cam not in ds.builder.windows:
+        return [f]
+    return [min(max(f + d, 0), length - 1) for d in ds.builder.windows[cam]]
+
+
+@pytest.mark.parametrize("mode", ["single", "sarm"])
+def test_map_dataset_every_frame_carries_its_barcode(v30_h264, mode):
+    ds = LeRobotMapDataset(str(v30_h264), mode=mode)
+    assert len(ds) == ds.meta.num_frames
+    for i in range(len(ds)):
+        item = ds[i]
+        assert int(item["index"]) == i
+        for cam_index, cam in enumerate(ds.meta.cameras):
+            frames = item[cam] if mode == "sarm" else item[cam][None]
+            assert frames.dtype == torch.uint8
+            ep, fr, c, valid = barcode.read_batch(frames)
+            assert valid.all() and (ep == int(item["episode_index"])).all() and (c == cam_index).all()
+            assert fr.tolist() == expected_frames(ds, item, cam)
+    stats = ds.cache.stats()
+    assert stats["hits"] + stats["misses"] > 0 and stats["evictions"] <= stats["misses"]
+
+
+def test_sarm_window_pads_outside_the_episode(v30_h264):
+    ds = LeRobotMapDataset(str(v30_h264), mode="sarm")
+    first = ds[0]  # frame 0: the 7 earlier steps are before the episode
+    cam = ds.meta.cameras[0]
+    assert first[f"{cam}_is_pad"].tolist() == [True] * 7 + [False]
+    assert first["observation.state"].shape[0] == 8
+    assert torch.equal(first["observation.state"][0], first["observation.state"][-1])  # clamped to the edge
+
+
+def test_float_frames_and_task_string(v30_h264):
+    ds = LeRobotMapDataset(str(v30_h264), return_float=True)
+    item = ds[3]
+    cam = ds.meta.cameras[0]
+    assert item[cam].dtype == torch.float32 and 0.0 <= item[cam].min() and item[cam].max() <= 1.0
+    assert item["task"].startswith("synthetic task")
+
+
+def test_bad_inputs_get_clear_errors(v30_h264, v21_h264):
+    with pytest.raises(UserError, match="not in .*the dataset has"):
+        LeRobotMapDataset(str(v30_h264), cameras=["observation.images.nope"])
+    with pytest.raises(UserError, match="not a multiple of 1/fps"):
+        LeRobotMapDataset(str(v30_h264), delta_timestamps={"cameras": [-0.05, 0.0]})
+    with pytest.raises(UserError, match="dlbench convert run"):
+        LeRobotMapDataset(str(v21_h264))

@@ -1,0 +1,111 @@
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from torchcodec.decoders import VideoDecoder
+
+from dlbench import barcode
+from dlbench.errors import UserError
+from dlbench.format import meta, paths
+from dlbench.synth import Camera, episode_lengths, synthesize
+
+from .conftest import tiny_config
+
+
+def check_v21(root, cfg):
+    """Structure, counts, timestamps and every frame's barcode of a synthetic v2.1 dataset."""
+    info = meta.read_info(str(root))
+    assert info["codebase_version"] == "v2.1"
+    assert info["total_episodes"] == cfg.episodes
+    lengths = episode_lengths(cfg)
+    assert info["total_frames"] == int(lengths.sum())
+    assert info["total_videos"] == cfg.episodes * len(cfg.cameras)
+    episodes = list(meta.iter_episodes_v21(str(root)))
+    assert [e["episode_index"] for e in episodes] == list(range(cfg.episodes))
+    assert [e["length"] for e in episodes] == lengths.tolist()
+    tasks = meta.read_tasks_v21(str(root))
+    assert len(tasks) == cfg.tasks and all(e["tasks"][0] in tasks for e in episodes)
+    stats = list(meta.iter_episodes_stats_v21(str(root)))
+    assert len(stats) == cfg.episodes
+    index = 0
+    cams = meta.video_keys(info)
+    for ep, length in enumerate(lengths):
+        t = pq.read_table(root / paths.v21_data_path(ep, cfg.chunks_size)).to_pydict()
+        assert t["frame_index"] == list(range(length))
+        assert t["episode_index"] == [ep] * length
+        assert t["index"] == list(range(index, index + length))
+        np.testing.assert_allclose(t["timestamp"], np.arange(length) / cfg.fps, atol=1e-6)
+        state = np.asarray(t["observation.state"])
+        s = stats[ep]["stats"]["observation.state"]
+        np.testing.assert_allclose(s["min"], state.min(0), rtol=1e-6)
+        np.testing.assert_allclose(s["mean"], state.mean(0), rtol=1e-5, atol=1e-7)
+        assert s["count"] == [length]
+        assert np.asarray(stats[ep]["stats"][cams[0]]["mean"]).shape == (3, 1, 1)
+        index += length
+        for cam_index, cam in enumerate(cams):
+            dec = VideoDecoder(str(root / paths.v21_video_path(ep, cam, cfg.chunks_size)))
+            assert len(dec) == length
+            frames = dec.get_frames_in_range(0, length)
+            e, f, c, valid = barcode.read_batch(frames.data)
+            assert valid.all() and (e == ep).all() and (c == cam_index).all()
+            assert f.tolist() == list(range(length))
+            np.testing.assert_allclose(frames.pts_seconds.numpy(), np.arange(length) / cfg.fps, atol=1e-4)
+
+
+def test_h264_dataset_is_valid_v21(v21_h264):
+    check_v21(v21_h264, tiny_config())
+
+
+def test_av1_dataset_is_valid_v21(tmp_path):
+    cfg = tiny_config(codec="av1", episodes=3, chunks_size=2, cameras=(Camera("observation.images.top", 64, 80),))
+    root = synthesize(cfg, tmp_path / "av1", workers=1, progress=False)
+    check_v21(root, cfg)
+    assert (root / "data/chunk-001/episode_000002.parquet").exists()  # chunks of chunks_size episodes
+    info = meta.read_info(str(root))
+    assert info["features"]["observation.images.top"]["info"]["video.codec"] == "av1"
+    assert info["total_chunks"] == 2
+
+
+def test_same_seed_same_bytes(tmp_path):
+    cfg = tiny_config(episodes=3, cameras=(Camera("observation.images.front", 32, 32),))
+    a = synthesize(cfg, tmp_path / "a", workers=1, progress=False)
+    b = synthesize(cfg, tmp_path / "b", workers=1, progress=False)
+    names = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file() and p.suffix != ".mp4")
+    assert names and names == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file() and p.suffix != ".mp4")
+    for n in names:
+        assert (a / n).read_bytes() == (b / n).read_bytes(), n
+    c = synthesize(tiny_config(episodes=3, seed=8, cameras=cfg.cameras), tmp_path / "c", workers=1, progress=False)
+    assert (a / paths.EPISODES_JSONL_PATH).read_bytes() != (c / paths.EPISODES_JSONL_PATH).read_bytes()
+
+
+def test_refuses_non_empty_directory_unless_overwrite(tmp_path):
+    out = tmp_path / "ds"
+    out.mkdir()
+    (out / "keep.txt").write_text("precious")
+    cfg = tiny_config(episodes=1, cameras=(Camera("observation.images.front", 32, 32),))
+    with pytest.raises(UserError, match="not empty.*--overwrite"):
+        synthesize(cfg, out, progress=False)
+    assert (out / "keep.txt").read_text() == "precious"
+    synthesize(cfg, out, overwrite=True, progress=False, workers=1)
+    assert not (out / "keep.txt").exists()
+    assert json.loads((out / paths.INFO_PATH).read_text())["total_episodes"] == 1
+
+
+def test_unknown_codec_lists_the_available_ones(tmp_path):
+    with pytest.raises(UserError, match=r"codec 'vp8' is unknown; choose one of \['av1', 'h264', 'hevc'\]"):
+        synthesize(tiny_config(codec="vp8"), tmp_path / "x", progress=False)
+    assert not (tmp_path / "x").exists()
+
+
+def test_barcode_reads_back_and_rejects_any_single_wrong_cell():
+    frame = np.full((64, 64, 3), 128, np.uint8)
+    barcode.paint(frame, 123456, 4321, 5)
+    assert barcode.read(frame, channels_last=True) == (123456, 4321, 5)
+    c = barcode.cell_px(64, 64)
+    for cell in range(barcode.GRID * barcode.GRID):
+        r, k = divmod(cell, barcode.GRID)
+        damaged = frame.copy()
+        block = damaged[r * c:(r + 1) * c, k * c:(k + 1) * c]
+        block[...] = 255 - block
+        assert barcode.read(damaged, channels_last=True) is None, f"cell {cell} flipped and still accepted"
