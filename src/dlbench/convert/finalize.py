@@ -179,7 +179,8 @@ def _publish(staged: Path, dst: Path) -> None:
             shutil.copy2(src, target)
 
     try:
-        shutil.copytree(staged, tmp, copy_function=link)
+        # temporaries of killed workers (hidden *.tmp files) stay behind
+        shutil.copytree(staged, tmp, copy_function=link, ignore=shutil.ignore_patterns(".*.tmp"))
         if dst.is_dir():
             dst.rmdir()  # empty (checked by the caller)
         os.rename(tmp, dst)

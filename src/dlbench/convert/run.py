@@ -31,6 +31,8 @@ def run(src: str, dst: str | Path, workers: int = 1, work_dir: str | Path | None
     removed after a successful publish only when it was the default.
     """
     dst = Path(dst)
+    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
+        raise UserError(f"{dst} is not empty; choose an empty destination")
     default_work = work_dir is None
     work = Path(work_dir) if work_dir else dst.with_name(f".{dst.name}.convert-work")
     manifest = planmod.plan(src, work, options)

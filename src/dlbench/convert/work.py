@@ -136,7 +136,10 @@ def run_unit(work: Path, manifest: dict, unit: dict) -> None:
     """Write every output file of `unit`, then its done record (idempotent: same inputs, same bytes)."""
     out = work / OUT_DIR
     files = []
-    for f in unit["files"]:
+    pause = float(os.environ.get("DLBENCH_CONVERT_PAUSE_S", "0"))  # fault-injection tests: time to kill mid-unit
+    for k, f in enumerate(unit["files"]):
+        if pause and k:
+            time.sleep(pause)
         if unit["stream"] == planmod.DATA_STREAM:
             entries = _write_data_file(manifest, f, out)
         else:
