@@ -8,7 +8,6 @@ fetch (parquet, indexing, collation) and decode.
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -18,6 +17,7 @@ import torch
 from .. import barcode
 from ..errors import UserError
 from ..loader.map import LeRobotMapDataset
+from ..procstat import RssSampler
 from ..validate import is_synthetic
 from . import record as recordmod
 
@@ -64,36 +64,6 @@ class _Timed(torch.utils.data.Dataset):
         s = self.inner.cache.stats()
         return item, torch.tensor([ms, info.id if info else -1, s["hits"], s["misses"], s["evictions"], s["size"]],
                                   dtype=torch.float64)
-
-
-class _RssSampler(threading.Thread):
-    """Peak resident memory of this process and all its children (DataLoader workers)."""
-
-    def __init__(self, every_s: float = 0.1):
-        super().__init__(daemon=True)
-        import psutil
-
-        self.proc, self.every, self.peak = psutil.Process(), every_s, 0
-        self._halt = threading.Event()
-
-    def sample(self) -> None:
-        import psutil
-
-        total = 0
-        for p in [self.proc, *self.proc.children(recursive=True)]:
-            try:
-                total += p.memory_info().rss
-            except psutil.Error:
-                pass
-        self.peak = max(self.peak, total)
-
-    def run(self):
-        while not self._halt.wait(self.every):
-            self.sample()
-
-    def stop(self):
-        self._halt.set()
-        self.sample()
 
 
 def make_dataset(cfg: BenchConfig):
@@ -161,7 +131,7 @@ def run(cfg: BenchConfig) -> dict:
         pin_memory=False, drop_last=False,
         multiprocessing_context=("spawn" if workers > 0 and device.type == "cuda" else None),
     )
-    rss = _RssSampler()
+    rss = RssSampler()
     rss.start()
     t_start = time.perf_counter()
     it = iter(loader)

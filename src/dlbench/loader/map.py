@@ -63,6 +63,7 @@ class ItemBuilder:
         self.dmeta, self.windows, self.cols = dmeta, windows, columns
         self.decode_device, self.cache_size = decode_device, cache_size
         self.return_float, self.tolerance_s = return_float, tolerance_s
+        self.row_offset = 0  # global row of position 0 in `columns` (a shard may hold only part of the rows)
         self._cache: VideoDecoderCache | None = None
         self._pid = None
         self.decode_s = 0.0  # time spent decoding in this process (for the fetch/decode split)
@@ -81,36 +82,51 @@ class ItemBuilder:
         lo, hi = self.dmeta.ep_from[ep], self.dmeta.ep_to[ep] - 1
         return np.clip(q, lo, hi), (q < lo) | (q > hi)
 
-    def build(self, row: int, local_row: int | None = None) -> dict:
-        """The item for global row `row`; `local_row` is its position in `self.cols` (defaults to `row`)."""
-        c = self.cols
-        lr = row if local_row is None else local_row
-        shift = lr - row  # global row -> position in the column arrays
-        ep = int(c["episode_index"][lr])
-        item: dict = {}
-        for name, arr in c.items():
-            if name in self.windows:
-                rows, pad = self.rows_for(name, row, ep)
-                item[name] = torch.from_numpy(np.ascontiguousarray(arr[rows + shift]))
-                item[f"{name}_is_pad"] = torch.from_numpy(pad)
-            else:
-                item[name] = torch.tensor(arr[lr])
-        for cam in self.dmeta.cameras:
-            if cam in self.windows:
-                rows, pad = self.rows_for(cam, row, ep)
-                times = self.dmeta.video_from[cam][ep] + c["timestamp"][rows + shift].astype(np.float64)
-                item[f"{cam}_is_pad"] = torch.from_numpy(pad)
-            else:
-                times = [self.dmeta.video_from[cam][ep] + float(c["timestamp"][lr])]
-            t0 = time.perf_counter()
-            frames = self.cache.decode(self.dmeta.video_url(cam, ep), list(map(float, times)), self.dmeta.fps,
-                                       self.tolerance_s)
-            self.decode_s += time.perf_counter() - t0
-            if cam not in self.windows:
-                frames = frames[0]
-            item[cam] = frames.float() / 255.0 if self.return_float else frames
-        item["task"] = self.dmeta.tasks[int(c["task_index"][lr])]
-        return item
+    def build(self, row: int) -> dict:
+        """The item for global row `row`."""
+        return self.build_many([row])[0]
+
+    def build_many(self, rows: list[int]) -> list[dict]:
+        """Items for several rows; each camera's frames are decoded with one sorted request per video file."""
+        c, off = self.cols, self.row_offset
+        items = []
+        requests: dict[tuple[str, str], list[float]] = {}  # (camera, url) -> times
+        slots = []  # per item, per camera: (key, start, count, windowed)
+        for row in rows:
+            ep = int(c["episode_index"][row - off])
+            item: dict = {}
+            for name, arr in c.items():
+                if name in self.windows:
+                    q, pad = self.rows_for(name, row, ep)
+                    item[name] = torch.from_numpy(np.ascontiguousarray(arr[q - off]))
+                    item[f"{name}_is_pad"] = torch.from_numpy(pad)
+                else:
+                    item[name] = torch.tensor(arr[row - off])
+            item["task"] = self.dmeta.tasks[int(c["task_index"][row - off])]
+            mine = []
+            for cam in self.dmeta.cameras:
+                if cam in self.windows:
+                    q, pad = self.rows_for(cam, row, ep)
+                    item[f"{cam}_is_pad"] = torch.from_numpy(pad)
+                else:
+                    q = np.asarray([row])
+                times = self.dmeta.video_from[cam][ep] + c["timestamp"][q - off].astype(np.float64)
+                key = (cam, self.dmeta.video_url(cam, ep))
+                bucket = requests.setdefault(key, [])
+                mine.append((key, len(bucket), len(times), cam in self.windows))
+                bucket.extend(float(t) for t in times)
+            items.append(item)
+            slots.append(mine)
+        t0 = time.perf_counter()
+        decoded = {key: self.cache.decode(key[1], times, self.dmeta.fps, self.tolerance_s)
+                   for key, times in requests.items()}
+        self.decode_s += time.perf_counter() - t0
+        for item, mine in zip(items, slots):
+            for (cam, url), start, count, windowed in mine:
+                frames = decoded[(cam, url)][start:start + count]
+                frames = frames if windowed else frames[0]
+                item[cam] = frames.float() / 255.0 if self.return_float else frames
+        return items
 
     def frames_per_item(self) -> int:
         return sum(len(self.windows[c]) if c in self.windows else 1 for c in self.dmeta.cameras)

@@ -27,6 +27,7 @@ class DatasetMeta:
     ep_to: np.ndarray
     video_file: dict[str, list[str]]  # camera -> relative video path per episode
     video_from: dict[str, np.ndarray]  # camera -> from_timestamp per episode
+    data_file: list[str]  # relative data file path per episode
 
     @classmethod
     def load(cls, root: str, cameras: list[str] | None = None) -> "DatasetMeta":
@@ -38,7 +39,7 @@ class DatasetMeta:
             if unknown:
                 raise UserError(f"camera key(s) {unknown} not in {root}; the dataset has {all_cams}")
         cams = list(cameras) if cameras else all_cams
-        cols = ["episode_index", "dataset_from_index", "dataset_to_index"]
+        cols = ["episode_index", "dataset_from_index", "dataset_to_index", "data/chunk_index", "data/file_index"]
         for cam in cams:
             cols += [f"videos/{cam}/chunk_index", f"videos/{cam}/file_index", f"videos/{cam}/from_timestamp"]
         eps = meta.read_episodes_v30(root, columns=cols).to_pydict()
@@ -50,7 +51,8 @@ class DatasetMeta:
         return cls(root=root, info=info, fps=int(info["fps"]), cameras=cams, tasks=meta.read_tasks_v30(root),
                    ep_from=np.asarray(eps["dataset_from_index"], np.int64),
                    ep_to=np.asarray(eps["dataset_to_index"], np.int64), video_file=video_file,
-                   video_from={cam: np.asarray(eps[f"videos/{cam}/from_timestamp"], np.float64) for cam in cams})
+                   video_from={cam: np.asarray(eps[f"videos/{cam}/from_timestamp"], np.float64) for cam in cams},
+                   data_file=[paths.v30_data_path(c, f) for c, f in zip(eps["data/chunk_index"], eps["data/file_index"])])
 
     @property
     def num_episodes(self) -> int:
@@ -65,12 +67,13 @@ class DatasetMeta:
 
     def data_files(self) -> list[str]:
         """Relative data file paths in (chunk, file) order; reading them in order yields rows in `index` order."""
-        found = sorted({(c, f) for c, f in zip(*self._data_locations())})
-        return [paths.v30_data_path(c, f) for c, f in found]
+        return list(dict.fromkeys(self.data_file))
 
-    def _data_locations(self):
-        eps = meta.read_episodes_v30(self.root, columns=["data/chunk_index", "data/file_index"]).to_pydict()
-        return eps["data/chunk_index"], eps["data/file_index"]
+    def data_files_for_rows(self, start: int, stop: int) -> list[str]:
+        """The data files holding rows [start, stop), in order."""
+        first = int(np.searchsorted(self.ep_to, start, side="right"))
+        last = int(np.searchsorted(self.ep_from, stop, side="left"))
+        return list(dict.fromkeys(self.data_file[first:last]))
 
 
 def resolve_windows(mode: str | None, delta_timestamps: dict[str, list[float]] | None, dmeta: DatasetMeta

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Create (once) the LeRobot peer environment: Python 3.12 + lerobot[dataset]==0.6.1 in .venv-lerobot.
+# LeRobot 0.5+ needs Python >= 3.12; its pins (torch<2.12, torchcodec<0.12, datasets<5, ...) clash with dlbench's,
+# so it lives in its own venv and dlbench drives it as a subprocess. About 100 s and 5.4 GB.
+# Python 3.12 is looked up as: $PYTHON312, python3.12 on PATH, then pyenv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${PEER_VENV:-.venv-lerobot}
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import lerobot.datasets.lerobot_dataset" 2>/dev/null; then
+  exit 0
+fi
+is312() { [ -n "$1" ] && "$1" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; }
+PY=""
+for c in "${PYTHON312:-}" "$(command -v python3.12 || true)" \
+         "$( (pyenv root 2>/dev/null || echo "$HOME/.pyenv") | head -n1)"/versions/3.12*/bin/python; do
+  if is312 "$c"; then PY=$c; break; fi
+done
+if [ -z "$PY" ]; then
+  echo "peer-env: no working Python 3.12 found (set PYTHON312=/path/to/python3.12); LeRobot peer tests will be skipped" >&2
+  exit 1
+fi
+echo "creating $VENV with $PY and lerobot[dataset]==0.6.1 ..."
+rm -rf "$VENV"
+"$PY" -m venv "$VENV"
+"$VENV/bin/pip" install -q "lerobot[dataset]==0.6.1"
+"$VENV/bin/python" -c "import lerobot.datasets.lerobot_dataset, lerobot.datasets.streaming_dataset"
+echo "peer environment ready: $VENV"

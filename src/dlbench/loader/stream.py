@@ -1,0 +1,229 @@
+"""Streaming dataset (a torch IterableDataset) over a LeRobot v3.0 dataset at any fsspec URL.
+
+Sharding: the episodes are cut into `world_size * num_workers` contiguous ranges of about equal frame count (so
+episodes that share a data or video file mostly stay together), one per (rank, DataLoader worker); one epoch yields
+every frame of the dataset exactly once across all shards. The range a rank reads rotates with the epoch.
+
+Shuffling: each shard visits its episodes in a seeded random order, keeping `pool_size` episodes live at once. It
+repeatedly picks a random live episode and takes its next `read_ahead` consecutive frames, which are decoded with
+one sorted request per video file (sequential decode within a GOP, decoders reused); these items go into a buffer
+of `buffer_size`, from which a random one is yielded. Everything random is drawn from a generator seeded by
+(seed, epoch, shard), so an epoch's order is reproducible and can be resumed: `state_dict()` records how many items
+each shard has yielded and `load_state_dict()` makes each shard skip exactly those (by replaying the order without
+decoding).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from ..errors import UserError
+from ..video import DEFAULT_TOLERANCE_S
+from .map import ItemBuilder, data_columns, read_columns
+from .meta import DatasetMeta, resolve_windows
+
+SHARD_KEY = "_shard"
+POS_KEY = "_pos"
+
+
+def rank_and_world(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
+    """Explicit arguments, else RANK/WORLD_SIZE, else SLURM_PROCID/SLURM_NTASKS, else (0, 1)."""
+    if rank is None or world_size is None:
+        env = os.environ
+        if "RANK" in env and "WORLD_SIZE" in env:
+            rank, world_size = int(env["RANK"]), int(env["WORLD_SIZE"])
+        elif "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
+            rank, world_size = int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"])
+        else:
+            rank, world_size = 0, 1
+    if not 0 <= rank < world_size:
+        raise UserError(f"rank {rank} is outside world size {world_size}")
+    return rank, world_size
+
+
+def split_episodes(lengths: np.ndarray, parts: int) -> list[range]:
+    """Cut episodes 0..N-1 into `parts` contiguous ranges of about equal total length (some may be empty)."""
+    cum = np.concatenate([[0], np.cumsum(lengths)])
+    total = cum[-1]
+    cuts = [0] + [int(np.searchsorted(cum, total * k / parts, side="left")) for k in range(1, parts)] + [len(lengths)]
+    cuts = np.maximum.accumulate(np.clip(cuts, 0, len(lengths)))
+    return [range(int(cuts[k]), int(cuts[k + 1])) for k in range(parts)]
+
+
+def shard_order(ep_from: np.ndarray, ep_to: np.ndarray, episodes: range, seed: int, epoch: int, shard: int,
+                pool_size: int, buffer_size: int, read_ahead: int, shuffle: bool = True
+                ) -> Iterator[tuple[str, list[int] | int]]:
+    """The deterministic event stream of one shard: ("decode", rows) and ("emit", row), no I/O.
+
+    Every row of the shard's episodes is decoded once and emitted once.
+    """
+    if not shuffle:
+        for ep in episodes:
+            for start in range(int(ep_from[ep]), int(ep_to[ep]), read_ahead):
+                rows = list(range(start, min(start + read_ahead, int(ep_to[ep]))))
+                yield "decode", rows
+                for r in rows:
+                    yield "emit", r
+        return
+    rng = np.random.default_rng([seed, epoch, shard])
+    pending = list(rng.permutation(np.asarray(episodes, dtype=np.int64)))
+    live: list[list[int]] = []  # [next_row, end_row] per live episode
+    buffer: list[int] = []
+    while pending or live:
+        while len(live) < pool_size and pending:
+            ep = int(pending.pop())
+            live.append([int(ep_from[ep]), int(ep_to[ep])])
+        k = int(rng.integers(len(live)))
+        nxt, end = live[k]
+        rows = list(range(nxt, min(nxt + read_ahead, end)))
+        live[k][0] = rows[-1] + 1
+        if live[k][0] >= end:
+            live.pop(k)
+        yield "decode", rows
+        for r in rows:
+            buffer.append(r)
+            if len(buffer) >= buffer_size:
+                j = int(rng.integers(len(buffer)))
+                buffer[j], buffer[-1] = buffer[-1], buffer[j]
+                yield "emit", buffer.pop()
+    rng.shuffle(buffer)
+    for r in buffer:
+        yield "emit", r
+
+
+class LeRobotStreamingDataset(torch.utils.data.IterableDataset):
+    """Stream a v3.0 dataset, split by rank and DataLoader worker, shuffled through an episode pool and a buffer.
+
+    Args:
+        root: dataset root, a local path or an fsspec URL (s3://, http(s)://, hf://...).
+        mode, delta_timestamps, cameras, decode_device, return_float, tolerance_s: as for `LeRobotMapDataset`.
+        rank, world_size: this process's place among the ranks; default from RANK/WORLD_SIZE, then
+            SLURM_PROCID/SLURM_NTASKS, then a single rank.
+        seed: with the epoch, decides every random choice. Call `set_epoch(e)` before each epoch.
+        pool_size: live episodes interleaved per shard. buffer_size: items in the shuffle buffer.
+        read_ahead: consecutive frames taken from an episode and decoded together.
+        decoder_cache_size: open decoders per worker; at least cameras x pool_size avoids reopening files.
+        shuffle: False streams every shard's episodes in order (still disjoint across shards).
+        tag_items: add `_shard` and `_pos` to each item (needed by `observe` for resumable state under workers).
+    """
+
+    def __init__(self, root: str, mode: str = "single", delta_timestamps: dict | None = None,
+                 cameras: list[str] | None = None, decode_device: str = "cpu", decoder_cache_size: int | None = None,
+                 rank: int | None = None, world_size: int | None = None, seed: int = 0, pool_size: int = 8,
+                 buffer_size: int = 256, read_ahead: int = 8, shuffle: bool = True, return_float: bool = False,
+                 tolerance_s: float = DEFAULT_TOLERANCE_S, tag_items: bool = True):
+        if pool_size < 1 or buffer_size < 1 or read_ahead < 1:
+            raise UserError("pool_size, buffer_size and read_ahead must be >= 1")
+        self.meta = DatasetMeta.load(root, cameras)
+        self.rank, self.world_size = rank_and_world(rank, world_size)
+        windows = resolve_windows(mode, delta_timestamps, self.meta)
+        cache = decoder_cache_size or max(4, len(self.meta.cameras) * pool_size)
+        self._columns_spec = data_columns(self.meta)
+        self.builder = ItemBuilder(self.meta, windows, {}, decode_device, cache, return_float, tolerance_s)
+        self.seed, self.epoch = seed, 0
+        self.pool_size, self.buffer_size, self.read_ahead, self.shuffle = pool_size, buffer_size, read_ahead, shuffle
+        self.tag_items = tag_items
+        self._consumed: dict[int, int] = {}
+        self._skip: dict[int, int] = {}
+
+    # ------------------------------------------------------------------------------------------------ state
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self._consumed, self._skip = {}, {}
+
+    def observe(self, batch: dict) -> None:
+        """Record a batch the consumer has taken (needed for `state_dict()` when num_workers > 0)."""
+        for shard, pos in zip(torch.as_tensor(batch[SHARD_KEY]).tolist(), torch.as_tensor(batch[POS_KEY]).tolist()):
+            self._consumed[shard] = max(self._consumed.get(shard, 0), pos + 1)
+
+    def state_dict(self) -> dict:
+        return {"seed": self.seed, "epoch": self.epoch, "world_size": self.world_size,
+                "consumed": {int(k): int(v) for k, v in self._consumed.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["world_size"] != self.world_size:
+            raise UserError(f"cannot resume: the state was saved with world size {state['world_size']}, "
+                            f"this run has {self.world_size}")
+        self.seed, self.epoch = state["seed"], state["epoch"]
+        self._skip = {int(k): int(v) for k, v in state["consumed"].items()}
+        self._consumed = dict(self._skip)
+
+    # ---------------------------------------------------------------------------------------------- sharding
+    def shards(self, num_workers: int) -> list[int]:
+        """Shard ids this rank reads, one per worker."""
+        return [self.rank * num_workers + w for w in range(num_workers)]
+
+    def shard_episodes(self, shard: int, num_shards: int) -> range:
+        lengths = self.meta.ep_to - self.meta.ep_from
+        parts = split_episodes(lengths, num_shards)
+        ranks = num_shards // max(1, self.world_size)
+        # rotate whole ranks with the epoch, so a rank does not read the same episodes every epoch
+        rotated = (shard + ranks * self.epoch) % num_shards
+        return parts[rotated]
+
+    def __len__(self) -> int:
+        """Frames this rank yields in one epoch (all its workers together)."""
+        lengths = self.meta.ep_to - self.meta.ep_from
+        parts = split_episodes(lengths, self.world_size)
+        return int(sum(lengths[e] for e in parts[(self.rank + self.epoch) % self.world_size]))
+
+    # --------------------------------------------------------------------------------------------- iteration
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        num_workers, worker = (info.num_workers, info.id) if info else (1, 0)
+        shard = self.rank * num_workers + worker
+        num_shards = self.world_size * num_workers
+        episodes = self.shard_episodes(shard, num_shards)
+        if not len(episodes):
+            return
+        if not self.builder.cols:
+            rows = slice(int(self.meta.ep_from[episodes[0]]), int(self.meta.ep_to[episodes[-1]]))
+            self._load_rows(rows)
+        events = shard_order(self.meta.ep_from, self.meta.ep_to, episodes, self.seed, self.epoch, shard,
+                             self.pool_size, self.buffer_size, self.read_ahead, self.shuffle)
+        skip = self._skip.get(shard, 0)
+        ready: dict[int, dict] = {}
+        pending: set[int] = set()
+        pos = 0
+        for kind, value in events:
+            if kind == "decode":
+                if pos < skip:
+                    pending.update(value)  # replaying: decode only what is still in the buffer after the skip
+                else:
+                    ready.update(zip(value, self._build(value)))
+                continue
+            if pos < skip:
+                pending.discard(value)
+                pos += 1
+                if pos == skip and pending:
+                    ready.update(zip(sorted(pending), self._build(sorted(pending))))
+                    pending.clear()
+                continue
+            item = ready.pop(value)
+            if self.tag_items:
+                item[SHARD_KEY], item[POS_KEY] = shard, pos
+            pos += 1
+            if info is None:
+                self._consumed[shard] = pos
+            yield item
+
+    def _load_rows(self, rows: slice) -> None:
+        """Read the parquet columns of this shard's rows only (files outside the shard's range are not read)."""
+        cols = read_columns(self.meta, self.meta.data_files_for_rows(rows.start, rows.stop), self._columns_spec)
+        self.builder.cols = cols
+        self.builder.row_offset = int(cols["index"][0])  # files are contiguous in index
+
+    def _build(self, rows: list[int]) -> list[dict]:
+        return self.builder.build_many(rows)
+
+    @property
+    def cache(self):
+        return self.builder.cache
+
+    @property
+    def frames_per_item(self) -> int:
+        return self.builder.frames_per_item()

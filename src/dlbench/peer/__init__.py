@@ -1,0 +1,58 @@
+"""The LeRobot peer: LeRobot's own loaders and converter, run in their own environment (.venv-lerobot).
+
+LeRobot 0.6.1 needs Python >= 3.12 and pins torch/torchcodec/datasets versions that clash with dlbench's, so it
+runs as a subprocess of the peer interpreter; the scripts in this package are what that interpreter executes
+(they import only numpy and `dlbench.barcode` from dlbench, via PYTHONPATH).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from ..errors import UserError
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+CREATE_COMMAND = "scripts/peer-env.sh   (or: make peer)"
+
+
+def peer_python() -> Path | None:
+    """The peer interpreter: $DLBENCH_PEER_PYTHON, else .venv-lerobot/bin/python in the project; None if absent."""
+    env = os.environ.get("DLBENCH_PEER_PYTHON")
+    candidates = [Path(env)] if env else [REPO_ROOT / ".venv-lerobot" / "bin" / "python"]
+    for c in candidates:
+        if c.exists():
+            return c
+    return None
+
+
+def require_peer() -> Path:
+    py = peer_python()
+    if py is None:
+        raise UserError(f"the LeRobot peer environment is missing; create it with: {CREATE_COMMAND} "
+                        f"(or point DLBENCH_PEER_PYTHON at a Python with lerobot[dataset]==0.6.1)")
+    return py
+
+
+def run_peer(module: str, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
+    """Run `python -m dlbench.peer.<module> args...` in the peer environment (offline: no Hub access)."""
+    py = require_peer()
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    proc = subprocess.run([str(py), "-m", f"dlbench.peer.{module}", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    if proc.returncode != 0:
+        raise UserError(f"LeRobot peer `{module}` failed:\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def lerobot_convert(src_copy: str | Path, timeout: float | None = None) -> subprocess.CompletedProcess:
+    """LeRobot 0.6.1's own converter, in place on `src_copy` (it moves the v2.1 tree to `<root>_old`)."""
+    py = require_peer()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([str(py), "-m", "lerobot.scripts.convert_dataset_v21_to_v30", "--repo-id", "local/peer",
+                           "--root", str(src_copy), "--push-to-hub", "false"], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise UserError(f"LeRobot's converter failed on {src_copy}:\n{proc.stderr[-4000:]}")
+    return proc

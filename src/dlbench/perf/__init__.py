@@ -1,0 +1,1 @@
+"""Benchmark commands that print their figures (not tests)."""

@@ -1,0 +1,103 @@
+"""Conversion benchmark: dlbench with 1 and 2 workers, LeRobot 0.6.1's converter and `cp -r`, side by side.
+
+    python -m dlbench.perf.convert [--episodes 400] [--cameras 3] [--workdir DIR]
+
+Prints wall time and peak RSS (process tree) of each contender on the same synthetic v2.1 dataset, the ratios the
+converter targets are stated against, and peak RSS at 1x and 5x the episode count (small episodes) to show that
+memory stays flat. LeRobot is skipped, with the reason printed, when its peer environment is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ..procstat import RssSampler
+from ..synth import Camera, SynthConfig, synthesize
+
+
+def timed(cmd: list[str], **kw) -> tuple[float, float]:
+    """Run a command; return (seconds, peak RSS in MB of its process tree)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **kw)
+    rss = RssSampler(proc.pid, every_s=0.05)
+    rss.start()
+    _, err = proc.communicate()
+    rss.stop()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{err[-2000:]}")
+    return time.perf_counter() - t0, rss.peak / 2**20
+
+
+def dlbench_convert(src: Path, dst: Path, workers: int, extra: list[str] = ()) -> tuple[float, float]:
+    shutil.rmtree(dst, ignore_errors=True)
+    return timed([sys.executable, "-m", "dlbench", "-q", "convert", "run", str(src), str(dst), "--workers",
+                  str(workers), *extra])
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--episodes", type=int, default=400)
+    ap.add_argument("--cameras", type=int, default=3)
+    ap.add_argument("--workdir", default=None)
+    ap.add_argument("--skip-memory", action="store_true", help="skip the 1x/5x memory comparison")
+    a = ap.parse_args(argv)
+    work = Path(a.workdir or tempfile.mkdtemp(prefix="dlbench-perf-convert-"))
+    cams = tuple(Camera(f"observation.images.cam{i}", 96, 128) for i in range(a.cameras))
+    src = work / "v21"
+    if not (src / "meta/info.json").exists():
+        t0 = time.perf_counter()
+        synthesize(SynthConfig(episodes=a.episodes, length_min=30, length_max=90, cameras=cams), src, overwrite=True,
+                   progress=False)
+        print(f"synthesized {a.episodes} episodes x {a.cameras} cameras in {time.perf_counter() - t0:.1f} s")
+    size_mb = sum(p.stat().st_size for p in src.rglob("*") if p.is_file()) / 2**20
+    print(f"source: {src} ({size_mb:.1f} MB)")
+    rows = []
+    shutil.rmtree(work / "cp", ignore_errors=True)
+    rows.append(("cp -r (I/O floor)", *timed(["cp", "-r", str(src), str(work / "cp")])))
+    for w in (1, 2):
+        rows.append((f"dlbench convert, {w} worker{'s' if w > 1 else ''}", *dlbench_convert(src, work / f"d{w}", w)))
+    from ..peer import peer_python
+
+    peer = peer_python()
+    if peer is None:
+        print("LeRobot 0.6.1: skipped (peer environment missing; create it with scripts/peer-env.sh)")
+    else:
+        copy = work / "lerobot"
+        for p in (copy, work / "lerobot_old"):
+            shutil.rmtree(p, ignore_errors=True)
+        shutil.copytree(src, copy)
+        rows.append(("LeRobot 0.6.1 converter", *timed([str(peer), "-m", "lerobot.scripts.convert_dataset_v21_to_v30",
+                                                         "--repo-id", "local/perf", "--root", str(copy),
+                                                         "--push-to-hub", "false"], env={"HF_HUB_OFFLINE": "1",
+                                                                                          "PATH": "/usr/bin:/bin"})))
+    print(f"\n{'contender':<32} {'seconds':>9} {'peak RSS MB':>12}")
+    for name, secs, mb in rows:
+        print(f"{name:<32} {secs:>9.2f} {mb:>12.1f}")
+    t = {name: secs for name, secs, _ in rows}
+    one, two = t["dlbench convert, 1 worker"], t["dlbench convert, 2 workers"]
+    print(f"\n2 workers vs 1 worker: {one / two:.2f}x faster (target >= 1.7x)")
+    print(f"dlbench 2 workers vs cp -r: {two / t['cp -r (I/O floor)']:.2f}x the cp time (target <= 1.5x)")
+    if "LeRobot 0.6.1 converter" in t:
+        print(f"dlbench 2 workers vs LeRobot: {t['LeRobot 0.6.1 converter'] / two:.2f}x faster (target >= 2x)")
+    if not a.skip_memory:
+        small = (Camera("observation.images.cam0", 32, 32),)
+        peaks = []
+        for n in (a.episodes, 5 * a.episodes):
+            s = work / f"mem{n}"
+            if not (s / "meta/info.json").exists():
+                synthesize(SynthConfig(episodes=n, length_min=5, length_max=10, cameras=small), s, overwrite=True,
+                           progress=False)
+            peaks.append(dlbench_convert(s, work / f"mem{n}_v30", 1)[1])
+        print(f"peak RSS, 1 worker, {a.episodes} vs {5 * a.episodes} small episodes: {peaks[0]:.1f} MB vs "
+              f"{peaks[1]:.1f} MB (target: < 500 MB and flat)")
+    print(f"\nwork directory: {work}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""Peak resident memory of a process tree, sampled in a background thread."""
+
+from __future__ import annotations
+
+import threading
+
+import psutil
+
+
+class RssSampler(threading.Thread):
+    """Samples the RSS of `pid` (default: this process) plus all its descendants every `every_s` seconds.
+
+    `peak` is the largest total seen, in bytes. Call `stop()` to take a last sample and end the thread.
+    """
+
+    def __init__(self, pid: int | None = None, every_s: float = 0.1):
+        super().__init__(daemon=True)
+        self.proc, self.every, self.peak = psutil.Process(pid), every_s, 0
+        self._halt = threading.Event()
+
+    def sample(self) -> None:
+        total = 0
+        try:
+            procs = [self.proc, *self.proc.children(recursive=True)]
+        except psutil.Error:
+            return
+        for p in procs:
+            try:
+                total += p.memory_info().rss
+            except psutil.Error:
+                pass
+        self.peak = max(self.peak, total)
+
+    def run(self):
+        while not self._halt.wait(self.every):
+            self.sample()
+
+    def stop(self):
+        self._halt.set()
+        self.sample()

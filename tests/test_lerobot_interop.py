@@ -1,0 +1,55 @@
+"""dlbench's v3.0 output against LeRobot 0.6.1 (the reference readers), run in the peer environment."""
+
+import shutil
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from dlbench import peer
+from dlbench.format import meta
+from dlbench.loader.map import LeRobotMapDataset
+
+pytestmark = pytest.mark.skipif(
+    peer.peer_python() is None,
+    reason=f"LeRobot peer environment missing (needs Python 3.12); create it with {peer.CREATE_COMMAND}",
+)
+
+
+def test_lerobot_reads_every_frame_of_dlbench_output(v30_h264, v21_h264, tmp_path):
+    out = tmp_path / "dump.npz"
+    peer.run_peer("lerobot_dump", str(v30_h264), str(out), timeout=600)
+    dump = np.load(out)
+    rows = [r for p in sorted(v21_h264.glob("data/*/*.parquet")) for r in pq.read_table(p).to_pylist()]
+    assert len(dump["index"]) == len(rows)
+    np.testing.assert_array_equal(dump["index"], [r["index"] for r in rows])
+    np.testing.assert_array_equal(dump["episode_index"], [r["episode_index"] for r in rows])
+    np.testing.assert_array_equal(dump["frame_index"], [r["frame_index"] for r in rows])
+    np.testing.assert_array_equal(dump["observation.state"], np.array([r["observation.state"] for r in rows], np.float32))
+    np.testing.assert_array_equal(dump["action"], np.array([r["action"] for r in rows], np.float32))
+    for cam_index, cam in enumerate(meta.video_keys(meta.read_info(str(v30_h264)))):
+        codes = dump[f"barcode/{cam}"]
+        assert codes[:, 3].all(), f"{cam}: LeRobot returned frames without an intact barcode"
+        np.testing.assert_array_equal(codes[:, 0], dump["episode_index"])
+        np.testing.assert_array_equal(codes[:, 1], dump["frame_index"])
+        assert (codes[:, 2] == cam_index).all()
+
+
+def test_lerobot_converter_output_has_the_same_episodes(v30_h264, v21_h264, tmp_path):
+    copy = tmp_path / "lerobot"
+    shutil.copytree(v21_h264, copy)
+    peer.lerobot_convert(copy, timeout=600)
+    assert meta.read_info(str(copy))["codebase_version"] == "v3.0"
+    ours, theirs = LeRobotMapDataset(str(v30_h264)), LeRobotMapDataset(str(copy))
+    assert len(ours) == len(theirs)
+    ours_eps = meta.read_episodes_v30(str(v30_h264)).to_pylist()
+    theirs_eps = meta.read_episodes_v30(str(copy)).to_pylist()
+    for a, b in zip(ours_eps, theirs_eps):
+        assert (a["episode_index"], a["length"], a["tasks"]) == (b["episode_index"], b["length"], b["tasks"])
+        assert (a["dataset_from_index"], a["dataset_to_index"]) == (b["dataset_from_index"], b["dataset_to_index"])
+    for i in range(len(ours)):  # same rows and the same decoded frames, item by item
+        x, y = ours[i], theirs[i]
+        for key in ("index", "episode_index", "frame_index", "observation.state", "action"):
+            assert np.array_equal(np.asarray(x[key]), np.asarray(y[key])), (i, key)
+        for cam in ours.meta.cameras:
+            assert np.array_equal(x[cam].numpy(), y[cam].numpy()), (i, cam)
