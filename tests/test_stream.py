@@ -1,0 +1,129 @@
+import collections
+import shutil
+
+import pytest
+import torch
+
+from dlbench import barcode
+from dlbench.errors import UserError
+from dlbench.format import paths
+from dlbench.loader.map import LeRobotMapDataset
+from dlbench.loader.stream import LeRobotStreamingDataset, split_episodes
+
+from .test_loader import expected_frames
+
+
+def check_item(ds, item):
+    for cam_index, cam in enumerate(ds.meta.cameras):
+        frames = item[cam] if item[cam].ndim == 4 else item[cam][None]
+        ep, fr, c, valid = barcode.read_batch(frames)
+        assert valid.all() and (ep == int(item["episode_index"])).all() and (c == cam_index).all()
+        assert fr.tolist() == expected_frames(ds, item, cam)
+
+
+def unbatch(batch):
+    n = len(batch["index"])
+    return [{k: v[i] for k, v in batch.items() if k != "task"} for i in range(n)]
+
+
+@pytest.mark.parametrize("mode", ["single", "sarm"])
+def test_stream_every_frame_carries_its_barcode(v30_h264, mode):
+    ds = LeRobotStreamingDataset(str(v30_h264), mode=mode, pool_size=3, buffer_size=10)
+    n = 0
+    for item in ds:
+        check_item(ds, item)
+        n += 1
+    assert n == ds.meta.num_frames == len(ds)
+
+
+@pytest.mark.parametrize("world, workers", [(1, 2), (2, 2), (3, 1)])
+def test_one_epoch_yields_every_frame_exactly_once(v30_h264, world, workers):
+    seen = collections.Counter()
+    for rank in range(world):
+        ds = LeRobotStreamingDataset(str(v30_h264), rank=rank, world_size=world, pool_size=2, buffer_size=8)
+        loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=workers)
+        for batch in loader:
+            seen.update(batch["index"].tolist())
+    total = LeRobotMapDataset(str(v30_h264)).meta.num_frames
+    assert sorted(seen) == list(range(total)) and set(seen.values()) == {1}
+
+
+def test_order_is_seeded_per_epoch_and_shuffled(v30_h264):
+    def order(seed, epoch):
+        ds = LeRobotStreamingDataset(str(v30_h264), seed=seed, pool_size=3, buffer_size=16)
+        ds.set_epoch(epoch)
+        return [int(it["index"]) for it in ds]
+
+    a = order(1, 0)
+    assert a == order(1, 0)
+    assert a != order(1, 1) and a != order(2, 0)
+    assert a != sorted(a)
+    # several episodes interleave early in the epoch (the pool)
+    ds = LeRobotStreamingDataset(str(v30_h264), seed=1, pool_size=3, buffer_size=16, read_ahead=2)
+    first = [int(it["episode_index"]) for _, it in zip(range(40), ds)]
+    assert len(set(first)) >= 3
+
+
+def test_resume_from_state_dict_has_no_repeats_and_no_gaps(v30_h264):
+    kw = dict(pool_size=3, buffer_size=8, seed=5)
+    ds = LeRobotStreamingDataset(str(v30_h264), **kw)
+    loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2)
+    before = []
+    for k, batch in enumerate(loader):
+        ds.observe(batch)
+        before += batch["index"].tolist()
+        if k == 9:
+            break
+    state = ds.state_dict()
+    del loader
+    resumed = LeRobotStreamingDataset(str(v30_h264), **kw)
+    resumed.load_state_dict(state)
+    after = []
+    for batch in torch.utils.data.DataLoader(resumed, batch_size=4, num_workers=2):
+        after += batch["index"].tolist()
+        for item in unbatch(batch):
+            check_item(resumed, item)
+    assert not set(before) & set(after)
+    assert sorted(before + after) == list(range(resumed.meta.num_frames))
+
+
+def test_decoder_cache_counters_add_up(v30_h264):
+    ds = LeRobotStreamingDataset(str(v30_h264), mode="sarm", pool_size=4, buffer_size=8, decoder_cache_size=2)
+    calls = 0
+    real_get = ds.cache.get
+
+    def counting_get(url):
+        nonlocal calls
+        calls += 1
+        return real_get(url)
+
+    ds.cache.get = counting_get
+    for _ in ds:
+        pass
+    s = ds.cache.stats()
+    assert s["hits"] + s["misses"] == calls > 0
+    assert 0 < s["evictions"] <= s["misses"]  # 2 decoders for 2 cameras x several files: some are evicted
+    assert s["size"] <= 2 and 0.0 <= s["hit_rate"] <= 1.0
+
+
+def test_split_balances_frames_and_keeps_episodes_whole():
+    lengths = torch.tensor([10, 200, 15, 30, 30, 5, 90, 20]).numpy()
+    parts = split_episodes(lengths, 3)
+    assert [e for p in parts for e in p] == list(range(8))
+    loads = [int(lengths[list(p)].sum()) for p in parts]
+    assert max(loads) <= 215 and min(loads) > 0
+
+
+def test_stream_bad_inputs(v30_h264, v21_h264, tmp_path):
+    with pytest.raises(UserError, match="dlbench convert run"):
+        LeRobotStreamingDataset(str(v21_h264))
+    with pytest.raises(UserError, match="not a multiple of 1/fps"):
+        LeRobotStreamingDataset(str(v30_h264), delta_timestamps={"observation.state": [0.01]})
+    with pytest.raises(UserError, match="http://127.0.0.1:9/nowhere"):
+        LeRobotStreamingDataset("http://127.0.0.1:9/nowhere")
+    broken = tmp_path / "broken"
+    shutil.copytree(v30_h264, broken)
+    video = broken / paths.v30_video_path("observation.images.front", 0, 0)
+    video.write_bytes(video.read_bytes()[:200])
+    with pytest.raises(UserError, match="file-000.mp4: cannot open video"):
+        list(LeRobotStreamingDataset(str(broken)))
