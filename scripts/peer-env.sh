@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${PEER_VENV:-.venv-lerobot}
-if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import lerobot.datasets.lerobot_dataset" 2>/dev/null; then
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import lerobot.datasets.lerobot_dataset, psutil" 2>/dev/null; then
   exit 0
 fi
 is312() { [ -n "$1" ] && "$1" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; }
@@ -22,6 +22,6 @@ fi
 echo "creating $VENV with $PY and lerobot[dataset]==0.6.1 ..."
 rm -rf "$VENV"
 "$PY" -m venv "$VENV"
-"$VENV/bin/pip" install -q "lerobot[dataset]==0.6.1"
+"$VENV/bin/pip" install -q "lerobot[dataset]==0.6.1" psutil  # psutil: the bench harness runs here too
 "$VENV/bin/python" -c "import lerobot.datasets.lerobot_dataset, lerobot.datasets.streaming_dataset"
 echo "peer environment ready: $VENV"

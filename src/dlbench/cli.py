@@ -86,12 +86,20 @@ def cmd_validate(a) -> None:
 
 def cmd_bench(a) -> None:
     from .bench import record
+    from .bench.launch import needs_peer, reexec_in_peer
+
+    if needs_peer(a.loader):
+        code = reexec_in_peer(sys.argv[1:])
+        if code:
+            raise UserError(f"bench rank in the LeRobot peer environment failed (exit {code}); see the messages above")
+        return
     from .bench.runner import BenchConfig, run
 
     cfg = BenchConfig(
         dataset=a.dataset, loader=a.loader, mode=a.mode, batch_size=a.batch_size, num_workers=a.num_workers,
         decode_device=a.decode_device, duration_s=a.duration_s, warmup_s=a.warmup_s, num_batches=a.num_batches,
-        decoder_cache_size=a.decoder_cache_size, seed=a.seed, verify=not a.no_verify,
+        decoder_cache_size=a.decoder_cache_size, pool_size=a.pool_size, buffer_size=a.buffer_size, seed=a.seed,
+        verify=not a.no_verify,
         probe_samples=a.probe_samples, scenario=a.scenario, source=a.source,
     )
     rec = run(cfg)
@@ -190,6 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup-s", type=float, default=2.0)
     p.add_argument("--num-batches", type=int, default=None)
     p.add_argument("--decoder-cache-size", type=int, default=16)
+    p.add_argument("--pool-size", type=int, default=8, help="streaming: live episodes per shard")
+    p.add_argument("--buffer-size", type=int, default=256, help="streaming: shuffle buffer")
     p.add_argument("--probe-samples", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--scenario", default="adhoc")

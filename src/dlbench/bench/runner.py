@@ -16,12 +16,11 @@ import torch
 
 from .. import barcode
 from ..errors import UserError
-from ..loader.map import LeRobotMapDataset
+from ..loader.meta import DatasetMeta, resolve_windows
 from ..procstat import RssSampler
 from ..validate import is_synthetic
 from . import record as recordmod
-
-LOADERS = ("dlbench_map",)
+from .adapters import make_adapter
 
 
 @dataclass
@@ -36,6 +35,8 @@ class BenchConfig:
     warmup_s: float = 2.0
     num_batches: int | None = None
     decoder_cache_size: int = 16
+    pool_size: int = 8  # streaming loaders: live episodes
+    buffer_size: int = 256  # streaming loaders: shuffle buffer
     prefetch_factor: int = 2
     seed: int = 0
     verify: bool = True
@@ -47,11 +48,20 @@ class BenchConfig:
     extra: dict = field(default_factory=dict)
 
 
-class _Timed(torch.utils.data.Dataset):
-    """Wraps a dataset: each sample comes with [latency_ms, worker, cache hits, misses, evictions, size]."""
+def _info(t0: float, stats) -> torch.Tensor:
+    """[latency_ms, worker, cache hits, misses, evictions, size] for one sample (-1 where unknown)."""
+    ms = (time.perf_counter() - t0) * 1000.0
+    w = torch.utils.data.get_worker_info()
+    s = stats() if stats else {}
+    return torch.tensor([ms, w.id if w else -1, s.get("hits", -1), s.get("misses", -1), s.get("evictions", -1),
+                         s.get("size", -1)], dtype=torch.float64)
 
-    def __init__(self, inner):
-        self.inner = inner
+
+class _Timed(torch.utils.data.Dataset):
+    """Wraps a map-style dataset: each sample comes with its `_info`."""
+
+    def __init__(self, inner, stats):
+        self.inner, self.stats = inner, stats
 
     def __len__(self):
         return len(self.inner)
@@ -59,18 +69,24 @@ class _Timed(torch.utils.data.Dataset):
     def __getitem__(self, idx):
         t0 = time.perf_counter()
         item = self.inner[idx]
-        ms = (time.perf_counter() - t0) * 1000.0
-        info = torch.utils.data.get_worker_info()
-        s = self.inner.cache.stats()
-        return item, torch.tensor([ms, info.id if info else -1, s["hits"], s["misses"], s["evictions"], s["size"]],
-                                  dtype=torch.float64)
+        return item, _info(t0, self.stats)
 
 
-def make_dataset(cfg: BenchConfig):
-    if cfg.loader == "dlbench_map":
-        return LeRobotMapDataset(cfg.dataset, mode=cfg.mode, decode_device=cfg.decode_device,
-                                 decoder_cache_size=cfg.decoder_cache_size)
-    raise UserError(f"loader {cfg.loader!r} is unknown; choose one of {list(LOADERS)}")
+class _TimedIterable(torch.utils.data.IterableDataset):
+    """Wraps an iterable dataset: each sample comes with its `_info` (latency = time in the iterator's next)."""
+
+    def __init__(self, inner, stats):
+        self.inner, self.stats = inner, stats
+
+    def __iter__(self):
+        it = iter(self.inner)
+        while True:
+            t0 = time.perf_counter()
+            try:
+                item = next(it)
+            except StopIteration:
+                return
+            yield item, _info(t0, self.stats)
 
 
 def _to_device(batch, device):
@@ -84,11 +100,14 @@ def _to_device(batch, device):
 
 
 class _Verifier:
-    """Checks every decoded frame's barcode against the (episode, frame, camera) the item claims."""
+    """Checks every decoded frame's barcode against the (episode, frame, camera) the item claims.
 
-    def __init__(self, dataset):
-        self.meta = dataset.meta
-        self.windows = dataset.builder.windows
+    Built from the dataset's own metadata, not from the loader under test.
+    """
+
+    def __init__(self, dmeta: DatasetMeta, mode: str):
+        self.meta = dmeta
+        self.windows = resolve_windows(mode, None, dmeta)
         self.verified = self.wrong = 0
 
     def check(self, batch: dict) -> None:
@@ -114,33 +133,50 @@ class _Verifier:
             self.wrong += int((~ok).sum())
 
 
-def run(cfg: BenchConfig) -> dict:
-    """Run one benchmark and return its record (see `record.py`)."""
+def cuda_unavailable_reason(decode_device: str) -> str | None:
+    if decode_device.startswith("cuda") and not torch.cuda.is_available():
+        return "decode_device cuda was asked for but torch sees no CUDA device on this machine"
+    return None
+
+
+def run(cfg: BenchConfig, samples_out: list | None = None) -> dict:
+    """Run one benchmark rank and return its record (see `record.py`).
+
+    `samples_out`, if given, receives the `index` of every sample consumed in the steady window.
+    """
     torch.manual_seed(cfg.seed)
+    reason = cuda_unavailable_reason(cfg.decode_device)
+    if reason:
+        raise UserError(reason)
     device = torch.device("cuda" if cfg.decode_device.startswith("cuda") else "cpu")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError("decode_device cuda was asked for but torch sees no CUDA device on this machine")
-    dataset = make_dataset(cfg)
-    verify = cfg.verify and is_synthetic(dataset.meta.info)
-    verifier = _Verifier(dataset) if verify else None
-    gen = torch.Generator().manual_seed(cfg.seed + 1000003 * cfg.rank)
+    dmeta = DatasetMeta.load(cfg.dataset)
+    adapter = make_adapter(cfg)
+    verifier = _Verifier(dmeta, cfg.mode) if cfg.verify and is_synthetic(dmeta.info) else None
     workers = cfg.num_workers
-    loader = torch.utils.data.DataLoader(
-        _Timed(dataset), batch_size=cfg.batch_size, shuffle=True, generator=gen, num_workers=workers,
-        persistent_workers=workers > 0, prefetch_factor=cfg.prefetch_factor if workers > 0 else None,
-        pin_memory=False, drop_last=False,
-        multiprocessing_context=("spawn" if workers > 0 and device.type == "cuda" else None),
-    )
+    common = dict(batch_size=cfg.batch_size, num_workers=workers, persistent_workers=workers > 0,
+                  prefetch_factor=cfg.prefetch_factor if workers > 0 else None, pin_memory=False,
+                  # CUDA cannot start in forked workers; frames decoded on the GPU need no pinned CPU memory
+                  multiprocessing_context=("spawn" if workers > 0 and device.type == "cuda" else None))
+    if adapter.iterable:
+        loader = torch.utils.data.DataLoader(_TimedIterable(adapter.dataset, adapter.cache_stats), **common)
+    else:
+        gen = torch.Generator().manual_seed(cfg.seed + 1000003 * cfg.rank)
+        loader = torch.utils.data.DataLoader(_Timed(adapter.dataset, adapter.cache_stats), shuffle=True,
+                                             generator=gen, **common)
     rss = RssSampler()
     rss.start()
     t_start = time.perf_counter()
     it = iter(loader)
+    epoch = 0
 
     def next_batch():
-        nonlocal it
+        nonlocal it, epoch
         try:
             return next(it)
-        except StopIteration:  # a short dataset: start the next epoch (workers persist)
+        except StopIteration:  # a short dataset: start the next epoch
+            epoch += 1
+            if hasattr(adapter.dataset, "set_epoch"):
+                adapter.dataset.set_epoch(epoch)
             it = iter(loader)
             return next(it)
 
@@ -164,7 +200,10 @@ def run(cfg: BenchConfig) -> dict:
         latencies.append(info[:, 0].numpy())
         for row in info.numpy():
             worker_stats[int(row[1])] = row[2:6]
-        distinct_frac.append(len(np.unique(batch["episode_index"].cpu().numpy())) / n)
+        eps = batch["episode_index"].cpu().numpy()
+        distinct_frac.append(len(np.unique(eps)) / n)
+        if samples_out is not None:
+            samples_out.extend(batch["index"].cpu().tolist())
         if verifier is not None:
             verifier.check(batch)
     window = time.perf_counter() - w0
@@ -179,10 +218,11 @@ def run(cfg: BenchConfig) -> dict:
 
     lat = np.concatenate(latencies)
     cache = np.sum(list(worker_stats.values()), axis=0)
+    known = cache[0] >= 0
     lookups = cache[0] + cache[1]
     probe = _probe(cfg)
-    fpi = dataset.frames_per_item
-    cam0 = dataset.meta.info["features"][dataset.meta.cameras[0]]["shape"] if dataset.meta.cameras else [0, 0, 0]
+    fpi = adapter.frames_per_item
+    cam0 = dmeta.info["features"][dmeta.cameras[0]]["shape"] if dmeta.cameras else [0, 0, 0]
     metrics = {
         "samples": samples,
         "batches": batches,
@@ -199,15 +239,15 @@ def run(cfg: BenchConfig) -> dict:
         "probe_samples_per_s": probe["samples_per_s"],
         "probe_fetch_ms": probe["fetch_ms"],
         "probe_decode_ms": probe["decode_ms"],
-        "cache_hits": int(cache[0]),
-        "cache_misses": int(cache[1]),
-        "cache_evictions": int(cache[2]),
-        "cache_hit_rate": float(cache[0] / lookups) if lookups else 0.0,
-        "cache_size": int(cache[3]),
-        "num_cameras": len(dataset.meta.cameras),
+        "cache_hits": int(cache[0]) if known else None,
+        "cache_misses": int(cache[1]) if known else None,
+        "cache_evictions": int(cache[2]) if known else None,
+        "cache_hit_rate": (float(cache[0] / lookups) if lookups else 0.0) if known else None,
+        "cache_size": int(cache[3]) if known else None,
+        "num_cameras": len(dmeta.cameras),
         "frames_per_sample": fpi,
         "image_shape": "x".join(str(v) for v in cam0),
-        "fps": dataset.meta.fps,
+        "fps": dmeta.fps,
         "frames_verified": verifier.verified if verifier else 0,
         "frames_wrong": verifier.wrong if verifier else 0,
     }
@@ -215,19 +255,34 @@ def run(cfg: BenchConfig) -> dict:
 
 
 def _probe(cfg: BenchConfig) -> dict:
-    """Single-process samples/s and the fetch vs decode split, on `probe_samples` random items."""
+    """Single-process samples/s and (for dlbench loaders) the fetch vs decode split, on `probe_samples` items."""
+    none = {"samples_per_s": None, "fetch_ms": None, "decode_ms": None}
     if cfg.probe_samples <= 0:
-        return {"samples_per_s": 0.0, "fetch_ms": 0.0, "decode_ms": 0.0}
-    ds = make_dataset(cfg)
-    rng = np.random.default_rng(cfg.seed)
-    idx = rng.integers(0, len(ds), size=cfg.probe_samples)
-    ds[int(idx[0])]  # open decoders outside the timing, as the DataLoader pass did
-    ds.builder.decode_s = 0.0
+        return none
+    adapter = make_adapter(cfg)
+    ds = adapter.dataset
+    if adapter.iterable:
+        it = iter(ds)
+        next(it)  # open decoders and fill what the loader fills before its first item, outside the timing
+        take = lambda: next(it)  # noqa: E731
+    else:
+        idx = iter(np.random.default_rng(cfg.seed).integers(0, len(ds), size=cfg.probe_samples + 1).tolist())
+        take = lambda: ds[next(idx)]  # noqa: E731
+        take()
+    d0 = adapter.decode_seconds() if adapter.decode_seconds else 0.0
     t0 = time.perf_counter()
-    for i in idx:
-        ds[int(i)]
+    n = 0
+    try:
+        for _ in range(cfg.probe_samples):
+            take()
+            n += 1
+    except StopIteration:
+        pass
     total = time.perf_counter() - t0
-    decode = ds.builder.decode_s
-    n = len(idx)
-    return {"samples_per_s": n / total, "fetch_ms": (total - decode) / n * 1000, "decode_ms": decode / n * 1000}
-
+    if n == 0:
+        return none
+    out = {"samples_per_s": n / total, "fetch_ms": None, "decode_ms": None}
+    if adapter.decode_seconds:
+        decode = adapter.decode_seconds() - d0
+        out.update(fetch_ms=(total - decode) / n * 1000, decode_ms=decode / n * 1000)
+    return out

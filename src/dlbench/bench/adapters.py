@@ -1,0 +1,77 @@
+"""Loaders the harness can measure, behind one small interface.
+
+dlbench_map / dlbench_stream are this project's loaders; lerobot_map / lerobot_stream are LeRobot 0.6.1's
+`LeRobotDataset` and `StreamingLeRobotDataset`, importable only in the peer environment (the harness runs there
+for them, see `launch.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..errors import UserError
+from ..loader.meta import DatasetMeta, resolve_windows
+
+DLBENCH_LOADERS = ("dlbench_map", "dlbench_stream")
+LEROBOT_LOADERS = ("lerobot_map", "lerobot_stream")
+LOADERS = DLBENCH_LOADERS + LEROBOT_LOADERS
+
+
+@dataclass
+class Adapter:
+    dataset: Any  # a torch Dataset (map-style) or IterableDataset
+    iterable: bool
+    frames_per_item: int
+    cache_stats: Callable[[], dict] | None  # this process's decoder cache counters, if the loader has them
+    decode_seconds: Callable[[], float] | None  # time spent decoding in this process (probe split)
+
+
+def lerobot_delta_timestamps(dmeta: DatasetMeta, mode: str) -> dict | None:
+    """dlbench's frame mode as LeRobot `delta_timestamps` (seconds per feature key)."""
+    windows = resolve_windows(mode, None, dmeta)
+    return {k: [float(o) / dmeta.fps for o in offs] for k, offs in windows.items()} or None
+
+
+def make_adapter(cfg) -> Adapter:
+    """Build the loader named by `cfg.loader` (a BenchConfig) over `cfg.dataset`."""
+    if cfg.loader == "dlbench_map":
+        from ..loader.map import LeRobotMapDataset
+
+        ds = LeRobotMapDataset(cfg.dataset, mode=cfg.mode, decode_device=cfg.decode_device,
+                               decoder_cache_size=cfg.decoder_cache_size)
+        return Adapter(ds, False, ds.frames_per_item, lambda: ds.cache.stats(), lambda: ds.builder.decode_s)
+    if cfg.loader == "dlbench_stream":
+        from ..loader.stream import LeRobotStreamingDataset
+
+        ds = LeRobotStreamingDataset(cfg.dataset, mode=cfg.mode, decode_device=cfg.decode_device,
+                                     decoder_cache_size=cfg.decoder_cache_size, rank=cfg.rank,
+                                     world_size=cfg.world_size, seed=cfg.seed, pool_size=cfg.pool_size,
+                                     buffer_size=cfg.buffer_size, tag_items=False)
+        return Adapter(ds, True, ds.frames_per_item, lambda: ds.cache.stats(), lambda: ds.builder.decode_s)
+    if cfg.loader in LEROBOT_LOADERS:
+        return _lerobot(cfg)
+    raise UserError(f"loader {cfg.loader!r} is unknown; choose one of {list(LOADERS)}")
+
+
+def _lerobot(cfg) -> Adapter:
+    try:
+        from lerobot.datasets.lerobot_dataset import LeRobotDataset
+        from lerobot.datasets.streaming_dataset import StreamingLeRobotDataset
+    except ImportError:
+        from ..peer import CREATE_COMMAND
+
+        raise UserError(f"loader {cfg.loader} needs LeRobot 0.6.1, which is not importable here; it runs in the "
+                        f"peer environment (create it with {CREATE_COMMAND})") from None
+    if cfg.decode_device != "cpu":
+        raise UserError(f"loader {cfg.loader} decodes on the CPU only (LeRobot 0.6.1); use decode_device cpu")
+    dmeta = DatasetMeta.load(cfg.dataset)
+    deltas = lerobot_delta_timestamps(dmeta, cfg.mode)
+    fpi = sum(len(deltas.get(c, [0])) if deltas else 1 for c in dmeta.cameras)
+    if cfg.loader == "lerobot_map":
+        ds = LeRobotDataset("local/bench", root=cfg.dataset, delta_timestamps=deltas, return_uint8=True,
+                            video_backend="torchcodec")
+        return Adapter(ds, False, fpi, None, None)
+    ds = StreamingLeRobotDataset("local/bench", root=cfg.dataset, delta_timestamps=deltas, return_uint8=True,
+                                 seed=cfg.seed, buffer_size=cfg.buffer_size, max_num_shards=max(1, cfg.num_workers))
+    return Adapter(ds, True, fpi, None, None)
