@@ -84,29 +84,52 @@ def cmd_validate(a) -> None:
           f"{report['frames_decoded']} edge frames decoded, {report['frames_wrong']} wrong)")
 
 
-def cmd_bench(a) -> None:
-    from .bench import record
-    from .bench.launch import needs_peer, reexec_in_peer
+BENCH_FIELDS = ("loader", "mode", "batch_size", "num_workers", "decode_device", "duration_s", "warmup_s",
+                "num_batches", "decoder_cache_size", "pool_size", "buffer_size", "probe_samples", "seed", "scenario",
+                "source")
 
-    if needs_peer(a.loader):
-        code = reexec_in_peer(sys.argv[1:])
+
+def _bench_config(a, rank: int, world: int):
+    from .bench.runner import BenchConfig
+
+    return BenchConfig(dataset=a.dataset, verify=not a.no_verify, rank=rank, world_size=world,
+                       **{k: getattr(a, k) for k in BENCH_FIELDS})
+
+
+def cmd_bench(a) -> None:
+    from .bench.launch import needs_peer, rank_command, run_rank
+    from .loader.stream import rank_and_world
+
+    if needs_peer(a.loader):  # run this rank in the LeRobot peer environment
+        import subprocess
+
+        cmd, env = rank_command(a.loader)
+        code = subprocess.run([*cmd, *sys.argv[sys.argv.index("bench") + 1:]], env=env).returncode
         if code:
             raise UserError(f"bench rank in the LeRobot peer environment failed (exit {code}); see the messages above")
         return
-    from .bench.runner import BenchConfig, run
-
-    cfg = BenchConfig(
-        dataset=a.dataset, loader=a.loader, mode=a.mode, batch_size=a.batch_size, num_workers=a.num_workers,
-        decode_device=a.decode_device, duration_s=a.duration_s, warmup_s=a.warmup_s, num_batches=a.num_batches,
-        decoder_cache_size=a.decoder_cache_size, pool_size=a.pool_size, buffer_size=a.buffer_size, seed=a.seed,
-        verify=not a.no_verify,
-        probe_samples=a.probe_samples, scenario=a.scenario, source=a.source,
-    )
-    rec = run(cfg)
-    record.write(rec, a.out)
+    rank, world = rank_and_world(a.rank, a.world_size)
+    rec = run_rank(_bench_config(a, rank, world), a.out_dir, on_unavailable=a.on_unavailable)
+    if rec["status"] != "ok":
+        print(f"rank {rank} of {world}: {rec['status']}: {rec['reason']}")
+        return
     m = rec["metrics"]
-    print(f"{a.out}: {m['frames_per_s_node']:.1f} frames/s, {m['samples_per_s']:.1f} samples/s, "
+    print(f"rank {rank} of {world}: {m['frames_per_s_node']:.1f} frames/s, {m['samples_per_s']:.1f} samples/s, "
           f"p99 {m['latency_p99_ms']:.1f} ms, {m['frames_wrong']} wrong of {m['frames_verified']} verified")
+
+
+def cmd_bench_run(a) -> None:
+    from .bench.launch import launch
+
+    argv = ["--dataset", a.dataset, "--on-unavailable", a.on_unavailable]
+    for k in BENCH_FIELDS:
+        v = getattr(a, k)
+        if v is not None:
+            argv += [f"--{k.replace('_', '-')}", str(v)]
+    if a.no_verify:
+        argv.append("--no-verify")
+    m = launch(argv, a.loader, a.world_size, a.out_dir)
+    print(f"{a.out_dir}: {m['world_size']} rank(s) via {m['launcher']}, status {m['status']}")
 
 
 def cmd_aggregate(a) -> None:
@@ -186,26 +209,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", default=None, help="write the report as JSON here")
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("bench", help="benchmark one loader configuration (one rank)")
-    p.add_argument("--dataset", required=True)
-    p.add_argument("--out", required=True, help="record path (.json; a .csv is written beside it)")
-    p.add_argument("--loader", default="dlbench_map")
-    p.add_argument("--mode", default="single")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--num-workers", type=int, default=2)
-    p.add_argument("--decode-device", default="cpu")
-    p.add_argument("--duration-s", type=float, default=10.0)
-    p.add_argument("--warmup-s", type=float, default=2.0)
-    p.add_argument("--num-batches", type=int, default=None)
-    p.add_argument("--decoder-cache-size", type=int, default=16)
-    p.add_argument("--pool-size", type=int, default=8, help="streaming: live episodes per shard")
-    p.add_argument("--buffer-size", type=int, default=256, help="streaming: shuffle buffer")
-    p.add_argument("--probe-samples", type=int, default=32)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--scenario", default="adhoc")
-    p.add_argument("--source", default="local")
-    p.add_argument("--no-verify", action="store_true", help="skip barcode checks of decoded frames")
-    p.set_defaults(func=cmd_bench)
+    for name, func, text in (("bench", cmd_bench, "run one rank of a benchmark (rank from RANK or SLURM_PROCID)"),
+                             ("bench-run", cmd_bench_run, "run all ranks of a benchmark at once, check, write run.json")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--dataset", required=True)
+        p.add_argument("--out-dir", required=True, help="writes rank{r}of{W}.json/.csv/.samples.npy here")
+        p.add_argument("--world-size", type=int, default=None if name == "bench" else 1)
+        if name == "bench":
+            p.add_argument("--rank", type=int, default=None, help="default: RANK, then SLURM_PROCID, then 0")
+        p.add_argument("--loader", default="dlbench_map")
+        p.add_argument("--mode", default="single")
+        p.add_argument("--batch-size", type=int, default=8)
+        p.add_argument("--num-workers", type=int, default=2)
+        p.add_argument("--decode-device", default="cpu")
+        p.add_argument("--duration-s", type=float, default=10.0)
+        p.add_argument("--warmup-s", type=float, default=2.0)
+        p.add_argument("--num-batches", type=int, default=None)
+        p.add_argument("--decoder-cache-size", type=int, default=16)
+        p.add_argument("--pool-size", type=int, default=8, help="streaming: live episodes per shard")
+        p.add_argument("--buffer-size", type=int, default=256, help="streaming: shuffle buffer")
+        p.add_argument("--probe-samples", type=int, default=32)
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--scenario", default="adhoc")
+        p.add_argument("--source", default="local")
+        p.add_argument("--on-unavailable", choices=("skip", "error"), default="skip",
+                       help="a cuda run without CUDA: write a skipped record, or fail")
+        p.add_argument("--no-verify", action="store_true", help="skip barcode checks of decoded frames")
+        p.set_defaults(func=func)
 
     p = sub.add_parser("aggregate", help="rank records -> summary CSV")
     p.add_argument("runs", nargs="+", help="rank record JSON files")

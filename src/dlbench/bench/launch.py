@@ -1,16 +1,45 @@
-"""Where a bench rank runs: in this interpreter, or re-executed in the LeRobot peer environment."""
+"""Launching a bench run: its W ranks at the same time, each writing `rank{r}of{W}.json` (+ .csv, .samples.npy).
+
+`launch()` starts the ranks with `srun` inside a SLURM allocation that has the tasks for them, and as local
+processes otherwise (RANK / WORLD_SIZE set for each). Ranks wait for each other at a file barrier after warm-up,
+so their steady windows overlap. When all ranks have finished, `launch()` checks that every rank file exists and
+that all ranks ran the same configuration, then writes `run.json`, the run's manifest. LeRobot loaders run in the
+peer environment.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import os
+import shutil
 import subprocess
+import sys
+import time
+from pathlib import Path
 
+import numpy as np
+
+from .. import io
 from ..errors import UserError
 from ..peer import REPO_ROOT, require_peer
+from . import record as recordmod
 from .adapters import LEROBOT_LOADERS
 
 IN_PEER_ENV = "DLBENCH_IN_PEER"
+RUN_MANIFEST = "run.json"
+BARRIER_TIMEOUT_S = 600.0
+
+
+def rank_file(out_dir: str | Path, rank: int, world: int, suffix: str = ".json") -> Path:
+    return Path(out_dir) / f"rank{rank}of{world}{suffix}"
+
+
+def config_digest(config: dict) -> str:
+    """What ranks must agree on: the configuration without rank-specific fields."""
+    shared = {k: v for k, v in config.items() if k not in ("rank",)}
+    return hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def needs_peer(loader: str) -> bool:
@@ -18,12 +47,87 @@ def needs_peer(loader: str) -> bool:
     return loader in LEROBOT_LOADERS and importlib.util.find_spec("lerobot") is None
 
 
-def reexec_in_peer(argv: list[str]) -> int:
-    """Run `dlbench <argv>` with the peer interpreter (dlbench's source on PYTHONPATH); return its exit code."""
-    if os.environ.get(IN_PEER_ENV):
-        raise UserError("LeRobot is not importable in the peer environment; recreate it with scripts/peer-env.sh")
-    py = require_peer()
-    env = {**os.environ, IN_PEER_ENV: "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([str(py), "-m", "dlbench", *argv], env=env).returncode
+def _peer_env() -> dict:
+    return {**os.environ, IN_PEER_ENV: "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH")]))}
 
+
+def rank_command(loader: str) -> tuple[list[str], dict]:
+    """The interpreter command for one rank (`... -m dlbench bench`) and its environment."""
+    if needs_peer(loader):
+        if os.environ.get(IN_PEER_ENV):
+            raise UserError("LeRobot is not importable in the peer environment; recreate it with scripts/peer-env.sh")
+        return [str(require_peer()), "-m", "dlbench", "-q", "bench"], _peer_env()
+    return [sys.executable, "-m", "dlbench", "-q", "bench"], dict(os.environ)
+
+
+class FileBarrier:
+    """All ranks touch `<dir>/.barrier/<rank>` and wait until W files exist (works across nodes on a shared FS)."""
+
+    def __init__(self, out_dir: str | Path, rank: int, world: int, timeout_s: float = BARRIER_TIMEOUT_S):
+        self.dir, self.rank, self.world, self.timeout_s = Path(out_dir) / ".barrier", rank, world, timeout_s
+
+    def __call__(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / str(self.rank)).write_text(str(time.time()))
+        deadline = time.time() + self.timeout_s
+        while len(list(self.dir.iterdir())) < self.world:
+            if time.time() > deadline:
+                raise UserError(f"rank {self.rank}: the other ranks did not reach the start barrier in "
+                                f"{self.timeout_s:.0f} s ({self.dir}); check their logs")
+            time.sleep(0.02)
+
+
+def run_rank(cfg, out_dir: str | Path, on_unavailable: str = "skip") -> dict:
+    """Run one rank and write its files atomically; a killed rank leaves no rank file."""
+    from .runner import cuda_unavailable_reason, run
+
+    out_dir = Path(out_dir)
+    out = rank_file(out_dir, cfg.rank, cfg.world_size)
+    reason = cuda_unavailable_reason(cfg.decode_device)
+    if reason and on_unavailable == "skip":
+        from dataclasses import asdict
+
+        rec = recordmod.make_record(asdict(cfg), {}, status="skipped", reason=reason)
+    else:
+        samples: list[int] = []
+        barrier = FileBarrier(out_dir, cfg.rank, cfg.world_size) if cfg.world_size > 1 else None
+        rec = run(cfg, samples_out=samples, barrier=barrier)
+        with io.atomic_path(rank_file(out_dir, cfg.rank, cfg.world_size, ".samples.npy")) as tmp:
+            with open(tmp, "wb") as f:
+                np.save(f, np.asarray(samples, dtype=np.int64))
+    rec["config_digest"] = config_digest(rec["config"])
+    recordmod.write(rec, out)
+    return rec
+
+
+def launch(bench_args: list[str], loader: str, world: int, out_dir: str | Path) -> dict:
+    """Run all `world` ranks of one run concurrently; verify their files; write and return run.json."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(out_dir / ".barrier", ignore_errors=True)
+    cmd, env = rank_command(loader)
+    args = [*cmd, *bench_args, "--out-dir", str(out_dir), "--world-size", str(world)]
+    use_srun = world > 1 and "SLURM_JOB_ID" in os.environ and shutil.which("srun")
+    if use_srun:
+        # one task per rank; each gets its SLURM_PROCID (the plugin's tasks/nodes give the allocation)
+        procs = [subprocess.Popen(["srun", f"--ntasks={world}", "--kill-on-bad-exit=1", *args], env=env)]
+    else:
+        procs = [subprocess.Popen(args, env={**env, "RANK": str(r), "WORLD_SIZE": str(world)}) for r in range(world)]
+    codes = [p.wait() for p in procs]
+    shutil.rmtree(out_dir / ".barrier", ignore_errors=True)
+    if any(codes):
+        raise UserError(f"{out_dir}: rank process(es) failed (exit codes {codes}); see the messages above")
+    files = [rank_file(out_dir, r, world) for r in range(world)]
+    missing = [str(f) for f in files if not f.exists()]
+    if missing:
+        raise UserError(f"rank record(s) missing after the run: {missing}")
+    records = [recordmod.read(f) for f in files]
+    digests = {r["config_digest"] for r in records}
+    if len(digests) != 1:
+        raise UserError(f"{out_dir}: the ranks ran different configurations ({sorted(digests)}); "
+                        f"rerun the job so that every rank gets the same arguments")
+    manifest = {"world_size": world, "ranks": [f.name for f in files], "config_digest": digests.pop(),
+                "launcher": "srun" if use_srun else "local", "status": records[0].get("status", "ok")}
+    io.write_json(out_dir / RUN_MANIFEST, manifest)
+    return manifest

@@ -139,10 +139,11 @@ def cuda_unavailable_reason(decode_device: str) -> str | None:
     return None
 
 
-def run(cfg: BenchConfig, samples_out: list | None = None) -> dict:
+def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict:
     """Run one benchmark rank and return its record (see `record.py`).
 
-    `samples_out`, if given, receives the `index` of every sample consumed in the steady window.
+    `samples_out`, if given, receives the `index` of every sample consumed in the steady window. `barrier`, if
+    given, is called after warm-up and returns when every rank is ready, so that all ranks measure at once.
     """
     torch.manual_seed(cfg.seed)
     reason = cuda_unavailable_reason(cfg.decode_device)
@@ -184,10 +185,13 @@ def run(cfg: BenchConfig, samples_out: list | None = None) -> dict:
     first_batch_latency = time.perf_counter() - t_start
     while time.perf_counter() - t_start - first_batch_latency < cfg.warmup_s:
         next_batch()
+    if barrier is not None:
+        barrier()
 
     latencies, distinct_frac, worker_stats = [], [], {}
     samples = batches = 0
     w0 = time.perf_counter()
+    window_start_unix = time.time()
     while True:
         now = time.perf_counter()
         if now - w0 >= cfg.duration_s or (cfg.num_batches is not None and batches >= cfg.num_batches):
@@ -234,6 +238,8 @@ def run(cfg: BenchConfig, samples_out: list | None = None) -> dict:
         "latency_p99_ms": float(np.percentile(lat, 99)),
         "wallclock_s": wallclock,
         "steady_window_s": window,
+        "window_start_unix": window_start_unix,
+        "window_end_unix": window_start_unix + window,
         "peak_rss_mb": rss.peak / 2**20,
         "shuffle_randomness_frac": float(np.mean(distinct_frac)),
         "probe_samples_per_s": probe["samples_per_s"],
@@ -261,10 +267,12 @@ def _probe(cfg: BenchConfig) -> dict:
         return none
     adapter = make_adapter(cfg)
     ds = adapter.dataset
+    count = cfg.probe_samples
     if adapter.iterable:
         it = iter(ds)
-        next(it)  # open decoders and fill what the loader fills before its first item, outside the timing
+        next(it)  # open decoders and fill the shuffle buffer outside the timing
         take = lambda: next(it)  # noqa: E731
+        count += getattr(ds, "buffer_size", 0)  # so that the timed items include decoding as much as yielding
     else:
         idx = iter(np.random.default_rng(cfg.seed).integers(0, len(ds), size=cfg.probe_samples + 1).tolist())
         take = lambda: ds[next(idx)]  # noqa: E731
@@ -273,7 +281,7 @@ def _probe(cfg: BenchConfig) -> dict:
     t0 = time.perf_counter()
     n = 0
     try:
-        for _ in range(cfg.probe_samples):
+        for _ in range(count):
             take()
             n += 1
     except StopIteration:

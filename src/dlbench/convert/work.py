@@ -11,6 +11,7 @@ place; `<work>/done/unit-N.json` is written last and records what `finalize` nee
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -50,11 +51,11 @@ def _write_data_file(manifest: dict, f: dict, out: Path) -> list[dict]:
         try:
             for k, (src_ep, length) in enumerate(zip(f["source_episodes"], f["lengths"])):
                 rel = paths.v21_data_path(src_ep, manifest["source_chunks_size"])
-                with meta.open_file(src, rel) as fh:
-                    try:
-                        table = pq.read_table(fh)
-                    except (pa.ArrowInvalid, OSError) as e:
-                        raise UserError(f"{paths.join(src, rel)}: unreadable parquet ({e}); restore the file and rerun") from None
+                try:
+                    with _open_source(src, rel) as fh:
+                        table = pq.ParquetFile(fh).read()
+                except (pa.ArrowInvalid, OSError) as e:
+                    raise UserError(f"{paths.join(src, rel)}: unreadable parquet ({e}); restore the file and rerun") from None
                 if table.num_rows != length:
                     raise UserError(f"{paths.join(src, rel)}: {table.num_rows} rows but meta/episodes.jsonl says {length}")
                 new_ep = f["first_episode"] + k
@@ -71,6 +72,19 @@ def _write_data_file(manifest: dict, f: dict, out: Path) -> list[dict]:
             if writer is not None:
                 writer.close()
     return entries
+
+
+@contextlib.contextmanager
+def _open_source(src: str, rel: str):
+    """A local source file as its path (the libraries then read it natively), a remote one as an fsspec file."""
+    url = paths.join(src, rel)
+    if "://" not in src:
+        if not os.path.exists(url):
+            raise UserError(f"{url}: missing; restore it and rerun (the plan is kept)")
+        yield url
+    else:
+        with meta.open_file(src, rel) as fh:
+            yield fh
 
 
 def _set_column(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
@@ -98,7 +112,7 @@ def _write_video_file(manifest: dict, camera: str, f: dict, out: Path) -> list[d
                 rel = paths.v21_video_path(src_ep, camera, manifest["source_chunks_size"])
                 url = paths.join(src, rel)
                 try:
-                    with meta.open_file(src, rel) as fh, av.open(fh, "r") as in_c:
+                    with _open_source(src, rel) as fh, av.open(fh, "r", format="mp4") as in_c:
                         in_s = in_c.streams.video[0]
                         if out_s is None:
                             out_s = out_c.add_stream_from_template(in_s, opaque=True)

@@ -125,14 +125,16 @@ class LeRobotStreamingDataset(torch.utils.data.IterableDataset):
         self._columns_spec = data_columns(self.meta)
         self.builder = ItemBuilder(self.meta, windows, {}, decode_device, cache, return_float, tolerance_s)
         self.seed, self.epoch = seed, 0
+        self._iters = 0  # __iter__ calls since set_epoch: persistent DataLoader workers advance their own epoch
         self.pool_size, self.buffer_size, self.read_ahead, self.shuffle = pool_size, buffer_size, read_ahead, shuffle
         self.tag_items = tag_items
         self._consumed: dict[int, int] = {}
+        self._loaded: tuple[int, int] | None = None  # rows whose parquet columns are in memory
         self._skip: dict[int, int] = {}
 
     # ------------------------------------------------------------------------------------------------ state
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+        self.epoch, self._iters = epoch, 0
         self._consumed, self._skip = {}, {}
 
     def observe(self, batch: dict) -> None:
@@ -157,12 +159,12 @@ class LeRobotStreamingDataset(torch.utils.data.IterableDataset):
         """Shard ids this rank reads, one per worker."""
         return [self.rank * num_workers + w for w in range(num_workers)]
 
-    def shard_episodes(self, shard: int, num_shards: int) -> range:
+    def shard_episodes(self, shard: int, num_shards: int, epoch: int) -> range:
         lengths = self.meta.ep_to - self.meta.ep_from
         parts = split_episodes(lengths, num_shards)
-        ranks = num_shards // max(1, self.world_size)
+        per_rank = num_shards // max(1, self.world_size)
         # rotate whole ranks with the epoch, so a rank does not read the same episodes every epoch
-        rotated = (shard + ranks * self.epoch) % num_shards
+        rotated = (shard + per_rank * epoch) % num_shards
         return parts[rotated]
 
     def __len__(self) -> int:
@@ -177,13 +179,15 @@ class LeRobotStreamingDataset(torch.utils.data.IterableDataset):
         num_workers, worker = (info.num_workers, info.id) if info else (1, 0)
         shard = self.rank * num_workers + worker
         num_shards = self.world_size * num_workers
-        episodes = self.shard_episodes(shard, num_shards)
+        epoch = self.epoch + self._iters
+        self._iters += 1
+        episodes = self.shard_episodes(shard, num_shards, epoch)
         if not len(episodes):
             return
-        if not self.builder.cols:
-            rows = slice(int(self.meta.ep_from[episodes[0]]), int(self.meta.ep_to[episodes[-1]]))
+        rows = slice(int(self.meta.ep_from[episodes[0]]), int(self.meta.ep_to[episodes[-1]]))
+        if self._loaded != (rows.start, rows.stop):
             self._load_rows(rows)
-        events = shard_order(self.meta.ep_from, self.meta.ep_to, episodes, self.seed, self.epoch, shard,
+        events = shard_order(self.meta.ep_from, self.meta.ep_to, episodes, self.seed, epoch, shard,
                              self.pool_size, self.buffer_size, self.read_ahead, self.shuffle)
         skip = self._skip.get(shard, 0)
         ready: dict[int, dict] = {}
@@ -216,6 +220,7 @@ class LeRobotStreamingDataset(torch.utils.data.IterableDataset):
         cols = read_columns(self.meta, self.meta.data_files_for_rows(rows.start, rows.stop), self._columns_spec)
         self.builder.cols = cols
         self.builder.row_offset = int(cols["index"][0])  # files are contiguous in index
+        self._loaded = (rows.start, rows.stop)
 
     def _build(self, rows: list[int]) -> list[dict]:
         return self.builder.build_many(rows)

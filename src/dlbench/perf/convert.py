@@ -44,24 +44,35 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--episodes", type=int, default=400)
     ap.add_argument("--cameras", type=int, default=3)
-    ap.add_argument("--workdir", default=None)
+    ap.add_argument("--height", type=int, default=96)
+    ap.add_argument("--width", type=int, default=128)
+    ap.add_argument("--length-min", type=int, default=30)
+    ap.add_argument("--length-max", type=int, default=90)
+    ap.add_argument("--crf", type=int, default=None, help="lower: bigger files (more bytes per episode)")
+    ap.add_argument("--data-file-size-in-mb", type=float, default=100)
+    ap.add_argument("--video-file-size-in-mb", type=float, default=200)
+    ap.add_argument("--workdir", default=None, help="keeps the synthetic source between runs")
     ap.add_argument("--skip-memory", action="store_true", help="skip the 1x/5x memory comparison")
     a = ap.parse_args(argv)
     work = Path(a.workdir or tempfile.mkdtemp(prefix="dlbench-perf-convert-"))
-    cams = tuple(Camera(f"observation.images.cam{i}", 96, 128) for i in range(a.cameras))
+    cams = tuple(Camera(f"observation.images.cam{i}", a.height, a.width) for i in range(a.cameras))
+    sizes = ["--data-file-size-in-mb", str(a.data_file_size_in_mb), "--video-file-size-in-mb",
+             str(a.video_file_size_in_mb)]
     src = work / "v21"
     if not (src / "meta/info.json").exists():
         t0 = time.perf_counter()
-        synthesize(SynthConfig(episodes=a.episodes, length_min=30, length_max=90, cameras=cams), src, overwrite=True,
-                   progress=False)
+        synthesize(SynthConfig(episodes=a.episodes, length_min=a.length_min, length_max=a.length_max, cameras=cams,
+                               crf=a.crf), src, overwrite=True, progress=False)
         print(f"synthesized {a.episodes} episodes x {a.cameras} cameras in {time.perf_counter() - t0:.1f} s")
     size_mb = sum(p.stat().st_size for p in src.rglob("*") if p.is_file()) / 2**20
-    print(f"source: {src} ({size_mb:.1f} MB)")
+    print(f"source: {src} ({size_mb:.1f} MB, {sum(1 for p in src.rglob('*') if p.is_file())} files); "
+          f"thresholds: data {a.data_file_size_in_mb} MB, video {a.video_file_size_in_mb} MB")
     rows = []
     shutil.rmtree(work / "cp", ignore_errors=True)
     rows.append(("cp -r (I/O floor)", *timed(["cp", "-r", str(src), str(work / "cp")])))
     for w in (1, 2):
-        rows.append((f"dlbench convert, {w} worker{'s' if w > 1 else ''}", *dlbench_convert(src, work / f"d{w}", w)))
+        rows.append((f"dlbench convert, {w} worker{'s' if w > 1 else ''}",
+                     *dlbench_convert(src, work / f"d{w}", w, sizes)))
     from ..peer import peer_python
 
     peer = peer_python()
