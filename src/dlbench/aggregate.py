@@ -6,6 +6,7 @@ frames/s reaches the target of its mode.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -46,22 +47,38 @@ def load_record(path: str | Path) -> dict:
     return rec
 
 
+def rank_files(path: str | Path) -> list[Path]:
+    """The rank records of a run directory (as listed by its run.json), or `path` itself if it is a record."""
+    path = Path(path)
+    if not path.is_dir():
+        return [path]
+    manifest = path / "run.json"
+    if not manifest.exists():
+        raise UserError(f"{manifest}: missing, so the run did not finish; rerun its bench job")
+    return [path / name for name in json.loads(manifest.read_text())["ranks"]]
+
+
 def aggregate(paths: list[str | Path], out: str | Path, targets: dict | None = None) -> pd.DataFrame:
+    """One summary row per run from run directories (or rank record files); writes `out` (CSV)."""
     targets = {**DEFAULT_TARGETS, **(targets or {})}
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for p in paths:
-        rec = load_record(p)
-        groups[(rec["config"]["scenario"], run_id(rec["config"]))].append(rec)
+        for f in rank_files(p):
+            rec = load_record(f)
+            groups[(rec["config"]["scenario"], run_id(rec["config"]))].append(rec)
     rows = []
     for (scenario, rid), recs in sorted(groups.items()):
         cfg = recs[0]["config"]
         world = recs[0]["world_size"]
         ok = [r for r in recs if r.get("status", "ok") == "ok"]
+        statuses = {r.get("status", "ok") for r in recs}
+        status = "ok" if len(ok) == world else ("skipped" if statuses == {"skipped"} else "incomplete")
         row = {"scenario": scenario, "run_id": rid, **{k: cfg.get(k) for k in RUN_KEYS[1:]},
-               "world_size": world, "ranks": len(recs), "status": "ok" if len(ok) == world else "incomplete",
+               "world_size": world, "ranks": len(recs), "status": status,
                "reason": "; ".join(sorted({r.get("reason", "") for r in recs if r.get("reason")}))}
         if ok:
-            m = pd.DataFrame([r["metrics"] for r in ok])
+            m = pd.DataFrame([r["metrics"] for r in ok]).drop(columns=["image_shape"], errors="ignore")
+            m = m.apply(pd.to_numeric, errors="coerce")  # None (a loader without cache counters) -> NaN
             row.update({
                 "frames_per_s_node": m["frames_per_s_node"].mean(),
                 "samples_per_s_node": m["samples_per_s"].mean(),
@@ -78,7 +95,7 @@ def aggregate(paths: list[str | Path], out: str | Path, targets: dict | None = N
             })
         target = targets.get(cfg.get("mode"))
         row["target_frames_per_s_node"] = target
-        row["pass"] = bool(ok and target is not None and row["frames_per_s_node"] >= target
+        row["pass"] = bool(status == "ok" and target is not None and row["frames_per_s_node"] >= target
                            and row["frames_wrong"] == 0)
         rows.append(row)
     df = pd.DataFrame(rows)

@@ -1,4 +1,4 @@
-# One bench job per (scenario, run id); it reads the validated v3.0 dataset.
+# One bench job per (scenario, run id); all ranks of the run start together inside it.
 
 
 rule bench:
@@ -6,19 +6,20 @@ rule bench:
         dataset=f"results/datasets/{DATASET}/v30",
         valid=f"results/validate/{DATASET}.json",
     output:
-        json="results/runs/{scenario}/{run_id}/rank0of1.json",
-        csv="results/runs/{scenario}/{run_id}/rank0of1.csv",
+        directory("results/runs/{scenario}/{run_id}"),
     log:
         "results/logs/bench/{scenario}/{run_id}.log",
     benchmark:
         "results/benchmarks/bench/{scenario}/{run_id}.tsv"
     params:
         args=bench_args,
-    threads: lambda wildcards: run_of(wildcards)["num_workers"] + 1
+    threads: bench_threads
     resources:
-        mem_mb=lambda wildcards: 2000 + 1000 * run_of(wildcards)["num_workers"],
-        runtime=lambda wildcards: int(run_of(wildcards)["duration_s"] / 60) + 10,
+        mem_mb=lambda wildcards: (2000 + 1000 * run_of(wildcards)["num_workers"]) * run_of(wildcards)["ranks"],
+        runtime=lambda wildcards: int(run_of(wildcards)["duration_s"] / 60) + 15,
+        gpu=lambda wildcards: 1 if run_of(wildcards)["decode_device"] == "cuda" else 0,
+        network=lambda wildcards: 0 if run_of(wildcards)["source"] == "local" else 1,
     conda:
         "../envs/cpu.yaml"
     shell:
-        "dlbench -q bench --dataset {input.dataset} {params.args} --out {output.json} > {log} 2>&1"
+        "dlbench -q bench-run --dataset {input.dataset} {params.args} --out-dir {output} > {log} 2>&1"

@@ -29,6 +29,14 @@ def run_id(run):
     return f"{run['loader']}-{run['mode']}-b{run['batch_size']}-w{run['num_workers']}-{run['decode_device']}"
 
 
+def resolve_workers(value):
+    """`auto`: one DataLoader worker per (cores / cameras), at least one."""
+    if value != "auto":
+        return value
+    cameras = len(config["dataset"]["synth"]["cameras"])
+    return max(1, (os.cpu_count() or 1) // cameras)
+
+
 def bench_runs():
     """Every (scenario, run) of the matrix: the scenario's axes over bench.defaults, expanded."""
     runs = []
@@ -38,6 +46,7 @@ def bench_runs():
         fixed = {k: v for k, v in merged.items() if k not in AXES}
         for combo in itertools.product(*lists.values()):
             run = {**fixed, **dict(zip(lists, combo)), "scenario": scenario}
+            run["num_workers"] = resolve_workers(run["num_workers"])
             run["run_id"] = run_id(run)
             runs.append(run)
     return runs
@@ -50,22 +59,25 @@ def run_of(wildcards):
     return RUNS[(wildcards.scenario, wildcards.run_id)]
 
 
+BENCH_FLAGS = ("source", "loader", "mode", "batch_size", "num_workers", "decode_device", "duration_s", "warmup_s",
+               "decoder_cache_size", "probe_samples", "seed", "pool_size", "buffer_size", "on_unavailable",
+               "num_batches")
+
+
 def bench_args(wildcards):
     r = run_of(wildcards)
-    args = [
-        f"--scenario {r['scenario']}", f"--source {r['source']}", f"--loader {r['loader']}", f"--mode {r['mode']}",
-        f"--batch-size {r['batch_size']}", f"--num-workers {r['num_workers']}",
-        f"--decode-device {r['decode_device']}", f"--duration-s {r['duration_s']}", f"--warmup-s {r['warmup_s']}",
-        f"--decoder-cache-size {r['decoder_cache_size']}", f"--probe-samples {r['probe_samples']}",
-        f"--seed {r['seed']}",
-    ]
-    if r.get("num_batches"):
-        args.append(f"--num-batches {r['num_batches']}")
+    args = [f"--scenario {r['scenario']}", f"--world-size {r['ranks']}"]
+    args += [f"--{k.replace('_', '-')} {r[k]}" for k in BENCH_FLAGS if r.get(k) is not None]
     return " ".join(args)
 
 
-def run_records():
-    return [f"results/runs/{s}/{rid}/rank0of1.json" for (s, rid) in RUNS]
+def bench_threads(wildcards):
+    r = run_of(wildcards)
+    return min(workflow.cores, (r["num_workers"] + 1) * r["ranks"])
+
+
+def run_dirs():
+    return [f"results/runs/{s}/{rid}" for (s, rid) in RUNS]
 
 
 def synth_args():

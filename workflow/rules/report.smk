@@ -3,7 +3,7 @@
 
 rule aggregate:
     input:
-        run_records(),
+        run_dirs(),
     output:
         report("results/summary.csv", caption="../report/summary.rst", category="Tables"),
     log:
