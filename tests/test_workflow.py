@@ -1,22 +1,33 @@
 """The whole Snakemake workflow on a tiny config, in a temporary working directory."""
 
+import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import psutil
 import pytest
+import torch
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile")]
 
 TINY = {
-    "dataset": {"synth": {"episodes": 4, "length_min": 10, "length_max": 20,
+    "dataset": {"synth": {"episodes": 8, "length_min": 10, "length_max": 20,
                           "cameras": [{"key": "observation.images.front", "height": 32, "width": 32}]}},
     "convert": {"workers": 2, "episodes_per_batch": 2},
     "bench": {"defaults": {"batch_size": 4, "num_workers": 1, "duration_s": 2, "warmup_s": 0.5, "probe_samples": 4},
-              "scenarios": {"mmap_local": {"mode": ["single", "sarm"]}}},
+              "scenarios": {"mmap_local": {"mode": ["single", "sarm"]},
+                            # a short window: both ranks stay inside their first epoch
+                            "stream_2rank": {"loader": "dlbench_stream", "ranks": 2, "num_batches": 6,
+                                             "buffer_size": 8, "warmup_s": 0},
+                            "gpu": {"loader": "dlbench_stream", "decode_device": "cuda"}}},
 }
 
 
@@ -37,21 +48,78 @@ def test_default_dag_end_to_end(tmp_path):
     proc = snakemake(tmp_path, TINY, "-c", "2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = pd.read_csv(tmp_path / "results/summary.csv")
-    assert sorted(summary["run_id"]) == ["dlbench_map-sarm-b4-w1-cpu", "dlbench_map-single-b4-w1-cpu"]
+    assert sorted(zip(summary["scenario"], summary["run_id"])) == [
+        ("gpu", "dlbench_stream-single-b4-w1-cuda"), ("mmap_local", "dlbench_map-sarm-b4-w1-cpu"),
+        ("mmap_local", "dlbench_map-single-b4-w1-cpu"), ("stream_2rank", "dlbench_stream-single-b4-w1-cpu")]
     for col in ("frames_per_s_node", "samples_per_s_node", "latency_p99_ms", "peak_rss_mb", "pass"):
         assert col in summary.columns
-    assert (summary["frames_per_s_node"] > 0).all()
-    assert (summary["frames_verified"] > 0).all() and (summary["frames_wrong"] == 0).all()
+    ok = summary[summary["status"] == "ok"]
+    assert len(ok) == 3 and (ok["frames_per_s_node"] > 0).all()
+    assert (ok["frames_verified"] > 0).all() and (ok["frames_wrong"] == 0).all()
+    gpu = summary[summary["scenario"] == "gpu"].iloc[0]
+    if not torch.cuda.is_available():
+        assert gpu["status"] == "skipped" and "no CUDA device" in gpu["reason"]
+    check_two_ranks(tmp_path / "results/runs/stream_2rank/dlbench_stream-single-b4-w1-cpu")
     for png in ("throughput.png", "latency.png"):
         assert (tmp_path / "results/plots" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for log in ("synth/synthetic.log", "convert/synthetic/finalize.log", "aggregate.log"):
         assert (tmp_path / "results/logs" / log).exists()
 
 
+def check_two_ranks(run_dir: Path) -> None:
+    """Both rank files exist, ran at the same time, read disjoint samples, and every metric is sane."""
+    records = [json.loads((run_dir / f"rank{r}of2.json").read_text()) for r in range(2)]
+    assert [r["rank"] for r in records] == [0, 1] and {r["world_size"] for r in records} == {2}
+    assert len({r["config_digest"] for r in records}) == 1
+    samples = [set(np.load(run_dir / f"rank{r}of2.samples.npy").tolist()) for r in range(2)]
+    assert samples[0] and samples[1] and not samples[0] & samples[1]
+    m0, m1 = (r["metrics"] for r in records)
+    assert m0["window_start_unix"] < m1["window_end_unix"] and m1["window_start_unix"] < m0["window_end_unix"]
+    for m in (m0, m1):
+        assert m["frames_wrong"] == 0 and m["frames_verified"] == m["samples"] * m["frames_per_sample"] > 0
+        assert 0 <= m["latency_p50_ms"] <= m["latency_p95_ms"] <= m["latency_p99_ms"]
+        assert 0.0 <= m["cache_hit_rate"] <= 1.0 and m["cache_hits"] + m["cache_misses"] > 0
+        assert m["peak_rss_mb"] > 0 and m["first_batch_latency_s"] > 0 and m["samples_per_s"] > 0
+        assert 0 < m["shuffle_randomness_frac"] <= 1 and m["num_cameras"] == 1 and m["fps"] == 30
+        assert m["probe_samples_per_s"] > 0 and m["probe_decode_ms"] >= 0
+    for r in range(2):
+        assert (run_dir / f"rank{r}of2.csv").read_text().startswith("schema_version,")
+
+
+@pytest.mark.slow
+def test_killed_bench_job_leaves_no_result_and_rerun_produces_it(tmp_path):
+    config = {**TINY, "bench": {"defaults": {**TINY["bench"]["defaults"], "duration_s": 30},
+                                "scenarios": {"long": {}}}}
+    proc = snakemake(tmp_path, config, "-c", "2", "results/validate/synthetic.json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    target = "results/runs/long/dlbench_map-single-b4-w1-cpu"
+    run_dir = tmp_path / target
+    cfg = tmp_path / "tiny.yaml"
+    job = subprocess.Popen([*SNAKEMAKE, "-d", str(tmp_path), "--configfile", str(cfg), "-c", "2", target],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not run_dir.exists() and time.time() < deadline:  # the launcher creates it as the job starts
+        time.sleep(0.2)
+    time.sleep(8)  # start-up and warm-up done: inside the 30 s steady window
+    bench = [p for p in psutil.Process(job.pid).children(recursive=True) if "bench-run" in " ".join(p.cmdline())]
+    assert bench, "the bench job should be running"
+    for p in bench[0].children(recursive=True) + bench:  # the job dies as if OOM-killed
+        p.kill()
+    assert job.wait(timeout=120) != 0  # Snakemake reports the failed job
+    assert not (run_dir / "rank0of1.json").exists() and not (run_dir / "run.json").exists()
+    proc = snakemake(tmp_path, {**config, "bench": {**config["bench"], "defaults": {**config["bench"]["defaults"],
+                                                                                    "duration_s": 2}}},
+                     "-c", "2", "--rerun-incomplete", target)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (run_dir / "rank0of1.json").exists() and (run_dir / "run.json").exists()
+
+
 @pytest.mark.parametrize("bad, message", [
     ({"bench": {"scenarios": {"s": {"mode": "fast"}}}}, r"bench.scenarios.s.mode: 'fast' is not allowed; choose one of \['single', 'sarm'\]"),
     ({"convert": {"wrokers": 2}}, r"convert: unknown key\(s\) \['wrokers'\]; allowed keys: .*workers"),
     ({"dataset": {"synth": {"codec": "vp9"}}}, r"dataset.synth.codec: 'vp9' is not allowed"),
+    ({"bench": {"scenarios": {"s": {"loader": "torch_magic"}}}}, r"bench.scenarios.s.loader: 'torch_magic' is not allowed"),
+    ({"bench": {"scenarios": {"s": {"source": "ftp"}}}}, r"bench.scenarios.s.source: 'ftp' is not allowed"),
 ])
 def test_invalid_config_names_the_key(tmp_path, bad, message):
     import re

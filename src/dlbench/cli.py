@@ -128,7 +128,7 @@ def cmd_bench_run(a) -> None:
             argv += [f"--{k.replace('_', '-')}", str(v)]
     if a.no_verify:
         argv.append("--no-verify")
-    m = launch(argv, a.loader, a.world_size, a.out_dir)
+    m = launch(_bench_config(a, 0, a.world_size), argv, a.out_dir, on_unavailable=a.on_unavailable)
     print(f"{a.out_dir}: {m['world_size']} rank(s) via {m['launcher']}, status {m['status']}")
 
 

@@ -17,13 +17,14 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 
 from .. import io
 from ..errors import UserError
-from ..peer import REPO_ROOT, require_peer
+from ..peer import CREATE_COMMAND, REPO_ROOT, peer_python, require_peer
 from . import record as recordmod
 from .adapters import LEROBOT_LOADERS
 
@@ -78,6 +79,13 @@ class FileBarrier:
             time.sleep(0.02)
 
 
+def _write_skipped(cfg, out_dir: Path, reason: str) -> dict:
+    rec = recordmod.make_record(asdict(cfg), {}, status="skipped", reason=reason)
+    rec["config_digest"] = config_digest(rec["config"])
+    recordmod.write(rec, rank_file(out_dir, cfg.rank, cfg.world_size))
+    return rec
+
+
 def run_rank(cfg, out_dir: str | Path, on_unavailable: str = "skip") -> dict:
     """Run one rank and write its files atomically; a killed rank leaves no rank file."""
     from .runner import cuda_unavailable_reason, run
@@ -86,9 +94,7 @@ def run_rank(cfg, out_dir: str | Path, on_unavailable: str = "skip") -> dict:
     out = rank_file(out_dir, cfg.rank, cfg.world_size)
     reason = cuda_unavailable_reason(cfg.decode_device)
     if reason and on_unavailable == "skip":
-        from dataclasses import asdict
-
-        rec = recordmod.make_record(asdict(cfg), {}, status="skipped", reason=reason)
+        return _write_skipped(cfg, out_dir, reason)
     else:
         samples: list[int] = []
         barrier = FileBarrier(out_dir, cfg.rank, cfg.world_size) if cfg.world_size > 1 else None
@@ -101,12 +107,22 @@ def run_rank(cfg, out_dir: str | Path, on_unavailable: str = "skip") -> dict:
     return rec
 
 
-def launch(bench_args: list[str], loader: str, world: int, out_dir: str | Path) -> dict:
-    """Run all `world` ranks of one run concurrently; verify their files; write and return run.json."""
+def launch(cfg, bench_args: list[str], out_dir: str | Path, on_unavailable: str = "skip") -> dict:
+    """Run all ranks of one run (a BenchConfig, `cfg.world_size` ranks) concurrently; verify their files;
+    write and return run.json. `bench_args` are the `dlbench bench` arguments every rank gets."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(out_dir / ".barrier", ignore_errors=True)
-    cmd, env = rank_command(loader)
+    world = cfg.world_size
+    if needs_peer(cfg.loader) and peer_python() is None:
+        reason = (f"loader {cfg.loader} needs the LeRobot peer environment, which is missing; create it with "
+                  f"{CREATE_COMMAND}")
+        if on_unavailable != "skip":
+            raise UserError(reason)
+        for r in range(world):
+            _write_skipped(replace(cfg, rank=r), out_dir, reason)
+        return _finish(out_dir, world, "none")
+    cmd, env = rank_command(cfg.loader)
     args = [*cmd, *bench_args, "--out-dir", str(out_dir), "--world-size", str(world)]
     use_srun = world > 1 and "SLURM_JOB_ID" in os.environ and shutil.which("srun")
     if use_srun:
@@ -118,6 +134,10 @@ def launch(bench_args: list[str], loader: str, world: int, out_dir: str | Path) 
     shutil.rmtree(out_dir / ".barrier", ignore_errors=True)
     if any(codes):
         raise UserError(f"{out_dir}: rank process(es) failed (exit codes {codes}); see the messages above")
+    return _finish(out_dir, world, "srun" if use_srun else "local")
+
+
+def _finish(out_dir: Path, world: int, launcher: str) -> dict:
     files = [rank_file(out_dir, r, world) for r in range(world)]
     missing = [str(f) for f in files if not f.exists()]
     if missing:
@@ -128,6 +148,6 @@ def launch(bench_args: list[str], loader: str, world: int, out_dir: str | Path) 
         raise UserError(f"{out_dir}: the ranks ran different configurations ({sorted(digests)}); "
                         f"rerun the job so that every rank gets the same arguments")
     manifest = {"world_size": world, "ranks": [f.name for f in files], "config_digest": digests.pop(),
-                "launcher": "srun" if use_srun else "local", "status": records[0].get("status", "ok")}
+                "launcher": launcher, "status": records[0].get("status", "ok")}
     io.write_json(out_dir / RUN_MANIFEST, manifest)
     return manifest
