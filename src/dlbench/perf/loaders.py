@@ -1,0 +1,154 @@
+"""Loader benchmark: dlbench and LeRobot loaders against the decode ceiling, side by side in one run.
+
+    python -m dlbench.perf.loaders [--dataset V30] [--workers 2] [--batch-size 16] [--duration-s 15]
+
+For each mode (single, sarm) it measures, with the same batch size, workers and window:
+  - the decode ceiling: torchcodec alone decoding exactly the (file, time) requests a loader makes, with cached
+    decoders, in as many processes as the loader has workers (one ceiling for random access, one for streaming);
+  - dlbench_map, dlbench_stream, and LeRobot 0.6.1's lerobot_map, lerobot_stream (peer environment), each through
+    `dlbench bench-run`, the same harness the workflow uses.
+It prints decoded frames/s, the ratios the loaders are held to, and peak RSS. With `--memory-s S` it also runs
+dlbench_stream and dlbench_map for S seconds and prints peak RSS after S/10 and S seconds (flat memory check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..loader.map import data_columns, read_columns
+from ..loader.meta import DatasetMeta, resolve_windows
+from ..loader.stream import shard_order, split_episodes
+
+LOADER_ORDER = ("dlbench_map", "dlbench_stream", "lerobot_map", "lerobot_stream")
+
+
+def requests_for(root: str, mode: str, pattern: str, workers: int, seed: int = 0) -> list[list[list[tuple]]]:
+    """Per process, the list of decode requests [(url, times)] per sample group, as the loader would make them."""
+    dmeta = DatasetMeta.load(root)
+    windows = resolve_windows(mode, None, dmeta)
+    cols = read_columns(dmeta, dmeta.data_files(), ["episode_index", "timestamp"])
+    ep_of, ts = cols["episode_index"], cols["timestamp"].astype(np.float64)
+
+    def group(rows: list[int]) -> list[tuple]:
+        reqs: dict[str, list[float]] = {}
+        for row in rows:
+            ep = int(ep_of[row])
+            lo, hi = dmeta.ep_from[ep], dmeta.ep_to[ep] - 1
+            for cam in dmeta.cameras:
+                q = np.clip(row + windows[cam], lo, hi) if cam in windows else np.asarray([row])
+                reqs.setdefault(dmeta.video_url(cam, ep), []).extend(dmeta.video_from[cam][ep] + ts[q])
+        return list(reqs.items())
+
+    per_proc: list[list[list[tuple]]] = []
+    if pattern == "random":
+        order = np.random.default_rng(seed).permutation(dmeta.num_frames)
+        for w in range(workers):
+            per_proc.append([group([int(r)]) for r in order[w::workers]])
+    else:
+        parts = split_episodes(dmeta.ep_to - dmeta.ep_from, workers)
+        for w in range(workers):
+            events = shard_order(dmeta.ep_from, dmeta.ep_to, parts[w], seed, 0, w, 8, 256, 8)
+            per_proc.append([group(rows) for kind, rows in events if kind == "decode"])
+    return per_proc
+
+
+def _ceiling_worker(args) -> tuple[int, float]:
+    from torchcodec.decoders import VideoDecoder
+
+    groups, fps, duration_s = args
+    decoders: dict[str, VideoDecoder] = {}
+    frames = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < duration_s:
+        for reqs in groups:
+            for url, times in reqs:
+                dec = decoders.get(url)
+                if dec is None:
+                    dec = decoders[url] = VideoDecoder(url, seek_mode="approximate")
+                idx = sorted({round(t * fps) for t in times})
+                dec.get_frames_at(idx)
+                frames += len(times)
+            if time.perf_counter() - t0 >= duration_s:
+                break
+    return frames, time.perf_counter() - t0
+
+
+def ceiling(root: str, mode: str, pattern: str, workers: int, duration_s: float) -> float:
+    """Decoded frames/s of torchcodec alone on the loader's requests, in `workers` processes."""
+    per_proc = requests_for(root, mode, pattern, max(1, workers))
+    fps = DatasetMeta.load(root).fps
+    with multiprocessing.get_context("spawn").Pool(len(per_proc)) as pool:
+        results = pool.map(_ceiling_worker, [(g, fps, duration_s) for g in per_proc])
+    return sum(f for f, _ in results) / max(t for _, t in results)
+
+
+def bench(root: str, loader: str, mode: str, args, out: Path, duration_s: float) -> dict:
+    cmd = [sys.executable, "-m", "dlbench", "-q", "bench-run", "--dataset", root, "--loader", loader, "--mode", mode,
+           "--batch-size", str(args.batch_size), "--num-workers", str(args.workers), "--duration-s",
+           str(duration_s), "--warmup-s", str(args.warmup_s), "--out-dir", str(out), "--on-unavailable", "skip"]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    return json.loads((out / "rank0of1.json").read_text())
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dataset", default=None, help="a v3.0 dataset (default: synthesize and convert one)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--duration-s", type=float, default=15.0)
+    ap.add_argument("--warmup-s", type=float, default=3.0)
+    ap.add_argument("--modes", default="single,sarm")
+    ap.add_argument("--memory-s", type=float, default=0.0, help="also run a long memory check of this length")
+    a = ap.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="dlbench-perf-loaders-"))
+    root = a.dataset
+    if root is None:
+        from ..convert.run import run as convert
+        from ..synth import Camera, SynthConfig, synthesize
+
+        cams = (Camera("observation.images.front", 96, 128), Camera("observation.images.wrist", 96, 128))
+        src = synthesize(SynthConfig(episodes=24, length_min=60, length_max=150, cameras=cams), work / "v21",
+                         progress=False)
+        root = str(convert(str(src), work / "v30", workers=2, progress=False))
+    print(f"dataset {root}; batch {a.batch_size}, {a.workers} workers, {a.duration_s:.0f} s windows")
+    for mode in a.modes.split(","):
+        rows = {}
+        for pattern in ("random", "stream"):
+            rows[f"ceiling ({pattern} access)"] = (ceiling(root, mode, pattern, a.workers, a.duration_s), None)
+        for loader in LOADER_ORDER:
+            rec = bench(root, loader, mode, a, work / f"{mode}-{loader}", a.duration_s)
+            if rec["status"] != "ok":
+                print(f"  {loader}: {rec['status']} ({rec['reason']})")
+                continue
+            m = rec["metrics"]
+            rows[loader] = (m["frames_per_s_node"], m["peak_rss_mb"])
+        print(f"\nmode {mode}\n{'loader':<26} {'frames/s':>10} {'peak RSS MB':>12}")
+        for name, (fps, rss) in rows.items():
+            print(f"{name:<26} {fps:>10.1f} {rss if rss is not None else float('nan'):>12.1f}")
+        f = {k: v[0] for k, v in rows.items()}
+        if "lerobot_stream" in f:
+            print(f"dlbench_stream / lerobot_stream: {f['dlbench_stream'] / f['lerobot_stream']:.2f}x (target >= 2x)")
+        if "lerobot_map" in f:
+            print(f"dlbench_map / lerobot_map: {f['dlbench_map'] / f['lerobot_map']:.2f}x (target >= 1.3x)")
+        print(f"dlbench_map / ceiling (random): {f['dlbench_map'] / f['ceiling (random access)']:.0%} (target >= 80%)")
+        print(f"dlbench_stream / ceiling (stream): {f['dlbench_stream'] / f['ceiling (stream access)']:.0%} "
+              f"(target >= 80%)")
+    if a.memory_s > 0:
+        print(f"\nmemory: peak RSS after {a.memory_s / 10:.0f} s and {a.memory_s:.0f} s (mode sarm)")
+        for loader in ("dlbench_stream", "dlbench_map"):
+            short = bench(root, loader, "sarm", a, work / f"mem-short-{loader}", a.memory_s / 10)
+            long = bench(root, loader, "sarm", a, work / f"mem-long-{loader}", a.memory_s)
+            print(f"{loader:<26} {short['metrics']['peak_rss_mb']:>8.1f} MB {long['metrics']['peak_rss_mb']:>8.1f} MB")
+
+
+if __name__ == "__main__":
+    main()
