@@ -19,6 +19,11 @@ rule bench:
         runtime=lambda wildcards: int(run_of(wildcards)["duration_s"] / 60) + 15,
         gpu=lambda wildcards: 1 if run_of(wildcards)["decode_device"] == "cuda" else 0,
         network=lambda wildcards: 0 if run_of(wildcards)["source"] == "local" else 1,
+        # multi-rank runs on SLURM: one job, `ranks` tasks over `nodes` nodes; the job starts them with srun
+        tasks=lambda wildcards: run_of(wildcards)["ranks"],
+        nodes=lambda wildcards: run_of(wildcards)["nodes"],
+        mpi=lambda wildcards: "srun" if run_of(wildcards)["ranks"] > 1 else "",
+        cpus_per_task=lambda wildcards, threads: max(1, threads // run_of(wildcards)["ranks"]),
     conda:
         "../envs/cpu.yaml"
     shell:

@@ -8,7 +8,7 @@ rule synth:
         "results/logs/synth/{dataset}.log",
     params:
         args=synth_args(),
-    threads: workflow.cores
+    threads: 8  # encoding processes; a local run caps it at --cores
     conda:
         "../envs/cpu.yaml"
     shell:
