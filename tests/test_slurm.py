@@ -1,0 +1,118 @@
+"""The workflow on a real one-node SLURM cluster (scripts/slurm-up.sh), through profiles/slurm."""
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from .test_workflow import REPO, SNAKEMAKE, TINY
+
+SCRIPTS = REPO / "scripts"
+
+
+def _why_not() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root to start munged, slurmctld and slurmd"
+    if not (shutil.which("slurmctld") or shutil.which("apt-get")):
+        return "SLURM is not installed and there is no apt-get to install it"
+    return None
+
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))]
+
+SLURM_TINY = {
+    **TINY,
+    "bench": {"defaults": {**TINY["bench"]["defaults"], "warmup_s": 0, "num_batches": 6, "buffer_size": 8},
+              "scenarios": {"mmap_local": {},
+                            "stream_2rank": {"loader": "dlbench_stream", "ranks": 2}}},
+}
+# the test node has 2 CPUs: keep every request within it
+FIT_NODE = ["--slurm-init-seconds-before-status-checks", "2", "--set-threads", "synth=2",
+            "--set-resources", "bench:cpus_per_task=1"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    state = tmp_path_factory.mktemp("slurm")
+    env = {**os.environ, "DLBENCH_SLURM_DIR": str(state)}
+    up = subprocess.run([str(SCRIPTS / "slurm-up.sh")], env=env, capture_output=True, text=True, timeout=600)
+    if up.returncode != 0:
+        pytest.fail(f"slurm-up.sh failed:\n{up.stdout}\n{up.stderr}")
+    env["SLURM_CONF"] = str(state / "slurm.conf")
+    yield env
+    subprocess.run([str(SCRIPTS / "slurm-down.sh")], env=env, capture_output=True, timeout=120)
+
+
+def snakemake_slurm(workdir: Path, config: dict, env: dict, *args: str, timeout: float = 900):
+    (workdir / "tiny.yaml").write_text(json.dumps(config))
+    return subprocess.run([*SNAKEMAKE, "-d", str(workdir), "--configfile", str(workdir / "tiny.yaml"),
+                           "--profile", str(REPO / "profiles/slurm"), *args, *FIT_NODE],  # FIT_NODE ends in nargs="+"
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_workflow_end_to_end_on_slurm(cluster, tmp_path):
+    proc = snakemake_slurm(tmp_path, SLURM_TINY, cluster)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = pd.read_csv(tmp_path / "results/summary.csv")
+    assert set(summary["scenario"]) == {"mmap_local", "stream_2rank"}
+    assert (summary["status"] == "ok").all() and (summary["frames_wrong"] == 0).all()
+    assert (summary["frames_per_s_node"] > 0).all()
+    # the jobs really went through SLURM: one sbatch log per job
+    slurm_logs = list((tmp_path / "results/logs/slurm").rglob("*.log"))
+    rules = {part for p in slurm_logs for part in p.parts if part.startswith("rule_")}
+    assert rules >= {"rule_synth", "rule_convert_work", "rule_bench", "rule_aggregate"}
+    assert len(list((tmp_path / "results/logs/slurm/rule_convert_work").rglob("*.log"))) == 2
+    run_dir = tmp_path / "results/runs/stream_2rank/dlbench_stream-single-b4-w1-cpu"
+    assert json.loads((run_dir / "run.json").read_text())["launcher"] == "srun"
+    recs = [json.loads((run_dir / f"rank{r}of2.json").read_text()) for r in range(2)]
+    m0, m1 = recs[0]["metrics"], recs[1]["metrics"]
+    assert m0["window_start_unix"] < m1["window_end_unix"] and m1["window_start_unix"] < m0["window_end_unix"]
+    a, b = (set(np.load(run_dir / f"rank{r}of2.samples.npy").tolist()) for r in range(2))
+    assert a and b and not a & b
+
+
+def _job_running(rule: str, env: dict, timeout: float = 180) -> str:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        out = subprocess.run(["squeue", "-h", "-o", "%i|%k|%T"], env=env, capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            jobid, comment, state = line.split("|")
+            if comment.startswith(f"rule_{rule}") and state == "RUNNING":
+                return jobid
+        time.sleep(0.5)
+    raise AssertionError(f"no running {rule} job appeared")
+
+
+def test_scancel_a_convert_worker_then_rerun_completes(cluster, tmp_path):
+    env = {**cluster, "DLBENCH_CONVERT_PAUSE_S": "4"}  # units take a while: time to cancel one mid-unit
+    config = {**SLURM_TINY, "convert": {"workers": 2, "episodes_per_batch": 100, "data_file_size_in_mb": 0.004,
+                                        "video_file_size_in_mb": 0.004}}
+    target = "results/validate/synthetic.json"
+    (tmp_path / "tiny.yaml").write_text(json.dumps(config))
+    first = subprocess.Popen([*SNAKEMAKE, "-d", str(tmp_path), "--configfile", str(tmp_path / "tiny.yaml"),
+                              "--profile", str(REPO / "profiles/slurm"), *FIT_NODE, "--retries", "0", target],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    jobid = _job_running("convert_work", env)
+    work = tmp_path / "results/convert/synthetic/work"
+    deadline = time.time() + 120
+    while not list((work / "leases").glob("*.lease")) and time.time() < deadline:
+        time.sleep(0.2)
+    subprocess.run(["scancel", jobid], env=env, check=True)
+    out, err = first.communicate(timeout=900)
+    assert first.returncode != 0, "a cancelled job must fail the run"
+    assert "results/logs/convert/synthetic/work-" in err and "results/logs/slurm/rule_convert_work" in err
+    manifest = json.loads((work / "manifest.json").read_text())
+    # the other worker may have taken over the cancelled unit (its owner is dead); either way the rerun finishes
+
+    again = snakemake_slurm(tmp_path, config, env, target)
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert "rule convert_work" in again.stdout + again.stderr  # the cancelled job was submitted again
+    assert len(list((work / "done").glob("*.json"))) == manifest["units"]
+    report = json.loads((tmp_path / target).read_text())
+    assert report["ok"] and report["frames_wrong"] == 0
