@@ -10,6 +10,7 @@ configfile: "config.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
+include: "workflow/rules/sources.smk"
 include: "workflow/rules/bench.smk"
 include: "workflow/rules/report.smk"
 
@@ -19,3 +20,17 @@ rule all:
     input:
         "results/summary.csv",
         PLOTS,
+
+
+# The loopback S3 server (and its shaping proxies) lives as long as this run, if a source uses it.
+onstart:
+    if USES_LOOPBACK:
+        dlbench.loopback.start(config["loopback_server"]["port"], LOOPBACK_PROXIES, LOOPBACK_STATE, "results/logs/loopback")
+
+
+onsuccess:
+    dlbench.loopback.stop(LOOPBACK_STATE)
+
+
+onerror:
+    dlbench.loopback.stop(LOOPBACK_STATE)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from .errors import UserError
 
@@ -108,6 +109,9 @@ def cmd_bench(a) -> None:
         if code:
             raise UserError(f"bench rank in the LeRobot peer environment failed (exit {code}); see the messages above")
         return
+    from .sources import apply_env
+
+    apply_env(a.source_spec)
     rank, world = rank_and_world(a.rank, a.world_size)
     rec = run_rank(_bench_config(a, rank, world), a.out_dir, on_unavailable=a.on_unavailable)
     if rec["status"] != "ok":
@@ -118,10 +122,34 @@ def cmd_bench(a) -> None:
           f"p99 {m['latency_p99_ms']:.1f} ms, {m['frames_wrong']} wrong of {m['frames_verified']} verified")
 
 
+def _gate_on_prewarm(a) -> None:
+    """A run that requires a warm source stops (or warns) when the prewarm check said cold."""
+    if not a.require_warm:
+        return
+    from .prewarm import explain
+
+    report = json.loads(Path(a.require_warm).read_text())
+    if report["verdict"] == "warm":
+        return
+    message = (f"{explain(report)}. Prewarm the bucket near this compute (hf.co/storage) and rerun the check "
+               f"(delete {a.require_warm}), or set on_cold: warn for this source to measure anyway")
+    if a.on_cold == "error":
+        raise UserError(message)
+    print(f"warning: {message}", file=sys.stderr)
+
+
 def cmd_bench_run(a) -> None:
     from .bench.launch import launch
+    from .sources import apply_env, check_reachable
+
+    apply_env(a.source_spec)
+    _gate_on_prewarm(a)
+    if "://" in a.dataset:
+        check_reachable(a.dataset)
 
     argv = ["--dataset", a.dataset, "--on-unavailable", a.on_unavailable]
+    if a.source_spec:
+        argv += ["--source-spec", a.source_spec]
     for k in BENCH_FIELDS:
         v = getattr(a, k)
         if v is not None:
@@ -130,6 +158,25 @@ def cmd_bench_run(a) -> None:
         argv.append("--no-verify")
     m = launch(_bench_config(a, 0, a.world_size), argv, a.out_dir, on_unavailable=a.on_unavailable)
     print(f"{a.out_dir}: {m['world_size']} rank(s) via {m['launcher']}, status {m['status']}")
+
+
+def cmd_stage(a) -> None:
+    from .sources import apply_env, stage
+
+    apply_env(a.source_spec)
+    info = stage(a.local, a.url, a.marker)
+    print(f"staged {info['files']} files ({info['bytes'] / 2**20:.1f} MB) to {a.url}")
+
+
+def cmd_prewarm(a) -> None:
+    from . import prewarm
+    from .sources import apply_env
+
+    apply_env(a.source_spec)
+    report = prewarm.check(a.url, files=a.files, range_mb=a.range_mb, ttfb_p50_ms_max=a.ttfb_ms_max,
+                           throughput_mbps_min=a.mbps_min)
+    prewarm.write(report, a.out)
+    print(f"{prewarm.explain(report)} (check took {report['check_seconds']:.1f} s)")
 
 
 def cmd_aggregate(a) -> None:
@@ -235,7 +282,28 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--on-unavailable", choices=("skip", "error"), default="skip",
                        help="a cuda run without CUDA: write a skipped record, or fail")
         p.add_argument("--no-verify", action="store_true", help="skip barcode checks of decoded frames")
+        p.add_argument("--source-spec", default=None, help="the source's config (JSON): sets its fsspec settings")
+        if name == "bench-run":
+            p.add_argument("--require-warm", default=None, help="prewarm report that must say warm")
+            p.add_argument("--on-cold", choices=("error", "warn"), default="error")
         p.set_defaults(func=func)
+
+    p = sub.add_parser("stage", help="upload a local dataset to a source URL (s3://, ...)")
+    p.add_argument("local")
+    p.add_argument("url")
+    p.add_argument("--marker", required=True, help="written when the upload is complete")
+    p.add_argument("--source-spec", default=None)
+    p.set_defaults(func=cmd_stage)
+
+    p = sub.add_parser("prewarm-check", help="measure whether a remote source behaves warm")
+    p.add_argument("url")
+    p.add_argument("--out", required=True)
+    p.add_argument("--files", type=int, default=8)
+    p.add_argument("--range-mb", type=float, default=4.0)
+    p.add_argument("--ttfb-ms-max", type=float, default=50.0)
+    p.add_argument("--mbps-min", type=float, default=400.0)
+    p.add_argument("--source-spec", default=None)
+    p.set_defaults(func=cmd_prewarm)
 
     p = sub.add_parser("aggregate", help="rank records -> summary CSV")
     p.add_argument("runs", nargs="+", help="rank record JSON files")

@@ -67,7 +67,8 @@ class VideoDecoderCache:
         handle = None
         try:
             if is_remote(url):
-                handle = fsspec.open(url, "rb", block_size=self.block_size, cache_type="readahead").open()
+                fs, path = fsspec.core.url_to_fs(url)
+                handle = fs.open(path, "rb", block_size=self.block_size, cache_type="readahead")
                 source = handle
             else:
                 source = url.removeprefix("file://")

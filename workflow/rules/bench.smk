@@ -3,8 +3,7 @@
 
 rule bench:
     input:
-        dataset=f"results/datasets/{DATASET}/v30",
-        valid=f"results/validate/{DATASET}.json",
+        unpack(bench_inputs),
     output:
         directory("results/runs/{scenario}/{run_id}"),
     log:
@@ -18,7 +17,7 @@ rule bench:
         mem_mb=lambda wildcards: (2000 + 1000 * run_of(wildcards)["num_workers"]) * run_of(wildcards)["ranks"],
         runtime=lambda wildcards: int(run_of(wildcards)["duration_s"] / 60) + 15,
         gpu=lambda wildcards: 1 if run_of(wildcards)["decode_device"] == "cuda" else 0,
-        network=lambda wildcards: 0 if run_of(wildcards)["source"] == "local" else 1,
+        network=lambda wildcards: 0 if source_spec(run_of(wildcards)["source"])["type"] == "local" else 1,
         # multi-rank runs on SLURM: one job, `ranks` tasks over `nodes` nodes; the job starts them with srun
         tasks=lambda wildcards: run_of(wildcards)["ranks"],
         nodes=lambda wildcards: run_of(wildcards)["nodes"],
@@ -27,4 +26,4 @@ rule bench:
     conda:
         "../envs/cpu.yaml"
     shell:
-        "dlbench -q bench-run --dataset {input.dataset} {params.args} --out-dir {output} > {log} 2>&1"
+        "dlbench -q bench-run {params.args} --out-dir {output} > {log} 2>&1"

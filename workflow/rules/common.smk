@@ -7,6 +7,7 @@ import sys
 
 from snakemake.exceptions import WorkflowError
 
+import dlbench.loopback
 from dlbench.config import validate_config
 from dlbench.errors import UserError
 
@@ -20,6 +21,51 @@ except UserError as e:
 # venv works without activating it, while an activated environment (conda, modules) still comes first.
 shell.prefix(f"export PATH=\"$PATH:{os.path.dirname(sys.executable)}\"; ")
 DATASET = config["dataset"]["name"]
+LOCAL_V30 = f"results/datasets/{DATASET}/v30"
+LOOPBACK_STATE = "results/sources/loopback.json"
+
+
+def _complete_sources():
+    """Loopback sources get their endpoint; every scenario must name a configured source."""
+    server = config["loopback_server"]["port"]
+    for name, spec in config["sources"].items():
+        lb = spec.get("loopback")
+        if lb is not None:
+            shaped = lb.get("latency_ms") or lb.get("bandwidth_mbps")
+            if shaped and not lb.get("port"):
+                raise WorkflowError(f"invalid configuration: sources.{name}.loopback: a shaped source needs a port")
+            spec["endpoint_url"] = f"http://127.0.0.1:{lb['port'] if shaped else server}"
+        if spec["type"] in ("s3", "http") and not spec.get("url"):
+            raise WorkflowError(f"invalid configuration: sources.{name}: type {spec['type']} needs a url")
+    for scenario, overrides in config["bench"]["scenarios"].items():
+        source = {**config["bench"]["defaults"], **overrides}.get("source", "local")
+        if source not in config["sources"]:
+            raise WorkflowError(f"invalid configuration: bench.scenarios.{scenario}.source: {source!r} is not a "
+                                f"configured source; sources: {sorted(config['sources'])}")
+
+
+_complete_sources()
+LOOPBACK_PROXIES = sorted({(s["loopback"]["port"], s["loopback"]["latency_ms"], s["loopback"]["bandwidth_mbps"])
+                           for s in config["sources"].values()
+                           if s.get("loopback") and (s["loopback"]["latency_ms"] or s["loopback"]["bandwidth_mbps"])})
+USES_LOOPBACK = any(s.get("loopback") is not None for s in config["sources"].values())
+
+
+def source_spec(name):
+    return config["sources"][name]
+
+
+def source_url(name):
+    from dlbench.sources import dataset_url
+
+    spec = source_spec(name)
+    if spec.get("stage") and spec["type"] in ("s3", "http"):
+        return f"{spec['url'].rstrip('/')}/{DATASET}"
+    return dataset_url(spec, LOCAL_V30)
+
+
+def source_spec_arg(name):
+    return shlex.quote(json.dumps(source_spec(name)))
 CONVERT_WORKERS = config["convert"]["workers"]
 AXES = ("loader", "mode", "batch_size", "num_workers", "decode_device")
 PLOTS = ["results/plots/throughput.png", "results/plots/latency.png"]
@@ -64,9 +110,27 @@ BENCH_FLAGS = ("source", "loader", "mode", "batch_size", "num_workers", "decode_
                "num_batches")
 
 
+def bench_inputs(wildcards):
+    """The validated dataset, and for remote sources the staging marker and the prewarm report."""
+    r = run_of(wildcards)
+    spec = source_spec(r["source"])
+    inputs = {"dataset": LOCAL_V30, "valid": f"results/validate/{DATASET}.json"}
+    if spec.get("stage"):
+        inputs["staged"] = f"results/sources/{r['source']}.staged.json"
+    if spec.get("require_warm"):
+        inputs["prewarm"] = f"results/prewarm/{r['source']}.json"
+    return inputs
+
+
 def bench_args(wildcards):
     r = run_of(wildcards)
-    args = [f"--scenario {r['scenario']}", f"--world-size {r['ranks']}"]
+    spec = source_spec(r["source"])
+    args = [f"--dataset {shlex.quote(source_url(r['source']))}", f"--scenario {r['scenario']}",
+            f"--world-size {r['ranks']}"]
+    if spec["type"] != "local":
+        args.append(f"--source-spec {source_spec_arg(r['source'])}")
+    if spec.get("require_warm"):
+        args += [f"--require-warm results/prewarm/{r['source']}.json", f"--on-cold {spec['on_cold']}"]
     args += [f"--{k.replace('_', '-')} {r[k]}" for k in BENCH_FLAGS if r.get(k) is not None]
     return " ".join(args)
 
@@ -94,3 +158,16 @@ def plan_args():
     c = config["convert"]
     return (f"--episodes-per-batch {c['episodes_per_batch']} --data-file-size-in-mb {c['data_file_size_in_mb']} "
             f"--video-file-size-in-mb {c['video_file_size_in_mb']}")
+
+
+def prewarm_inputs(wildcards):
+    spec = source_spec(wildcards.source)
+    return [f"results/sources/{wildcards.source}.staged.json"] if spec.get("stage") else []
+
+
+if USES_LOOPBACK:
+    # A loopback server holds its data in memory: markers of an earlier server's uploads are stale.
+    if not os.path.exists(LOOPBACK_STATE):
+        for name, spec in config["sources"].items():
+            if spec.get("loopback") is not None and os.path.exists(f"results/sources/{name}.staged.json"):
+                os.remove(f"results/sources/{name}.staged.json")

@@ -1,0 +1,100 @@
+"""Data sources: where a benchmark reads the v3.0 dataset from. All I/O goes through fsspec, so every loader runs
+the same code for every source; a source only decides the URL and the fsspec settings.
+
+Source specs (config.yaml `sources:`):
+    {type: local}                                     the converted dataset on local disk
+    {type: s3, url: s3://bucket/prefix, endpoint_url: http://host:port}   any S3-compatible store
+    {type: http, url: https://host/path}              a server that answers range requests
+    {type: hub, repo_id: org/name, revision: v3.0}    hf://datasets/org/name@v3.0
+    {type: bucket, bucket: owner/name, prefix: path}  hf://buckets/owner/name/path (HF storage buckets)
+Optional keys: `stage: true` (upload the converted dataset there first), `loopback: {latency_ms, bandwidth_mbps}`
+(serve it from a local S3 server, shaped like remote storage), `require_warm: true` (gate on the prewarm check).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import fsspec
+
+from . import io
+from .errors import UserError
+
+LOOPBACK_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "dlbench", "AWS_SECRET_ACCESS_KEY": "dlbench",
+                        "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def dataset_url(spec: dict, local_root: str) -> str:
+    """The URL of the dataset root for a source spec (`local_root`: the converted dataset on disk)."""
+    kind = spec.get("type", "local")
+    if kind == "local":
+        return str(local_root)
+    if kind in ("s3", "http"):
+        return spec["url"].rstrip("/")
+    if kind == "hub":
+        rev = f"@{spec['revision']}" if spec.get("revision") else ""
+        return f"hf://datasets/{spec['repo_id']}{rev}"
+    if kind == "bucket":
+        return f"hf://buckets/{spec['bucket']}/{spec.get('prefix', '')}".rstrip("/")
+    raise UserError(f"source type {kind!r} is unknown; use local, s3, http, hub or bucket")
+
+
+def fsspec_env(spec: dict) -> dict[str, str]:
+    """Environment for jobs reading this source: fsspec picks FSSPEC_<PROTOCOL>_<KWARG> up as defaults."""
+    env = {}
+    if spec.get("type") == "s3" and spec.get("endpoint_url"):
+        env["FSSPEC_S3_ENDPOINT_URL"] = spec["endpoint_url"]
+    if spec.get("loopback") is not None:  # the local test server accepts any key
+        env.update({k: os.environ.get(k, v) for k, v in LOOPBACK_CREDENTIALS.items()})
+    return env
+
+
+def apply_env(spec_json: str | None) -> None:
+    """Set the source's fsspec settings in this process and its children (CLI `--source-spec`)."""
+    if not spec_json:
+        return
+    spec = json.loads(spec_json)
+    os.environ.update(fsspec_env(spec))  # children (ranks) read it when they import fsspec
+    if spec.get("type") == "s3" and spec.get("endpoint_url"):  # this process imported fsspec already
+        fsspec.config.conf.setdefault("s3", {})["endpoint_url"] = spec["endpoint_url"]
+
+
+def _friendly(url: str, e: Exception) -> UserError:
+    text = str(e) or type(e).__name__
+    if isinstance(e, PermissionError) or "credential" in text.lower() or "AccessDenied" in text:
+        return UserError(f"{url}: access denied or no credentials ({text}); set AWS_ACCESS_KEY_ID and "
+                         f"AWS_SECRET_ACCESS_KEY (or HF_TOKEN for hf://) for this source")
+    if isinstance(e, FileNotFoundError) or "NoSuchBucket" in text:
+        return UserError(f"{url}: bucket or path not found; create it, or check the source's url in config.yaml")
+    return UserError(f"{url}: unreachable ({text}); check the endpoint and that the server is running")
+
+
+def stage(local_root: str | Path, url: str, marker: str | Path) -> dict:
+    """Upload the dataset at `local_root` to `url` (replacing what is there); write `marker` when complete."""
+    local_root = Path(local_root)
+    try:
+        fs, path = fsspec.core.url_to_fs(url)
+        bucket = path.split("/", 1)[0]
+        if fs.protocol[0] in ("s3", "s3a") and not fs.exists(bucket):
+            fs.mkdir(bucket)
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+        files = sorted(p for p in local_root.rglob("*") if p.is_file())
+        for p in files:
+            fs.put_file(str(p), f"{path}/{p.relative_to(local_root).as_posix()}")
+    except Exception as e:  # fsspec back-ends raise many types; name the source and what to check
+        raise _friendly(url, e) from None
+    info = {"url": url, "files": len(files), "bytes": sum(p.stat().st_size for p in files)}
+    io.write_json(marker, info)
+    return info
+
+
+def check_reachable(url: str) -> None:
+    """Fail early, with a clear message, if the dataset's info.json cannot be read at `url`."""
+    try:
+        fs, path = fsspec.core.url_to_fs(url)
+        fs.info(f"{path}/meta/info.json")
+    except Exception as e:
+        raise _friendly(url, e) from None
