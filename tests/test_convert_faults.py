@@ -45,12 +45,16 @@ def test_lease_is_exclusive_and_stale_leases_are_taken_over(tmp_path):
     assert a.try_acquire("u1") is None  # held by a live owner
     time.sleep(0.7)
     assert a.is_stale("u1")
-    assert a.try_acquire("u1") is not None  # expired: taken over
+    taken = a.try_acquire("u1")
+    assert taken is not None  # expired: taken over
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     (tmp_path / "u2.lease").write_text(json.dumps({"host": __import__("dlbench.convert.lease").convert.lease.HOST,
                                                     "pid": int(dead.stdout)}))
     b = LeaseDir(tmp_path, timeout_s=600)
-    assert b.try_acquire("u2") is not None  # its owner on this host is gone: stale at once
+    orphan = b.try_acquire("u2")
+    assert orphan is not None  # its owner on this host is gone: stale at once
+    for held in (lease, taken, orphan):  # end their heartbeat threads
+        held.release()
 
 
 def test_killed_worker_mid_unit_resumes_to_identical_result(v21_h264, tmp_path):

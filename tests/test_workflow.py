@@ -119,7 +119,7 @@ def test_killed_bench_job_leaves_no_result_and_rerun_produces_it(tmp_path):
     ({"convert": {"wrokers": 2}}, r"convert: unknown key\(s\) \['wrokers'\]; allowed keys: .*workers"),
     ({"dataset": {"synth": {"codec": "vp9"}}}, r"dataset.synth.codec: 'vp9' is not allowed"),
     ({"bench": {"scenarios": {"s": {"loader": "torch_magic"}}}}, r"bench.scenarios.s.loader: 'torch_magic' is not allowed"),
-    ({"bench": {"scenarios": {"s": {"source": "ftp"}}}}, r"bench.scenarios.s.source: 'ftp' is not allowed"),
+    ({"bench": {"scenarios": {"s": {"source": "ftp"}}}}, r"bench.scenarios.s.source: 'ftp' is not a configured source"),
 ])
 def test_invalid_config_names_the_key(tmp_path, bad, message):
     import re

@@ -10,7 +10,8 @@ import psutil
 class RssSampler(threading.Thread):
     """Samples the RSS of `pid` (default: this process) plus all its descendants every `every_s` seconds.
 
-    `peak` is the largest total seen, in bytes. Call `stop()` to take a last sample and end the thread.
+    `peak` is the largest total seen, in bytes. Use it as a context manager (or call `start()` and `stop()`) so
+    the thread ends even when the measured code raises.
     """
 
     def __init__(self, pid: int | None = None, every_s: float = 0.1):
@@ -38,3 +39,12 @@ class RssSampler(threading.Thread):
     def stop(self):
         self._halt.set()
         self.sample()
+        if self.is_alive():
+            self.join()
+
+    def __enter__(self) -> "RssSampler":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -164,54 +164,56 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
         gen = torch.Generator().manual_seed(cfg.seed + 1000003 * cfg.rank)
         loader = torch.utils.data.DataLoader(_Timed(adapter.dataset, adapter.cache_stats), shuffle=True,
                                              generator=gen, **common)
+    t_start = time.perf_counter()
+    it = iter(loader)  # forks the workers before the sampler thread exists: never fork beside a live thread
     rss = RssSampler()
     rss.start()
-    t_start = time.perf_counter()
-    it = iter(loader)
-    epoch = 0
+    try:
+        epoch = 0
 
-    def next_batch():
-        nonlocal it, epoch
-        try:
-            return next(it)
-        except StopIteration:  # a short dataset: start the next epoch
-            epoch += 1
-            if hasattr(adapter.dataset, "set_epoch"):
-                adapter.dataset.set_epoch(epoch)
-            it = iter(loader)
-            return next(it)
+        def next_batch():
+            nonlocal it, epoch
+            try:
+                return next(it)
+            except StopIteration:  # a short dataset: start the next epoch
+                epoch += 1
+                if hasattr(adapter.dataset, "set_epoch"):
+                    adapter.dataset.set_epoch(epoch)
+                it = iter(loader)
+                return next(it)
 
-    next_batch()
-    first_batch_latency = time.perf_counter() - t_start
-    while time.perf_counter() - t_start - first_batch_latency < cfg.warmup_s:
         next_batch()
-    if barrier is not None:
-        barrier()
+        first_batch_latency = time.perf_counter() - t_start
+        while time.perf_counter() - t_start - first_batch_latency < cfg.warmup_s:
+            next_batch()
+        if barrier is not None:
+            barrier()
 
-    latencies, distinct_frac, worker_stats = [], [], {}
-    samples = batches = 0
-    w0 = time.perf_counter()
-    window_start_unix = time.time()
-    while True:
-        now = time.perf_counter()
-        if now - w0 >= cfg.duration_s or (cfg.num_batches is not None and batches >= cfg.num_batches):
-            break
-        batch, info = next_batch()
-        batch = _to_device(batch, device)
-        n = len(info)
-        samples += n
-        batches += 1
-        latencies.append(info[:, 0].numpy())
-        for row in info.numpy():
-            worker_stats[int(row[1])] = row[2:6]
-        eps = batch["episode_index"].cpu().numpy()
-        distinct_frac.append(len(np.unique(eps)) / n)
-        if samples_out is not None:
-            samples_out.extend(batch["index"].cpu().tolist())
-        if verifier is not None:
-            verifier.check(batch)
-    window = time.perf_counter() - w0
-    rss.stop()
+        latencies, distinct_frac, worker_stats = [], [], {}
+        samples = batches = 0
+        w0 = time.perf_counter()
+        window_start_unix = time.time()
+        while True:
+            now = time.perf_counter()
+            if now - w0 >= cfg.duration_s or (cfg.num_batches is not None and batches >= cfg.num_batches):
+                break
+            batch, info = next_batch()
+            batch = _to_device(batch, device)
+            n = len(info)
+            samples += n
+            batches += 1
+            latencies.append(info[:, 0].numpy())
+            for row in info.numpy():
+                worker_stats[int(row[1])] = row[2:6]
+            eps = batch["episode_index"].cpu().numpy()
+            distinct_frac.append(len(np.unique(eps)) / n)
+            if samples_out is not None:
+                samples_out.extend(batch["index"].cpu().tolist())
+            if verifier is not None:
+                verifier.check(batch)
+        window = time.perf_counter() - w0
+    finally:
+        rss.stop()
     wallclock = time.perf_counter() - t_start
     del it, loader
     if samples == 0:

@@ -50,6 +50,7 @@ class Lease:
 
     def release(self) -> None:
         self._stop.set()
+        self._thread.join()
         try:
             os.unlink(self.path)
         except FileNotFoundError:

@@ -1,0 +1,136 @@
+"""Remote sources against a real S3-compatible server on loopback (moto's server, read through s3fs), plain and
+behind a shaping proxy that makes it look like cold, far storage."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from dlbench import loopback
+from dlbench.loader.stream import LeRobotStreamingDataset
+from dlbench.sources import apply_env
+
+from .test_stream import check_item, unbatch
+
+BUCKET_URL = "s3://dlbench-test/v30"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def dlbench(*args: str, spec: dict | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    extra = ["--source-spec", json.dumps(spec)] if spec is not None else []
+    return subprocess.run([sys.executable, "-m", "dlbench", *args, *extra], capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory, v30_h264):
+    """The tiny v3.0 dataset staged into a loopback S3 server; `fast` reads it directly, `slow` through a proxy
+    adding 150 ms to every response and capping it at 16 Mbit/s."""
+    home = tmp_path_factory.mktemp("loopback")
+    port, slow_port = free_port(), free_port()
+    state = home / "state.json"
+    loopback.start(port, [(slow_port, 150.0, 16.0)], state, home / "logs")
+    fast = {"type": "s3", "url": BUCKET_URL, "endpoint_url": f"http://127.0.0.1:{port}", "loopback": {}}
+    try:
+        staged = dlbench("stage", str(v30_h264), BUCKET_URL, "--marker", str(home / "staged.json"), spec=fast)
+        assert staged.returncode == 0, staged.stderr
+        yield {"fast": fast, "slow": {**fast, "endpoint_url": f"http://127.0.0.1:{slow_port}"}, "home": home,
+               "staged": json.loads((home / "staged.json").read_text())}
+    finally:
+        loopback.stop(state)
+
+
+def prewarm(spec: dict, out: Path) -> subprocess.CompletedProcess:
+    return dlbench("prewarm-check", spec["url"], "--out", str(out), "--files", "4", "--range-mb", "1",
+                   "--ttfb-ms-max", "50", "--mbps-min", "1", spec=spec)
+
+
+def test_prewarm_check_says_cold_when_slow_and_warm_when_fast(s3, tmp_path):
+    assert s3["staged"]["files"] > 10  # several parquet and mp4 files per stream
+    for name, verdict in (("slow", "cold"), ("fast", "warm")):
+        proc = prewarm(s3[name], tmp_path / f"{name}.json")
+        assert proc.returncode == 0, proc.stderr
+        report = json.loads((tmp_path / f"{name}.json").read_text())
+        assert report["verdict"] == verdict, report["first"]
+        assert f"measured {verdict}" in proc.stdout
+        rows = report["evidence"]["first"]
+        assert len(rows) == report["files"] == 4
+        assert {Path(r["path"]).suffix for r in rows} == {".parquet", ".mp4"}
+        assert report["first"]["ttfb_p50_ms"] <= report["first"]["ttfb_p95_ms"]
+        assert report["check_seconds"] > 0
+    slow = json.loads((tmp_path / "slow.json").read_text())
+    assert slow["first"]["ttfb_p50_ms"] >= 150  # the proxy's delay is really on the wire
+
+
+def test_cold_verdict_stops_a_warmed_run_and_warn_lets_it_measure(s3, tmp_path):
+    report = tmp_path / "slow.json"
+    assert prewarm(s3["slow"], report).returncode == 0
+    out = tmp_path / "run"
+    args = ["bench-run", "--dataset", BUCKET_URL, "--out-dir", str(out), "--require-warm", str(report),
+            "--loader", "dlbench_stream", "--num-workers", "0", "--batch-size", "4", "--num-batches", "2",
+            "--duration-s", "5", "--warmup-s", "0", "--probe-samples", "2", "--buffer-size", "4"]
+    stopped = dlbench(*args, spec=s3["slow"])
+    assert stopped.returncode != 0
+    assert "measured cold" in stopped.stderr and "on_cold: warn" in stopped.stderr
+    assert not out.exists() or not list(out.iterdir())
+    warned = dlbench(*args, "--on-cold", "warn", spec=s3["slow"])
+    assert warned.returncode == 0, warned.stderr
+    assert "warning:" in warned.stderr
+    record = json.loads((out / "rank0of1.json").read_text())
+    assert record["status"] == "ok" and record["metrics"]["frames_wrong"] == 0
+
+
+def test_streaming_from_loopback_s3_verifies_every_frame(s3, monkeypatch):
+    monkeypatch.setattr("fsspec.config.conf", {})  # apply_env writes the endpoint here; keep it to this test
+    for key in ("FSSPEC_S3_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(key, raising=False)  # restored after the test
+    apply_env(json.dumps(s3["fast"]))
+    ds = LeRobotStreamingDataset(BUCKET_URL, pool_size=2, buffer_size=8)
+    seen = []
+    for batch in torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2):
+        for item in unbatch(batch):
+            check_item(ds, item)
+            seen.append(int(item["index"]))
+    assert sorted(seen) == list(range(ds.meta.num_frames))
+
+
+def _clean_aws_env(tmp_path: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "FSSPEC_"))}
+    env.update(AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"), AWS_CONFIG_FILE=str(tmp_path / "none"),
+               AWS_EC2_METADATA_DISABLED="true", AWS_MAX_ATTEMPTS="1")
+    return env
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("unreachable", "unreachable"),
+    ("missing_bucket", "not found"),
+    ("no_credentials", "no credentials"),
+])
+def test_bad_sources_give_one_clear_error_and_no_result(s3, tmp_path, case, expected):
+    spec = dict(s3["fast"])
+    if case == "unreachable":
+        spec["endpoint_url"] = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    elif case == "missing_bucket":
+        spec["url"] = "s3://no-such-bucket/v30"
+    else:
+        del spec["loopback"]  # a real bucket: credentials must come from the environment, and there are none
+    env = _clean_aws_env(tmp_path)
+    out = tmp_path / "report.json"
+    proc = dlbench("prewarm-check", spec["url"], "--out", str(out), spec=spec, env=env)
+    assert proc.returncode != 0 and not out.exists()
+    assert expected in proc.stderr and spec["url"] in proc.stderr and "Traceback" not in proc.stderr
+    run = tmp_path / "run"
+    proc = dlbench("bench-run", "--dataset", spec["url"], "--out-dir", str(run), "--loader", "dlbench_stream",
+                   spec=spec, env=env)
+    assert proc.returncode != 0 and expected in proc.stderr
+    assert not run.exists() or not list(run.iterdir())
