@@ -19,6 +19,7 @@ rule all:
     default_target: True
     input:
         "results/summary.csv",
+        CONVERSION_TABLE,
         PLOTS,
 
 

@@ -60,8 +60,15 @@ def test_default_dag_end_to_end(tmp_path):
     if not torch.cuda.is_available():
         assert gpu["status"] == "skipped" and "no CUDA device" in gpu["reason"]
     check_two_ranks(tmp_path / "results/runs/stream_2rank/dlbench_stream-single-b4-w1-cpu")
-    for png in ("throughput.png", "latency.png"):
-        assert (tmp_path / "results/plots" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for png in ("throughput", "latency", "decode_device", "workers", "nodes", "cache_vs_p99", "conversion"):
+        assert (tmp_path / f"results/plots/{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    conversion = pd.read_csv(tmp_path / "results/tables/conversion.csv")
+    assert conversion["workers"].tolist() == [1, 2] and (conversion["episodes"] == 8).all()
+    assert conversion["speedup_vs_1_worker"].iloc[0] == 1.0 and (conversion["peak_rss_mb"] > 0).all()
+    report = snakemake(tmp_path, TINY, "--report", "report.html")
+    assert report.returncode == 0, report.stderr[-2000:]
+    html = (tmp_path / "report.html").read_text()
+    assert "summary.csv" in html and "conversion.csv" in html and "cache_vs_p99.png" in html
     for log in ("synth/synthetic.log", "convert/synthetic/finalize.log", "aggregate.log"):
         assert (tmp_path / "results/logs" / log).exists()
 

@@ -1,15 +1,25 @@
 """Aggregate rank records into `summary.csv`: one row per run (a scenario and its run id).
 
-Per-node figures are the mean over ranks; totals are the sum over ranks. A run passes when its per-node decoded
-frames/s reaches the target of its mode.
+Per-node figures are the mean over ranks; totals are the sum over ranks. Derived columns:
+- `scaling_efficiency`: per-node frames/s of a W-rank run over that of the 1-rank run with the same source, loader,
+  mode, batch size, workers and decode device (1.0 is perfect scaling);
+- `ratio_to_baseline`: frames/s per node over that of the baseline loader (LeRobot streaming by default) on the same
+  source, mode and world size (`baseline_run` names the run compared with);
+- `decoder_thrash`: the decoder cache hit rate is low and p99 latency high at once (decoders reopened and
+  re-seeked instead of reused);
+- `pass`: per-node decoded frames/s reaches the mode's target with no wrong frame; `notes` says why a run fails.
+
+Conversion timings (`dlbench convert run --record`) aggregate into their own table, `conversion_table`.
 """
 
 from __future__ import annotations
 
 import json
 from collections import defaultdict
+from functools import lru_cache
 from pathlib import Path
 
+import jsonschema
 import pandas as pd
 
 from . import io
@@ -17,10 +27,10 @@ from .bench import record as recordmod
 from .errors import UserError
 
 DEFAULT_TARGETS = {"single": 120.0, "sarm": 320.0}  # frames/s/node
-REQUIRED_METRICS = (
-    "frames_per_s_node", "samples_per_s", "first_batch_latency_s", "latency_p50_ms", "latency_p95_ms",
-    "latency_p99_ms", "peak_rss_mb", "cache_hit_rate", "frames_verified", "frames_wrong",
-)
+DEFAULT_THRASH = {"hit_rate_below": 0.5, "p99_ms_above": 100.0}
+DEFAULT_BASELINE = "lerobot_stream"
+SCALING_KEY = ["source", "loader", "mode", "batch_size", "num_workers", "decode_device"]
+RECORD_SCHEMA = Path(__file__).parent / "schemas" / "record.schema.json"
 RUN_KEYS = ("scenario", "source", "loader", "mode", "batch_size", "num_workers", "decode_device")
 
 
@@ -39,12 +49,17 @@ def load_record(path: str | Path) -> dict:
         rec = recordmod.read(path)
     except ValueError as e:
         raise UserError(f"{path}: not a valid record ({e}); delete it and rerun its bench job") from None
-    missing = [k for k in ("config", "metrics", "rank", "world_size") if k not in rec]
-    if rec.get("status", "ok") == "ok":
-        missing += [f"metrics.{k}" for k in REQUIRED_METRICS if k not in rec.get("metrics", {})]
-    if missing:
-        raise UserError(f"{path}: record lacks {missing}; delete it and rerun its bench job")
+    error = jsonschema.exceptions.best_match(_record_validator().iter_errors(rec))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "the record"
+        raise UserError(f"{path}: {where}: {error.message} (schema {RECORD_SCHEMA.name}); delete it and rerun its "
+                        f"bench job")
     return rec
+
+
+@lru_cache(maxsize=1)
+def _record_validator():
+    return jsonschema.Draft202012Validator(json.loads(RECORD_SCHEMA.read_text()))
 
 
 def rank_files(path: str | Path) -> list[Path]:
@@ -58,7 +73,8 @@ def rank_files(path: str | Path) -> list[Path]:
     return [path / name for name in json.loads(manifest.read_text())["ranks"]]
 
 
-def aggregate(paths: list[str | Path], out: str | Path, targets: dict | None = None) -> pd.DataFrame:
+def aggregate(paths: list[str | Path], out: str | Path, targets: dict | None = None,
+              baseline: str = DEFAULT_BASELINE, thrash: dict | None = None) -> pd.DataFrame:
     """One summary row per run from run directories (or rank record files); writes `out` (CSV)."""
     targets = {**DEFAULT_TARGETS, **(targets or {})}
     groups: dict[tuple, list[dict]] = defaultdict(list)
@@ -98,7 +114,81 @@ def aggregate(paths: list[str | Path], out: str | Path, targets: dict | None = N
         row["pass"] = bool(status == "ok" and target is not None and row["frames_per_s_node"] >= target
                            and row["frames_wrong"] == 0)
         rows.append(row)
-    df = pd.DataFrame(rows)
+    df = derive(pd.DataFrame(rows), baseline, {**DEFAULT_THRASH, **(thrash or {})})
+    with io.atomic_path(out) as tmp:
+        df.to_csv(tmp, index=False)
+    return df
+
+
+def derive(df: pd.DataFrame, baseline: str, thrash: dict) -> pd.DataFrame:
+    """Add scaling efficiency, the ratio to the baseline loader, the thrash flag and the notes to summary rows."""
+    df = df.copy()
+    for col in ("frames_per_s_node", "cache_hit_rate", "latency_p99_ms", "frames_wrong"):
+        if col not in df:
+            df[col] = float("nan")
+    ok = df["status"] == "ok"
+    single = df[ok & (df["world_size"] == 1)].set_index(SCALING_KEY)["frames_per_s_node"]
+    single = single[~single.index.duplicated()]
+    keys = pd.MultiIndex.from_frame(df[SCALING_KEY])
+    df["scaling_efficiency"] = (df["frames_per_s_node"].to_numpy() / single.reindex(keys).to_numpy()).round(4)
+    df.loc[~ok, "scaling_efficiency"] = float("nan")
+
+    ratios, names = [], []
+    for _, row in df.iterrows():
+        base = df[ok & (df["loader"] == baseline) & (df["source"] == row["source"]) & (df["mode"] == row["mode"])
+                  & (df["world_size"] == row["world_size"])]
+        same_knobs = base[(base["batch_size"] == row["batch_size"]) & (base["num_workers"] == row["num_workers"])]
+        base = same_knobs if len(same_knobs) else base
+        if row["status"] != "ok" or base.empty:
+            ratios.append(float("nan"))
+            names.append("")
+            continue
+        ratios.append(round(row["frames_per_s_node"] / base["frames_per_s_node"].iloc[0], 4))
+        names.append(f"{base['scenario'].iloc[0]}/{base['run_id'].iloc[0]}")
+    df["ratio_to_baseline"], df["baseline_run"] = ratios, names
+
+    df["decoder_thrash"] = (ok & (df["cache_hit_rate"] < thrash["hit_rate_below"])
+                            & (df["latency_p99_ms"] > thrash["p99_ms_above"]))
+    notes = []
+    for _, row in df.iterrows():
+        why = []
+        if row["status"] != "ok":
+            why.append(f"{row['status']}: {row['reason']}" if row.get("reason") else row["status"])
+        else:
+            target = row.get("target_frames_per_s_node")
+            if pd.notna(target) and row["frames_per_s_node"] < target:
+                why.append(f"below target ({row['frames_per_s_node']:.0f} < {target:g} frames/s/node)")
+            if row["frames_wrong"]:
+                why.append(f"{int(row['frames_wrong'])} wrong frames")
+            if row["decoder_thrash"]:
+                why.append(f"decoder thrash (cache hit rate {row['cache_hit_rate']:.2f}, "
+                           f"p99 {row['latency_p99_ms']:.0f} ms)")
+        notes.append("; ".join(why))
+    df["notes"] = notes
+    return df
+
+
+def load_conversion(path: str | Path) -> dict:
+    path = Path(path)
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path}: not a readable conversion record ({e}); delete it and rerun its job") from None
+    missing = [k for k in ("workers", "seconds", "input_bytes", "peak_rss_mb", "episodes") if k not in rec]
+    if missing:
+        raise UserError(f"{path}: conversion record lacks {missing}; delete it and rerun its job")
+    return rec
+
+
+def conversion_table(paths: list[str | Path], out: str | Path) -> pd.DataFrame:
+    """One row per timed conversion (`dlbench convert run --record`): seconds, speed-up over the 1-worker run of
+    the same dataset, input bytes/s and peak RSS of the process tree. Writes `out` (CSV)."""
+    if not paths:
+        raise UserError("no conversion records to tabulate; time a conversion with `dlbench convert run --record`")
+    df = pd.DataFrame([load_conversion(p) for p in paths]).sort_values(["dataset", "workers"])
+    one = df[df["workers"] == 1].drop_duplicates("dataset").set_index("dataset")["seconds"]
+    df["speedup_vs_1_worker"] = (df["dataset"].map(one) / df["seconds"]).round(3)
+    df["input_mb_per_s"] = (df["input_bytes"] / 2**20 / df["seconds"]).round(3)
     with io.atomic_path(out) as tmp:
         df.to_csv(tmp, index=False)
     return df

@@ -67,11 +67,29 @@ def cmd_convert_finalize(a) -> None:
 
 
 def cmd_convert_run(a) -> None:
-    from .convert.run import run
+    import time
 
-    out = run(a.src, a.dst, workers=a.workers, work_dir=a.work, options=_plan_options(a),
-              lease_timeout_s=a.lease_timeout_s, progress=not a.quiet)
-    print(f"published v3.0 dataset {out}")
+    from . import io
+    from .convert.run import run
+    from .format.meta import read_info
+    from .procstat import RssSampler
+
+    t0 = time.perf_counter()
+    with RssSampler(every_s=0.05) as rss:  # this process and its worker processes
+        out = run(a.src, a.dst, workers=a.workers, work_dir=a.work, options=_plan_options(a),
+                  lease_timeout_s=a.lease_timeout_s, progress=not a.quiet)
+    seconds = time.perf_counter() - t0
+    print(f"published v3.0 dataset {out} in {seconds:.1f} s")
+    if a.record:
+
+        def tree_bytes(root):
+            return sum(p.stat().st_size for p in Path(root).rglob("*") if p.is_file())
+
+        io.write_json(a.record, {
+            "dataset": a.name or Path(a.src).resolve().parent.name, "src": str(a.src), "workers": a.workers,
+            "seconds": seconds, "episodes": read_info(str(out))["total_episodes"],
+            "input_bytes": tree_bytes(a.src), "output_bytes": tree_bytes(out), "peak_rss_mb": rss.peak / 2**20,
+        })
 
 
 def cmd_validate(a) -> None:
@@ -182,14 +200,22 @@ def cmd_prewarm(a) -> None:
 def cmd_aggregate(a) -> None:
     from .aggregate import aggregate
 
-    df = aggregate(a.runs, a.out, targets=json.loads(a.targets) if a.targets else None)
-    print(f"wrote {a.out} ({len(df)} runs)")
+    df = aggregate(a.runs, a.out, targets=json.loads(a.targets) if a.targets else None, baseline=a.baseline,
+                   thrash=json.loads(a.thrash) if a.thrash else None)
+    print(f"wrote {a.out} ({len(df)} runs, {int(df['pass'].sum())} pass their target)")
+
+
+def cmd_conversion_table(a) -> None:
+    from .aggregate import conversion_table
+
+    df = conversion_table(a.records, a.out)
+    print(f"wrote {a.out} ({len(df)} conversions)")
 
 
 def cmd_plot(a) -> None:
     from .plots import plot_all
 
-    for p in plot_all(a.summary, a.outdir):
+    for p in plot_all(a.summary, a.outdir, conversion=a.conversion):
         print(f"wrote {p}")
 
 
@@ -248,6 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--work", default=None, help="work directory (default: hidden sibling of DST, removed at the end)")
     p.add_argument("--lease-timeout-s", type=float, default=60.0)
+    p.add_argument("--record", default=None, help="write the timing (seconds, bytes, peak RSS) as JSON here")
+    p.add_argument("--name", default=None, help="dataset name in the record (default: SRC's parent directory)")
     _add_plan_args(p)
     p.set_defaults(func=cmd_convert_run)
 
@@ -306,13 +334,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_prewarm)
 
     p = sub.add_parser("aggregate", help="rank records -> summary CSV")
-    p.add_argument("runs", nargs="+", help="rank record JSON files")
+    p.add_argument("runs", nargs="+", help="run directories (with run.json) or rank record JSON files")
     p.add_argument("--out", required=True)
     p.add_argument("--targets", default=None, help='JSON, e.g. {"single": 120, "sarm": 320} frames/s/node')
+    p.add_argument("--baseline", default="lerobot_stream", help="loader the ratio_to_baseline column compares with")
+    p.add_argument("--thrash", default=None, help='JSON, e.g. {"hit_rate_below": 0.5, "p99_ms_above": 100}')
     p.set_defaults(func=cmd_aggregate)
+
+    p = sub.add_parser("conversion-table", help="conversion records (convert run --record) -> CSV")
+    p.add_argument("records", nargs="+")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_conversion_table)
 
     p = sub.add_parser("plot", help="summary CSV -> PNG plots")
     p.add_argument("summary")
+    p.add_argument("--conversion", default=None, help="conversion table CSV: adds conversion.png")
     p.add_argument("--outdir", required=True)
     p.set_defaults(func=cmd_plot)
     return parser

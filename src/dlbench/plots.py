@@ -1,4 +1,8 @@
-"""Plots from `summary.csv` (matplotlib, PNG)."""
+"""Plots from `summary.csv` (and the conversion table), as matplotlib PNGs.
+
+Each plot answers one question; a plot whose runs are not in the summary (no cuda run on a CPU machine, a single
+worker count) is still written, saying what it needs, so the report always has the same pages.
+"""
 
 from __future__ import annotations
 
@@ -13,52 +17,179 @@ import pandas as pd  # noqa: E402
 from . import io  # noqa: E402
 from .errors import UserError  # noqa: E402
 
+GROUP = ["source", "loader", "mode"]
+
 
 def _save(fig, path: Path) -> Path:
     with io.atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 
 
+def _nothing(path: Path, title: str, why: str) -> Path:
+    fig, ax = plt.subplots(figsize=(7, 2.5))
+    ax.axis("off")
+    ax.set_title(title)
+    ax.text(0.5, 0.5, why, ha="center", va="center", wrap=True, fontsize=10)
+    return _save(fig, path)
+
+
+def _ok(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["status"] == "ok"]
+
+
+def _label(row) -> str:
+    return f"{row['scenario']} · {row['run_id']}"
+
+
 def plot_throughput(df: pd.DataFrame, path: Path) -> Path:
-    """Decoded frames/s per node for every run, grouped by mode, with the mode's target as a dashed line."""
-    df = df[df["status"] == "ok"].sort_values(["mode", "scenario", "run_id"])
+    """Decoded frames/s per node for every run, one panel per mode, with the mode's target as a dashed line."""
+    title = "Dataloading throughput per node (green: meets its target, red: misses it)"
+    df = _ok(df).sort_values(["mode", "frames_per_s_node"])
+    if df.empty:
+        return _nothing(path, title, "no run finished; see the status and reason columns of summary.csv")
     modes = list(dict.fromkeys(df["mode"]))
-    fig, axes = plt.subplots(1, max(len(modes), 1), figsize=(max(6, 3.2 * len(df)), 4.5), squeeze=False)
-    for ax, mode in zip(axes[0], modes):
+    counts = [int((df["mode"] == m).sum()) for m in modes]
+    fig, axes = plt.subplots(len(modes), 1, figsize=(9, 1.2 + 0.38 * sum(counts) + 0.8 * len(modes)),
+                             gridspec_kw={"height_ratios": counts}, squeeze=False)
+    for ax, mode in zip(axes[:, 0], modes):
         d = df[df["mode"] == mode]
-        labels = [f"{s}\n{r}" for s, r in zip(d["scenario"], d["run_id"])]
-        colors = ["tab:green" if p else "tab:red" for p in d["pass"]]
-        ax.bar(range(len(d)), d["frames_per_s_node"], color=colors)
-        ax.set_xticks(range(len(d)), labels, rotation=30, ha="right", fontsize=8)
+        ax.barh(range(len(d)), d["frames_per_s_node"], color=["tab:green" if p else "tab:red" for p in d["pass"]])
+        ax.set_yticks(range(len(d)), [_label(r) for _, r in d.iterrows()], fontsize=8)
+        for i, v in enumerate(d["frames_per_s_node"]):
+            ax.text(v, i, f" {v:.0f}", va="center", fontsize=7)
         target = d["target_frames_per_s_node"].dropna()
         if len(target):
-            ax.axhline(target.iloc[0], ls="--", color="black", label=f"target {target.iloc[0]:g} frames/s/node")
-            ax.legend(loc="upper right", fontsize=8)
-        ax.set_title(f"mode: {mode}")
-        ax.set_ylabel("decoded frames/s per node")
-    fig.suptitle("Dataloading throughput by run (green: meets target, red: misses it)")
+            ax.axvline(target.iloc[0], ls="--", color="black", label=f"target {target.iloc[0]:g}")
+            ax.legend(loc="lower right", fontsize=8)
+        ax.set_title(f"mode: {mode}", fontsize=10)
+        ax.set_xlabel("decoded frames/s per node")
+    fig.suptitle(title)
+    fig.tight_layout()
     return _save(fig, path)
 
 
 def plot_latency(df: pd.DataFrame, path: Path) -> Path:
     """p50/p95/p99 per-sample latency of every run."""
-    df = df[df["status"] == "ok"].sort_values(["mode", "scenario", "run_id"])
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(df)), 4.5))
-    x = range(len(df))
-    width = 0.27
+    title = "Per-sample latency (time in the dataset's __getitem__ / __iter__ step)"
+    df = _ok(df).sort_values(["mode", "latency_p99_ms"])
+    if df.empty:
+        return _nothing(path, title, "no run finished")
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * len(df)))
+    y = range(len(df))
     for k, (col, name) in enumerate((("latency_p50_ms", "p50"), ("latency_p95_ms", "p95"), ("latency_p99_ms", "p99"))):
-        ax.bar([i + (k - 1) * width for i in x], df[col], width, label=name)
-    ax.set_xticks(list(x), [f"{s}\n{r}" for s, r in zip(df["scenario"], df["run_id"])], rotation=30, ha="right",
-                  fontsize=8)
-    ax.set_ylabel("per-sample latency (ms)")
-    ax.set_title("Per-sample fetch latency (time in the dataset's __getitem__)")
+        ax.barh([i + (k - 1) * 0.27 for i in y], df[col], 0.27, label=name)
+    ax.set_yticks(list(y), [f"{_label(r)} ({r['mode']})" for _, r in df.iterrows()], fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xlabel("per-sample latency (ms, log scale)")
+    ax.set_title(title)
+    ax.legend(loc="lower right")
+    return _save(fig, path)
+
+
+def plot_decode_device(df: pd.DataFrame, path: Path) -> Path:
+    """CPU vs CUDA (NVDEC) decode: frames/s per node side by side for runs that differ only by decode device."""
+    title = "Decode device: CPU vs CUDA (NVDEC)"
+    ok = _ok(df)
+    groups = [(k, g) for k, g in ok.groupby(GROUP + ["num_workers", "world_size"])
+              if set(g["decode_device"]) >= {"cpu", "cuda"}]
+    if not groups:
+        skipped = df[(df["decode_device"] == "cuda") & (df["status"] != "ok")]
+        why = ("no run with both decode devices finished" + (f"; cuda runs skipped: {skipped['reason'].iloc[0]}"
+                                                               if len(skipped) else "; add a cuda scenario"))
+        return _nothing(path, title, why)
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.6 * len(groups)))
+    for i, (key, g) in enumerate(groups):
+        for j, dev in enumerate(("cpu", "cuda")):
+            v = g[g["decode_device"] == dev]["frames_per_s_node"].max()
+            ax.barh(i + (j - 0.5) * 0.4, v, 0.4, color=("tab:blue", "tab:orange")[j], label=dev if i == 0 else None)
+    ax.set_yticks(range(len(groups)), [f"{k[0]} · {k[1]} · {k[2]} · w{k[3]}" for k, _ in groups], fontsize=8)
+    ax.set_xlabel("decoded frames/s per node")
+    ax.set_title(title)
     ax.legend()
     return _save(fig, path)
 
 
-def plot_all(summary: str | Path, outdir: str | Path) -> list[Path]:
+def _lines(df: pd.DataFrame, x: str, y: str, path: Path, title: str, xlabel: str, ylabel: str, need: str) -> Path:
+    """One line per (source, loader, mode, decode device) over `x`, for groups with at least two `x` values."""
+    ok = _ok(df)
+    groups = [(k, g.groupby(x)[y].max()) for k, g in ok.groupby(GROUP + ["decode_device"]) if g[x].nunique() > 1]
+    if not groups:
+        return _nothing(path, title, need)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for key, series in groups:
+        ax.plot(series.index, series.values, marker="o", label=" · ".join(str(k) for k in key))
+    ax.set_xticks(sorted({v for _, s in groups for v in s.index}))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_workers(df: pd.DataFrame, path: Path) -> Path:
+    """Decoded frames/s per node against DataLoader workers."""
+    return _lines(df[df["world_size"] == 1], "num_workers", "frames_per_s_node", path,
+                  "Worker scaling (one rank)", "DataLoader workers per rank", "decoded frames/s per node",
+                  "needs runs that differ only by num_workers (e.g. mmap_local and mmap_local_maxworkers)")
+
+
+def plot_nodes(df: pd.DataFrame, path: Path) -> Path:
+    """Total decoded frames/s against world size; the ideal is the 1-rank figure times the world size."""
+    out = _lines(df, "world_size", "frames_per_s_total", path, "Node scaling (total over ranks; "
+                 "summary.csv has scaling_efficiency)", "ranks (nodes on SLURM)", "decoded frames/s, all ranks",
+                 "needs runs that differ only by their number of ranks (e.g. stream_bucket and stream_bucket_2node)")
+    return out
+
+
+def plot_cache(df: pd.DataFrame, path: Path) -> Path:
+    """Decoder cache hit rate against p99 latency, one marker per run; runs flagged as decoder thrash are crosses."""
+    title = "Decoder cache hit rate vs p99 latency (x: flagged decoder thrash)"
+    ok = _ok(df).dropna(subset=["cache_hit_rate"])
+    if ok.empty:
+        return _nothing(path, title, "no finished run reports decoder cache counters (dlbench loaders do)")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    colors = plt.get_cmap("tab20").colors
+    for i, (_, r) in enumerate(ok.iterrows()):
+        thrash = bool(r.get("decoder_thrash", False))
+        ax.scatter(r["cache_hit_rate"], r["latency_p99_ms"], color=colors[i % len(colors)],
+                   marker="X" if thrash else "o", s=70 if thrash else 40, label=_label(r))
+    ax.set_xlim(-0.05, 1.05)
+    ax.set_yscale("log")
+    ax.set_xlabel("decoder cache hit rate")
+    ax.set_ylabel("p99 per-sample latency (ms, log scale)")
+    ax.set_title(title)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
+    return _save(fig, path)
+
+
+def plot_conversion(table: pd.DataFrame, path: Path) -> Path:
+    """Conversion wall time against workers, with the speed-up over one worker on each point."""
+    title = "v2.1 -> v3.0 conversion time"
+    if table.empty:
+        return _nothing(path, title, "no timed conversion (convert.scaling_workers in config.yaml)")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, g in table.groupby("dataset"):
+        ax.plot(g["workers"], g["seconds"], marker="o", label=name)
+        for _, r in g.iterrows():
+            ax.annotate(f"{r['speedup_vs_1_worker']:.2f}x", (r["workers"], r["seconds"]), fontsize=8,
+                        xytext=(4, 4), textcoords="offset points")
+    ax.set_xticks(sorted(table["workers"].unique()))
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("convert workers")
+    ax.set_ylabel("wall time (s)")
+    ax.set_title(title + " (labels: speed-up over 1 worker)")
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+PLOTS = {"throughput.png": plot_throughput, "latency.png": plot_latency, "decode_device.png": plot_decode_device,
+         "workers.png": plot_workers, "nodes.png": plot_nodes, "cache_vs_p99.png": plot_cache}
+
+
+def plot_all(summary: str | Path, outdir: str | Path, conversion: str | Path | None = None) -> list[Path]:
     summary = Path(summary)
     if not summary.exists():
         raise UserError(f"{summary}: summary not found; run `dlbench aggregate` (or `snakemake {summary}`) first")
@@ -67,4 +198,7 @@ def plot_all(summary: str | Path, outdir: str | Path) -> list[Path]:
         raise UserError(f"{summary}: no runs to plot")
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    return [plot_throughput(df, outdir / "throughput.png"), plot_latency(df, outdir / "latency.png")]
+    written = [plot(df, outdir / name) for name, plot in PLOTS.items()]
+    if conversion is not None:
+        written.append(plot_conversion(pd.read_csv(conversion), outdir / "conversion.png"))
+    return written

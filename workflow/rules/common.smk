@@ -4,6 +4,7 @@ import json
 import os
 import shlex
 import sys
+from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
@@ -68,7 +69,13 @@ def source_spec_arg(name):
     return shlex.quote(json.dumps(source_spec(name)))
 CONVERT_WORKERS = config["convert"]["workers"]
 AXES = ("loader", "mode", "batch_size", "num_workers", "decode_device")
-PLOTS = ["results/plots/throughput.png", "results/plots/latency.png"]
+# dlbench.plots.PLOTS, spelled out so parsing the workflow does not import matplotlib
+PLOTS = [f"results/plots/{name}.png" for name in ("throughput", "latency", "decode_device", "workers", "nodes",
+                                                   "cache_vs_p99")]
+SCALING_WORKERS = config["convert"]["scaling_workers"]
+CONVERSION_TABLE = ["results/tables/conversion.csv"] if SCALING_WORKERS else []
+if SCALING_WORKERS:
+    PLOTS.append("results/plots/conversion.png")
 
 
 def run_id(run):

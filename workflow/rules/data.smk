@@ -74,3 +74,23 @@ rule validate_dataset:
         "../envs/cpu.yaml"
     shell:
         "dlbench validate {input} --report {output} > {log} 2>&1"
+
+
+rule convert_scaling:
+    """Time a whole local conversion with N workers (results/tables/conversion.csv compares them)."""
+    input:
+        "results/datasets/{dataset}/v21",
+    output:
+        "results/convert/{dataset}/scaling/w{n}.json",
+    log:
+        "results/logs/convert/{dataset}/scaling-w{n}.log",
+    params:
+        dst="results/convert/{dataset}/scaling/tmp-w{n}",
+        args=plan_args(),
+    threads: lambda wildcards: int(wildcards.n) + 1
+    conda:
+        "../envs/cpu.yaml"
+    shell:
+        "(rm -rf {params.dst} {params.dst}-work && dlbench convert run {input} {params.dst} --work {params.dst}-work "
+        "--workers {wildcards.n} --record {output} --name {wildcards.dataset} {params.args} && "
+        "rm -rf {params.dst} {params.dst}-work) > {log} 2>&1"

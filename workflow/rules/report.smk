@@ -1,4 +1,4 @@
-# Aggregation and plots.
+# Aggregation, tables and plots; captions for `snakemake --report` live in workflow/report/.
 
 
 rule aggregate:
@@ -10,23 +10,40 @@ rule aggregate:
         "results/logs/aggregate.log",
     params:
         targets=shlex.quote(json.dumps(config["targets"])),
+        thrash=shlex.quote(json.dumps(config["thrash"])),
+        baseline=config["baseline_loader"],
     conda:
         "../envs/cpu.yaml"
     shell:
-        "dlbench aggregate {input} --out {output} --targets {params.targets} > {log} 2>&1"
+        "dlbench aggregate {input} --out {output} --targets {params.targets} --thrash {params.thrash} "
+        "--baseline {params.baseline} > {log} 2>&1"
+
+
+rule conversion_table:
+    input:
+        expand("results/convert/{dataset}/scaling/w{n}.json", dataset=DATASET, n=SCALING_WORKERS),
+    output:
+        report("results/tables/conversion.csv", caption="../report/conversion_table.rst", category="Tables"),
+    log:
+        "results/logs/conversion_table.log",
+    conda:
+        "../envs/cpu.yaml"
+    shell:
+        "dlbench conversion-table {input} --out {output} > {log} 2>&1"
 
 
 rule plots:
     input:
-        "results/summary.csv",
+        summary="results/summary.csv",
+        conversion=CONVERSION_TABLE,
     output:
-        report("results/plots/throughput.png", caption="../report/throughput.rst", category="Plots"),
-        report("results/plots/latency.png", caption="../report/latency.rst", category="Plots"),
+        [report(p, caption=f"../report/{Path(p).stem}.rst", category="Plots") for p in PLOTS],
     log:
         "results/logs/plots.log",
     params:
         outdir=subpath(output[0], parent=True),
+        conversion=lambda wildcards, input: f"--conversion {input.conversion}" if input.conversion else "",
     conda:
         "../envs/cpu.yaml"
     shell:
-        "dlbench plot {input} --outdir {params.outdir} > {log} 2>&1"
+        "dlbench plot {input.summary} --outdir {params.outdir} {params.conversion} > {log} 2>&1"

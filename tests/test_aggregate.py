@@ -1,0 +1,125 @@
+"""Aggregation, tables and plots on constructed records with known numbers."""
+
+import json
+
+import matplotlib.image
+import pytest
+
+from dlbench import aggregate as agg
+from dlbench import plots
+from dlbench.bench import record as recordmod
+from dlbench.errors import UserError
+
+
+def metrics(fps, p99=10.0, hit=0.99, wrong=0):
+    return {"frames_per_s_node": fps, "samples_per_s": fps / 2, "first_batch_latency_s": 0.5,
+            "latency_p50_ms": p99 / 4, "latency_p95_ms": p99 / 2, "latency_p99_ms": p99, "peak_rss_mb": 100.0 + fps,
+            "cache_hit_rate": hit, "frames_verified": 100, "frames_wrong": wrong}
+
+
+def write_run(root, scenario, loader, fps_by_rank, mode="single", source="local", workers=2, device="cpu",
+              status="ok", **kw):
+    """A run directory as bench-run writes it: rank records and run.json."""
+    world = len(fps_by_rank)
+    cfg = {"scenario": scenario, "source": source, "loader": loader, "mode": mode, "batch_size": 8,
+           "num_workers": workers, "decode_device": device, "world_size": world}
+    run = root / scenario / agg.run_id(cfg)
+    run.mkdir(parents=True)
+    names = []
+    for rank, fps in enumerate(fps_by_rank):
+        rec = recordmod.make_record({**cfg, "rank": rank}, metrics(fps, **kw) if status == "ok" else {},
+                                    status=status, reason="" if status == "ok" else "no CUDA device")
+        recordmod.write(rec, run / f"rank{rank}of{world}.json")
+        names.append(f"rank{rank}of{world}.json")
+    (run / "run.json").write_text(json.dumps({"ranks": names}))
+    return run
+
+
+@pytest.fixture
+def summary(tmp_path):
+    runs = [
+        write_run(tmp_path, "stream_local", "dlbench_stream", [300.0]),
+        write_run(tmp_path, "stream_local_2rank", "dlbench_stream", [280.0, 260.0]),  # mean 270 -> 0.9 of 300
+        write_run(tmp_path, "stream_local", "lerobot_stream", [100.0]),
+        write_run(tmp_path, "stream_local", "dlbench_stream", [200.0], mode="sarm"),  # below the 320 target
+        write_run(tmp_path, "mmap_local", "dlbench_map", [150.0], p99=400.0, hit=0.2),  # thrash
+        write_run(tmp_path, "mmap_local", "dlbench_map", [500.0], workers=4, wrong=3),  # fast but wrong frames
+        write_run(tmp_path, "gpu", "dlbench_stream", [0.0], device="cuda", status="skipped"),
+    ]
+    return agg.aggregate(runs, tmp_path / "summary.csv", thrash={"hit_rate_below": 0.5, "p99_ms_above": 100})
+
+
+def row(df, scenario, run_id_prefix, mode="single"):
+    hit = df[(df["scenario"] == scenario) & df["run_id"].str.startswith(run_id_prefix) & (df["mode"] == mode)]
+    assert len(hit) == 1
+    return hit.iloc[0]
+
+
+def test_per_node_means_totals_and_scaling(summary):
+    two = row(summary, "stream_local_2rank", "dlbench_stream")
+    assert two["frames_per_s_node"] == 270.0 and two["frames_per_s_total"] == 540.0
+    assert two["samples_per_s_node"] == 135.0 and two["ranks"] == two["world_size"] == 2
+    assert two["peak_rss_mb"] == 380.0  # the largest rank
+    assert two["scaling_efficiency"] == pytest.approx(0.9)
+    assert row(summary, "stream_local", "dlbench_stream")["scaling_efficiency"] == 1.0
+
+
+def test_ratio_to_baseline_pass_fail_and_thrash(summary):
+    stream = row(summary, "stream_local", "dlbench_stream")
+    assert stream["ratio_to_baseline"] == pytest.approx(3.0)
+    assert stream["baseline_run"] == "stream_local/lerobot_stream-single-b8-w2-cpu"
+    assert stream["pass"] and not stream["decoder_thrash"] and stream["notes"] == ""
+    sarm = row(summary, "stream_local", "dlbench_stream", mode="sarm")
+    assert not sarm["pass"] and "below target (200 < 320" in sarm["notes"]
+    assert sarm["ratio_to_baseline"] != sarm["ratio_to_baseline"]  # NaN: no LeRobot sarm run on this source
+    thrash = row(summary, "mmap_local", "dlbench_map-single-b8-w2")
+    assert thrash["decoder_thrash"] and "decoder thrash" in thrash["notes"] and thrash["pass"]
+    wrong = row(summary, "mmap_local", "dlbench_map-single-b8-w4")
+    assert not wrong["pass"] and "3 wrong frames" in wrong["notes"]
+    gpu = row(summary, "gpu", "dlbench_stream")
+    assert gpu["status"] == "skipped" and not gpu["pass"] and "no CUDA device" in gpu["notes"]
+
+
+def test_a_missing_or_malformed_rank_file_is_named(tmp_path):
+    run = write_run(tmp_path, "s", "dlbench_stream", [100.0, 100.0])
+    (run / "rank1of2.json").unlink()
+    with pytest.raises(UserError, match=r"rank1of2.json: rank record missing"):
+        agg.aggregate([run], tmp_path / "summary.csv")
+    rec = json.loads((run / "rank0of2.json").read_text())
+    rec["metrics"]["cache_hit_rate"] = 1.5
+    (run / "rank1of2.json").write_text(json.dumps(rec))
+    with pytest.raises(UserError, match=r"rank1of2.json: metrics/cache_hit_rate: 1.5 is greater than the maximum"):
+        agg.aggregate([run], tmp_path / "summary.csv")
+    del rec["metrics"]["latency_p99_ms"]
+    (run / "rank1of2.json").write_text(json.dumps(rec))
+    with pytest.raises(UserError, match=r"rank1of2.json: metrics: 'latency_p99_ms' is a required property"):
+        agg.aggregate([run], tmp_path / "summary.csv")
+    (run / "rank1of2.json").write_text("{not json")
+    with pytest.raises(UserError, match=r"rank1of2.json: not a valid record"):
+        agg.aggregate([run], tmp_path / "summary.csv")
+    assert not (tmp_path / "summary.csv").exists()  # nothing half-written
+
+
+def test_conversion_table(tmp_path):
+    recs = []
+    for workers, seconds in ((1, 10.0), (2, 6.0), (4, 4.0)):
+        recs.append(tmp_path / f"w{workers}.json")
+        recs[-1].write_text(json.dumps({"dataset": "d", "workers": workers, "seconds": seconds, "episodes": 10,
+                                        "input_bytes": 40 * 2**20, "output_bytes": 39 * 2**20,
+                                        "peak_rss_mb": 100.0 * workers}))
+    table = agg.conversion_table(recs, tmp_path / "conversion.csv")
+    assert table["speedup_vs_1_worker"].tolist() == [1.0, pytest.approx(1.667), 2.5]
+    assert table["input_mb_per_s"].tolist() == [4.0, pytest.approx(6.667), 10.0]
+    recs[0].write_text(json.dumps({"workers": 1}))
+    with pytest.raises(UserError, match=r"w1.json: conversion record lacks \['seconds'"):
+        agg.conversion_table(recs, tmp_path / "conversion.csv")
+
+
+def test_every_plot_is_written_and_opens_as_an_image(summary, tmp_path):
+    table = tmp_path / "conversion.csv"
+    table.write_text("dataset,workers,seconds,speedup_vs_1_worker\nd,1,10,1.0\nd,2,6,1.667\n")
+    written = plots.plot_all(tmp_path / "summary.csv", tmp_path / "plots", conversion=table)
+    assert sorted(p.name for p in written) == sorted([*plots.PLOTS, "conversion.png"])
+    for png in written:
+        image = matplotlib.image.imread(png)
+        assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
