@@ -139,6 +139,8 @@ def bench_args(wildcards):
     if spec.get("require_warm"):
         args += [f"--require-warm results/prewarm/{r['source']}.json", f"--on-cold {spec['on_cold']}"]
     args += [f"--{k.replace('_', '-')} {r[k]}" for k in BENCH_FLAGS if r.get(k) is not None]
+    if not r["verify"]:
+        args.append("--no-verify")
     return " ".join(args)
 
 

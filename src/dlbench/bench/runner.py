@@ -48,13 +48,20 @@ class BenchConfig:
     extra: dict = field(default_factory=dict)
 
 
-def _info(t0: float, stats) -> torch.Tensor:
+def _info(t0: float, stats) -> np.ndarray:
     """[latency_ms, worker, cache hits, misses, evictions, size] for one sample (-1 where unknown)."""
     ms = (time.perf_counter() - t0) * 1000.0
     w = torch.utils.data.get_worker_info()
     s = stats() if stats else {}
-    return torch.tensor([ms, w.id if w else -1, s.get("hits", -1), s.get("misses", -1), s.get("evictions", -1),
-                         s.get("size", -1)], dtype=torch.float64)
+    return np.array([ms, w.id if w else -1, s.get("hits", -1), s.get("misses", -1), s.get("evictions", -1),
+                     s.get("size", -1)], dtype=np.float64)
+
+
+def _collate(samples):
+    """The items collate as usual; the per-sample infos stay one small numpy array, pickled with the batch rather
+    than passed as one more shared-memory tensor (each costs a file-descriptor round trip between processes)."""
+    items, infos = zip(*samples)
+    return torch.utils.data.default_collate(list(items)), np.stack(infos)
 
 
 class _Timed(torch.utils.data.Dataset):
@@ -154,7 +161,7 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
     adapter = make_adapter(cfg)
     verifier = _Verifier(dmeta, cfg.mode) if cfg.verify and is_synthetic(dmeta.info) else None
     workers = cfg.num_workers
-    common = dict(batch_size=cfg.batch_size, num_workers=workers, persistent_workers=workers > 0,
+    common = dict(batch_size=cfg.batch_size, num_workers=workers, persistent_workers=workers > 0, collate_fn=_collate,
                   prefetch_factor=cfg.prefetch_factor if workers > 0 else None, pin_memory=False,
                   # CUDA cannot start in forked workers; frames decoded on the GPU need no pinned CPU memory
                   multiprocessing_context=("spawn" if workers > 0 and device.type == "cuda" else None))
@@ -166,7 +173,7 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
                                              generator=gen, **common)
     t_start = time.perf_counter()
     it = iter(loader)  # forks the workers before the sampler thread exists: never fork beside a live thread
-    rss = RssSampler()
+    rss = RssSampler(every_s=0.5)  # ~1 ms per sample: keep it off the measured cores
     rss.start()
     try:
         epoch = 0
@@ -202,8 +209,8 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
             n = len(info)
             samples += n
             batches += 1
-            latencies.append(info[:, 0].numpy())
-            for row in info.numpy():
+            latencies.append(info[:, 0])
+            for row in info:
                 worker_stats[int(row[1])] = row[2:6]
             eps = batch["episode_index"].cpu().numpy()
             distinct_frac.append(len(np.unique(eps)) / n)

@@ -1,0 +1,92 @@
+"""Harness overhead: the benchmark harness against the same DataLoader loop without instrumentation, in one run.
+
+    python -m dlbench.perf.harness [--dataset V30] [--loaders dlbench_stream dlbench_map] [--workers 2]
+                                   [--batch-size 16] [--duration-s 8] [--repeats 3]
+
+For each loader it alternates, `repeats` times:
+  - bare: the loader's dataset in a plain DataLoader (same batch size, workers, prefetch, warm-up and window),
+    batches pulled and counted, nothing else;
+  - harness: `bench.runner.run` without frame verification (per-sample timing, cache counters, RSS sampler, the
+    device copy): the instrumentation every record carries;
+  - harness+verify: the same with barcode checks of every frame, as the workflow runs on synthetic data.
+It prints the median decoded frames/s of each and the cost of the harness relative to the bare loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from dataclasses import replace
+
+import torch
+
+from ..bench.adapters import make_adapter
+from ..bench.runner import BenchConfig, run
+
+
+def bare(cfg: BenchConfig) -> float:
+    """Decoded frames/s of the plain loop over the same window as the harness."""
+    adapter = make_adapter(cfg)
+    kwargs = dict(batch_size=cfg.batch_size, num_workers=cfg.num_workers, persistent_workers=cfg.num_workers > 0,
+                  prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None)
+    if not adapter.iterable:
+        kwargs.update(shuffle=True, generator=torch.Generator().manual_seed(cfg.seed + 1000003 * cfg.rank))
+    loader = torch.utils.data.DataLoader(adapter.dataset, **kwargs)
+    it = iter(loader)
+
+    def next_batch():
+        nonlocal it
+        try:
+            return next(it)
+        except StopIteration:
+            it = iter(loader)
+            return next(it)
+
+    t0 = time.perf_counter()
+    next_batch()
+    first = time.perf_counter() - t0
+    while time.perf_counter() - t0 - first < cfg.warmup_s:
+        next_batch()
+    samples, w0 = 0, time.perf_counter()
+    while time.perf_counter() - w0 < cfg.duration_s:
+        samples += len(next_batch()["index"])
+    return samples * adapter.frames_per_item / (time.perf_counter() - w0)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m dlbench.perf.harness", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dataset", default="results/datasets/synthetic/v30")
+    ap.add_argument("--loaders", nargs="+", default=["dlbench_stream", "dlbench_map"])
+    ap.add_argument("--mode", default="single")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--duration-s", type=float, default=8.0)
+    ap.add_argument("--warmup-s", type=float, default=1.5)
+    ap.add_argument("--repeats", type=int, default=3)
+    a = ap.parse_args(argv)
+
+    print(f"dataset {a.dataset}, mode {a.mode}, batch {a.batch_size}, {a.workers} workers, {a.duration_s:g} s "
+          f"windows, {a.repeats} interleaved repeats; decoded frames/s")
+    print(f"{'loader':<16}{'bare':>10}{'harness':>10}{'h+verify':>10}{'harness cost':>14}{'with verify':>13}")
+    for loader in a.loaders:
+        cfg = BenchConfig(dataset=a.dataset, loader=loader, mode=a.mode, batch_size=a.batch_size,
+                          num_workers=a.workers, duration_s=a.duration_s, warmup_s=a.warmup_s, probe_samples=1)
+        figures: dict[str, list[float]] = {"bare": [], "harness": [], "verify": []}
+        for _ in range(a.repeats):
+            figures["bare"].append(bare(cfg))
+            figures["harness"].append(run(replace(cfg, verify=False))["metrics"]["frames_per_s_node"])
+            figures["verify"].append(run(cfg)["metrics"]["frames_per_s_node"])
+        med = {k: statistics.median(v) for k, v in figures.items()}
+        cost = 1 - med["harness"] / med["bare"]
+        cost_v = 1 - med["verify"] / med["bare"]
+        print(f"{loader:<16}{med['bare']:>10.0f}{med['harness']:>10.0f}{med['verify']:>10.0f}{cost:>13.1%}"
+              f"{cost_v:>13.1%}")
+        print(f"{'':<16}runs: bare {[round(v) for v in figures['bare']]}, harness "
+              f"{[round(v) for v in figures['harness']]}, h+verify {[round(v) for v in figures['verify']]}")
+    print("target: harness cost < 3% of the bare loop's throughput")
+
+
+if __name__ == "__main__":
+    main()
