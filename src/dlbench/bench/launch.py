@@ -122,6 +122,9 @@ def launch(cfg, bench_args: list[str], out_dir: str | Path, on_unavailable: str 
         for r in range(world):
             _write_skipped(replace(cfg, rank=r), out_dir, reason)
         return _finish(out_dir, world, "none")
+    if world == 1 and not needs_peer(cfg.loader):  # one rank of our own: run it here, sparing an interpreter start
+        run_rank(replace(cfg, rank=0), out_dir, on_unavailable=on_unavailable)
+        return _finish(out_dir, world, "in-process")
     cmd, env = rank_command(cfg.loader)
     args = [*cmd, *bench_args, "--out-dir", str(out_dir), "--world-size", str(world)]
     use_srun = world > 1 and "SLURM_JOB_ID" in os.environ and shutil.which("srun")

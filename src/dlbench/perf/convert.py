@@ -56,8 +56,8 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     work = Path(a.workdir or tempfile.mkdtemp(prefix="dlbench-perf-convert-"))
     cams = tuple(Camera(f"observation.images.cam{i}", a.height, a.width) for i in range(a.cameras))
-    sizes = ["--data-file-size-in-mb", str(a.data_file_size_in_mb), "--video-file-size-in-mb",
-             str(a.video_file_size_in_mb)]
+    sizes = ["--data-file-size-in-mb", f"{a.data_file_size_in_mb:g}", "--video-file-size-in-mb",
+             f"{a.video_file_size_in_mb:g}"]  # both converters get the same thresholds
     src = work / "v21"
     if not (src / "meta/info.json").exists():
         t0 = time.perf_counter()
@@ -85,7 +85,7 @@ def main(argv=None) -> None:
         shutil.copytree(src, copy)
         rows.append(("LeRobot 0.6.1 converter", *timed([str(peer), "-m", "lerobot.scripts.convert_dataset_v21_to_v30",
                                                          "--repo-id", "local/perf", "--root", str(copy),
-                                                         "--push-to-hub", "false"], env={"HF_HUB_OFFLINE": "1",
+                                                         "--push-to-hub", "false", *sizes], env={"HF_HUB_OFFLINE": "1",
                                                                                           "PATH": "/usr/bin:/bin"})))
     print(f"\n{'contender':<32} {'seconds':>9} {'peak RSS MB':>12}")
     for name, secs, mb in rows:
