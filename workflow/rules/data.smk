@@ -87,7 +87,7 @@ rule convert_scaling:
     params:
         dst="results/convert/{dataset}/scaling/tmp-w{n}",
         args=plan_args(),
-    threads: lambda wildcards: int(wildcards.n) + 1
+    threads: lambda wildcards: int(wildcards.n)  # the workers; the coordinating process mostly waits
     conda:
         "../envs/cpu.yaml"
     shell:

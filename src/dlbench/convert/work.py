@@ -176,6 +176,7 @@ def work(work_dir: str | Path, lease_timeout_s: float = 60.0, poll_s: float = 1.
     (work_dir / DONE_DIR).mkdir(exist_ok=True)
     leases = LeaseDir(work_dir / LEASES_DIR, timeout_s=lease_timeout_s)
     ran = 0
+    wait = 0.02  # idle back-off: others hold the last units; notice their end quickly, then poll less often
     while True:
         pending = [u for u in range(manifest["units"]) if not is_done(work_dir, u)]
         if not pending:
@@ -196,8 +197,11 @@ def work(work_dir: str | Path, lease_timeout_s: float = 60.0, poll_s: float = 1.
             took = True
             if max_units is not None and ran >= max_units:
                 return ran
-        if not took:
-            time.sleep(poll_s)
+        if took:
+            wait = 0.02
+        else:
+            time.sleep(wait)
+            wait = min(2 * wait, poll_s)
 
 
 def status(work_dir: str | Path) -> dict:
