@@ -73,3 +73,18 @@ def test_two_local_ranks_overlap_and_read_disjoint_samples(v30_h264, tmp_path):
     m0, m1 = recs[0]["metrics"], recs[1]["metrics"]
     assert m0["window_start_unix"] < m1["window_end_unix"] and m1["window_start_unix"] < m0["window_end_unix"]
     assert json.loads((tmp_path / "run.json").read_text())["ranks"] == ["rank0of2.json", "rank1of2.json"]
+
+
+@pytest.mark.parametrize("loader", ["dlbench_map", "dlbench_stream"])
+def test_harness_wrapper_survives_spawned_workers(v30_h264, loader):
+    """cuda decode starts DataLoader workers with spawn, which pickles the wrapped dataset and its stats hooks."""
+    from dlbench.bench.adapters import make_adapter
+    from dlbench.bench.runner import _collate, _Timed, _TimedIterable
+
+    adapter = make_adapter(BenchConfig(dataset=str(v30_h264), loader=loader, buffer_size=8, **FAST))
+    wrap = (_TimedIterable if adapter.iterable else _Timed)(adapter.dataset, adapter.cache_stats)
+    loader_ = torch.utils.data.DataLoader(wrap, batch_size=4, num_workers=1, collate_fn=_collate,
+                                          multiprocessing_context="spawn")
+    batch, info = next(iter(loader_))
+    assert len(batch["index"]) == 4 and (info[:, 1] == 0).all()  # made in worker 0
+    assert (info[:, 3] >= 1).all()  # the worker's own decoder cache counted its misses

@@ -48,13 +48,32 @@ def test_lease_is_exclusive_and_stale_leases_are_taken_over(tmp_path):
     taken = a.try_acquire("u1")
     assert taken is not None  # expired: taken over
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    (tmp_path / "u2.lease").write_text(json.dumps({"host": __import__("dlbench.convert.lease").convert.lease.HOST,
-                                                    "pid": int(dead.stdout)}))
+    (tmp_path / "u2.0.lease").write_text(json.dumps({"host": __import__("dlbench.convert.lease").convert.lease.HOST,
+                                                      "pid": int(dead.stdout)}))
     b = LeaseDir(tmp_path, timeout_s=600)
     orphan = b.try_acquire("u2")
     assert orphan is not None  # its owner on this host is gone: stale at once
-    for held in (lease, taken, orphan):  # end their heartbeat threads
+    lease.release()  # the overtaken owner releasing must not free its successor's lease
+    assert a.owner("u1")["generation"] == 1 and b.try_acquire("u1") is None
+    for held in (taken, orphan):  # end their heartbeat threads
         held.release()
+    assert b.held() == [] and (again := b.try_acquire("u1")) is not None  # released: free at once
+    again.release()
+
+
+def test_concurrent_takeover_of_a_stale_lease_has_one_winner(tmp_path):
+    first = LeaseDir(tmp_path, timeout_s=0.2, heartbeat_s=10).try_acquire("u")
+    time.sleep(0.3)  # its owner stopped beating: stale
+    code = ("import sys, time; from dlbench.convert.lease import LeaseDir\n"
+            "d = LeaseDir(sys.argv[1], timeout_s=0.2, heartbeat_s=0.05)\n"
+            "while time.time() < float(sys.argv[2]): pass\n"
+            "print(d.try_acquire('u') is not None, flush=True); time.sleep(0.5)")
+    start = str(time.time() + 1.0)  # contenders spin until the same instant, then race
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), start], stdout=subprocess.PIPE, text=True)
+             for _ in range(6)]
+    won = [p.communicate(timeout=60)[0].strip() == "True" for p in procs]
+    assert sum(won) == 1, won
+    first.release()
 
 
 def test_killed_worker_mid_unit_resumes_to_identical_result(v21_h264, tmp_path):

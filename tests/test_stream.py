@@ -79,12 +79,21 @@ def test_resume_from_state_dict_has_no_repeats_and_no_gaps(v30_h264):
     resumed = LeRobotStreamingDataset(str(v30_h264), **kw)
     resumed.load_state_dict(state)
     after = []
-    for batch in torch.utils.data.DataLoader(resumed, batch_size=4, num_workers=2):
+    loader = torch.utils.data.DataLoader(resumed, batch_size=4, num_workers=2, persistent_workers=True)
+    for batch in loader:
         after += batch["index"].tolist()
         for item in unbatch(batch):
             check_item(resumed, item)
     assert not set(before) & set(after)
     assert sorted(before + after) == list(range(resumed.meta.num_frames))
+    # the persistent workers' next epoch is whole again: the skip applies to the resumed epoch only
+    again = [i for b in loader for i in b["index"].tolist()]
+    assert sorted(again) == list(range(resumed.meta.num_frames))
+    # a different split (3 workers instead of 2) cannot resume this state
+    other = LeRobotStreamingDataset(str(v30_h264), **kw)
+    other.load_state_dict(state)
+    with pytest.raises(Exception, match="resume with the same num_workers"):
+        next(iter(torch.utils.data.DataLoader(other, batch_size=4, num_workers=3)))
 
 
 def test_decoder_cache_counters_add_up(v30_h264):

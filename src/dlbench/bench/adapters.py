@@ -8,6 +8,7 @@ for them, see `launch.py`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable
 
 from ..errors import UserError
@@ -33,6 +34,19 @@ def lerobot_delta_timestamps(dmeta: DatasetMeta, mode: str) -> dict | None:
     return {k: [float(o) / dmeta.fps for o in offs] for k, offs in windows.items()} or None
 
 
+def _cache_stats(ds) -> dict:
+    return ds.cache.stats()
+
+
+def _decode_seconds(ds) -> float:
+    return ds.builder.decode_s
+
+
+def _dlbench_adapter(ds, iterable: bool) -> Adapter:
+    # partials of module functions, not lambdas: spawned DataLoader workers (cuda decode) pickle the dataset wrapper
+    return Adapter(ds, iterable, ds.frames_per_item, partial(_cache_stats, ds), partial(_decode_seconds, ds))
+
+
 def make_adapter(cfg) -> Adapter:
     """Build the loader named by `cfg.loader` (a BenchConfig) over `cfg.dataset`."""
     if cfg.loader == "dlbench_map":
@@ -40,7 +54,7 @@ def make_adapter(cfg) -> Adapter:
 
         ds = LeRobotMapDataset(cfg.dataset, mode=cfg.mode, decode_device=cfg.decode_device,
                                decoder_cache_size=cfg.decoder_cache_size)
-        return Adapter(ds, False, ds.frames_per_item, lambda: ds.cache.stats(), lambda: ds.builder.decode_s)
+        return _dlbench_adapter(ds, iterable=False)
     if cfg.loader == "dlbench_stream":
         from ..loader.stream import LeRobotStreamingDataset
 
@@ -48,7 +62,7 @@ def make_adapter(cfg) -> Adapter:
                                      decoder_cache_size=cfg.decoder_cache_size, rank=cfg.rank,
                                      world_size=cfg.world_size, seed=cfg.seed, pool_size=cfg.pool_size,
                                      buffer_size=cfg.buffer_size, tag_items=False)
-        return Adapter(ds, True, ds.frames_per_item, lambda: ds.cache.stats(), lambda: ds.builder.decode_s)
+        return _dlbench_adapter(ds, iterable=True)
     if cfg.loader in LEROBOT_LOADERS:
         return _lerobot(cfg)
     raise UserError(f"loader {cfg.loader!r} is unknown; choose one of {list(LOADERS)}")

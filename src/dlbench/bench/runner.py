@@ -49,12 +49,12 @@ class BenchConfig:
 
 
 def _info(t0: float, stats) -> np.ndarray:
-    """[latency_ms, worker, cache hits, misses, evictions, size] for one sample (-1 where unknown)."""
+    """[latency_ms, worker, cache hits, misses, evictions, size, cpu fallbacks] for one sample (-1 where unknown)."""
     ms = (time.perf_counter() - t0) * 1000.0
     w = torch.utils.data.get_worker_info()
     s = stats() if stats else {}
     return np.array([ms, w.id if w else -1, s.get("hits", -1), s.get("misses", -1), s.get("evictions", -1),
-                     s.get("size", -1)], dtype=np.float64)
+                     s.get("size", -1), s.get("cpu_fallbacks", -1)], dtype=np.float64)
 
 
 def _collate(samples):
@@ -211,7 +211,7 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
             batches += 1
             latencies.append(info[:, 0])
             for row in info:
-                worker_stats[int(row[1])] = row[2:6]
+                worker_stats[int(row[1])] = row[2:7]
             eps = batch["episode_index"].cpu().numpy()
             distinct_frac.append(len(np.unique(eps)) / n)
             if samples_out is not None:
@@ -259,6 +259,8 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
         "cache_evictions": int(cache[2]) if known else None,
         "cache_hit_rate": (float(cache[0] / lookups) if lookups else 0.0) if known else None,
         "cache_size": int(cache[3]) if known else None,
+        # files NVDEC could not decode (e.g. AV1 on Hopper) that torchcodec decoded on the CPU instead
+        "decode_cpu_fallbacks": int(cache[4]) if known else None,
         "num_cameras": len(dmeta.cameras),
         "frames_per_sample": fpi,
         "image_shape": "x".join(str(v) for v in cam0),

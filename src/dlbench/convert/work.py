@@ -208,8 +208,8 @@ def status(work_dir: str | Path) -> dict:
     work_dir = Path(work_dir)
     manifest = planmod.load_manifest(work_dir)
     done = sum(is_done(work_dir, u) for u in range(manifest["units"]))
-    leased = [p.stem for p in (work_dir / LEASES_DIR).glob("*.lease")] if (work_dir / LEASES_DIR).exists() else []
-    return {"units": manifest["units"], "done": done, "leased": sorted(leased), "pid": os.getpid()}
+    leased = LeaseDir(work_dir / LEASES_DIR).held() if (work_dir / LEASES_DIR).exists() else []
+    return {"units": manifest["units"], "done": done, "leased": leased, "pid": os.getpid()}
 
 
 def read_done(work_dir: Path, unit: int) -> dict:

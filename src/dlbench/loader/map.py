@@ -68,6 +68,10 @@ class ItemBuilder:
         self._pid = None
         self.decode_s = 0.0  # time spent decoding in this process (for the fetch/decode split)
 
+    def __getstate__(self) -> dict:
+        # open decoders (and the cache's lock) stay in their process; a spawned worker builds its own cache
+        return {**self.__dict__, "_cache": None, "_pid": None}
+
     @property
     def cache(self) -> VideoDecoderCache:
         if self._cache is None or self._pid != os.getpid():  # one cache per process: never share decoders across fork

@@ -28,6 +28,7 @@ from .meta import DatasetMeta, resolve_windows
 
 SHARD_KEY = "_shard"
 POS_KEY = "_pos"
+SHARDS_KEY = "_shards"  # ranks x DataLoader workers: a resumed run must split the same way
 
 
 def rank_and_world(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
@@ -130,7 +131,9 @@ class LeRobotStreamingDataset(torch.utils.data.IterableDataset):
         self.tag_items = tag_items
         self._consumed: dict[int, int] = {}
         self._loaded: tuple[int, int] | None = None  # rows whose parquet columns are in memory
-        self._skip: dict[int, int] = {}
+        self._skip: dict[int, int] = {}  # items each shard skips on the first pass after load_state_dict
+        self._num_shards: int | None = None  # as seen by observe() or a worker-less iteration
+        self._resume_shards: int | None = None
 
     # ------------------------------------------------------------------------------------------------ state
     def set_epoch(self, epoch: int) -> None:
@@ -141,16 +144,19 @@ class LeRobotStreamingDataset(torch.utils.data.IterableDataset):
         """Record a batch the consumer has taken (needed for `state_dict()` when num_workers > 0)."""
         for shard, pos in zip(torch.as_tensor(batch[SHARD_KEY]).tolist(), torch.as_tensor(batch[POS_KEY]).tolist()):
             self._consumed[shard] = max(self._consumed.get(shard, 0), pos + 1)
+        if SHARDS_KEY in batch:
+            self._num_shards = int(torch.as_tensor(batch[SHARDS_KEY]).reshape(-1)[0])
 
     def state_dict(self) -> dict:
-        return {"seed": self.seed, "epoch": self.epoch, "world_size": self.world_size,
+        return {"seed": self.seed, "epoch": self.epoch, "world_size": self.world_size, "num_shards": self._num_shards,
                 "consumed": {int(k): int(v) for k, v in self._consumed.items()}}
 
     def load_state_dict(self, state: dict) -> None:
         if state["world_size"] != self.world_size:
             raise UserError(f"cannot resume: the state was saved with world size {state['world_size']}, "
                             f"this run has {self.world_size}")
-        self.seed, self.epoch = state["seed"], state["epoch"]
+        self.seed, self.epoch, self._iters = state["seed"], state["epoch"], 0
+        self._resume_shards = state.get("num_shards")
         self._skip = {int(k): int(v) for k, v in state["consumed"].items()}
         self._consumed = dict(self._skip)
 
@@ -179,8 +185,15 @@ class LeRobotStreamingDataset(torch.utils.data.IterableDataset):
         num_workers, worker = (info.num_workers, info.id) if info else (1, 0)
         shard = self.rank * num_workers + worker
         num_shards = self.world_size * num_workers
+        if self._iters == 0 and self._skip and self._resume_shards not in (None, num_shards):
+            raise UserError(f"cannot resume: the state was saved with {self._resume_shards} shards (ranks x DataLoader "
+                            f"workers), this run has {num_shards}; resume with the same num_workers")
         epoch = self.epoch + self._iters
+        # only the first pass after load_state_dict resumes; later epochs (persistent workers) start from the top
+        skip = self._skip.get(shard, 0) if self._iters == 0 else 0
         self._iters += 1
+        if info is None:
+            self._num_shards = num_shards
         episodes = self.shard_episodes(shard, num_shards, epoch)
         if not len(episodes):
             return
@@ -189,7 +202,6 @@ class LeRobotStreamingDataset(torch.utils.data.IterableDataset):
             self._load_rows(rows)
         events = shard_order(self.meta.ep_from, self.meta.ep_to, episodes, self.seed, epoch, shard,
                              self.pool_size, self.buffer_size, self.read_ahead, self.shuffle)
-        skip = self._skip.get(shard, 0)
         ready: dict[int, dict] = {}
         pending: set[int] = set()
         pos = 0
@@ -209,7 +221,7 @@ class LeRobotStreamingDataset(torch.utils.data.IterableDataset):
                 continue
             item = ready.pop(value)
             if self.tag_items:
-                item[SHARD_KEY], item[POS_KEY] = shard, pos
+                item[SHARD_KEY], item[POS_KEY], item[SHARDS_KEY] = shard, pos, num_shards
             pos += 1
             if info is None:
                 self._consumed[shard] = pos
