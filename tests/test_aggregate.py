@@ -97,6 +97,9 @@ def test_a_missing_or_malformed_rank_file_is_named(tmp_path):
     (run / "rank1of2.json").write_text("{not json")
     with pytest.raises(UserError, match=r"rank1of2.json: not a valid record"):
         agg.aggregate([run], tmp_path / "summary.csv")
+    (run / "run.json").write_text('{"ranks": ')  # the run's manifest itself cut short
+    with pytest.raises(UserError, match=r"run.json: malformed .*rerun its bench job"):
+        agg.aggregate([run], tmp_path / "summary.csv")
     assert not (tmp_path / "summary.csv").exists()  # nothing half-written
 
 

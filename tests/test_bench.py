@@ -60,10 +60,11 @@ def test_peer_loader_without_peer_env_names_the_command(v30_h264, tmp_path, monk
         launch(cfg, [], tmp_path / "run2", on_unavailable="error")
 
 
-def test_two_local_ranks_overlap_and_read_disjoint_samples(v30_h264, tmp_path):
+@pytest.mark.parametrize("loader", ["dlbench_stream", "dlbench_map"])
+def test_two_local_ranks_overlap_and_read_disjoint_samples(v30_h264, tmp_path, loader):
     from dlbench.cli import main
 
-    code = main(["-q", "bench-run", "--dataset", str(v30_h264), "--loader", "dlbench_stream", "--world-size", "2",
+    code = main(["-q", "bench-run", "--dataset", str(v30_h264), "--loader", loader, "--world-size", "2",
                  "--out-dir", str(tmp_path), "--num-workers", "1", "--warmup-s", "0", "--duration-s", "1",
                  "--num-batches", "5", "--batch-size", "4", "--buffer-size", "8"])
     assert code == 0

@@ -61,3 +61,14 @@ def test_path_templates():
     assert paths.v21_video_path(5, "cam", 1000) == "videos/chunk-000/cam/episode_000005.mp4"
     assert paths.v30_video_path("cam", 2, 7) == "videos/cam/chunk-002/file-007.mp4"
     assert paths.chunk_file_of(1001, 1000) == (1, 1)
+
+
+def test_atomic_outputs_get_the_usual_mode(tmp_path):
+    """Outputs are readable by others under the usual umask (shared cluster storage), not mkstemp's 0600."""
+    from dlbench import io
+
+    io.write_text(tmp_path / "a.txt", "x")
+    with io.atomic_dir(tmp_path / "d") as d:
+        (d / "f").write_text("y")
+    assert (tmp_path / "a.txt").stat().st_mode & 0o777 == 0o666 & ~io._UMASK
+    assert (tmp_path / "d").stat().st_mode & 0o777 == 0o777 & ~io._UMASK

@@ -134,3 +134,9 @@ def test_bad_sources_give_one_clear_error_and_no_result(s3, tmp_path, case, expe
                    spec=spec, env=env)
     assert proc.returncode != 0 and expected in proc.stderr
     assert not run.exists() or not list(run.iterdir())
+    if case == "unreachable":  # a source marked on_unreachable: skip (the Hub on an offline machine) is recorded
+        proc = dlbench("bench-run", "--dataset", spec["url"], "--out-dir", str(run), "--loader", "dlbench_stream",
+                       "--on-unreachable", "skip", spec=spec, env=env)
+        assert proc.returncode == 0, proc.stderr
+        rec = json.loads((run / "rank0of1.json").read_text())
+        assert rec["status"] == "skipped" and "not reachable" in rec["reason"] and spec["url"] in rec["reason"]

@@ -127,6 +127,11 @@ def test_killed_bench_job_leaves_no_result_and_rerun_produces_it(tmp_path):
     ({"dataset": {"synth": {"codec": "vp9"}}}, r"dataset.synth.codec: 'vp9' is not allowed"),
     ({"bench": {"scenarios": {"s": {"loader": "torch_magic"}}}}, r"bench.scenarios.s.loader: 'torch_magic' is not allowed"),
     ({"bench": {"scenarios": {"s": {"source": "ftp"}}}}, r"bench.scenarios.s.source: 'ftp' is not a configured source"),
+    ({"bench": {"scenarios": {"s": {"loader": "lerobot_map", "decode_device": "cuda"}}}},
+     r"bench.scenarios.s: loader lerobot_map decodes on the CPU only"),
+    ({"bench": {"scenarios": {"s": {"loader": "lerobot_stream", "ranks": 2}}}},
+     r"bench.scenarios.s: loader lerobot_stream does not split its stream by rank"),
+    ({"bench": {"scenarios": {"s": {"ranks": 2, "nodes": 3}}}}, r"bench.scenarios.s: nodes \(3\) must not exceed ranks"),
 ])
 def test_invalid_config_names_the_key(tmp_path, bad, message):
     import re

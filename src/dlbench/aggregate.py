@@ -70,7 +70,11 @@ def rank_files(path: str | Path) -> list[Path]:
     manifest = path / "run.json"
     if not manifest.exists():
         raise UserError(f"{manifest}: missing, so the run did not finish; rerun its bench job")
-    return [path / name for name in json.loads(manifest.read_text())["ranks"]]
+    try:
+        ranks = json.loads(manifest.read_text())["ranks"]
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise UserError(f"{manifest}: malformed ({type(e).__name__}: {e}); rerun its bench job") from None
+    return [path / name for name in ranks]
 
 
 def aggregate(paths: list[str | Path], out: str | Path, targets: dict | None = None,

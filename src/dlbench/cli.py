@@ -157,13 +157,20 @@ def _gate_on_prewarm(a) -> None:
 
 
 def cmd_bench_run(a) -> None:
-    from .bench.launch import launch
+    from .bench.launch import launch, skip_run
     from .sources import apply_env, check_reachable
 
     apply_env(a.source_spec)
     _gate_on_prewarm(a)
     if "://" in a.dataset:
-        check_reachable(a.dataset)
+        try:
+            check_reachable(a.dataset)
+        except UserError as e:
+            if a.on_unreachable != "skip":
+                raise
+            skip_run(_bench_config(a, 0, a.world_size), a.out_dir, f"source not reachable from this machine: {e}")
+            print(f"{a.out_dir}: skipped: {e}")
+            return
 
     argv = ["--dataset", a.dataset, "--on-unavailable", a.on_unavailable]
     if a.source_spec:
@@ -314,6 +321,8 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "bench-run":
             p.add_argument("--require-warm", default=None, help="prewarm report that must say warm")
             p.add_argument("--on-cold", choices=("error", "warn"), default="error")
+            p.add_argument("--on-unreachable", choices=("error", "skip"), default="error",
+                           help="a remote dataset that cannot be reached: fail, or write skipped records")
         p.set_defaults(func=func)
 
     p = sub.add_parser("stage", help="upload a local dataset to a source URL (s3://, ...)")

@@ -15,11 +15,21 @@ from pathlib import Path
 from typing import Any, Iterator
 
 
+def _read_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()  # read once, at import: umask is process-wide and threads may be creating files later
+
+
 def tmp_path_for(path: str | os.PathLike) -> Path:
     """A unique temporary sibling of `path` (same directory, so the final rename is atomic)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600: outputs get the usual mode, readable on shared storage
     os.close(fd)
     return Path(tmp)
 
@@ -63,6 +73,7 @@ def atomic_dir(path: str | os.PathLike, replace: bool = False) -> Iterator[Path]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    tmp.chmod(0o777 & ~_UMASK)  # mkdtemp makes 0700
     try:
         yield tmp
         if path.is_dir() and not any(path.iterdir()):

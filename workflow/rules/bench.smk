@@ -24,6 +24,6 @@ rule bench:
         mpi=lambda wildcards: "srun" if run_of(wildcards)["ranks"] > 1 else "",
         cpus_per_task=lambda wildcards, threads: max(1, threads // run_of(wildcards)["ranks"]),
     conda:
-        "../envs/cpu.yaml"
+        bench_conda_env
     shell:
         "dlbench -q bench-run {params.args} --out-dir {output} > {log} 2>&1"

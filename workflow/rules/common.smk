@@ -101,8 +101,28 @@ def bench_runs():
             run = {**fixed, **dict(zip(lists, combo)), "scenario": scenario}
             run["num_workers"] = resolve_workers(run["num_workers"])
             run["run_id"] = run_id(run)
+            _check_run(run)
             runs.append(run)
     return runs
+
+
+def _check_run(run):
+    """Combinations no loader can measure honestly stop the workflow with one line naming the scenario."""
+    where = f"invalid configuration: bench.scenarios.{run['scenario']}"
+    if run["loader"].startswith("lerobot_") and run["decode_device"] != "cpu":
+        raise WorkflowError(f"{where}: loader {run['loader']} decodes on the CPU only (LeRobot 0.6.1); "
+                            f"use decode_device: cpu, or loader dlbench_map / dlbench_stream for cuda")
+    if run["loader"] == "lerobot_stream" and run["ranks"] > 1:
+        raise WorkflowError(f"{where}: loader lerobot_stream does not split its stream by rank, so {run['ranks']} "
+                            f"ranks would read the same frames; use ranks: 1 (or loader dlbench_stream)")
+    if run["nodes"] > run["ranks"]:
+        raise WorkflowError(f"{where}: nodes ({run['nodes']}) must not exceed ranks ({run['ranks']}): every node "
+                            f"runs at least one rank")
+
+
+def bench_conda_env(wildcards):
+    """cuda runs need the CUDA builds of torch and torchcodec (used with --sdm conda)."""
+    return "../envs/cuda.yaml" if run_of(wildcards)["decode_device"] != "cpu" else "../envs/cpu.yaml"
 
 
 RUNS = {(r["scenario"], r["run_id"]): r for r in bench_runs()}
@@ -138,6 +158,8 @@ def bench_args(wildcards):
         args.append(f"--source-spec {source_spec_arg(r['source'])}")
     if spec.get("require_warm"):
         args += [f"--require-warm results/prewarm/{r['source']}.json", f"--on-cold {spec['on_cold']}"]
+    if spec["type"] != "local":
+        args.append(f"--on-unreachable {spec['on_unreachable']}")
     args += [f"--{k.replace('_', '-')} {r[k]}" for k in BENCH_FLAGS if r.get(k) is not None]
     if not r["verify"]:
         args.append("--no-verify")

@@ -119,9 +119,7 @@ def launch(cfg, bench_args: list[str], out_dir: str | Path, on_unavailable: str 
                   f"{CREATE_COMMAND}")
         if on_unavailable != "skip":
             raise UserError(reason)
-        for r in range(world):
-            _write_skipped(replace(cfg, rank=r), out_dir, reason)
-        return _finish(out_dir, world, "none")
+        return skip_run(cfg, out_dir, reason)
     if world == 1 and not needs_peer(cfg.loader):  # one rank of our own: run it here, sparing an interpreter start
         run_rank(replace(cfg, rank=0), out_dir, on_unavailable=on_unavailable)
         return _finish(out_dir, world, "in-process")
@@ -130,7 +128,10 @@ def launch(cfg, bench_args: list[str], out_dir: str | Path, on_unavailable: str 
     use_srun = world > 1 and "SLURM_JOB_ID" in os.environ and shutil.which("srun")
     if use_srun:
         # one task per rank; each gets its SLURM_PROCID (the plugin's tasks/nodes give the allocation)
-        procs = [subprocess.Popen(["srun", f"--ntasks={world}", "--kill-on-bad-exit=1", *args], env=env)]
+        # since SLURM 22.05 srun no longer inherits --cpus-per-task from the job: pass it on, or on clusters that
+        # bind tasks to cores every rank (and its DataLoader workers) would share one CPU
+        cpus = [f"--cpus-per-task={os.environ['SLURM_CPUS_PER_TASK']}"] if "SLURM_CPUS_PER_TASK" in os.environ else []
+        procs = [subprocess.Popen(["srun", f"--ntasks={world}", *cpus, "--kill-on-bad-exit=1", *args], env=env)]
     else:
         procs = [subprocess.Popen(args, env={**env, "RANK": str(r), "WORLD_SIZE": str(world)}) for r in range(world)]
     codes = [p.wait() for p in procs]
@@ -138,6 +139,14 @@ def launch(cfg, bench_args: list[str], out_dir: str | Path, on_unavailable: str 
     if any(codes):
         raise UserError(f"{out_dir}: rank process(es) failed (exit codes {codes}); see the messages above")
     return _finish(out_dir, world, "srun" if use_srun else "local")
+
+
+def skip_run(cfg, out_dir: str | Path, reason: str) -> dict:
+    """Record every rank of the run as skipped with `reason` (nothing was measured); write run.json."""
+    out_dir = Path(out_dir)
+    for r in range(cfg.world_size):
+        _write_skipped(replace(cfg, rank=r), out_dir, reason)
+    return _finish(out_dir, cfg.world_size, "none")
 
 
 def _finish(out_dir: Path, world: int, launcher: str) -> dict:

@@ -168,9 +168,10 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
     if adapter.iterable:
         loader = torch.utils.data.DataLoader(_TimedIterable(adapter.dataset, adapter.cache_stats), **common)
     else:
-        gen = torch.Generator().manual_seed(cfg.seed + 1000003 * cfg.rank)
-        loader = torch.utils.data.DataLoader(_Timed(adapter.dataset, adapter.cache_stats), shuffle=True,
-                                             generator=gen, **common)
+        # map-style: every rank shuffles its own disjoint part of the dataset (as DistributedSampler does in training)
+        sampler = torch.utils.data.distributed.DistributedSampler(
+            adapter.dataset, num_replicas=cfg.world_size, rank=cfg.rank, shuffle=True, seed=cfg.seed, drop_last=True)
+        loader = torch.utils.data.DataLoader(_Timed(adapter.dataset, adapter.cache_stats), sampler=sampler, **common)
     t_start = time.perf_counter()
     it = iter(loader)  # forks the workers before the sampler thread exists: never fork beside a live thread
     rss = RssSampler(every_s=0.5)  # ~1 ms per sample: keep it off the measured cores
@@ -184,8 +185,9 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
                 return next(it)
             except StopIteration:  # a short dataset: start the next epoch
                 epoch += 1
-                if hasattr(adapter.dataset, "set_epoch"):
-                    adapter.dataset.set_epoch(epoch)
+                for epoch_aware in (adapter.dataset, loader.sampler):
+                    if hasattr(epoch_aware, "set_epoch"):
+                        epoch_aware.set_epoch(epoch)
                 it = iter(loader)
                 return next(it)
 
