@@ -18,11 +18,11 @@ def metrics(fps, p99=10.0, hit=0.99, wrong=0):
 
 
 def write_run(root, scenario, loader, fps_by_rank, mode="single", source="local", workers=2, device="cpu",
-              status="ok", **kw):
-    """A run directory as bench-run writes it: rank records and run.json."""
+              status="ok", nodes=None, **kw):
+    """A run directory as bench-run writes it: rank records and run.json (one rank per node unless `nodes`)."""
     world = len(fps_by_rank)
     cfg = {"scenario": scenario, "source": source, "loader": loader, "mode": mode, "batch_size": 8,
-           "num_workers": workers, "decode_device": device, "world_size": world}
+           "num_workers": workers, "decode_device": device, "world_size": world, "nodes": nodes or world}
     run = root / scenario / agg.run_id(cfg)
     run.mkdir(parents=True)
     names = []
@@ -40,6 +40,7 @@ def summary(tmp_path):
     runs = [
         write_run(tmp_path, "stream_local", "dlbench_stream", [300.0]),
         write_run(tmp_path, "stream_local_2rank", "dlbench_stream", [280.0, 260.0]),  # mean 270 -> 0.9 of 300
+        write_run(tmp_path, "one_node_2rank", "dlbench_stream", [280.0, 260.0], nodes=1),  # 540 on one node
         write_run(tmp_path, "stream_local", "lerobot_stream", [100.0]),
         write_run(tmp_path, "stream_local", "dlbench_stream", [200.0], mode="sarm"),  # below the 320 target
         write_run(tmp_path, "mmap_local", "dlbench_map", [150.0], p99=400.0, hit=0.2),  # thrash
@@ -62,6 +63,9 @@ def test_per_node_means_totals_and_scaling(summary):
     assert two["peak_rss_mb"] == 380.0  # the largest rank
     assert two["scaling_efficiency"] == pytest.approx(0.9)
     assert row(summary, "stream_local", "dlbench_stream")["scaling_efficiency"] == 1.0
+    shared = row(summary, "one_node_2rank", "dlbench_stream")  # two ranks on one node: the node does both
+    assert shared["nodes"] == 1 and shared["frames_per_s_node"] == shared["frames_per_s_total"] == 540.0
+    assert shared["scaling_efficiency"] == pytest.approx(1.8)
 
 
 def test_ratio_to_baseline_pass_fail_and_thrash(summary):

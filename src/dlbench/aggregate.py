@@ -1,8 +1,10 @@
 """Aggregate rank records into `summary.csv`: one row per run (a scenario and its run id).
 
-Per-node figures are the mean over ranks; totals are the sum over ranks. Derived columns:
-- `scaling_efficiency`: per-node frames/s of a W-rank run over that of the 1-rank run with the same source, loader,
-  mode, batch size, workers and decode device (1.0 is perfect scaling);
+Totals are the sum over ranks; per-node figures are the totals over the run's nodes (the mean over ranks when each
+rank has a node of its own, as on SLURM with ranks = nodes). Derived columns:
+- `scaling_efficiency`: per-node frames/s of a run over that of the 1-rank run with the same source, loader,
+  mode, batch size, workers and decode device (1.0 is perfect scaling across nodes; with several ranks on one
+  node it says how much the node gains from them);
 - `ratio_to_baseline`: frames/s per node over that of the baseline loader (LeRobot streaming by default) on the same
   source, mode and world size (`baseline_run` names the run compared with);
 - `decoder_thrash`: the decoder cache hit rate is low and p99 latency high at once (decoders reopened and
@@ -90,18 +92,19 @@ def aggregate(paths: list[str | Path], out: str | Path, targets: dict | None = N
     for (scenario, rid), recs in sorted(groups.items()):
         cfg = recs[0]["config"]
         world = recs[0]["world_size"]
+        nodes = cfg.get("nodes") or world  # records without the field: one rank per node
         ok = [r for r in recs if r.get("status", "ok") == "ok"]
         statuses = {r.get("status", "ok") for r in recs}
         status = "ok" if len(ok) == world else ("skipped" if statuses == {"skipped"} else "incomplete")
         row = {"scenario": scenario, "run_id": rid, **{k: cfg.get(k) for k in RUN_KEYS[1:]},
-               "world_size": world, "ranks": len(recs), "status": status,
+               "world_size": world, "nodes": nodes, "ranks": len(recs), "status": status,
                "reason": "; ".join(sorted({r.get("reason", "") for r in recs if r.get("reason")}))}
         if ok:
             m = pd.DataFrame([r["metrics"] for r in ok]).drop(columns=["image_shape"], errors="ignore")
             m = m.apply(pd.to_numeric, errors="coerce")  # None (a loader without cache counters) -> NaN
             row.update({
-                "frames_per_s_node": m["frames_per_s_node"].mean(),
-                "samples_per_s_node": m["samples_per_s"].mean(),
+                "frames_per_s_node": m["frames_per_s_node"].sum() / nodes,  # a rank record's figure is the rank's
+                "samples_per_s_node": m["samples_per_s"].sum() / nodes,
                 "frames_per_s_total": m["frames_per_s_node"].sum(),
                 "samples_per_s_total": m["samples_per_s"].sum(),
                 "first_batch_latency_s": m["first_batch_latency_s"].max(),

@@ -105,7 +105,7 @@ def cmd_validate(a) -> None:
 
 BENCH_FIELDS = ("loader", "mode", "batch_size", "num_workers", "decode_device", "duration_s", "warmup_s",
                 "num_batches", "decoder_cache_size", "pool_size", "buffer_size", "probe_samples", "seed", "scenario",
-                "source")
+                "source", "nodes")
 
 
 def _bench_config(a, rank: int, world: int):
@@ -314,6 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--scenario", default="adhoc")
         p.add_argument("--source", default="local")
+        p.add_argument("--nodes", type=int, default=1, help="nodes the ranks run on (per-node figures)")
         p.add_argument("--on-unavailable", choices=("skip", "error"), default="skip",
                        help="a cuda run without CUDA: write a skipped record, or fail")
         p.add_argument("--no-verify", action="store_true", help="skip barcode checks of decoded frames")

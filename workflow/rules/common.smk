@@ -134,7 +134,7 @@ def run_of(wildcards):
 
 BENCH_FLAGS = ("source", "loader", "mode", "batch_size", "num_workers", "decode_device", "duration_s", "warmup_s",
                "decoder_cache_size", "probe_samples", "seed", "pool_size", "buffer_size", "on_unavailable",
-               "num_batches")
+               "num_batches", "nodes")
 
 
 def bench_inputs(wildcards):

@@ -45,6 +45,7 @@ class BenchConfig:
     source: str = "local"
     rank: int = 0
     world_size: int = 1
+    nodes: int = 1  # nodes the ranks run on (summary.csv's per-node figures)
     extra: dict = field(default_factory=dict)
 
 

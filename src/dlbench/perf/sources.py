@@ -1,0 +1,91 @@
+"""Source benchmark: streaming from a loopback S3 server against streaming from local disk, in one run.
+
+    python -m dlbench.perf.sources --dataset results/datasets/synthetic/v30 [--repeats 3] [--duration-s 8]
+
+Starts a real S3-compatible server on loopback (moto, read through s3fs), plain and behind the shaping proxy
+(`--latency-ms`, `--bandwidth-mbps`: remote, cold-looking storage), stages the dataset there, then alternates bench
+runs of the same scenario (dlbench_stream, same mode, batch size and workers) over local disk, the plain server and
+the shaped one, `repeats` times. Prints median decoded frames/s of each, the S3/local ratio (target >= 80%), and
+the prewarm check's verdict and cost in seconds against both endpoints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .. import loopback, prewarm
+from ..sources import apply_env
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _bench(url: str, spec: dict | None, out: Path, a) -> float:
+    """Decoded frames/s of one bench run (its own process, as in the workflow)."""
+    cmd = [sys.executable, "-m", "dlbench", "-q", "bench-run", "--dataset", url, "--out-dir", str(out),
+           "--loader", "dlbench_stream", "--mode", a.mode, "--batch-size", str(a.batch_size), "--num-workers",
+           str(a.workers), "--duration-s", str(a.duration_s), "--warmup-s", str(a.warmup_s), "--no-verify"]
+    if spec is not None:
+        cmd += ["--source-spec", json.dumps(spec)]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return json.loads((out / "rank0of1.json").read_text())["metrics"]["frames_per_s_node"]
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dataset", required=True, help="a local v3.0 dataset (e.g. results/datasets/synthetic/v30)")
+    ap.add_argument("--mode", default="single")
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--duration-s", type=float, default=8.0)
+    ap.add_argument("--warmup-s", type=float, default=2.0)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--latency-ms", type=float, default=20.0, help="the shaped endpoint's added latency")
+    ap.add_argument("--bandwidth-mbps", type=float, default=1000.0, help="the shaped endpoint's bandwidth cap")
+    a = ap.parse_args(argv)
+    home = Path(tempfile.mkdtemp(prefix="dlbench-perf-sources-"))
+    port, shaped_port = _free_port(), _free_port()
+    state = home / "loopback.json"
+    loopback.start(port, [(shaped_port, a.latency_ms, a.bandwidth_mbps)], state, home / "logs")
+    try:
+        url = "s3://dlbench-perf/v30"
+        plain = {"type": "s3", "url": url, "endpoint_url": f"http://127.0.0.1:{port}", "loopback": {}}
+        shaped = {**plain, "endpoint_url": f"http://127.0.0.1:{shaped_port}"}
+        subprocess.run([sys.executable, "-m", "dlbench", "-q", "stage", a.dataset, url, "--marker",
+                        str(home / "staged.json"), "--source-spec", json.dumps(plain)], check=True)
+        contenders = {"local disk": (a.dataset, None), "loopback S3": (url, plain),
+                      f"loopback S3 +{a.latency_ms:g} ms, {a.bandwidth_mbps:g} Mbit/s": (url, shaped)}
+        fps: dict[str, list[float]] = {name: [] for name in contenders}
+        for r in range(a.repeats):  # interleaved, so drift on a noisy machine hits every contender alike
+            for k, (name, (u, spec)) in enumerate(contenders.items()):
+                fps[name].append(_bench(u, spec, home / f"run{r}-{k}", a))
+        print(f"\ndlbench_stream, mode {a.mode}, batch {a.batch_size}, {a.workers} workers, {a.duration_s:g} s "
+              f"windows, median of {a.repeats}:")
+        local = statistics.median(fps["local disk"])
+        for name, values in fps.items():
+            med = statistics.median(values)
+            print(f"  {name:<40} {med:8.1f} frames/s  ({100 * med / local:5.1f}% of local)  "
+                  f"runs: {', '.join(f'{v:.0f}' for v in values)}")
+        print("\nprewarm check (8 files, 4 MB ranges):")
+        for name, spec in (("loopback S3", plain), ("shaped", shaped)):
+            apply_env(json.dumps(spec))
+            t0 = time.perf_counter()
+            report = prewarm.check(url, files=8, range_mb=4)
+            print(f"  {name:<12} {prewarm.explain(report)}; took {time.perf_counter() - t0:.2f} s")
+    finally:
+        loopback.stop(state)
+
+
+if __name__ == "__main__":
+    main()
