@@ -78,7 +78,7 @@ def _episode_rows(work: Path, manifest: dict) -> Iterator[dict]:
                         f"videos/{cam}/from_timestamp": float(v["from_ticks"] * tb),
                         f"videos/{cam}/to_timestamp": float(v["to_ticks"] * tb)})
         stats = get_stats(src_ep)["stats"]
-        row.update(meta.flatten_stats(stats))
+        row.update(meta.flatten_stats(stats, plain=True))  # parsed from episodes_stats.jsonl
         row["_stats"] = stats
         yield row
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
 import shutil
 import sys
-import time
 from pathlib import Path
 
 from ..errors import UserError
@@ -50,7 +50,7 @@ def run(src: str, dst: str | Path, workers: int = 1, work_dir: str | Path | None
             if bar is not None:
                 bar.n = sum(workmod.is_done(work, u) for u in range(manifest["units"]))
                 bar.refresh()
-            time.sleep(0.2)
+            multiprocessing.connection.wait([p.sentinel for p in procs if p.is_alive()], timeout=0.5)  # or one ends
     finally:
         for p in procs:
             p.join()

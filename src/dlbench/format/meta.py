@@ -173,9 +173,12 @@ def read_stats(root: str) -> dict:
     return read_json(root, paths.STATS_PATH)
 
 
-def flatten_stats(stats: dict) -> dict[str, Any]:
-    """{feature: {stat: value}} -> {"stats/<feature>/<stat>": value} (the meta/episodes column names)."""
-    return {f"stats/{feat}/{name}": to_jsonable(v) for feat, d in stats.items() for name, v in d.items()}
+def flatten_stats(stats: dict, plain: bool = False) -> dict[str, Any]:
+    """{feature: {stat: value}} -> {"stats/<feature>/<stat>": value} (the meta/episodes column names).
+
+    `plain`: the values are already lists and numbers (parsed JSON), so they are used as they are."""
+    convert = (lambda v: v) if plain else to_jsonable
+    return {f"stats/{feat}/{name}": convert(v) for feat, d in stats.items() for name, v in d.items()}
 
 
 def episodes_files_v30(root: str) -> list[str]:

@@ -1,9 +1,10 @@
 """Conversion benchmark: dlbench with 1 and 2 workers, LeRobot 0.6.1's converter and `cp -r`, side by side.
 
-    python -m dlbench.perf.convert [--episodes 400] [--cameras 3] [--workdir DIR]
+    python -m dlbench.perf.convert [--episodes 400] [--cameras 3] [--workdir DIR] [--repeats 3]
 
-Prints wall time and peak RSS (process tree) of each contender on the same synthetic v2.1 dataset, the ratios the
-converter targets are stated against, and peak RSS at 1x and 5x the episode count (small episodes) to show that
+Prints the median wall time (over `repeats` interleaved rounds; LeRobot's converter runs once) and peak RSS
+(process tree) of each contender on the same synthetic v2.1 dataset, the ratios the converter targets are stated
+against, and peak RSS at 1x and 5x the episode count (small episodes) to show that
 memory stays flat. LeRobot is skipped, with the reason printed, when its peer environment is missing.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -53,6 +55,7 @@ def main(argv=None) -> None:
     ap.add_argument("--video-file-size-in-mb", type=float, default=200)
     ap.add_argument("--workdir", default=None, help="keeps the synthetic source between runs")
     ap.add_argument("--skip-memory", action="store_true", help="skip the 1x/5x memory comparison")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds of cp and dlbench (median)")
     a = ap.parse_args(argv)
     work = Path(a.workdir or tempfile.mkdtemp(prefix="dlbench-perf-convert-"))
     cams = tuple(Camera(f"observation.images.cam{i}", a.height, a.width) for i in range(a.cameras))
@@ -67,12 +70,14 @@ def main(argv=None) -> None:
     size_mb = sum(p.stat().st_size for p in src.rglob("*") if p.is_file()) / 2**20
     print(f"source: {src} ({size_mb:.1f} MB, {sum(1 for p in src.rglob('*') if p.is_file())} files); "
           f"thresholds: data {a.data_file_size_in_mb} MB, video {a.video_file_size_in_mb} MB")
-    rows = []
-    shutil.rmtree(work / "cp", ignore_errors=True)
-    rows.append(("cp -r (I/O floor)", *timed(["cp", "-r", str(src), str(work / "cp")])))
-    for w in (1, 2):
-        rows.append((f"dlbench convert, {w} worker{'s' if w > 1 else ''}",
-                     *dlbench_convert(src, work / f"d{w}", w, sizes)))
+    runs: dict[str, list[tuple[float, float]]] = {}
+    for _ in range(a.repeats):  # interleaved: drift on a noisy machine hits every contender alike
+        shutil.rmtree(work / "cp", ignore_errors=True)
+        runs.setdefault("cp -r (I/O floor)", []).append(timed(["cp", "-r", str(src), str(work / "cp")]))
+        for w in (1, 2):
+            runs.setdefault(f"dlbench convert, {w} worker{'s' if w > 1 else ''}", []).append(
+                dlbench_convert(src, work / f"d{w}", w, sizes))
+    rows = [(name, statistics.median(s for s, _ in r), max(mb for _, mb in r)) for name, r in runs.items()]
     from ..peer import peer_python
 
     peer = peer_python()
