@@ -55,7 +55,7 @@ def test_rows_and_metadata_match_the_source(v30_h264, v21_h264):
 def test_v30_input_is_refused_with_a_hint(v30_h264, tmp_path):
     from dlbench.convert.plan import plan
 
-    with pytest.raises(UserError, match="codebase_version is 'v3.0', expected 'v2.1'"):
+    with pytest.raises(UserError, match="codebase_version is 'v3.0', expected 'v2.1'; it is already v3.0"):
         plan(str(v30_h264), tmp_path / "work")
 
 

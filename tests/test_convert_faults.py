@@ -159,6 +159,11 @@ def test_non_empty_destination_and_unwritable_work_dir(v21_h264, tmp_path):
     blocker.write_text("")
     with pytest.raises(UserError, match="work directory is not writable"):
         planmod.plan(str(v21_h264), blocker / "work")
+    work = tmp_path / "w"
+    planmod.plan(str(v21_h264), work, BIG_UNITS)
+    (work / planmod.MANIFEST).write_text('{"units": ')  # cut short, e.g. a full disk
+    with pytest.raises(UserError, match="corrupt manifest .*dlbench convert plan"):
+        workmod.work(work)
 
 
 def test_different_plan_into_a_used_work_dir_is_refused(v21_h264, tmp_path):

@@ -226,12 +226,18 @@ def cmd_plot(a) -> None:
         print(f"wrote {p}")
 
 
+def _megabytes(text: str) -> int | float:
+    """A size in MB as info.json records it: an integer when it is one (LeRobot writes 100, not 100.0)."""
+    value = float(text)
+    return int(value) if value.is_integer() else value
+
+
 def _add_plan_args(p) -> None:
     from .format import paths
 
     p.add_argument("--episodes-per-batch", type=int, default=50, help="episodes per work unit (whole files)")
-    p.add_argument("--data-file-size-in-mb", type=float, default=paths.DEFAULT_DATA_FILE_SIZE_IN_MB)
-    p.add_argument("--video-file-size-in-mb", type=float, default=paths.DEFAULT_VIDEO_FILE_SIZE_IN_MB)
+    p.add_argument("--data-file-size-in-mb", type=_megabytes, default=paths.DEFAULT_DATA_FILE_SIZE_IN_MB)
+    p.add_argument("--video-file-size-in-mb", type=_megabytes, default=paths.DEFAULT_VIDEO_FILE_SIZE_IN_MB)
     p.add_argument("--chunks-size", type=int, default=paths.DEFAULT_CHUNK_SIZE, help="files per chunk directory")
 
 

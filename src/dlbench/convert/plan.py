@@ -50,7 +50,11 @@ def load_manifest(work: str | Path) -> dict:
     path = Path(work) / MANIFEST
     if not path.exists():
         raise UserError(f"{path}: no manifest; run `dlbench convert plan SRC {work}` first")
-    return json.loads(path.read_text())
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: corrupt manifest ({e}); plan again with `dlbench convert plan SRC {work}` "
+                        f"(units already done are redone)") from None
 
 
 def load_unit(work: str | Path, unit: int) -> dict:

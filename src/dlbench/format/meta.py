@@ -87,6 +87,8 @@ def require_version(root: str, expected: str) -> dict:
         hint = ""
         if expected == paths.V30 and found == paths.V21:
             hint = f"; convert it first: dlbench convert run {root} <destination>"
+        elif expected == paths.V21 and found == paths.V30:
+            hint = "; it is already v3.0: use it as it is (dlbench validate checks it), nothing to convert"
         raise UserError(
             f"{paths.join(str(root), paths.INFO_PATH)}: codebase_version is {found!r}, expected {expected!r}{hint}"
         )
