@@ -136,3 +136,22 @@ def test_stream_bad_inputs(v30_h264, v21_h264, tmp_path):
     video.write_bytes(video.read_bytes()[:200])
     with pytest.raises(UserError, match="file-000.mp4: cannot open video"):
         list(LeRobotStreamingDataset(str(broken)))
+
+
+def test_metadata_here_data_files_elsewhere(v30_h264, tmp_path):
+    """`data_files_root`: meta/ from one place (a Hub repo, say), data/ and videos/ from another (a bucket)."""
+    meta_only, files_only = tmp_path / "meta_repo", tmp_path / "bucket"
+    shutil.copytree(v30_h264 / "meta", meta_only / "meta")
+    for part in ("data", "videos"):
+        shutil.copytree(v30_h264 / part, files_only / part)
+    with pytest.raises(UserError):  # the files are not under the metadata root
+        LeRobotMapDataset(str(meta_only))[0]
+    mapped = LeRobotMapDataset(str(meta_only), mode="sarm", data_files_root=str(files_only))
+    for i in range(0, len(mapped), 7):
+        check_item(mapped, mapped[i])
+    stream = LeRobotStreamingDataset(str(meta_only), data_files_root=str(files_only), buffer_size=4)
+    seen = []
+    for item in stream:
+        check_item(stream, item)
+        seen.append(int(item["index"]))
+    assert sorted(seen) == list(range(stream.meta.num_frames))

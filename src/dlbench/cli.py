@@ -105,7 +105,7 @@ def cmd_validate(a) -> None:
 
 BENCH_FIELDS = ("loader", "mode", "batch_size", "num_workers", "decode_device", "duration_s", "warmup_s",
                 "num_batches", "decoder_cache_size", "pool_size", "buffer_size", "probe_samples", "seed", "scenario",
-                "source", "nodes")
+                "source", "nodes", "data_files_root")
 
 
 def _bench_config(a, rank: int, world: int):
@@ -321,6 +321,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--scenario", default="adhoc")
         p.add_argument("--source", default="local")
         p.add_argument("--nodes", type=int, default=1, help="nodes the ranks run on (per-node figures)")
+        p.add_argument("--data-files-root", default=None,
+                       help="where data/ and videos/ are when not under --dataset (which then holds meta/)")
         p.add_argument("--on-unavailable", choices=("skip", "error"), default="skip",
                        help="a cuda run without CUDA: write a skipped record, or fail")
         p.add_argument("--no-verify", action="store_true", help="skip barcode checks of decoded frames")

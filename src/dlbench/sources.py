@@ -8,7 +8,8 @@ Source specs (config.yaml `sources:`):
     {type: hub, repo_id: org/name, revision: v3.0}    hf://datasets/org/name@v3.0
     {type: bucket, bucket: owner/name, prefix: path}  hf://buckets/owner/name/path (HF storage buckets)
 Optional keys: `stage: true` (upload the converted dataset there first), `loopback: {latency_ms, bandwidth_mbps}`
-(serve it from a local S3 server, shaped like remote storage), `require_warm: true` (gate on the prewarm check).
+(serve it from a local S3 server, shaped like remote storage), `require_warm: true` (gate on the prewarm check),
+`data_files_root: URL` (data/ and videos/ live there, meta/ at the source), `on_unreachable: skip|error`.
 """
 
 from __future__ import annotations

@@ -160,6 +160,8 @@ def bench_args(wildcards):
         args += [f"--require-warm results/prewarm/{r['source']}.json", f"--on-cold {spec['on_cold']}"]
     if spec["type"] != "local":
         args.append(f"--on-unreachable {spec['on_unreachable']}")
+    if spec.get("data_files_root"):
+        args.append(f"--data-files-root {shlex.quote(spec['data_files_root'])}")
     args += [f"--{k.replace('_', '-')} {r[k]}" for k in BENCH_FLAGS if r.get(k) is not None]
     if not r["verify"]:
         args.append("--no-verify")

@@ -53,7 +53,7 @@ def make_adapter(cfg) -> Adapter:
         from ..loader.map import LeRobotMapDataset
 
         ds = LeRobotMapDataset(cfg.dataset, mode=cfg.mode, decode_device=cfg.decode_device,
-                               decoder_cache_size=cfg.decoder_cache_size)
+                               decoder_cache_size=cfg.decoder_cache_size, data_files_root=cfg.data_files_root)
         return _dlbench_adapter(ds, iterable=False)
     if cfg.loader == "dlbench_stream":
         from ..loader.stream import LeRobotStreamingDataset
@@ -61,7 +61,8 @@ def make_adapter(cfg) -> Adapter:
         ds = LeRobotStreamingDataset(cfg.dataset, mode=cfg.mode, decode_device=cfg.decode_device,
                                      decoder_cache_size=cfg.decoder_cache_size, rank=cfg.rank,
                                      world_size=cfg.world_size, seed=cfg.seed, pool_size=cfg.pool_size,
-                                     buffer_size=cfg.buffer_size, tag_items=False)
+                                     buffer_size=cfg.buffer_size, tag_items=False,
+                                     data_files_root=cfg.data_files_root)
         return _dlbench_adapter(ds, iterable=True)
     if cfg.loader in LEROBOT_LOADERS:
         return _lerobot(cfg)
@@ -79,6 +80,9 @@ def _lerobot(cfg) -> Adapter:
                         f"peer environment (create it with {CREATE_COMMAND})") from None
     if cfg.decode_device != "cpu":
         raise UserError(f"loader {cfg.loader} decodes on the CPU only (LeRobot 0.6.1); use decode_device cpu")
+    if cfg.data_files_root:
+        raise UserError(f"loader {cfg.loader} reads data files under its root only; data_files_root needs a dlbench "
+                        f"loader")
     dmeta = DatasetMeta.load(cfg.dataset)
     deltas = lerobot_delta_timestamps(dmeta, cfg.mode)
     fpi = sum(len(deltas.get(c, [0])) if deltas else 1 for c in dmeta.cameras)

@@ -46,6 +46,7 @@ class BenchConfig:
     rank: int = 0
     world_size: int = 1
     nodes: int = 1  # nodes the ranks run on (summary.csv's per-node figures)
+    data_files_root: str | None = None  # data/ and videos/ when not under `dataset` (which then holds meta/)
     extra: dict = field(default_factory=dict)
 
 
@@ -158,7 +159,7 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
     if reason:
         raise UserError(reason)
     device = torch.device("cuda" if cfg.decode_device.startswith("cuda") else "cpu")
-    dmeta = DatasetMeta.load(cfg.dataset)
+    dmeta = DatasetMeta.load(cfg.dataset, data_files_root=cfg.data_files_root)
     adapter = make_adapter(cfg)
     verifier = _Verifier(dmeta, cfg.mode) if cfg.verify and is_synthetic(dmeta.info) else None
     workers = cfg.num_workers

@@ -26,10 +26,10 @@ def read_columns(dmeta: DatasetMeta, rel_files: list[str], columns: list[str]) -
     """Concatenate `columns` of the given data files into numpy arrays (fixed-size lists become 2-D)."""
     tables = []
     for rel in rel_files:
-        url = paths.join(dmeta.root, rel)
+        url = paths.join(dmeta.data_root, rel)
         try:
             if is_remote(url):
-                with meta.open_file(dmeta.root, rel) as f:
+                with meta.open_file(dmeta.data_root, rel) as f:
                     tables.append(pq.read_table(f, columns=columns))
             else:
                 tables.append(pq.read_table(url.removeprefix("file://"), columns=columns, memory_map=True))
@@ -148,12 +148,14 @@ class LeRobotMapDataset(torch.utils.data.Dataset):
         decode_device: "cpu" or "cuda".
         decoder_cache_size: open decoders kept per process.
         return_float: frames as float32 in [0, 1] instead of uint8.
+        data_files_root: where data/ and videos/ are, if not under `root` (which then holds only meta/).
     """
 
     def __init__(self, root: str, mode: str = "single", delta_timestamps: dict | None = None,
                  cameras: list[str] | None = None, decode_device: str = "cpu", decoder_cache_size: int = 16,
-                 return_float: bool = False, tolerance_s: float = DEFAULT_TOLERANCE_S):
-        self.meta = DatasetMeta.load(root, cameras)
+                 return_float: bool = False, tolerance_s: float = DEFAULT_TOLERANCE_S,
+                 data_files_root: str | None = None):
+        self.meta = DatasetMeta.load(root, cameras, data_files_root)
         windows = resolve_windows(mode, delta_timestamps, self.meta)
         columns = read_columns(self.meta, self.meta.data_files(), data_columns(self.meta))
         if not np.array_equal(columns["index"], np.arange(len(columns["index"]))):

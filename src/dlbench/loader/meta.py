@@ -18,7 +18,8 @@ MODES = {
 
 @dataclass
 class DatasetMeta:
-    root: str
+    root: str  # where meta/ is read
+    data_root: str  # where data/ and videos/ are read: `root`, unless the data files live elsewhere
     info: dict
     fps: int
     cameras: list[str]
@@ -30,7 +31,9 @@ class DatasetMeta:
     data_file: list[str]  # relative data file path per episode
 
     @classmethod
-    def load(cls, root: str, cameras: list[str] | None = None) -> "DatasetMeta":
+    def load(cls, root: str, cameras: list[str] | None = None, data_files_root: str | None = None) -> "DatasetMeta":
+        """Read the v3.0 metadata under `root`; data and video files resolve under `data_files_root` if given
+        (metadata from a Hub repo, say, while the files sit in a bucket near the compute)."""
         root = str(root).rstrip("/")
         info = meta.require_version(root, paths.V30)
         all_cams = meta.video_keys(info)
@@ -48,7 +51,7 @@ class DatasetMeta:
                   zip(eps[f"videos/{cam}/chunk_index"], eps[f"videos/{cam}/file_index"])]
             for cam in cams
         }
-        return cls(root=root, info=info, fps=int(info["fps"]), cameras=cams, tasks=meta.read_tasks_v30(root),
+        return cls(root=root, data_root=str(data_files_root or root).rstrip("/"), info=info, fps=int(info["fps"]), cameras=cams, tasks=meta.read_tasks_v30(root),
                    ep_from=np.asarray(eps["dataset_from_index"], np.int64),
                    ep_to=np.asarray(eps["dataset_to_index"], np.int64), video_file=video_file,
                    video_from={cam: np.asarray(eps[f"videos/{cam}/from_timestamp"], np.float64) for cam in cams},
@@ -63,7 +66,7 @@ class DatasetMeta:
         return int(self.ep_to[-1]) if len(self.ep_to) else 0
 
     def video_url(self, cam: str, episode: int) -> str:
-        return paths.join(self.root, self.video_file[cam][episode])
+        return paths.join(self.data_root, self.video_file[cam][episode])
 
     def data_files(self) -> list[str]:
         """Relative data file paths in (chunk, file) order; reading them in order yields rows in `index` order."""

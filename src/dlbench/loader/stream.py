@@ -110,16 +110,17 @@ class LeRobotStreamingDataset(torch.utils.data.IterableDataset):
         decoder_cache_size: open decoders per worker; at least cameras x pool_size avoids reopening files.
         shuffle: False streams every shard's episodes in order (still disjoint across shards).
         tag_items: add `_shard` and `_pos` to each item (needed by `observe` for resumable state under workers).
+        data_files_root: where data/ and videos/ are, if not under `root` (which then holds only meta/).
     """
 
     def __init__(self, root: str, mode: str = "single", delta_timestamps: dict | None = None,
                  cameras: list[str] | None = None, decode_device: str = "cpu", decoder_cache_size: int | None = None,
                  rank: int | None = None, world_size: int | None = None, seed: int = 0, pool_size: int = 8,
                  buffer_size: int = 256, read_ahead: int = 8, shuffle: bool = True, return_float: bool = False,
-                 tolerance_s: float = DEFAULT_TOLERANCE_S, tag_items: bool = True):
+                 tolerance_s: float = DEFAULT_TOLERANCE_S, tag_items: bool = True, data_files_root: str | None = None):
         if pool_size < 1 or buffer_size < 1 or read_ahead < 1:
             raise UserError("pool_size, buffer_size and read_ahead must be >= 1")
-        self.meta = DatasetMeta.load(root, cameras)
+        self.meta = DatasetMeta.load(root, cameras, data_files_root)
         self.rank, self.world_size = rank_and_world(rank, world_size)
         windows = resolve_windows(mode, delta_timestamps, self.meta)
         cache = decoder_cache_size or max(4, len(self.meta.cameras) * pool_size)
