@@ -21,6 +21,7 @@ rule all:
         "results/summary.csv",
         CONVERSION_TABLE,
         PLOTS,
+        CONVERSION_PLOT,
 
 
 # The loopback S3 server (and its shaping proxies) lives as long as this run, if a source uses it.

@@ -144,3 +144,13 @@ def test_invalid_config_names_the_key(tmp_path, bad, message):
 def test_lint_is_clean():
     proc = subprocess.run([*SNAKEMAKE, "--lint", "-d", str(REPO)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_specific_target_plans_only_what_it_needs(tmp_path):
+    proc = snakemake(tmp_path, TINY, "-n", "-c", "2", "results/plots/throughput.png")
+    assert proc.returncode == 0, proc.stderr
+    assert "rule bench:" in proc.stdout and "rule aggregate:" in proc.stdout
+    assert "convert_scaling" not in proc.stdout and "plot_conversion" not in proc.stdout
+    proc = snakemake(tmp_path, TINY, "-n", "-c", "2", "results/tables/conversion.csv")
+    assert proc.returncode == 0, proc.stderr
+    assert "convert_scaling" in proc.stdout and "rule bench:" not in proc.stdout

@@ -365,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_conversion_table)
 
     p = sub.add_parser("plot", help="summary CSV -> PNG plots")
-    p.add_argument("summary")
+    p.add_argument("summary", nargs="?", default=None, help="summary.csv (omit to draw only --conversion)")
     p.add_argument("--conversion", default=None, help="conversion table CSV: adds conversion.png")
     p.add_argument("--outdir", required=True)
     p.set_defaults(func=cmd_plot)

@@ -189,16 +189,19 @@ PLOTS = {"throughput.png": plot_throughput, "latency.png": plot_latency, "decode
          "workers.png": plot_workers, "nodes.png": plot_nodes, "cache_vs_p99.png": plot_cache}
 
 
-def plot_all(summary: str | Path, outdir: str | Path, conversion: str | Path | None = None) -> list[Path]:
-    summary = Path(summary)
-    if not summary.exists():
-        raise UserError(f"{summary}: summary not found; run `dlbench aggregate` (or `snakemake {summary}`) first")
-    df = pd.read_csv(summary)
-    if df.empty:
-        raise UserError(f"{summary}: no runs to plot")
+def plot_all(summary: str | Path | None, outdir: str | Path, conversion: str | Path | None = None) -> list[Path]:
+    """The summary plots (PLOTS) from `summary`, and conversion.png from `conversion`; either may be None."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    written = [plot(df, outdir / name) for name, plot in PLOTS.items()]
+    written = []
+    if summary is not None:
+        summary = Path(summary)
+        if not summary.exists():
+            raise UserError(f"{summary}: summary not found; run `dlbench aggregate` (or `snakemake {summary}`) first")
+        df = pd.read_csv(summary)
+        if df.empty:
+            raise UserError(f"{summary}: no runs to plot")
+        written = [plot(df, outdir / name) for name, plot in PLOTS.items()]
     if conversion is not None:
         written.append(plot_conversion(pd.read_csv(conversion), outdir / "conversion.png"))
     return written

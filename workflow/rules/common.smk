@@ -74,8 +74,7 @@ PLOTS = [f"results/plots/{name}.png" for name in ("throughput", "latency", "deco
                                                    "cache_vs_p99")]
 SCALING_WORKERS = config["convert"]["scaling_workers"]
 CONVERSION_TABLE = ["results/tables/conversion.csv"] if SCALING_WORKERS else []
-if SCALING_WORKERS:
-    PLOTS.append("results/plots/conversion.png")
+CONVERSION_PLOT = ["results/plots/conversion.png"] if SCALING_WORKERS else []
 
 
 def run_id(run):

@@ -34,16 +34,29 @@ rule conversion_table:
 
 rule plots:
     input:
-        summary="results/summary.csv",
-        conversion=CONVERSION_TABLE,
+        "results/summary.csv",
     output:
         [report(p, caption=f"../report/{Path(p).stem}.rst", category="Plots") for p in PLOTS],
     log:
         "results/logs/plots.log",
     params:
         outdir=subpath(output[0], parent=True),
-        conversion=lambda wildcards, input: f"--conversion {input.conversion}" if input.conversion else "",
     conda:
         "../envs/cpu.yaml"
     shell:
-        "dlbench plot {input.summary} --outdir {params.outdir} {params.conversion} > {log} 2>&1"
+        "dlbench plot {input} --outdir {params.outdir} > {log} 2>&1"
+
+
+rule plot_conversion:
+    input:
+        "results/tables/conversion.csv",
+    output:
+        report("results/plots/conversion.png", caption="../report/conversion.rst", category="Plots"),
+    log:
+        "results/logs/plot_conversion.log",
+    params:
+        outdir=subpath(output[0], parent=True),
+    conda:
+        "../envs/cpu.yaml"
+    shell:
+        "dlbench plot --conversion {input} --outdir {params.outdir} > {log} 2>&1"
