@@ -84,6 +84,22 @@ def test_ratio_to_baseline_pass_fail_and_thrash(summary):
     assert gpu["status"] == "skipped" and not gpu["pass"] and "no CUDA device" in gpu["notes"]
 
 
+def test_worker_bound_and_cold_source_notes(tmp_path):
+    busy = write_run(tmp_path, "stream_bucket", "dlbench_stream", [300.0], source="bucket")  # 150 samples/s
+    idle = write_run(tmp_path, "stream_local", "dlbench_stream", [300.0])
+    for run, probe in ((busy, 80.0), (idle, 500.0)):  # 2 workers x 80 = 160: busy; 2 x 500: far from it
+        rec = json.loads((run / "rank0of1.json").read_text())
+        rec["metrics"]["probe_samples_per_s"] = probe
+        (run / "rank0of1.json").write_text(json.dumps(rec))
+    report = tmp_path / "bucket.json"
+    report.write_text(json.dumps({"verdict": "cold"}))
+    df = agg.aggregate([busy, idle], tmp_path / "summary.csv", prewarm={"bucket": report})
+    b, i = row(df, "stream_bucket", "dlbench_stream"), row(df, "stream_local", "dlbench_stream")
+    assert b["worker_bound"] and not i["worker_bound"]
+    assert b["source_verdict"] == "cold" and "cold source" in b["notes"] and "worker-bound" in b["notes"]
+    assert not i["source_verdict"] and "cold" not in i["notes"]
+
+
 def test_a_missing_or_malformed_rank_file_is_named(tmp_path):
     run = write_run(tmp_path, "s", "dlbench_stream", [100.0, 100.0])
     (run / "rank1of2.json").unlink()

@@ -9,7 +9,11 @@ rank has a node of its own, as on SLURM with ranks = nodes). Derived columns:
   source, mode and world size (`baseline_run` names the run compared with);
 - `decoder_thrash`: the decoder cache hit rate is low and p99 latency high at once (decoders reopened and
   re-seeked instead of reused);
-- `pass`: per-node decoded frames/s reaches the mode's target with no wrong frame; `notes` says why a run fails.
+- `worker_bound`: the DataLoader delivers at least 80% of `num_workers` x the single-process probe rate, so every
+  worker is busy and more workers (or faster decoding) would raise throughput;
+- `source_verdict`: the prewarm check's verdict (warm or cold) for runs on a checked source;
+- `pass`: per-node decoded frames/s reaches the mode's target with no wrong frame; `notes` says why a run fails
+  or what limits it (below target, wrong frames, decoder thrash, worker-bound, measured on a cold source).
 
 Conversion timings (`dlbench convert run --record`) aggregate into their own table, `conversion_table`.
 """
@@ -31,6 +35,7 @@ from .errors import UserError
 DEFAULT_TARGETS = {"single": 120.0, "sarm": 320.0}  # frames/s/node
 DEFAULT_THRASH = {"hit_rate_below": 0.5, "p99_ms_above": 100.0}
 DEFAULT_BASELINE = "lerobot_stream"
+WORKER_BOUND_FRAC = 0.8  # of num_workers x the single-process probe rate
 SCALING_KEY = ["source", "loader", "mode", "batch_size", "num_workers", "decode_device"]
 RECORD_SCHEMA = Path(__file__).parent / "schemas" / "record.schema.json"
 RUN_KEYS = ("scenario", "source", "loader", "mode", "batch_size", "num_workers", "decode_device")
@@ -80,8 +85,17 @@ def rank_files(path: str | Path) -> list[Path]:
 
 
 def aggregate(paths: list[str | Path], out: str | Path, targets: dict | None = None,
-              baseline: str = DEFAULT_BASELINE, thrash: dict | None = None) -> pd.DataFrame:
-    """One summary row per run from run directories (or rank record files); writes `out` (CSV)."""
+              baseline: str = DEFAULT_BASELINE, thrash: dict | None = None,
+              prewarm: dict[str, str | Path] | None = None) -> pd.DataFrame:
+    """One summary row per run from run directories (or rank record files); writes `out` (CSV).
+
+    `prewarm` maps source names to their prewarm check reports; runs on those sources get `source_verdict`."""
+    verdicts = {}
+    for source, report in (prewarm or {}).items():
+        try:
+            verdicts[source] = json.loads(Path(report).read_text())["verdict"]
+        except (OSError, ValueError, KeyError) as e:
+            raise UserError(f"{report}: not a readable prewarm report ({e}); delete it and rerun its check") from None
     targets = {**DEFAULT_TARGETS, **(targets or {})}
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for p in paths:
@@ -98,6 +112,7 @@ def aggregate(paths: list[str | Path], out: str | Path, targets: dict | None = N
         status = "ok" if len(ok) == world else ("skipped" if statuses == {"skipped"} else "incomplete")
         row = {"scenario": scenario, "run_id": rid, **{k: cfg.get(k) for k in RUN_KEYS[1:]},
                "world_size": world, "nodes": nodes, "ranks": len(recs), "status": status,
+               "source_verdict": verdicts.get(cfg.get("source"), ""),
                "reason": "; ".join(sorted({r.get("reason", "") for r in recs if r.get("reason")}))}
         if ok:
             m = pd.DataFrame([r["metrics"] for r in ok]).drop(columns=["image_shape"], errors="ignore")
@@ -115,6 +130,7 @@ def aggregate(paths: list[str | Path], out: str | Path, targets: dict | None = N
                 "cache_hit_rate": m["cache_hit_rate"].mean(),
                 "frames_verified": int(m["frames_verified"].sum()),
                 "frames_wrong": int(m["frames_wrong"].sum()),
+                "probe_samples_per_s": m["probe_samples_per_s"].mean() if "probe_samples_per_s" in m else None,
             })
         target = targets.get(cfg.get("mode"))
         row["target_frames_per_s_node"] = target
@@ -156,6 +172,9 @@ def derive(df: pd.DataFrame, baseline: str, thrash: dict) -> pd.DataFrame:
 
     df["decoder_thrash"] = (ok & (df["cache_hit_rate"] < thrash["hit_rate_below"])
                             & (df["latency_p99_ms"] > thrash["p99_ms_above"]))
+    per_rank = df["samples_per_s_total"] / df["ranks"] if "samples_per_s_total" in df else float("nan")
+    probe = df["probe_samples_per_s"] if "probe_samples_per_s" in df else float("nan")
+    df["worker_bound"] = ok & (per_rank >= WORKER_BOUND_FRAC * df["num_workers"].clip(lower=1) * probe)
     notes = []
     for _, row in df.iterrows():
         why = []
@@ -170,6 +189,11 @@ def derive(df: pd.DataFrame, baseline: str, thrash: dict) -> pd.DataFrame:
             if row["decoder_thrash"]:
                 why.append(f"decoder thrash (cache hit rate {row['cache_hit_rate']:.2f}, "
                            f"p99 {row['latency_p99_ms']:.0f} ms)")
+            if row["worker_bound"]:
+                why.append(f"worker-bound ({row['num_workers']} workers each at their single-process rate of "
+                           f"{row['probe_samples_per_s']:.0f} samples/s; add workers if cores allow)")
+            if row.get("source_verdict") == "cold":
+                why.append("measured on a cold source (prewarm check said cold)")
         notes.append("; ".join(why))
     df["notes"] = notes
     return df

@@ -207,8 +207,9 @@ def cmd_prewarm(a) -> None:
 def cmd_aggregate(a) -> None:
     from .aggregate import aggregate
 
+    prewarm = dict(item.split("=", 1) for item in a.prewarm)
     df = aggregate(a.runs, a.out, targets=json.loads(a.targets) if a.targets else None, baseline=a.baseline,
-                   thrash=json.loads(a.thrash) if a.thrash else None)
+                   thrash=json.loads(a.thrash) if a.thrash else None, prewarm=prewarm)
     print(f"wrote {a.out} ({len(df)} runs, {int(df['pass'].sum())} pass their target)")
 
 
@@ -357,6 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--targets", default=None, help='JSON, e.g. {"single": 120, "sarm": 320} frames/s/node')
     p.add_argument("--baseline", default="lerobot_stream", help="loader the ratio_to_baseline column compares with")
     p.add_argument("--thrash", default=None, help='JSON, e.g. {"hit_rate_below": 0.5, "p99_ms_above": 100}')
+    p.add_argument("--prewarm", action="append", default=[], metavar="SOURCE=REPORT",
+                   help="a source's prewarm check report: its runs get source_verdict (repeatable)")
     p.set_defaults(func=cmd_aggregate)
 
     p = sub.add_parser("conversion-table", help="conversion records (convert run --record) -> CSV")

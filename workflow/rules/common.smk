@@ -176,6 +176,12 @@ def run_dirs():
     return [f"results/runs/{s}/{rid}" for (s, rid) in RUNS]
 
 
+def prewarm_reports():
+    """The prewarm reports of checked sources the matrix reads (summary.csv's source_verdict)."""
+    used = {r["source"] for r in RUNS.values()}
+    return [f"results/prewarm/{s}.json" for s in sorted(used) if source_spec(s).get("require_warm")]
+
+
 def synth_args():
     s = config["dataset"]["synth"]
     args = [f"--episodes {s['episodes']}", f"--length-min {s['length_min']}", f"--length-max {s['length_max']}",

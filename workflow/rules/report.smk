@@ -3,7 +3,8 @@
 
 rule aggregate:
     input:
-        run_dirs(),
+        runs=run_dirs(),
+        prewarm=prewarm_reports(),
     output:
         report("results/summary.csv", caption="../report/summary.rst", category="Tables"),
     log:
@@ -12,11 +13,12 @@ rule aggregate:
         targets=shlex.quote(json.dumps(config["targets"])),
         thrash=shlex.quote(json.dumps(config["thrash"])),
         baseline=config["baseline_loader"],
+        prewarm=lambda wildcards, input: " ".join(f"--prewarm {Path(p).stem}={p}" for p in input.prewarm),
     conda:
         "../envs/cpu.yaml"
     shell:
-        "dlbench aggregate {input} --out {output} --targets {params.targets} --thrash {params.thrash} "
-        "--baseline {params.baseline} > {log} 2>&1"
+        "dlbench aggregate {input.runs} --out {output} --targets {params.targets} --thrash {params.thrash} "
+        "--baseline {params.baseline} {params.prewarm} > {log} 2>&1"
 
 
 rule conversion_table:
