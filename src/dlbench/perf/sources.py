@@ -53,6 +53,8 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--latency-ms", type=float, default=20.0, help="the shaped endpoint's added latency")
     ap.add_argument("--bandwidth-mbps", type=float, default=1000.0, help="the shaped endpoint's bandwidth cap")
+    ap.add_argument("--ttfb-ms-max", type=float, default=50.0, help="prewarm threshold (config.yaml's warmed_bucket)")
+    ap.add_argument("--mbps-min", type=float, default=100.0, help="prewarm threshold (config.yaml's warmed_bucket)")
     a = ap.parse_args(argv)
     home = Path(tempfile.mkdtemp(prefix="dlbench-perf-sources-"))
     port, shaped_port = _free_port(), _free_port()
@@ -77,11 +79,13 @@ def main(argv=None) -> None:
             med = statistics.median(values)
             print(f"  {name:<40} {med:8.1f} frames/s  ({100 * med / local:5.1f}% of local)  "
                   f"runs: {', '.join(f'{v:.0f}' for v in values)}")
-        print("\nprewarm check (8 files, 4 MB ranges):")
+        print(f"\nprewarm check (8 files, 4 MB ranges; warm: TTFB p50 <= {a.ttfb_ms_max:g} ms, >= {a.mbps_min:g} "
+              f"Mbit/s):")
         for name, spec in (("loopback S3", plain), ("shaped", shaped)):
             apply_env(json.dumps(spec))
             t0 = time.perf_counter()
-            report = prewarm.check(url, files=8, range_mb=4)
+            report = prewarm.check(url, files=8, range_mb=4, ttfb_p50_ms_max=a.ttfb_ms_max,
+                                   throughput_mbps_min=a.mbps_min)
             print(f"  {name:<12} {prewarm.explain(report)}; took {time.perf_counter() - t0:.2f} s")
     finally:
         loopback.stop(state)
