@@ -13,8 +13,9 @@ if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! comm
    || ! command -v sbatch >/dev/null; then
   command -v apt-get >/dev/null || { echo "slurm-up: SLURM is not installed and apt-get is missing" >&2; exit 3; }
   echo "slurm-up: installing munge and SLURM with apt-get ..."
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    munge slurmctld slurmd slurm-client >/dev/null
+  install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    munge slurmctld slurmd slurm-client >/dev/null; }
+  install || { apt-get update -qq && install; }  # a fresh machine may have no package lists yet
 fi
 mkdir -p "$DIR"/{spool/ctld,spool/d,log,run}
 export SLURM_CONF="$DIR/slurm.conf"
