@@ -155,3 +155,23 @@ def test_metadata_here_data_files_elsewhere(v30_h264, tmp_path):
         check_item(stream, item)
         seen.append(int(item["index"]))
     assert sorted(seen) == list(range(stream.meta.num_frames))
+
+
+def test_dlbench_dataloader_batches_equal_torch_default_batches(v30_h264):
+    """dlbench.loader.collate.DataLoader moves small fields pickled, not through shared memory; the batches it
+    returns must be exactly what torch's default collate gives."""
+    from dlbench.loader.collate import DataLoader
+
+    kw = dict(mode="sarm", seed=3, pool_size=2, buffer_size=4)
+    ours = DataLoader(LeRobotStreamingDataset(str(v30_h264), **kw), batch_size=4, num_workers=1)
+    ref = torch.utils.data.DataLoader(LeRobotStreamingDataset(str(v30_h264), **kw), batch_size=4, num_workers=1)
+    for k, (a, b) in enumerate(zip(ours, ref)):
+        assert a.keys() == b.keys()
+        for key in a:
+            if isinstance(b[key], torch.Tensor):
+                assert isinstance(a[key], torch.Tensor) and a[key].dtype == b[key].dtype, key
+                assert torch.equal(a[key], b[key]), key
+            else:
+                assert a[key] == b[key], key
+        if k == 5:
+            break

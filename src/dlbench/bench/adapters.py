@@ -11,7 +11,10 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable
 
+import torch
+
 from ..errors import UserError
+from ..loader.collate import collate
 from ..loader.meta import DatasetMeta, resolve_windows
 
 DLBENCH_LOADERS = ("dlbench_map", "dlbench_stream")
@@ -26,6 +29,7 @@ class Adapter:
     frames_per_item: int
     cache_stats: Callable[[], dict] | None  # this process's decoder cache counters, if the loader has them
     decode_seconds: Callable[[], float] | None  # time spent decoding in this process (probe split)
+    collate: Callable[[list], Any] = torch.utils.data.default_collate  # how the loader's users batch items
 
 
 def lerobot_delta_timestamps(dmeta: DatasetMeta, mode: str) -> dict | None:
@@ -44,7 +48,8 @@ def _decode_seconds(ds) -> float:
 
 def _dlbench_adapter(ds, iterable: bool) -> Adapter:
     # partials of module functions, not lambdas: spawned DataLoader workers (cuda decode) pickle the dataset wrapper
-    return Adapter(ds, iterable, ds.frames_per_item, partial(_cache_stats, ds), partial(_decode_seconds, ds))
+    return Adapter(ds, iterable, ds.frames_per_item, partial(_cache_stats, ds), partial(_decode_seconds, ds),
+                   collate=collate)  # dlbench.loader.collate.DataLoader's batching
 
 
 def make_adapter(cfg) -> Adapter:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
+from functools import partial
 
 import numpy as np
 import torch
 
 from .. import barcode
 from ..errors import UserError
+from ..loader.collate import to_torch
 from ..loader.meta import DatasetMeta, resolve_windows
 from ..procstat import RssSampler
 from ..validate import is_synthetic
@@ -59,11 +61,11 @@ def _info(t0: float, stats) -> np.ndarray:
                      s.get("size", -1), s.get("cpu_fallbacks", -1)], dtype=np.float64)
 
 
-def _collate(samples):
-    """The items collate as usual; the per-sample infos stay one small numpy array, pickled with the batch rather
-    than passed as one more shared-memory tensor (each costs a file-descriptor round trip between processes)."""
+def _collate(samples, collate_items=torch.utils.data.default_collate):
+    """The items collate as the loader's users batch them; the per-sample infos stay one small numpy array, pickled
+    with the batch rather than passed as one more shared-memory tensor (see `dlbench.loader.collate`)."""
     items, infos = zip(*samples)
-    return torch.utils.data.default_collate(list(items)), np.stack(infos)
+    return collate_items(list(items)), np.stack(infos)
 
 
 class _Timed(torch.utils.data.Dataset):
@@ -163,7 +165,8 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
     adapter = make_adapter(cfg)
     verifier = _Verifier(dmeta, cfg.mode) if cfg.verify and is_synthetic(dmeta.info) else None
     workers = cfg.num_workers
-    common = dict(batch_size=cfg.batch_size, num_workers=workers, persistent_workers=workers > 0, collate_fn=_collate,
+    common = dict(batch_size=cfg.batch_size, num_workers=workers, persistent_workers=workers > 0,
+                  collate_fn=partial(_collate, collate_items=adapter.collate),
                   prefetch_factor=cfg.prefetch_factor if workers > 0 else None, pin_memory=False,
                   # CUDA cannot start in forked workers; frames decoded on the GPU need no pinned CPU memory
                   multiprocessing_context=("spawn" if workers > 0 and device.type == "cuda" else None))
@@ -209,7 +212,7 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
             if now - w0 >= cfg.duration_s or (cfg.num_batches is not None and batches >= cfg.num_batches):
                 break
             batch, info = next_batch()
-            batch = _to_device(batch, device)
+            batch = _to_device(to_torch(batch), device)
             n = len(info)
             samples += n
             batches += 1

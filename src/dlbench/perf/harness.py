@@ -22,6 +22,7 @@ from dataclasses import replace
 import torch
 
 from ..bench.adapters import make_adapter
+from ..loader.collate import DataLoader
 from ..bench.runner import BenchConfig, run
 
 
@@ -32,7 +33,7 @@ def bare(cfg: BenchConfig) -> float:
                   prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None)
     if not adapter.iterable:
         kwargs.update(shuffle=True, generator=torch.Generator().manual_seed(cfg.seed + 1000003 * cfg.rank))
-    loader = torch.utils.data.DataLoader(adapter.dataset, **kwargs)
+    loader = DataLoader(adapter.dataset, collate_fn=adapter.collate, **kwargs)  # batches as the loader's users get
     it = iter(loader)
 
     def next_batch():
