@@ -175,3 +175,12 @@ def test_dlbench_dataloader_batches_equal_torch_default_batches(v30_h264):
                 assert a[key] == b[key], key
         if k == 5:
             break
+
+
+def test_buffer_is_capped_by_decoded_bytes(v30_h264):
+    """However large the frames and windows, the shuffle buffer holds at most buffer_mb of decoded frames."""
+    item_mb = (64 * 64 * 3 + 64 * 96 * 3) * 8 / 2**20  # sarm: 8 steps of both cameras
+    ds = LeRobotStreamingDataset(str(v30_h264), mode="sarm", buffer_size=256, buffer_mb=5 * item_mb)
+    assert ds.buffer_size == 5
+    seen = sorted(int(item["index"]) for item in ds)
+    assert seen == list(range(ds.meta.num_frames))  # a small buffer still yields every frame once

@@ -7,7 +7,8 @@ every frame of the dataset exactly once across all shards. The range a rank read
 Shuffling: each shard visits its episodes in a seeded random order, keeping `pool_size` episodes live at once. It
 repeatedly picks a random live episode and takes its next `read_ahead` consecutive frames, which are decoded with
 one sorted request per video file (sequential decode within a GOP, decoders reused); these items go into a buffer
-of `buffer_size`, from which a random one is yielded. Everything random is drawn from a generator seeded by
+of `buffer_size` (capped by `buffer_mb` of decoded frames, so memory stays bounded however large the frames and
+windows are), from which a random one is yielded. Everything random is drawn from a generator seeded by
 (seed, epoch, shard), so an epoch's order is reproducible and can be resumed: `state_dict()` records how many items
 each shard has yielded and `load_state_dict()` makes each shard skip exactly those (by replaying the order without
 decoding).
@@ -106,6 +107,8 @@ class LeRobotStreamingDataset(torch.utils.data.IterableDataset):
             SLURM_PROCID/SLURM_NTASKS, then a single rank.
         seed: with the epoch, decides every random choice. Call `set_epoch(e)` before each epoch.
         pool_size: live episodes interleaved per shard. buffer_size: items in the shuffle buffer.
+        buffer_mb: the most decoded frame data the buffer holds per process (MB); caps `buffer_size` for large
+            items (a sarm item of two 480x640 cameras is 15 MB). The effective value is `self.buffer_size`.
         read_ahead: consecutive frames taken from an episode and decoded together.
         decoder_cache_size: open decoders per worker; at least cameras x pool_size avoids reopening files.
         shuffle: False streams every shard's episodes in order (still disjoint across shards).
@@ -117,6 +120,7 @@ class LeRobotStreamingDataset(torch.utils.data.IterableDataset):
                  cameras: list[str] | None = None, decode_device: str = "cpu", decoder_cache_size: int | None = None,
                  rank: int | None = None, world_size: int | None = None, seed: int = 0, pool_size: int = 8,
                  buffer_size: int = 256, read_ahead: int = 8, shuffle: bool = True, return_float: bool = False,
+                 buffer_mb: float = 512.0,
                  tolerance_s: float = DEFAULT_TOLERANCE_S, tag_items: bool = True, data_files_root: str | None = None):
         if pool_size < 1 or buffer_size < 1 or read_ahead < 1:
             raise UserError("pool_size, buffer_size and read_ahead must be >= 1")
@@ -128,6 +132,9 @@ class LeRobotStreamingDataset(torch.utils.data.IterableDataset):
         self.builder = ItemBuilder(self.meta, windows, {}, decode_device, cache, return_float, tolerance_s)
         self.seed, self.epoch = seed, 0
         self._iters = 0  # __iter__ calls since set_epoch: persistent DataLoader workers advance their own epoch
+        item_bytes = sum(int(np.prod(self.meta.info["features"][c]["shape"])) * len(windows.get(c, [0]))
+                          for c in self.meta.cameras) * (4 if return_float else 1)
+        buffer_size = max(1, min(buffer_size, int(buffer_mb * 2**20 // max(item_bytes, 1))))
         self.pool_size, self.buffer_size, self.read_ahead, self.shuffle = pool_size, buffer_size, read_ahead, shuffle
         self.tag_items = tag_items
         self._consumed: dict[int, int] = {}
