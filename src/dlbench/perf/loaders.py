@@ -121,7 +121,7 @@ def main(argv=None) -> None:
                          progress=False)
         root = str(convert(str(src), work / "v30", workers=2, progress=False))
     print(f"dataset {root}; batch {a.batch_size}, {a.workers} workers, {a.duration_s:.0f} s windows")
-    for mode in a.modes.split(","):
+    for mode in filter(None, a.modes.split(",")):  # --modes "" with --memory-s: only the memory check
         rows = {}
         for pattern in ("random", "stream"):
             rows[f"ceiling ({pattern} access)"] = (ceiling(root, mode, pattern, a.workers, a.duration_s), None)
