@@ -63,20 +63,29 @@ def rank_command(loader: str) -> tuple[list[str], dict]:
 
 
 class FileBarrier:
-    """All ranks touch `<dir>/.barrier/<rank>` and wait until W files exist (works across nodes on a shared FS)."""
+    """All ranks write `<dir>/.barrier/<rank>` (their arrival time) and wait until W files exist (works across nodes
+    on a shared FS); then every rank starts at the same instant, the last arrival plus `START_DELAY_S`, so their
+    measuring windows begin together however late each one noticed the last file (clocks of a cluster's nodes are
+    assumed synchronised, as NTP keeps them to a millisecond or so)."""
+
+    START_DELAY_S = 0.1
 
     def __init__(self, out_dir: str | Path, rank: int, world: int, timeout_s: float = BARRIER_TIMEOUT_S):
         self.dir, self.rank, self.world, self.timeout_s = Path(out_dir) / ".barrier", rank, world, timeout_s
 
+    def _arrivals(self) -> list[float]:
+        return [float(p.read_text()) for p in self.dir.iterdir() if p.name.isdigit()]
+
     def __call__(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        (self.dir / str(self.rank)).write_text(str(time.time()))
+        io.write_text(self.dir / str(self.rank), repr(time.time()))  # atomic: others never read a partial time
         deadline = time.time() + self.timeout_s
-        while len(list(self.dir.iterdir())) < self.world:
+        while len(arrivals := self._arrivals()) < self.world:
             if time.time() > deadline:
                 raise UserError(f"rank {self.rank}: the other ranks did not reach the start barrier in "
                                 f"{self.timeout_s:.0f} s ({self.dir}); check their logs")
-            time.sleep(0.02)
+            time.sleep(0.005)
+        time.sleep(max(0.0, max(arrivals) + self.START_DELAY_S - time.time()))
 
 
 def _write_skipped(cfg, out_dir: Path, reason: str) -> dict:
