@@ -101,10 +101,10 @@ def test_decoder_cache_counters_add_up(v30_h264):
     calls = 0
     real_get = ds.cache.get
 
-    def counting_get(url):
+    def counting_get(url, cursor=None):
         nonlocal calls
         calls += 1
-        return real_get(url)
+        return real_get(url, cursor)
 
     ds.cache.get = counting_get
     for _ in ds:
@@ -113,6 +113,16 @@ def test_decoder_cache_counters_add_up(v30_h264):
     assert s["hits"] + s["misses"] == calls > 0
     assert 0 < s["evictions"] <= s["misses"]  # 2 decoders for 2 cameras x several files: some are evicted
     assert s["size"] <= 2 and 0.0 <= s["hit_rate"] <= 1.0
+
+
+def test_streaming_opens_one_decoder_per_episode_and_camera(v30_h264):
+    """Live episodes of one file are read in turn by decoders of their own: none is reopened (no seeking back)."""
+    ds = LeRobotStreamingDataset(str(v30_h264), mode="single", pool_size=4, buffer_size=8)
+    for _ in ds:
+        pass
+    s = ds.cache.stats()
+    assert s["misses"] == len(ds.meta.ep_from) * len(ds.meta.cameras)
+    assert s["size"] <= len(ds.meta.cameras) * (4 + 2)
 
 
 def test_split_balances_frames_and_keeps_episodes_whole():

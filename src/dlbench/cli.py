@@ -314,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--duration-s", type=float, default=10.0)
         p.add_argument("--warmup-s", type=float, default=2.0)
         p.add_argument("--num-batches", type=int, default=None)
-        p.add_argument("--decoder-cache-size", type=int, default=16)
+        p.add_argument("--decoder-cache-size", type=int, default=None)
         p.add_argument("--pool-size", type=int, default=8, help="streaming: live episodes per shard")
         p.add_argument("--buffer-size", type=int, default=256, help="streaming: shuffle buffer")
         p.add_argument("--probe-samples", type=int, default=32)

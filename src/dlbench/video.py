@@ -36,7 +36,12 @@ class _Entry:
 
 
 class VideoDecoderCache:
-    """A bounded LRU of open decoders keyed by file URL, with hit/miss/eviction counters.
+    """A bounded LRU of open decoders keyed by file URL (and cursor), with hit/miss/eviction counters.
+
+    A v3.0 video file holds many episodes one after another. A reader that interleaves several of them (the
+    streaming loader's pool of live episodes) gives each its own `cursor`: one decoder per (file, cursor), so each
+    decoder moves forward through its own episode instead of seeking back to a keyframe every time the reader
+    switches episodes. Random access (the map-style loader) uses one decoder per file.
 
     Args:
         capacity: open decoders kept (each holds a demuxer, a codec context and, for remote files, a read buffer).
@@ -57,7 +62,7 @@ class VideoDecoderCache:
             raise UserError(f"decode device {device!r} is unknown; use 'cpu' or 'cuda'")
         self.capacity, self.device, self.seek_mode = capacity, device, seek_mode
         self.num_ffmpeg_threads, self.block_size = num_ffmpeg_threads, block_size
-        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, int | None], _Entry] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = self.misses = self.evictions = self.fallbacks = 0
 
@@ -87,17 +92,18 @@ class VideoDecoderCache:
         num_frames = md.num_frames if md.num_frames is not None else md.num_frames_from_header
         return _Entry(decoder, handle, fps, num_frames)
 
-    def get(self, url: str) -> _Entry:
+    def get(self, url: str, cursor: int | None = None) -> _Entry:
+        key = (url, cursor)
         with self._lock:
-            entry = self._entries.get(url)
+            entry = self._entries.get(key)
             if entry is not None:
-                self._entries.move_to_end(url)
+                self._entries.move_to_end(key)
                 self.hits += 1
                 return entry
             self.misses += 1
         entry = self._open(url)
         with self._lock:
-            self._entries[url] = entry
+            self._entries[key] = entry
             while len(self._entries) > self.capacity:
                 _, old = self._entries.popitem(last=False)
                 self.evictions += 1
@@ -105,15 +111,17 @@ class VideoDecoderCache:
                     old.handle.close()
         return entry
 
-    def decode(self, url: str, times_s: Sequence[float], fps: float, tolerance_s: float = DEFAULT_TOLERANCE_S
-               ) -> torch.Tensor:
+    def decode(self, url: str, times_s: Sequence[float], fps: float, tolerance_s: float = DEFAULT_TOLERANCE_S,
+               cursor: int | None = None) -> torch.Tensor:
         """Frames at `times_s` (seconds in the file), in request order, as uint8 (N, C, H, W).
+
+        `cursor` names a sequential reader of the file (for example an episode): see the class docstring.
 
         Times are mapped to frame indices with the dataset's `fps` (round(t * fps)); requests are decoded sorted
         and de-duplicated, so a window costs one forward pass per GOP. Raises `FrameTimestampError` if a frame's
         pts differs from its request by more than `tolerance_s`, and `UserError` for a time beyond the file.
         """
-        entry = self.get(url)
+        entry = self.get(url, cursor)
         indices = [round(t * fps) for t in times_s]
         unique = sorted(set(indices))
         if entry.num_frames is not None and (unique[0] < 0 or unique[-1] >= entry.num_frames):

@@ -58,7 +58,7 @@ def make_adapter(cfg) -> Adapter:
         from ..loader.map import LeRobotMapDataset
 
         ds = LeRobotMapDataset(cfg.dataset, mode=cfg.mode, decode_device=cfg.decode_device,
-                               decoder_cache_size=cfg.decoder_cache_size, data_files_root=cfg.data_files_root)
+                               decoder_cache_size=cfg.decoder_cache_size or 16, data_files_root=cfg.data_files_root)
         return _dlbench_adapter(ds, iterable=False)
     if cfg.loader == "dlbench_stream":
         from ..loader.stream import LeRobotStreamingDataset

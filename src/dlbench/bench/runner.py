@@ -36,7 +36,7 @@ class BenchConfig:
     duration_s: float = 10.0
     warmup_s: float = 2.0
     num_batches: int | None = None
-    decoder_cache_size: int = 16
+    decoder_cache_size: int | None = None  # None: the loader's own default
     pool_size: int = 8  # streaming loaders: live episodes
     buffer_size: int = 256  # streaming loaders: shuffle buffer
     prefetch_factor: int = 2

@@ -64,6 +64,7 @@ class ItemBuilder:
         self.decode_device, self.cache_size = decode_device, cache_size
         self.return_float, self.tolerance_s = return_float, tolerance_s
         self.row_offset = 0  # global row of position 0 in `columns` (a shard may hold only part of the rows)
+        self.cursor_per_episode = False  # one decoder per (file, episode): for readers that interleave episodes
         self._cache: VideoDecoderCache | None = None
         self._pid = None
         self.decode_s = 0.0  # time spent decoding in this process (for the fetch/decode split)
@@ -79,57 +80,61 @@ class ItemBuilder:
             self._pid = os.getpid()
         return self._cache
 
-    def rows_for(self, key: str, row: int, ep: int) -> tuple[np.ndarray, np.ndarray]:
-        """Query rows of `key`'s window around `row` (clamped to the episode) and the pad mask."""
-        offsets = self.windows[key]
-        q = row + offsets
-        lo, hi = self.dmeta.ep_from[ep], self.dmeta.ep_to[ep] - 1
-        return np.clip(q, lo, hi), (q < lo) | (q > hi)
-
     def build(self, row: int) -> dict:
         """The item for global row `row`."""
         return self.build_many([row])[0]
 
     def build_many(self, rows: list[int]) -> list[dict]:
-        """Items for several rows; each camera's frames are decoded with one sorted request per video file."""
-        c, off = self.cols, self.row_offset
-        items = []
-        requests: dict[tuple[str, str], list[float]] = {}  # (camera, url) -> times
-        slots = []  # per item, per camera: (key, start, count, windowed)
-        for row in rows:
-            ep = int(c["episode_index"][row - off])
-            item: dict = {}
-            for name, arr in c.items():
-                if name in self.windows:
-                    q, pad = self.rows_for(name, row, ep)
-                    item[name] = torch.from_numpy(np.ascontiguousarray(arr[q - off]))
-                    item[f"{name}_is_pad"] = torch.from_numpy(pad)
-                else:
-                    item[name] = torch.tensor(arr[row - off])
-            item["task"] = self.dmeta.tasks[int(c["task_index"][row - off])]
-            mine = []
-            for cam in self.dmeta.cameras:
-                if cam in self.windows:
-                    q, pad = self.rows_for(cam, row, ep)
-                    item[f"{cam}_is_pad"] = torch.from_numpy(pad)
-                else:
-                    q = np.asarray([row])
-                times = self.dmeta.video_from[cam][ep] + c["timestamp"][q - off].astype(np.float64)
-                key = (cam, self.dmeta.video_url(cam, ep))
+        """Items for several rows; each camera's frames are decoded with one sorted request per video file.
+
+        The parquet fields of all rows are gathered at once (one numpy take per column); each item holds views of
+        those blocks. With `cursor_per_episode` (streaming), each episode gets its own decoder (see
+        `VideoDecoderCache`), so episodes read in turn from one file do not make a decoder seek back and forth.
+        """
+        c, off, dm = self.cols, self.row_offset, self.dmeta
+        rows = np.asarray(rows, dtype=np.int64)
+        eps = c["episode_index"][rows - off].astype(np.int64)
+        lo, hi = dm.ep_from[eps][:, None], dm.ep_to[eps][:, None] - 1
+
+        def window(key: str) -> tuple[np.ndarray, np.ndarray]:  # clamped query rows (k, W) and pad mask (k, W)
+            q = rows[:, None] + self.windows[key][None, :]
+            return np.clip(q, lo, hi), (q < lo) | (q > hi)
+
+        fields: dict[str, torch.Tensor] = {}
+        for name, arr in c.items():
+            if name in self.windows:
+                q, pad = window(name)
+                fields[name] = torch.from_numpy(arr[q - off])
+                fields[f"{name}_is_pad"] = torch.from_numpy(pad)
+            else:
+                fields[name] = torch.from_numpy(arr[rows - off])
+        tasks = [dm.tasks[int(t)] for t in c["task_index"][rows - off]]
+        requests: dict[tuple, list[float]] = {}  # (camera, url, cursor) -> times
+        slots: list[tuple[str, tuple, int, int]] = []  # (camera, request key, first, count) per camera per item
+        for cam in dm.cameras:
+            if cam in self.windows:
+                q, pad = window(cam)
+                fields[f"{cam}_is_pad"] = torch.from_numpy(pad)
+            else:
+                q = rows[:, None]
+            times = dm.video_from[cam][eps][:, None] + c["timestamp"][q - off].astype(np.float64)
+            for i, ep in enumerate(eps.tolist()):
+                key = (cam, dm.video_url(cam, ep), ep if self.cursor_per_episode else None)
                 bucket = requests.setdefault(key, [])
-                mine.append((key, len(bucket), len(times), cam in self.windows))
-                bucket.extend(float(t) for t in times)
-            items.append(item)
-            slots.append(mine)
+                slots.append((cam, key, len(bucket), times.shape[1]))
+                bucket.extend(times[i].tolist())
         t0 = time.perf_counter()
-        decoded = {key: self.cache.decode(key[1], times, self.dmeta.fps, self.tolerance_s)
+        decoded = {key: self.cache.decode(key[1], times, dm.fps, self.tolerance_s, cursor=key[2])
                    for key, times in requests.items()}
         self.decode_s += time.perf_counter() - t0
-        for item, mine in zip(items, slots):
-            for (cam, url), start, count, windowed in mine:
-                frames = decoded[(cam, url)][start:start + count]
-                frames = frames if windowed else frames[0]
-                item[cam] = frames.float() / 255.0 if self.return_float else frames
+        items = [{name: block[i] for name, block in fields.items()} for i in range(len(rows))]
+        for item, task in zip(items, tasks):
+            item["task"] = task
+        k = len(rows)
+        for n, (cam, key, first, count) in enumerate(slots):
+            frames = decoded[key][first:first + count]
+            frames = frames if cam in self.windows else frames[0]
+            items[n % k][cam] = frames.float() / 255.0 if self.return_float else frames
         return items
 
     def frames_per_item(self) -> int:

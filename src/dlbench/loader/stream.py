@@ -6,7 +6,8 @@ every frame of the dataset exactly once across all shards. The range a rank read
 
 Shuffling: each shard visits its episodes in a seeded random order, keeping `pool_size` episodes live at once. It
 repeatedly picks a random live episode and takes its next `read_ahead` consecutive frames, which are decoded with
-one sorted request per video file (sequential decode within a GOP, decoders reused); these items go into a buffer
+one sorted request per video file by a decoder kept for that episode (so decoding moves forward through each
+episode's GOPs and never seeks back when the reader switches between episodes of one file); these items go into a buffer
 of `buffer_size` (capped by `buffer_mb` of decoded frames, so memory stays bounded however large the frames and
 windows are), from which a random one is yielded. Everything random is drawn from a generator seeded by
 (seed, epoch, shard), so an epoch's order is reproducible and can be resumed: `state_dict()` records how many items
@@ -110,7 +111,8 @@ class LeRobotStreamingDataset(torch.utils.data.IterableDataset):
         buffer_mb: the most decoded frame data the buffer holds per process (MB); caps `buffer_size` for large
             items (a sarm item of two 480x640 cameras is 15 MB). The effective value is `self.buffer_size`.
         read_ahead: consecutive frames taken from an episode and decoded together.
-        decoder_cache_size: open decoders per worker; at least cameras x pool_size avoids reopening files.
+        decoder_cache_size: open decoders per worker (on the CPU one per live episode and camera); the default,
+            cameras x (pool_size + 2), leaves room for just-finished episodes' decoders, so live ones stay open.
         shuffle: False streams every shard's episodes in order (still disjoint across shards).
         tag_items: add `_shard` and `_pos` to each item (needed by `observe` for resumable state under workers).
         data_files_root: where data/ and videos/ are, if not under `root` (which then holds only meta/).
@@ -127,9 +129,12 @@ class LeRobotStreamingDataset(torch.utils.data.IterableDataset):
         self.meta = DatasetMeta.load(root, cameras, data_files_root)
         self.rank, self.world_size = rank_and_world(rank, world_size)
         windows = resolve_windows(mode, delta_timestamps, self.meta)
-        cache = decoder_cache_size or max(4, len(self.meta.cameras) * pool_size)
+        cache = decoder_cache_size or len(self.meta.cameras) * (pool_size + 2)
         self._columns_spec = data_columns(self.meta)
         self.builder = ItemBuilder(self.meta, windows, {}, decode_device, cache, return_float, tolerance_s)
+        # live episodes are read in turn: on the CPU each gets its own decoder (opening one costs ~3 ms, a seek back
+        # to a keyframe more); NVDEC decoders cost 50-70 ms and GPU memory to create, so there one per file seeks
+        self.builder.cursor_per_episode = decode_device == "cpu"
         self.seed, self.epoch = seed, 0
         self._iters = 0  # __iter__ calls since set_epoch: persistent DataLoader workers advance their own epoch
         item_bytes = sum(int(np.prod(self.meta.info["features"][c]["shape"])) * len(windows.get(c, [0]))
