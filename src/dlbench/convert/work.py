@@ -18,6 +18,7 @@ import time
 from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -59,8 +60,8 @@ def _write_data_file(manifest: dict, f: dict, out: Path) -> list[dict]:
                 if table.num_rows != length:
                     raise UserError(f"{paths.join(src, rel)}: {table.num_rows} rows but meta/episodes.jsonl says {length}")
                 new_ep = f["first_episode"] + k
-                table = _set_column(table, "episode_index", pa.array([new_ep] * length, pa.int64()))
-                table = _set_column(table, "index", pa.array(range(row, row + length), pa.int64()))
+                table = _set_column(table, "episode_index", meta.int64_array(np.full(length, new_ep)))
+                table = _set_column(table, "index", meta.int64_array(np.arange(row, row + length)))
                 if writer is None:
                     writer = pq.ParquetWriter(tmp, table.schema)
                 elif not table.schema.equals(writer.schema, check_metadata=False):

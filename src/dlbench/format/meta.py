@@ -148,6 +148,13 @@ def write_v21_meta(
 
 
 # ---------------------------------------------------------------------------------------------------- v3.0
+# pyarrow imports pandas (~0.2 s) the first time `pa.array` converts Python or numpy values; this builds the array
+# from its buffer instead, which keeps pandas out of the converter's worker processes.
+def int64_array(values: np.ndarray) -> pa.Array:
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+
+
 def write_tasks_v30(root: str | Path, tasks: list[str]) -> None:
     """meta/tasks.parquet as LeRobot writes it: a pandas frame indexed by the task string (index name `task`)."""
     import pandas as pd
