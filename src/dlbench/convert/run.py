@@ -42,9 +42,11 @@ def run(src: str, dst: str | Path, workers: int = 1, work_dir: str | Path | None
     default_work = work_dir is None
     work = Path(work_dir) if work_dir else dst.with_name(f".{dst.name}.convert-work")
     manifest = planmod.plan(src, work, options)
-    # fork where there is one: a worker then starts in milliseconds with the converter already imported (spawn
-    # re-imports pyarrow and PyAV, ~0.4 s per worker); this process holds no locks or busy threads at this point
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    # fork where there is one and no other Python thread runs here (a thread could hold a lock the child would
+    # inherit held): a worker then starts in milliseconds with the converter imported; spawn re-imports pyarrow and
+    # PyAV, ~0.4 s per worker
+    fork_ok = "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1
+    method = "fork" if fork_ok else "spawn"
     if method == "fork":
         import av  # noqa: F401  (imported once here rather than in every worker)
     procs = [multiprocessing.get_context(method).Process(target=_worker, args=(str(work), lease_timeout_s))
