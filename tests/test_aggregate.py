@@ -146,3 +146,14 @@ def test_every_plot_is_written_and_opens_as_an_image(summary, tmp_path):
     for png in written:
         image = matplotlib.image.imread(png)
         assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+
+
+def test_cli_prewarm_without_a_report_says_what_it_expects(tmp_path, capsys):
+    from dlbench.cli import main
+
+    run = write_run(tmp_path, "s", "dlbench_stream", [100.0])
+    with pytest.raises(SystemExit) as exc:
+        main(["aggregate", str(run), "--out", str(tmp_path / "summary.csv"), "--prewarm", "bucket"])
+    assert exc.value.code == 2
+    assert "--prewarm 'bucket': expected SOURCE=REPORT" in capsys.readouterr().err
+    assert not (tmp_path / "summary.csv").exists()

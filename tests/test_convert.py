@@ -69,3 +69,13 @@ def test_validate_names_a_broken_dataset(v30_h264, tmp_path):
     (broken / paths.INFO_PATH).write_text(json.dumps(info))
     with pytest.raises(UserError, match="total_frames"):
         validate(str(broken))
+
+
+def test_convert_work_does_not_import_pandas(v21_h264, tmp_path):
+    """pandas costs ~0.35 s to import; a worker process (data and video units) must not pay it."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom dlbench.convert import plan, work\nplan.plan(sys.argv[1], sys.argv[2])\n"
+            "assert work.work(sys.argv[2]) > 0\nassert 'pandas' not in sys.modules, 'a convert worker imported pandas'")
+    subprocess.run([sys.executable, "-c", code, str(v21_h264), str(tmp_path / "work")], check=True)

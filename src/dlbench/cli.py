@@ -21,6 +21,14 @@ def _camera(spec: str):
         raise argparse.ArgumentTypeError(f"camera {spec!r}: expected KEY=HEIGHTxWIDTH, e.g. observation.images.front=96x128")
 
 
+def _source_report(spec: str) -> tuple[str, str]:
+    source, sep, report = spec.partition("=")
+    if not sep or not source or not report:
+        raise argparse.ArgumentTypeError(f"--prewarm {spec!r}: expected SOURCE=REPORT, e.g. "
+                                         f"stream_bucket=results/prewarm/stream_bucket.json")
+    return source, report
+
+
 def cmd_synth(a) -> None:
     from .synth import SynthConfig, synthesize
 
@@ -207,7 +215,7 @@ def cmd_prewarm(a) -> None:
 def cmd_aggregate(a) -> None:
     from .aggregate import aggregate
 
-    prewarm = dict(item.split("=", 1) for item in a.prewarm)
+    prewarm = dict(a.prewarm)
     df = aggregate(a.runs, a.out, targets=json.loads(a.targets) if a.targets else None, baseline=a.baseline,
                    thrash=json.loads(a.thrash) if a.thrash else None, prewarm=prewarm)
     print(f"wrote {a.out} ({len(df)} runs, {int(df['pass'].sum())} pass their target)")
@@ -358,7 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--targets", default=None, help='JSON, e.g. {"single": 120, "sarm": 320} frames/s/node')
     p.add_argument("--baseline", default="lerobot_stream", help="loader the ratio_to_baseline column compares with")
     p.add_argument("--thrash", default=None, help='JSON, e.g. {"hit_rate_below": 0.5, "p99_ms_above": 100}')
-    p.add_argument("--prewarm", action="append", default=[], metavar="SOURCE=REPORT",
+    p.add_argument("--prewarm", action="append", default=[], metavar="SOURCE=REPORT", type=_source_report,
                    help="a source's prewarm check report: its runs get source_verdict (repeatable)")
     p.set_defaults(func=cmd_aggregate)
 
