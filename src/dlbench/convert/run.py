@@ -46,10 +46,10 @@ def run(src: str, dst: str | Path, workers: int = 1, work_dir: str | Path | None
     # inherit held): a worker then starts in milliseconds with the converter imported; spawn re-imports pyarrow and
     # PyAV, ~0.4 s per worker
     fork_ok = "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1
-    method = "fork" if fork_ok else "spawn"
-    if method == "fork":
+    if fork_ok:
         import av  # noqa: F401  (imported once here rather than in every worker)
-    procs = [multiprocessing.get_context(method).Process(target=_worker, args=(str(work), lease_timeout_s))
+    ctx = multiprocessing.get_context("fork" if fork_ok else "spawn")
+    procs = [ctx.Process(target=_worker, args=(str(work), lease_timeout_s))
              for _ in range(max(1, workers))]
     for p in procs:
         p.start()

@@ -7,8 +7,8 @@ every frame of the dataset exactly once across all shards. The range a rank read
 Shuffling: each shard visits its episodes in a seeded random order, keeping `pool_size` episodes live at once. It
 repeatedly picks a random live episode and takes its next `read_ahead` consecutive frames, which are decoded with
 one sorted request per video file by a decoder kept for that episode (so decoding moves forward through each
-episode's GOPs and never seeks back when the reader switches between episodes of one file); these items go into a buffer
-of `buffer_size` (capped by `buffer_mb` of decoded frames, so memory stays bounded however large the frames and
+episode's GOPs and never seeks back when the reader switches between episodes of one file); these items go into a
+buffer of `buffer_size` (capped by `buffer_mb` of decoded frames, so memory stays bounded however large the frames and
 windows are), from which a random one is yielded. Everything random is drawn from a generator seeded by
 (seed, epoch, shard), so an epoch's order is reproducible and can be resumed: `state_dict()` records how many items
 each shard has yielded and `load_state_dict()` makes each shard skip exactly those (by replaying the order without
