@@ -187,6 +187,32 @@ def test_dlbench_dataloader_batches_equal_torch_default_batches(v30_h264):
             break
 
 
+def test_collate_ships_all_frames_of_a_batch_in_one_shared_block(v30_h264):
+    """Inside a DataLoader worker, every camera's frames of one batch are views of a single shared-memory block
+    (one descriptor crosses to the main process, not one per camera), and plain numbers become numpy arrays."""
+    from dlbench.loader.collate import collate
+
+    ds = LeRobotStreamingDataset(str(v30_h264), mode="sarm", buffer_size=4)
+
+    class InWorker(torch.utils.data.IterableDataset):  # collate where the DataLoader would: in the worker
+        def __iter__(self):
+            items = []
+            for item in ds:
+                items.append(item)
+                if len(items) == 3:
+                    batch = collate(items)
+                    frames = [batch[cam] for cam in ds.meta.cameras]
+                    yield ([f.untyped_storage().data_ptr() for f in frames], [f.is_shared() for f in frames],
+                           type(batch["_pos"]).__name__, [torch.equal(f, torch.stack([i[cam] for i in items]))
+                                                          for f, cam in zip(frames, ds.meta.cameras)])
+                    return
+
+    ptrs, shared, pos_type, equal = next(iter(torch.utils.data.DataLoader(InWorker(), batch_size=None,
+                                                                          num_workers=1)))
+    assert len(ds.meta.cameras) == 2 and len(set(ptrs)) == 1 and all(shared)
+    assert pos_type == "ndarray" and all(equal)
+
+
 def test_buffer_is_capped_by_decoded_bytes(v30_h264):
     """However large the frames and windows, the shuffle buffer holds at most buffer_mb of decoded frames."""
     item_mb = (64 * 64 * 3 + 64 * 96 * 3) * 8 / 2**20  # sarm: 8 steps of both cameras

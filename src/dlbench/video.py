@@ -12,6 +12,7 @@ from collections import OrderedDict
 from typing import Sequence
 
 import fsspec
+import numpy as np
 import torch
 
 from .errors import UserError
@@ -134,18 +135,21 @@ class VideoDecoderCache:
         if entry.fell_back is None and self.device != "cpu":
             entry.fell_back = bool(entry.decoder.cpu_fallback)
             self.fallbacks += entry.fell_back
-        pos = {idx: i for i, idx in enumerate(unique)}
-        order = torch.tensor([pos[i] for i in indices])
-        pts = batch.pts_seconds[order]
-        requested = torch.tensor(list(times_s), dtype=pts.dtype)
-        worst = (pts - requested).abs().max().item()
-        if worst > tolerance_s:
-            k = int((pts - requested).abs().argmax())
+        pts = batch.pts_seconds.cpu().numpy().astype(np.float64)
+        in_order = unique == indices  # the common case: no repeats, already sorted
+        if not in_order:
+            pos = {idx: i for i, idx in enumerate(unique)}
+            order = np.fromiter((pos[i] for i in indices), np.int64, len(indices))
+            pts = pts[order]
+        requested = np.asarray(times_s, dtype=np.float64)
+        err = np.abs(pts - requested)
+        k = int(err.argmax())
+        if err[k] > tolerance_s:
             raise FrameTimestampError(
                 f"{url}: asked for the frame at {requested[k]:.6f} s, got one at {pts[k]:.6f} s "
                 f"(tolerance {tolerance_s} s); the video's timestamps do not match the dataset's metadata"
             )
-        return batch.data[order.to(batch.data.device)] if len(unique) != len(indices) or unique != indices else batch.data
+        return batch.data if in_order else batch.data[torch.from_numpy(order).to(batch.data.device)]
 
     def stats(self) -> dict:
         lookups = self.hits + self.misses
