@@ -183,3 +183,26 @@ def test_three_cameras_av1_and_uneven_lengths(tmp_path):
     assert report["ok"] and report["cameras"] == [c.key for c in cams]
     rows = sum(pq.read_metadata(p).num_rows for p in dst.glob("data/*/*.parquet"))
     assert rows == report["frames"]
+
+
+def test_workers_lease_the_biggest_units_first(v21_h264, tmp_path):
+    """Units are leased biggest first (source bytes), so a pool does not end waiting on one late big unit."""
+    work = tmp_path / "work"
+    manifest = planmod.plan(str(v21_h264), work, SMALL_FILES)
+    units = [planmod.load_unit(work, u) for u in range(manifest["units"])]
+    sizes = [u["bytes"] for u in units]
+    assert len(set(sizes)) > 1
+    assert [sizes[u] for u in manifest["lease_order"]] == sorted(sizes, reverse=True)
+    data_bytes = sum(p.stat().st_size for p in (v21_h264 / "data").rglob("*.parquet"))
+    assert sum(u["bytes"] for u in units if u["stream"] == planmod.DATA_STREAM) == data_bytes
+    workmod.work(work, max_units=1)
+    done = [u for u in range(manifest["units"]) if workmod.is_done(work, u)]
+    assert done == [manifest["lease_order"][0]]
+
+
+def test_manifest_of_another_version_is_refused(v21_h264, tmp_path):
+    work = tmp_path / "work"
+    manifest = planmod.plan(str(v21_h264), work, SMALL_FILES)
+    (work / planmod.MANIFEST).write_text(json.dumps({**manifest, "version": 1}))
+    with pytest.raises(UserError, match="another dlbench version"):
+        workmod.work(work)

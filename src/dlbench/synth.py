@@ -60,6 +60,7 @@ class SynthConfig:
     seed: int = 0
     chunks_size: int = paths.DEFAULT_CHUNK_SIZE
     robot_type: str = "dlbench_synthetic"  # marks datasets whose frames carry barcodes (see validate.py)
+    noise: int = 0  # +/- this much random noise per pixel: the encoder cannot compress it, so files get real-sized
 
     def validate(self) -> None:
         if self.codec not in CODECS:
@@ -80,6 +81,8 @@ class SynthConfig:
                 )
             if self.codec == "av1" and min(cam.height, cam.width) < 64:
                 raise UserError(f"synth camera {cam.key}: the av1 encoder (libsvtav1) needs frames of at least 64x64")
+        if not 0 <= self.noise <= 127:
+            raise UserError(f"synth noise must be within 0..127 (got {self.noise})")
         if self.tasks < 1 or self.state_dim < 1 or self.action_dim < 1 or self.fps < 1 or self.chunks_size < 1:
             raise UserError("synth tasks, state_dim, action_dim, fps and chunks_size must be >= 1")
 
@@ -106,8 +109,9 @@ def camera_keys(cfg: SynthConfig) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------------- video
-def render_frames(cam: Camera, camera_index: int, episode: int, length: int) -> np.ndarray:
-    """(T, H, W, 3) uint8: moving colour stripes (so the encoder has real work) plus the barcode."""
+def render_frames(cam: Camera, camera_index: int, episode: int, length: int, noise: int = 0) -> np.ndarray:
+    """(T, H, W, 3) uint8: moving colour stripes (so the encoder has real work), `noise` (seeded by episode and
+    camera), plus the barcode."""
     t = np.arange(length, dtype=np.float32)[:, None, None]
     y = np.arange(cam.height, dtype=np.float32)[None, :, None]
     x = np.arange(cam.width, dtype=np.float32)[None, None, :]
@@ -115,7 +119,11 @@ def render_frames(cam: Camera, camera_index: int, episode: int, length: int) -> 
     chans = [
         128 + 90 * np.sin((x + 0.5 * y + 3.0 * t) / (7.0 + k) + phase + k) for k in range(3)
     ]
-    frames = np.stack(chans, axis=-1).clip(0, 255).astype(np.uint8)
+    frames = np.stack(chans, axis=-1)
+    if noise:
+        rng = np.random.default_rng([episode, camera_index])
+        frames += rng.integers(-noise, noise + 1, size=frames.shape, dtype=np.int16)
+    frames = frames.clip(0, 255).astype(np.uint8)
     for i in range(length):
         barcode.paint(frames[i], episode, i, camera_index)
     return frames
@@ -251,7 +259,7 @@ def _write_episode(cfg: SynthConfig, root: Path, episode: int, length: int, star
         stats[k] = _vector_stats(columns[k].reshape(-1, 1))
     for cam_index, key in enumerate(camera_keys(cfg)):
         cam = next(c for c in cfg.cameras if c.key == key)
-        frames = render_frames(cam, cam_index, episode, length)
+        frames = render_frames(cam, cam_index, episode, length, cfg.noise)
         encode_video(frames, root / paths.v21_video_path(episode, key, cfg.chunks_size), cfg)
         stats[key] = _image_stats(frames)
     return meta.to_jsonable(stats)

@@ -31,7 +31,7 @@ MANIFEST = "manifest.json"
 UNITS_DIR = "units"
 EPISODES = "episodes.jsonl"
 DATA_STREAM = "data"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: units carry their source bytes; the manifest a lease order
 
 
 @dataclass(frozen=True)
@@ -51,10 +51,15 @@ def load_manifest(work: str | Path) -> dict:
     if not path.exists():
         raise UserError(f"{path}: no manifest; run `dlbench convert plan SRC {work}` first")
     try:
-        return json.loads(path.read_text())
+        manifest = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise UserError(f"{path}: corrupt manifest ({e}); plan again with `dlbench convert plan SRC {work}` "
                         f"(units already done are redone)") from None
+    if manifest.get("version") != MANIFEST_VERSION:
+        raise UserError(f"{path}: written by another dlbench version (manifest version {manifest.get('version')}, "
+                        f"this one reads {MANIFEST_VERSION}); finish it with that version, or plan into a new work "
+                        f"directory")
+    return manifest
 
 
 def load_unit(work: str | Path, unit: int) -> dict:
@@ -70,6 +75,7 @@ class _StreamPacker:
         self.current: dict | None = None  # the output file being filled
         self.acc = 0
         self.unit_files: list[dict] = []  # files of the unit being filled
+        self.unit_bytes = 0  # source bytes the unit being filled reads
         self.units: list[dict] = []  # finished units, not yet written
 
     def add(self, new_index: int, src_index: int, length: int, start_row: int, size: int) -> None:
@@ -83,6 +89,7 @@ class _StreamPacker:
         self.current["source_episodes"].append(src_index)
         self.current["lengths"].append(length)
         self.acc += size
+        self.unit_bytes += size
 
     def _close_file(self) -> None:
         self.unit_files.append(self.current)
@@ -93,8 +100,8 @@ class _StreamPacker:
 
     def _close_unit(self) -> None:
         if self.unit_files:
-            self.units.append({"stream": self.stream, "files": self.unit_files})
-            self.unit_files = []
+            self.units.append({"stream": self.stream, "bytes": self.unit_bytes, "files": self.unit_files})
+            self.unit_files, self.unit_bytes = [], 0
 
     def finish(self) -> None:
         if self.current is not None:
@@ -173,12 +180,15 @@ def plan(src: str, work: str | Path, options: PlanOptions = PlanOptions()) -> di
         "total_frames": row,
         "fps": info["fps"],
         "units": len(units),
+        # workers lease the biggest units first, so the last units to finish are small ones (no long tail)
+        "lease_order": sorted(range(len(units)), key=lambda i: -units[i]["bytes"]),
     }
     existing = work / MANIFEST
     if existing.exists():
-        if json.loads(existing.read_text()) == manifest:
+        old = json.loads(existing.read_text())
+        if {**old, "lease_order": None} == {**manifest, "lease_order": None}:  # the order is a hint from sizes
             os.unlink(episodes_tmp)
-            return manifest
+            return old
         os.unlink(episodes_tmp)
         raise UserError(f"{work} already holds a different conversion plan; use a new work directory or delete {work}")
     # no manifest: whatever else is in the work directory belongs to an unfinished plan, not to this one

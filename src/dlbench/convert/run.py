@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.connection
-import os
 import shutil
 import sys
 import threading
@@ -53,8 +52,9 @@ def run(src: str, dst: str | Path, workers: int = 1, work_dir: str | Path | None
              for _ in range(max(1, workers))]
     for p in procs:
         p.start()
-    if len(procs) < (os.cpu_count() or 1):  # a core is free while the workers run: use it for finalize's imports
-        threading.Thread(target=_import_finalize_deps, daemon=True).start()
+    # finalize's imports, overlapped with the workers: on a free core they cost nothing; with every core busy they
+    # still end sooner than run after the workers, and the workers' units rarely end at the same moment
+    threading.Thread(target=_import_finalize_deps, daemon=True).start()
     bar = None
     if progress:
         from tqdm import tqdm

@@ -104,7 +104,7 @@ def _write_video_file(manifest: dict, camera: str, f: dict, out: Path) -> list[d
     target = out / paths.v30_video_path(camera, f["chunk_index"], f["file_index"])
     entries = []
     with io.atomic_path(target) as tmp:
-        with av.open(str(tmp), "w", format="mp4", options={"movflags": "faststart"}) as out_c:
+        with av.open(str(tmp), "w", format="mp4") as out_c:
             out_s = None
             tb = codec = None
             offset = 0  # ticks of output time base before the current episode
@@ -179,7 +179,7 @@ def work(work_dir: str | Path, lease_timeout_s: float = 60.0, poll_s: float = 1.
     ran = 0
     wait = 0.02  # idle back-off: others hold the last units; notice their end quickly, then poll less often
     while True:
-        pending = [u for u in range(manifest["units"]) if not is_done(work_dir, u)]
+        pending = [u for u in manifest["lease_order"] if not is_done(work_dir, u)]
         if not pending:
             return ran
         took = False

@@ -74,6 +74,8 @@ def main(argv=None) -> None:
     ap.add_argument("--length-min", type=int, default=30)
     ap.add_argument("--length-max", type=int, default=90)
     ap.add_argument("--crf", type=int, default=None, help="lower: bigger files (more bytes per episode)")
+    ap.add_argument("--noise", type=int, default=0,
+                    help="per-pixel noise (0..127): files of real-world size (tens of KB per frame) instead of ~0.2 KB")
     ap.add_argument("--data-file-size-in-mb", type=float, default=100)
     ap.add_argument("--video-file-size-in-mb", type=float, default=200)
     ap.add_argument("--workdir", default=None, help="keeps the synthetic source between runs")
@@ -88,7 +90,7 @@ def main(argv=None) -> None:
     if not (src / "meta/info.json").exists():
         t0 = time.perf_counter()
         synthesize(SynthConfig(episodes=a.episodes, length_min=a.length_min, length_max=a.length_max, cameras=cams,
-                               crf=a.crf), src, overwrite=True, progress=False)
+                               crf=a.crf, noise=a.noise), src, overwrite=True, progress=False)
         print(f"synthesized {a.episodes} episodes x {a.cameras} cameras in {time.perf_counter() - t0:.1f} s")
     size_mb = sum(p.stat().st_size for p in src.rglob("*") if p.is_file()) / 2**20
     print(f"source: {src} ({size_mb:.1f} MB, {sum(1 for p in src.rglob('*') if p.is_file())} files); "
