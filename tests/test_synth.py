@@ -67,6 +67,19 @@ def test_av1_dataset_is_valid_v21(tmp_path):
     assert info["total_chunks"] == 2
 
 
+def test_noise_makes_real_sized_files_with_readable_barcodes(tmp_path):
+    """`noise` (for benchmarks that need real-world bytes per frame) grows the files; every barcode still reads."""
+    plain_cfg = tiny_config(episodes=2, crf=0)
+    noisy_cfg = tiny_config(episodes=2, crf=0, noise=32)
+    plain = synthesize(plain_cfg, tmp_path / "plain", workers=1, progress=False)
+    noisy = synthesize(noisy_cfg, tmp_path / "noisy", workers=1, progress=False)
+    size = lambda root: sum(p.stat().st_size for p in (root / "videos").rglob("*.mp4"))  # noqa: E731
+    assert size(noisy) > 3 * size(plain)
+    check_v21(noisy, noisy_cfg)
+    with pytest.raises(UserError, match="noise"):
+        tiny_config(noise=200).validate()
+
+
 def test_same_seed_same_bytes(tmp_path):
     cfg = tiny_config(episodes=3, cameras=(Camera("observation.images.front", 32, 32),))
     a = synthesize(cfg, tmp_path / "a", workers=1, progress=False)
