@@ -148,7 +148,7 @@ def write_v21_meta(
 
 
 # ---------------------------------------------------------------------------------------------------- v3.0
-# pyarrow imports pandas (~0.2 s) the first time `pa.array` converts Python or numpy values; this builds the array
+# pyarrow imports pandas (~0.35 s) the first time `pa.array` converts Python or numpy values; this builds the array
 # from its buffer instead, which keeps pandas out of the converter's worker processes.
 def int64_array(values: np.ndarray) -> pa.Array:
     values = np.ascontiguousarray(values, dtype=np.int64)

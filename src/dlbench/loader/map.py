@@ -59,12 +59,13 @@ class ItemBuilder:
     """Turns a row (and its episode) into an item; shared by the map-style and streaming datasets."""
 
     def __init__(self, dmeta: DatasetMeta, windows: dict[str, np.ndarray], columns: dict[str, np.ndarray],
-                 decode_device: str, cache_size: int, return_float: bool, tolerance_s: float):
+                 decode_device: str, cache_size: int, return_float: bool, tolerance_s: float,
+                 cursor_per_episode: bool = False):
         self.dmeta, self.windows, self.cols = dmeta, windows, columns
         self.decode_device, self.cache_size = decode_device, cache_size
         self.return_float, self.tolerance_s = return_float, tolerance_s
         self.row_offset = 0  # global row of position 0 in `columns` (a shard may hold only part of the rows)
-        self.cursor_per_episode = False  # one decoder per (file, episode): for readers that interleave episodes
+        self.cursor_per_episode = cursor_per_episode  # one decoder per (file, episode): readers that interleave them
         self._cache: VideoDecoderCache | None = None
         self._pid = None
         self.decode_s = 0.0  # time spent decoding in this process (for the fetch/decode split)

@@ -131,10 +131,10 @@ class LeRobotStreamingDataset(torch.utils.data.IterableDataset):
         windows = resolve_windows(mode, delta_timestamps, self.meta)
         cache = decoder_cache_size or len(self.meta.cameras) * (pool_size + 2)
         self._columns_spec = data_columns(self.meta)
-        self.builder = ItemBuilder(self.meta, windows, {}, decode_device, cache, return_float, tolerance_s)
         # live episodes are read in turn: on the CPU each gets its own decoder (opening one costs ~3 ms, a seek back
         # to a keyframe more); NVDEC decoders cost 50-70 ms and GPU memory to create, so there one per file seeks
-        self.builder.cursor_per_episode = decode_device == "cpu"
+        self.builder = ItemBuilder(self.meta, windows, {}, decode_device, cache, return_float, tolerance_s,
+                                   cursor_per_episode=decode_device == "cpu")
         self.seed, self.epoch = seed, 0
         self._iters = 0  # __iter__ calls since set_epoch: persistent DataLoader workers advance their own epoch
         item_bytes = sum(int(np.prod(self.meta.info["features"][c]["shape"])) * len(windows.get(c, [0]))

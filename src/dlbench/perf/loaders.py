@@ -29,6 +29,11 @@ from ..loader.meta import DatasetMeta, resolve_windows
 from ..loader.stream import shard_order, split_episodes
 
 LOADER_ORDER = ("dlbench_map", "dlbench_stream", "lerobot_map", "lerobot_stream")
+# the ratios the loaders are held to: (numerator, denominator, how the denominator is printed, format, target)
+RATIOS = (("dlbench_stream", "lerobot_stream", "lerobot_stream", "{:.2f}x", "2x"),
+          ("dlbench_map", "lerobot_map", "lerobot_map", "{:.2f}x", "1.3x"),
+          ("dlbench_map", "ceiling (random access)", "ceiling (random)", "{:.0%}", "80%"),
+          ("dlbench_stream", "ceiling (stream access)", "ceiling (stream)", "{:.0%}", "80%"))
 
 
 def requests_for(root: str, mode: str, pattern: str, workers: int, seed: int = 0) -> list[list[list[tuple]]]:
@@ -141,16 +146,9 @@ def main(argv=None) -> None:
         for name, (fps, rss) in rows.items():
             print(f"{name:<26} {fps:>10.1f} {rss if rss is not None else float('nan'):>12.1f}")
         f = {k: v[0] for k, v in rows.items()}
-        if "lerobot_stream" in f and "dlbench_stream" in f:
-            print(f"dlbench_stream / lerobot_stream: {f['dlbench_stream'] / f['lerobot_stream']:.2f}x (target >= 2x)")
-        if "lerobot_map" in f and "dlbench_map" in f:
-            print(f"dlbench_map / lerobot_map: {f['dlbench_map'] / f['lerobot_map']:.2f}x (target >= 1.3x)")
-        if "dlbench_map" in f:
-            print(f"dlbench_map / ceiling (random): {f['dlbench_map'] / f['ceiling (random access)']:.0%} "
-                  f"(target >= 80%)")
-        if "dlbench_stream" in f:
-            print(f"dlbench_stream / ceiling (stream): {f['dlbench_stream'] / f['ceiling (stream access)']:.0%} "
-                  f"(target >= 80%)")
+        for num, den, label, fmt, target in RATIOS:
+            if num in f and den in f:
+                print(f"{num} / {label}: {fmt.format(f[num] / f[den])} (target >= {target})")
     if a.memory_s > 0:
         print(f"\nmemory: peak RSS after {a.memory_s / 10:.0f} s and {a.memory_s:.0f} s (mode sarm)")
         for loader in ("dlbench_stream", "dlbench_map"):
