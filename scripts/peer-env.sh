@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${PEER_VENV:-.venv-lerobot}
-if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import lerobot.datasets.lerobot_dataset, psutil" 2>/dev/null; then
+READY="$VENV/.dlbench-peer-ready"  # written last: dlbench uses the environment only when this marker exists
+if [ -f "$READY" ] && "$VENV/bin/python" -c "import lerobot.datasets.lerobot_dataset, psutil" 2>/dev/null; then
   exit 0
 fi
 is312() { [ -n "$1" ] && "$1" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; }
@@ -20,8 +21,18 @@ if [ -z "$PY" ]; then
   exit 1
 fi
 echo "creating $VENV with $PY and lerobot[dataset]==0.6.1 ..."
+trap 'rm -rf "$VENV"' ERR  # a half-built environment is removed, never left looking usable
 rm -rf "$VENV"
 "$PY" -m venv "$VENV"
-"$VENV/bin/pip" install -q "lerobot[dataset]==0.6.1" psutil  # psutil: the bench harness runs here too
+# Several GB come from the package index; a dropped connection mid-download is retried (pip keeps what it finished).
+for attempt in 1 2 3; do
+  if "$VENV/bin/pip" install -q --retries 10 --timeout 120 "lerobot[dataset]==0.6.1" psutil; then  # psutil: the bench harness runs here too
+    break
+  fi
+  [ "$attempt" = 3 ] && { echo "peer-env: pip install failed 3 times" >&2; false; }
+  echo "peer-env: pip install failed (attempt $attempt of 3); retrying in 10 s" >&2
+  sleep 10
+done
 "$VENV/bin/python" -c "import lerobot.datasets.lerobot_dataset, lerobot.datasets.streaming_dataset"
+touch "$READY"
 echo "peer environment ready: $VENV"

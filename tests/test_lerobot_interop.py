@@ -12,7 +12,8 @@ from dlbench.loader.map import LeRobotMapDataset
 
 pytestmark = pytest.mark.skipif(
     peer.peer_python() is None,
-    reason=f"LeRobot peer environment missing (needs Python 3.12); create it with {peer.CREATE_COMMAND}",
+    reason=f"LeRobot peer environment missing or incomplete (needs Python 3.12 and the package index); "
+           f"create it with {peer.CREATE_COMMAND}",
 )
 
 

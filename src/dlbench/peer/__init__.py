@@ -15,22 +15,25 @@ from ..errors import UserError
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 CREATE_COMMAND = "scripts/peer-env.sh   (or: make peer)"
+READY_MARKER = ".dlbench-peer-ready"  # written by scripts/peer-env.sh when the environment is complete
 
 
 def peer_python() -> Path | None:
-    """The peer interpreter: $DLBENCH_PEER_PYTHON, else .venv-lerobot/bin/python in the project; None if absent."""
+    """The peer interpreter: $DLBENCH_PEER_PYTHON, else the project's .venv-lerobot once scripts/peer-env.sh has
+    finished building it (it writes READY_MARKER last); None otherwise."""
     env = os.environ.get("DLBENCH_PEER_PYTHON")
-    candidates = [Path(env)] if env else [REPO_ROOT / ".venv-lerobot" / "bin" / "python"]
-    for c in candidates:
-        if c.exists():
-            return c
+    if env:
+        return Path(env) if Path(env).exists() else None
+    venv = REPO_ROOT / ".venv-lerobot"
+    if (venv / READY_MARKER).exists() and (venv / "bin" / "python").exists():
+        return venv / "bin" / "python"
     return None
 
 
 def require_peer() -> Path:
     py = peer_python()
     if py is None:
-        raise UserError(f"the LeRobot peer environment is missing; create it with: {CREATE_COMMAND} "
+        raise UserError(f"the LeRobot peer environment is missing or incomplete; create it with: {CREATE_COMMAND} "
                         f"(or point DLBENCH_PEER_PYTHON at a Python with lerobot[dataset]==0.6.1)")
     return py
 
