@@ -29,3 +29,9 @@ def v30_h264(v21_h264, tmp_path_factory):
     """The h264 dataset converted with small thresholds: several files per stream."""
     return convert_run(str(v21_h264), tmp_path_factory.mktemp("h264v30") / "v30", workers=2, options=SMALL_FILES,
                        progress=False)
+
+
+@pytest.fixture(scope="session")
+def v30_h264_one_file(v21_h264, tmp_path_factory):
+    """The h264 dataset converted with the default thresholds: every episode of a camera in one file."""
+    return convert_run(str(v21_h264), tmp_path_factory.mktemp("h264v30one") / "v30", workers=1, progress=False)

@@ -115,14 +115,20 @@ def test_decoder_cache_counters_add_up(v30_h264):
     assert s["size"] <= 2 and 0.0 <= s["hit_rate"] <= 1.0
 
 
-def test_streaming_opens_one_decoder_per_episode_and_camera(v30_h264):
-    """Live episodes of one file are read in turn by decoders of their own: none is reopened (no seeking back)."""
-    ds = LeRobotStreamingDataset(str(v30_h264), mode="single", pool_size=4, buffer_size=8)
-    for _ in ds:
-        pass
+def test_streaming_decoders_follow_pool_slots_not_episodes(v30_h264_one_file):
+    """Live episodes of one file are read in turn by decoders of their own (none seeks back); an episode that starts
+    takes over the decoder of the one that finished, so a camera's file is opened once per pool slot, not once per
+    episode, and every frame is still the right one after those seeks."""
+    ds = LeRobotStreamingDataset(str(v30_h264_one_file), mode="single", pool_size=3, buffer_size=8)
+    assert {len(set(ds.meta.video_url(c, e) for e in range(len(ds.meta.ep_from)))) for c in ds.meta.cameras} == {1}
+    n = 0
+    for item in ds:
+        check_item(ds, item)
+        n += 1
+    assert n == ds.meta.num_frames
     s = ds.cache.stats()
-    assert s["misses"] == len(ds.meta.ep_from) * len(ds.meta.cameras)
-    assert s["size"] <= len(ds.meta.cameras) * (4 + 2)
+    assert len(ds.meta.ep_from) > 3 and s["misses"] == 3 * len(ds.meta.cameras)
+    assert s["size"] <= len(ds.meta.cameras) * (3 + 2)
 
 
 def test_split_balances_frames_and_keeps_episodes_whole():
@@ -220,3 +226,42 @@ def test_buffer_is_capped_by_decoded_bytes(v30_h264):
     assert ds.buffer_size == 5
     seen = sorted(int(item["index"]) for item in ds)
     assert seen == list(range(ds.meta.num_frames))  # a small buffer still yields every frame once
+
+
+def _ring_span(ring) -> tuple[int, int]:
+    import numpy as np
+
+    start = np.frombuffer(ring._mem, dtype=np.uint8).ctypes.data
+    return start, start + len(ring._mem)
+
+
+def test_batch_ring_reuses_slots_and_never_overwrites_a_held_batch(v30_h264):
+    """Forked workers write frames into a few reused shared slots. A consumer that keeps every batch exhausts them:
+    later batches take the fallback and no held batch is overwritten; dropped batches free their slots, and a
+    consumer that drops each batch is served from the slots alone."""
+    import gc
+
+    from dlbench.loader.collate import DataLoader
+
+    ds = LeRobotStreamingDataset(str(v30_h264), mode="single", pool_size=2, buffer_size=8)
+    loader = DataLoader(ds, batch_size=4, num_workers=2, persistent_workers=True)
+    held = list(loader)
+    ring = loader.collate_fn.ring
+    lo, hi = _ring_span(ring)
+    in_ring = [lo <= b[ds.meta.cameras[0]].data_ptr() < hi for b in held]
+    assert sum(in_ring) == ring.workers * ring.slots < len(held) and ring.busy() == sum(in_ring)
+    for batch in held:
+        for item in unbatch(batch):
+            check_item(ds, item)
+    del held, batch, item
+    gc.collect()
+    assert ring.busy() == 0
+    ds.set_epoch(1)
+    for k, batch in enumerate(loader):  # a partial pass: batches still in flight are dropped unread at the restart
+        if k == 2:
+            break
+    del batch
+    ds.set_epoch(2)
+    from_ring = [lo <= b[ds.meta.cameras[0]].data_ptr() < hi for b in loader]
+    gc.collect()
+    assert len(from_ring) > ring.workers * ring.slots and all(from_ring) and ring.busy() == 0

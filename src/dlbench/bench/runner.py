@@ -17,7 +17,7 @@ import torch
 
 from .. import barcode
 from ..errors import UserError
-from ..loader.collate import to_torch
+from ..loader.collate import collate, make_ring, to_torch
 from ..loader.meta import DatasetMeta, resolve_windows
 from ..procstat import RssSampler
 from ..validate import is_synthetic
@@ -165,11 +165,15 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
     adapter = make_adapter(cfg)
     verifier = _Verifier(dmeta, cfg.mode) if cfg.verify and is_synthetic(dmeta.info) else None
     workers = cfg.num_workers
+    # CUDA cannot start in forked workers; frames decoded on the GPU need no pinned CPU memory
+    context = "spawn" if workers > 0 and device.type == "cuda" else None
+    prefetch = cfg.prefetch_factor if workers > 0 else None
+    collate_items = adapter.collate
+    if collate_items is collate:  # as dlbench.loader.collate.DataLoader batches: through a ring of shared slots
+        collate_items = partial(collate, ring=make_ring(adapter.dataset, cfg.batch_size, workers, prefetch, context))
     common = dict(batch_size=cfg.batch_size, num_workers=workers, persistent_workers=workers > 0,
-                  collate_fn=partial(_collate, collate_items=adapter.collate),
-                  prefetch_factor=cfg.prefetch_factor if workers > 0 else None, pin_memory=False,
-                  # CUDA cannot start in forked workers; frames decoded on the GPU need no pinned CPU memory
-                  multiprocessing_context=("spawn" if workers > 0 and device.type == "cuda" else None))
+                  collate_fn=partial(_collate, collate_items=collate_items), prefetch_factor=prefetch,
+                  pin_memory=False, multiprocessing_context=context)
     if adapter.iterable:
         loader = torch.utils.data.DataLoader(_TimedIterable(adapter.dataset, adapter.cache_stats), **common)
     else:

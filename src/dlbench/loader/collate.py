@@ -1,48 +1,144 @@
-"""Batching for DataLoader workers that keeps small fields off shared memory and large ones in one segment.
+"""Batching for DataLoader workers that keeps small fields off shared memory and large ones in reusable slots.
 
 torch's default collate turns every field of a batch into a tensor, and each tensor made in a DataLoader worker
-crosses to the main process through its own shared-memory segment, whose file descriptor the main process fetches
-over a fresh socket connection to the worker (about 0.5-1 ms each on a 2-core machine, more than decoding a small
-frame). `collate` therefore stacks small fields (indices, timestamp, state, action, pad masks, plain numbers) into
-numpy arrays, which travel pickled with the batch message, and stacks the large ones (frames, one tensor per
-camera) into views of a single shared-memory block: one descriptor per batch however many cameras. `to_torch`
-turns the arrays back into tensors in the main process without a copy. `DataLoader` does both, so a batch looks
-exactly as torch's own DataLoader would return it.
+crosses to the main process through a new shared-memory segment: created, mapped and faulted in by the worker,
+its file descriptor fetched by the main process over a fresh socket connection to the worker (together about
+1-1.5 ms per segment on a 2-core VM, more than decoding a small frame). `collate` therefore stacks small fields
+(indices, timestamp, state, action, pad masks, plain numbers) into numpy arrays, which travel pickled with the
+batch message, and stacks the large ones (frames, one tensor per camera) into one block. With a `BatchRing`
+(`DataLoader` makes one for forked workers) that block is a slot of shared memory mapped once, before the workers
+start, and reused batch after batch: the batch message only says where the frames are. Without one it is a single
+new shared segment per batch, as torch would make. `to_torch` turns the arrays and ring slots back into tensors in
+the main process without a copy. `DataLoader` does both, so a batch looks exactly as torch's own DataLoader would
+return it.
 """
 
 from __future__ import annotations
 
+import itertools
+import mmap
 import numbers
+import os
+import weakref
 
 import numpy as np
 import torch
 
 SMALL_NUMEL = 4096  # fields with fewer elements per batch travel pickled, larger ones through shared memory
 _ALIGN = 64  # bytes: each large field starts on a cache line of the shared block
+RING_KEY = "_ring"  # a batch whose large fields are in a BatchRing slot carries the RingSlot under this key
 
 
-def _stack_into_one_block(fields: dict[str, list[torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """torch.stack of each field's values, all outputs views of one block (shared memory inside a worker)."""
-    shapes, offsets, nbytes = {}, {}, 0
+class BatchRing:
+    """Reusable shared-memory slots for the large fields of batches made in forked DataLoader workers.
+
+    Each worker owns `slots` slots of `slot_bytes` bytes, all in one anonymous shared mapping made in the main
+    process before the workers fork (so both sides see the same pages, mapped once). A worker writes a batch's
+    frames into a free slot of its own and sends only where they are (a `RingSlot`); `to_torch` in the main process
+    makes tensors that view the slot, and the slot is free again once the last of those tensors is gone (or when the
+    batch is dropped unread, as torch does with batches left over when a persistent iterator restarts). A batch
+    that does not fit, or a worker whose slots are all still held by the consumer, falls back to a new shared
+    segment: slower, never wrong. Memory: workers x slots x slot_bytes, touched once and then reused.
+
+    A ring cannot cross a spawn (CUDA decode starts workers that way): unpickled, it has no slots and every batch
+    takes the fallback.
+    """
+
+    def __init__(self, workers: int, slots: int, slot_bytes: int):
+        self.workers, self.slots = workers, slots
+        self.slot_bytes = -(-slot_bytes // mmap.PAGESIZE) * mmap.PAGESIZE
+        self._mem = mmap.mmap(-1, workers * slots * self.slot_bytes)  # MAP_SHARED | MAP_ANONYMOUS
+        self._busy = np.frombuffer(mmap.mmap(-1, workers * slots), dtype=np.uint8)  # 1: a batch lives in the slot
+        self.token = (os.getpid(), next(_ring_tokens))
+        _RINGS[self.token] = self
+
+    def __getstate__(self):
+        return {"workers": 0, "slots": 0, "slot_bytes": 0, "_mem": None, "_busy": None, "token": None}
+
+    def take(self, nbytes: int) -> tuple[int, torch.Tensor] | None:
+        """In a worker: a free slot of that worker for `nbytes`, as (index, uint8 tensor viewing it); else None."""
+        info = torch.utils.data.get_worker_info()
+        if self._mem is None or info is None or info.id >= self.workers or nbytes > self.slot_bytes:
+            return None
+        base = info.id * self.slots
+        free = np.flatnonzero(self._busy[base:base + self.slots] == 0)
+        if not len(free):
+            return None
+        index = base + int(free[0])
+        self._busy[index] = 1
+        return index, torch.frombuffer(self._mem, dtype=torch.uint8, count=nbytes, offset=index * self.slot_bytes)
+
+    def open(self, ref: "RingSlot") -> torch.Tensor:
+        """In the main process: the slot's bytes as a uint8 tensor; the slot is released when no view of it is left."""
+        owner = np.frombuffer(self._mem, dtype=np.uint8, count=ref.nbytes, offset=ref.index * self.slot_bytes)
+        weakref.finalize(owner, self.release, ref.index)  # the tensor's storage holds `owner` until its last view dies
+        return torch.from_numpy(owner)
+
+    def release(self, index: int) -> None:
+        self._busy[index] = 0
+
+    def busy(self) -> int:
+        """Slots now holding a batch (for tests and diagnostics)."""
+        return int(self._busy.sum()) if self._busy is not None else 0
+
+
+_ring_tokens = itertools.count()
+_RINGS: "weakref.WeakValueDictionary[tuple, BatchRing]" = weakref.WeakValueDictionary()
+
+
+class RingSlot:
+    """Where a batch's large fields are: ring slot `index`, field -> (offset, dtype, shape). Sent instead of them."""
+
+    __slots__ = ("token", "index", "nbytes", "fields", "_unopened")
+
+    def __init__(self, token, index, nbytes, fields):
+        self.token, self.index, self.nbytes, self.fields, self._unopened = token, index, nbytes, fields, False
+
+    def __getstate__(self):
+        return (self.token, self.index, self.nbytes, self.fields)
+
+    def __setstate__(self, state):
+        self.token, self.index, self.nbytes, self.fields = state
+        self._unopened = True  # received by the main process: it owns the slot until opened or dropped
+
+    def open(self) -> dict[str, torch.Tensor]:
+        ring = _RINGS[self.token]
+        self._unopened = False
+        block = ring.open(self)
+        return {key: block[off:off + int(np.prod(shape)) * dtype.itemsize].view(dtype).view(shape)
+                for key, (off, dtype, shape) in self.fields.items()}
+
+    def __del__(self):
+        if self._unopened and (ring := _RINGS.get(self.token)) is not None:
+            ring.release(self.index)
+
+
+def _stack_into_one_block(fields: dict[str, list[torch.Tensor]], ring: BatchRing | None) -> dict:
+    """torch.stack of each field's values, all outputs views of one block: a ring slot if one is free (the result
+    is then {"_ring": RingSlot}), else shared memory inside a worker, plain memory outside."""
+    layout, nbytes = {}, 0
     for key, values in fields.items():
-        shapes[key] = (len(values), *values[0].shape)
-        offsets[key] = nbytes
+        layout[key] = (nbytes, values[0].dtype, (len(values), *values[0].shape))
         nbytes += -(-len(values) * values[0].numel() * values[0].element_size() // _ALIGN) * _ALIGN
-    if torch.utils.data.get_worker_info() is not None:  # as default_collate: allocate straight in shared memory
+    slot = ring.take(nbytes) if ring is not None else None
+    if slot is not None:
+        block = slot[1]
+    elif torch.utils.data.get_worker_info() is not None:  # as default_collate: allocate straight in shared memory
         block = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(nbytes))
     else:
         block = torch.empty(nbytes, dtype=torch.uint8)
     out = {}
-    for key, values in fields.items():
-        size = int(np.prod(shapes[key])) * values[0].element_size()
-        view = block[offsets[key]:offsets[key] + size].view(values[0].dtype).view(shapes[key])
-        out[key] = torch.stack(values, out=view)
-    return out
+    for key, (off, dtype, shape) in layout.items():
+        size = int(np.prod(shape)) * fields[key][0].element_size()
+        out[key] = torch.stack(fields[key], out=block[off:off + size].view(dtype).view(shape))
+    if slot is None:
+        return out
+    return {RING_KEY: RingSlot(ring.token, slot[0], nbytes, layout)}
 
 
-def collate(items: list[dict]) -> dict:
-    """Batch item dicts: large tensors stacked into one block, small ones and numbers as numpy arrays, strings as
-    lists (as torch's default collate)."""
+def collate(items: list[dict], ring: BatchRing | None = None) -> dict:
+    """Batch item dicts: large tensors stacked into one block (a slot of `ring` when given and free), small ones
+    and numbers as numpy arrays, strings as lists (as torch's default collate)."""
     out, large = {}, {}
     for key, first in items[0].items():
         values = [item[key] for item in items]
@@ -59,30 +155,67 @@ def collate(items: list[dict]) -> dict:
         else:
             out[key] = torch.utils.data.default_collate(values)
     if large:
-        out.update(_stack_into_one_block(large))
+        out.update(_stack_into_one_block(large, ring))
     return out
 
 
 def to_torch(batch):
-    """The numpy arrays of a `collate` batch as tensors (zero-copy), recursively; everything else unchanged."""
+    """The numpy arrays and ring slots of a `collate` batch as tensors (zero-copy), recursively; everything else
+    unchanged."""
     if isinstance(batch, np.ndarray):
         return torch.from_numpy(batch)
     if isinstance(batch, dict):
-        return {k: to_torch(v) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)) and batch and isinstance(batch[0], np.ndarray):
+        out = {k: to_torch(v) for k, v in batch.items() if k != RING_KEY}
+        if RING_KEY in batch:
+            out.update(batch[RING_KEY].open())
+        return out
+    if isinstance(batch, (list, tuple)) and batch and isinstance(batch[0], (np.ndarray, dict)):
         return type(batch)(to_torch(v) for v in batch)
     return batch
+
+
+def make_ring(dataset, batch_size: int | None, num_workers: int, prefetch_factor: int | None,
+              multiprocessing_context=None) -> BatchRing | None:
+    """A `BatchRing` for a DataLoader's forked workers, sized from the dataset's `frame_bytes_per_item`; None where
+    one cannot help (no workers, spawned workers, no batching, a dataset that does not say its frame size)."""
+    ctx = multiprocessing_context or torch.multiprocessing.get_start_method()
+    ctx = ctx if isinstance(ctx, str) else ctx.get_start_method()
+    item_bytes = getattr(dataset, "frame_bytes_per_item", None)
+    if num_workers <= 0 or ctx != "fork" or not batch_size or not item_bytes:
+        return None
+    # a worker has at most prefetch_factor batches in flight; one more is the batch the consumer holds
+    slots = (prefetch_factor or 2) + 1
+    return BatchRing(num_workers, slots, batch_size * item_bytes + 16 * _ALIGN)
+
+
+class _RingCollate:
+    """`collate` with the loader's current ring (read in the worker, after the fork)."""
+
+    def __init__(self):
+        self.ring: BatchRing | None = None
+
+    def __call__(self, items):
+        return collate(items, self.ring)
 
 
 class DataLoader(torch.utils.data.DataLoader):
     """torch's DataLoader with `collate` as the default collate_fn and its batches converted back by `to_torch`.
 
-    Use it like torch's; the batches hold tensors only (and lists of strings), as with the default collate.
+    Use it like torch's; the batches hold tensors only (and lists of strings), as with the default collate. With
+    forked workers (the default on Linux) and a dlbench dataset, batches travel through a `BatchRing`.
     """
 
     def __init__(self, dataset, *args, collate_fn=None, **kwargs):
-        super().__init__(dataset, *args, collate_fn=collate_fn or collate, **kwargs)
+        super().__init__(dataset, *args, collate_fn=collate_fn or _RingCollate(), **kwargs)
 
     def __iter__(self):
+        if isinstance(self.collate_fn, _RingCollate) and not self.pin_memory and (
+                self.collate_fn.ring is None or not self.persistent_workers):
+            # workers fork in super().__iter__() and keep the ring they saw; new workers get a new ring, so slots
+            # left busy by batches of a shut-down iteration never reach them
+            self.collate_fn.ring = make_ring(self.dataset, self.batch_size, self.num_workers, self.prefetch_factor,
+                                             self.multiprocessing_context)
+        ring = self.collate_fn.ring if isinstance(self.collate_fn, _RingCollate) else None  # alive while we yield
         for batch in super().__iter__():
             yield to_torch(batch)
+        del ring

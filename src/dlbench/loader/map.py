@@ -59,13 +59,11 @@ class ItemBuilder:
     """Turns a row (and its episode) into an item; shared by the map-style and streaming datasets."""
 
     def __init__(self, dmeta: DatasetMeta, windows: dict[str, np.ndarray], columns: dict[str, np.ndarray],
-                 decode_device: str, cache_size: int, return_float: bool, tolerance_s: float,
-                 cursor_per_episode: bool = False):
+                 decode_device: str, cache_size: int, return_float: bool, tolerance_s: float):
         self.dmeta, self.windows, self.cols = dmeta, windows, columns
         self.decode_device, self.cache_size = decode_device, cache_size
         self.return_float, self.tolerance_s = return_float, tolerance_s
         self.row_offset = 0  # global row of position 0 in `columns` (a shard may hold only part of the rows)
-        self.cursor_per_episode = cursor_per_episode  # one decoder per (file, episode): readers that interleave them
         self._cache: VideoDecoderCache | None = None
         self._pid = None
         self.decode_s = 0.0  # time spent decoding in this process (for the fetch/decode split)
@@ -85,12 +83,13 @@ class ItemBuilder:
         """The item for global row `row`."""
         return self.build_many([row])[0]
 
-    def build_many(self, rows: list[int]) -> list[dict]:
+    def build_many(self, rows: list[int], cursor: int | None = None) -> list[dict]:
         """Items for several rows; each camera's frames are decoded with one sorted request per video file.
 
         The parquet fields of all rows are gathered at once (one numpy take per column); each item holds views of
-        those blocks. With `cursor_per_episode` (streaming), each episode gets its own decoder (see
-        `VideoDecoderCache`), so episodes read in turn from one file do not make a decoder seek back and forth.
+        those blocks. `cursor` names the sequential reader the rows belong to (the streaming loader's pool slot):
+        each gets its own decoder per file (see `VideoDecoderCache`), so episodes read in turn from one file do not
+        make one decoder seek back and forth.
         """
         c, off, dm = self.cols, self.row_offset, self.dmeta
         rows = np.asarray(rows, dtype=np.int64)
@@ -120,7 +119,7 @@ class ItemBuilder:
                 q = rows[:, None]
             times = dm.video_from[cam][eps][:, None] + c["timestamp"][q - off].astype(np.float64)
             for i, ep in enumerate(eps.tolist()):
-                key = (cam, dm.video_url(cam, ep), ep if self.cursor_per_episode else None)
+                key = (cam, dm.video_url(cam, ep), cursor)
                 bucket = requests.setdefault(key, [])
                 slots.append((cam, key, len(bucket), times.shape[1]))
                 bucket.extend(times[i].tolist())
@@ -140,6 +139,12 @@ class ItemBuilder:
 
     def frames_per_item(self) -> int:
         return sum(len(self.windows[c]) if c in self.windows else 1 for c in self.dmeta.cameras)
+
+    def frame_bytes_per_item(self) -> int:
+        """Bytes of decoded frames in one item (all cameras and window steps)."""
+        per_frame = {c: int(np.prod(self.dmeta.info["features"][c]["shape"])) for c in self.dmeta.cameras}
+        steps = sum(per_frame[c] * (len(self.windows[c]) if c in self.windows else 1) for c in self.dmeta.cameras)
+        return steps * (4 if self.return_float else 1)
 
 
 class LeRobotMapDataset(torch.utils.data.Dataset):
@@ -186,3 +191,7 @@ class LeRobotMapDataset(torch.utils.data.Dataset):
     @property
     def frames_per_item(self) -> int:
         return self.builder.frames_per_item()
+
+    @property
+    def frame_bytes_per_item(self) -> int:  # sizes the DataLoader's shared batch slots (`loader.collate`)
+        return self.builder.frame_bytes_per_item()

@@ -6,8 +6,9 @@ every frame of the dataset exactly once across all shards. The range a rank read
 
 Shuffling: each shard visits its episodes in a seeded random order, keeping `pool_size` episodes live at once. It
 repeatedly picks a random live episode and takes its next `read_ahead` consecutive frames, which are decoded with
-one sorted request per video file by a decoder kept for that episode (so decoding moves forward through each
-episode's GOPs and never seeks back when the reader switches between episodes of one file); these items go into a
+one sorted request per video file by a decoder kept for that episode's place in the pool (so decoding moves forward
+through each episode's GOPs and never seeks back when the reader switches between episodes of one file, and an
+episode that starts reuses the decoder of the one it replaces instead of opening a new one); these items go into a
 buffer of `buffer_size` (capped by `buffer_mb` of decoded frames, so memory stays bounded however large the frames and
 windows are), from which a random one is yielded. Everything random is drawn from a generator seeded by
 (seed, epoch, shard), so an epoch's order is reproducible and can be resumed: `state_dict()` records how many items
@@ -59,34 +60,38 @@ def split_episodes(lengths: np.ndarray, parts: int) -> list[range]:
 
 def shard_order(ep_from: np.ndarray, ep_to: np.ndarray, episodes: range, seed: int, epoch: int, shard: int,
                 pool_size: int, buffer_size: int, read_ahead: int, shuffle: bool = True
-                ) -> Iterator[tuple[str, list[int] | int]]:
-    """The deterministic event stream of one shard: ("decode", rows) and ("emit", row), no I/O.
+                ) -> Iterator[tuple[str, tuple[list[int], int] | int]]:
+    """The deterministic event stream of one shard: ("decode", (rows, slot)) and ("emit", row), no I/O.
 
-    Every row of the shard's episodes is decoded once and emitted once.
+    Every row of the shard's episodes is decoded once and emitted once. `slot` (0..pool_size-1) is the place in the
+    pool of live episodes the rows' episode holds; an episode that finishes hands its slot to the next one, so a
+    reader with one decoder per (file, slot) reuses it (a seek to the new episode's first keyframe) instead of
+    opening a decoder per episode.
     """
     if not shuffle:
         for ep in episodes:
             for start in range(int(ep_from[ep]), int(ep_to[ep]), read_ahead):
                 rows = list(range(start, min(start + read_ahead, int(ep_to[ep]))))
-                yield "decode", rows
+                yield "decode", (rows, 0)
                 for r in rows:
                     yield "emit", r
         return
     rng = np.random.default_rng([seed, epoch, shard])
     pending = list(rng.permutation(np.asarray(episodes, dtype=np.int64)))
-    live: list[list[int]] = []  # [next_row, end_row] per live episode
+    live: list[list[int]] = []  # [next_row, end_row, slot] per live episode
+    free_slots = list(range(pool_size - 1, -1, -1))
     buffer: list[int] = []
     while pending or live:
         while len(live) < pool_size and pending:
             ep = int(pending.pop())
-            live.append([int(ep_from[ep]), int(ep_to[ep])])
+            live.append([int(ep_from[ep]), int(ep_to[ep]), free_slots.pop()])
         k = int(rng.integers(len(live)))
-        nxt, end = live[k]
+        nxt, end, slot = live[k]
         rows = list(range(nxt, min(nxt + read_ahead, end)))
         live[k][0] = rows[-1] + 1
         if live[k][0] >= end:
-            live.pop(k)
-        yield "decode", rows
+            free_slots.append(live.pop(k)[2])
+        yield "decode", (rows, slot)
         for r in rows:
             buffer.append(r)
             if len(buffer) >= buffer_size:
@@ -111,8 +116,8 @@ class LeRobotStreamingDataset(torch.utils.data.IterableDataset):
         buffer_mb: the most decoded frame data the buffer holds per process (MB); caps `buffer_size` for large
             items (a sarm item of two 480x640 cameras is 15 MB). The effective value is `self.buffer_size`.
         read_ahead: consecutive frames taken from an episode and decoded together.
-        decoder_cache_size: open decoders per worker (on the CPU one per live episode and camera); the default,
-            cameras x (pool_size + 2), leaves room for just-finished episodes' decoders, so live ones stay open.
+        decoder_cache_size: open decoders per worker (on the CPU one per pool slot, camera and file); the default,
+            cameras x (pool_size + 2), keeps every live episode's decoders open plus a few of another file.
         shuffle: False streams every shard's episodes in order (still disjoint across shards).
         tag_items: add `_shard` and `_pos` to each item (needed by `observe` for resumable state under workers).
         data_files_root: where data/ and videos/ are, if not under `root` (which then holds only meta/).
@@ -131,14 +136,14 @@ class LeRobotStreamingDataset(torch.utils.data.IterableDataset):
         windows = resolve_windows(mode, delta_timestamps, self.meta)
         cache = decoder_cache_size or len(self.meta.cameras) * (pool_size + 2)
         self._columns_spec = data_columns(self.meta)
-        # live episodes are read in turn: on the CPU each gets its own decoder (opening one costs ~3 ms, a seek back
-        # to a keyframe more); NVDEC decoders cost 50-70 ms and GPU memory to create, so there one per file seeks
-        self.builder = ItemBuilder(self.meta, windows, {}, decode_device, cache, return_float, tolerance_s,
-                                   cursor_per_episode=decode_device == "cpu")
+        # live episodes are read in turn: on the CPU each pool slot gets its own decoder per file (a seek back to a
+        # keyframe costs more than decoding on); NVDEC decoders cost 50-70 ms and GPU memory to create, so there one
+        # per file seeks
+        self.builder = ItemBuilder(self.meta, windows, {}, decode_device, cache, return_float, tolerance_s)
+        self._slot_cursors = decode_device == "cpu"
         self.seed, self.epoch = seed, 0
         self._iters = 0  # __iter__ calls since set_epoch: persistent DataLoader workers advance their own epoch
-        item_bytes = sum(int(np.prod(self.meta.info["features"][c]["shape"])) * len(windows.get(c, [0]))
-                          for c in self.meta.cameras) * (4 if return_float else 1)
+        item_bytes = self.builder.frame_bytes_per_item()
         buffer_size = max(1, min(buffer_size, int(buffer_mb * 2**20 // max(item_bytes, 1))))
         self.pool_size, self.buffer_size, self.read_ahead, self.shuffle = pool_size, buffer_size, read_ahead, shuffle
         self.tag_items = tag_items
@@ -220,16 +225,17 @@ class LeRobotStreamingDataset(torch.utils.data.IterableDataset):
         pos = 0
         for kind, value in events:
             if kind == "decode":
+                rows, slot = value
                 if pos < skip:
-                    pending.update(value)  # replaying: decode only what is still in the buffer after the skip
+                    pending.update(rows)  # replaying: decode only what is still in the buffer after the skip
                 else:
-                    ready.update(zip(value, self._build(value)))
+                    ready.update(zip(rows, self.builder.build_many(rows, slot if self._slot_cursors else None)))
                 continue
             if pos < skip:
                 pending.discard(value)
                 pos += 1
                 if pos == skip and pending:
-                    ready.update(zip(sorted(pending), self._build(sorted(pending))))
+                    ready.update(zip(sorted(pending), self.builder.build_many(sorted(pending))))
                     pending.clear()
                 continue
             item = ready.pop(value)
@@ -247,9 +253,6 @@ class LeRobotStreamingDataset(torch.utils.data.IterableDataset):
         self.builder.row_offset = int(cols["index"][0])  # files are contiguous in index
         self._loaded = (rows.start, rows.stop)
 
-    def _build(self, rows: list[int]) -> list[dict]:
-        return self.builder.build_many(rows)
-
     @property
     def cache(self):
         return self.builder.cache
@@ -257,3 +260,7 @@ class LeRobotStreamingDataset(torch.utils.data.IterableDataset):
     @property
     def frames_per_item(self) -> int:
         return self.builder.frames_per_item()
+
+    @property
+    def frame_bytes_per_item(self) -> int:  # sizes the DataLoader's shared batch slots (`loader.collate`)
+        return self.builder.frame_bytes_per_item()

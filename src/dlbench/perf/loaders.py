@@ -39,21 +39,21 @@ RATIOS = (("dlbench_stream", "lerobot_stream", "lerobot_stream", "{:.2f}x", "2x"
 def requests_for(root: str, mode: str, pattern: str, workers: int, seed: int = 0) -> list[list[list[tuple]]]:
     """Per process, the list of decode requests [((url, cursor), times)] per sample group, as the loader makes them.
 
-    The cursor is the episode for streaming (one decoder per live episode, as the streaming loader keeps) and None
-    for random access (one decoder per file)."""
+    The cursor is the pool slot for streaming (one decoder per live episode's slot and file, as the streaming loader
+    keeps) and None for random access (one decoder per file)."""
     dmeta = DatasetMeta.load(root)
     windows = resolve_windows(mode, None, dmeta)
     cols = read_columns(dmeta, dmeta.data_files(), ["episode_index", "timestamp"])
     ep_of, ts = cols["episode_index"], cols["timestamp"].astype(np.float64)
 
-    def group(rows: list[int]) -> list[tuple]:
+    def group(rows: list[int], cursor: int | None = None) -> list[tuple]:
         reqs: dict[tuple, list[float]] = {}
         for row in rows:
             ep = int(ep_of[row])
             lo, hi = dmeta.ep_from[ep], dmeta.ep_to[ep] - 1
             for cam in dmeta.cameras:
                 q = np.clip(row + windows[cam], lo, hi) if cam in windows else np.asarray([row])
-                key = (dmeta.video_url(cam, ep), ep if pattern == "stream" else None)
+                key = (dmeta.video_url(cam, ep), cursor)
                 reqs.setdefault(key, []).extend(dmeta.video_from[cam][ep] + ts[q])
         return list(reqs.items())
 
@@ -66,7 +66,7 @@ def requests_for(root: str, mode: str, pattern: str, workers: int, seed: int = 0
         parts = split_episodes(dmeta.ep_to - dmeta.ep_from, workers)
         for w in range(workers):
             events = shard_order(dmeta.ep_from, dmeta.ep_to, parts[w], seed, 0, w, 8, 256, 8)
-            per_proc.append([group(rows) for kind, rows in events if kind == "decode"])
+            per_proc.append([group(*value) for kind, value in events if kind == "decode"])
     return per_proc
 
 
