@@ -71,11 +71,34 @@ def test_validate_names_a_broken_dataset(v30_h264, tmp_path):
         validate(str(broken))
 
 
-def test_convert_work_does_not_import_pandas(v21_h264, tmp_path):
-    """pandas costs ~0.35 s to import; a worker process (data and video units) must not pay it."""
+def test_convert_does_not_import_pandas(v21_h264, tmp_path):
+    """pandas costs ~0.35 s to import; no step of a conversion (plan, the workers' units, finalize) pays it."""
     import subprocess
     import sys
 
-    code = ("import sys\nfrom dlbench.convert import plan, work\nplan.plan(sys.argv[1], sys.argv[2])\n"
-            "assert work.work(sys.argv[2]) > 0\nassert 'pandas' not in sys.modules, 'a convert worker imported pandas'")
-    subprocess.run([sys.executable, "-c", code, str(v21_h264), str(tmp_path / "work")], check=True)
+    code = ("import sys\nfrom dlbench.convert import plan, work, finalize\nplan.plan(sys.argv[1], sys.argv[2])\n"
+            "assert work.work(sys.argv[2]) > 0\nfinalize.finalize(sys.argv[2], sys.argv[3])\n"
+            "assert 'pandas' not in sys.modules, 'the converter imported pandas'")
+    subprocess.run([sys.executable, "-c", code, str(v21_h264), str(tmp_path / "work"), str(tmp_path / "dst")],
+                   check=True)
+
+
+def test_metadata_tables_built_without_pandas_equal_pandas_own(v30_h264):
+    """meta/tasks.parquet and meta/episodes are built without pandas; they must be what pandas/pyarrow would write."""
+    import pandas as pd
+    import pyarrow as pa
+
+    tasks = ["pick the cube", "place it: ünïcode, \"quotes\""]
+    df = pd.DataFrame({"task_index": np.arange(len(tasks), dtype=np.int64)}, index=pd.Index(tasks, name="task"))
+    ours = meta.tasks_table_v30(tasks)
+    assert ours.equals(pa.Table.from_pandas(df)) and ours.schema.equals(pa.Table.from_pandas(df).schema,
+                                                                       check_metadata=True)
+    pd.testing.assert_frame_equal(ours.to_pandas(), df)
+    rows = pq.read_table(next((v30_h264 / "meta" / "episodes").rglob("*.parquet"))).to_pylist()
+    expected = pa.Table.from_pylist(rows)
+    got = meta.table_from_rows(rows)
+    assert got.schema.equals(expected.schema) and got.equals(expected)
+    assert meta.table_from_rows(rows[:1], expected.schema).equals(expected.slice(0, 1))
+    nan_rows = [{"a": 1, "b": [float("nan"), 1.0]}]
+    got, expected = meta.table_from_rows(nan_rows), pa.Table.from_pylist(nan_rows)
+    assert got.schema.equals(expected.schema) and repr(got.to_pylist()) == repr(expected.to_pylist())

@@ -83,9 +83,12 @@ def cmd_convert_run(a) -> None:
     from .procstat import RssSampler
 
     t0 = time.perf_counter()
-    with RssSampler(every_s=0.05) as rss:  # this process and its worker processes
+    rss = RssSampler(every_s=0.05)  # this process and its worker processes
+    try:  # the sampler thread starts once the workers are forked (forking beside a live thread is unsafe)
         out = run(a.src, a.dst, workers=a.workers, work_dir=a.work, options=_plan_options(a),
-                  lease_timeout_s=a.lease_timeout_s, progress=not a.quiet)
+                  lease_timeout_s=a.lease_timeout_s, progress=not a.quiet, on_workers_started=rss.start)
+    finally:
+        rss.stop()
     seconds = time.perf_counter() - t0
     print(f"published v3.0 dataset {out} in {seconds:.1f} s")
     if a.record:

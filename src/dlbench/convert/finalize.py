@@ -110,7 +110,7 @@ def _write_episodes(out: Path, rows: Iterator[dict], limit_bytes: int, chunks_si
         chunk, file = paths.chunk_file_of(ordinal, chunks_size)
         for r in batch:
             r["meta/episodes/chunk_index"], r["meta/episodes/file_index"] = chunk, file
-        table = pa.Table.from_pylist(batch, schema=schema)
+        table = meta.table_from_rows(batch, schema)
         schema = schema or table.schema
         if writer is None:
             target = out / paths.v30_episodes_path(chunk, file)

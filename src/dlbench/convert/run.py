@@ -17,23 +17,22 @@ from . import work as workmod
 
 def _worker(work_dir: str, lease_timeout_s: float) -> None:
     try:
-        workmod.work(work_dir, lease_timeout_s=lease_timeout_s)
+        # a worker with nothing left to lease ends at once, freeing its core for the others' last units and for
+        # finalize's imports; the parent checks that every unit got done
+        workmod.work(work_dir, lease_timeout_s=lease_timeout_s, wait_for_others=False)
     except UserError as e:
         print(f"dlbench convert worker: {e}", file=sys.stderr)
         sys.exit(2)
 
 
-def _import_finalize_deps() -> None:
-    import pandas  # noqa: F401  (pyarrow needs it to build meta/episodes; ~0.35 s)
-
-
 def run(src: str, dst: str | Path, workers: int = 1, work_dir: str | Path | None = None,
         options: planmod.PlanOptions = planmod.PlanOptions(), lease_timeout_s: float = 60.0,
-        progress: bool = True) -> Path:
+        progress: bool = True, on_workers_started=None) -> Path:
     """Convert `src` (v2.1) to `dst` (v3.0) on this machine with `workers` processes.
 
     The work directory defaults to a hidden sibling of `dst`, so a rerun after an interruption resumes; it is
-    removed after a successful publish only when it was the default.
+    removed after a successful publish only when it was the default. `on_workers_started()`, if given, is called
+    once the worker processes exist (start threads there, not before: workers fork only while no other thread runs).
     """
     dst = Path(dst)
     if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
@@ -52,9 +51,8 @@ def run(src: str, dst: str | Path, workers: int = 1, work_dir: str | Path | None
              for _ in range(max(1, workers))]
     for p in procs:
         p.start()
-    # finalize's imports, overlapped with the workers: on a free core they cost nothing; with every core busy they
-    # still end sooner than run after the workers, and the workers' units rarely end at the same moment
-    threading.Thread(target=_import_finalize_deps, daemon=True).start()
+    if on_workers_started is not None:
+        on_workers_started()
     bar = None
     if progress:
         from tqdm import tqdm
@@ -77,6 +75,9 @@ def run(src: str, dst: str | Path, workers: int = 1, work_dir: str | Path | None
         # a worker's UserError has been printed by it; the plan and finished units are kept for a rerun
         raise UserError(f"{len(failed)} convert worker(s) failed (see the messages above); fix the cause and rerun "
                         f"the same command to resume from {work}")
+    # units still held elsewhere (a `convert work` on another host sharing the work directory): wait for them, and
+    # take over any whose owner dies
+    workmod.work(work, lease_timeout_s=lease_timeout_s)
     out = finalizemod.finalize(work, dst)
     if default_work:
         shutil.rmtree(work, ignore_errors=True)

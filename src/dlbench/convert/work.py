@@ -166,11 +166,12 @@ def run_unit(work: Path, manifest: dict, unit: dict) -> None:
 
 
 def work(work_dir: str | Path, lease_timeout_s: float = 60.0, poll_s: float = 1.0, progress=None,
-         max_units: int | None = None) -> int:
+         max_units: int | None = None, wait_for_others: bool = True) -> int:
     """Lease and run units until every unit is done; return how many this worker ran.
 
     Waits while other live workers hold the last units, and takes over a unit whose lease went stale, so when this
-    returns normally the whole plan is done (unless `max_units` stopped it early).
+    returns normally the whole plan is done (unless `max_units` stopped it early). With `wait_for_others=False` it
+    returns as soon as every unit left is held by someone else (a local pool whose parent checks the end itself).
     """
     work_dir = Path(work_dir)
     manifest = planmod.load_manifest(work_dir)
@@ -200,6 +201,8 @@ def work(work_dir: str | Path, lease_timeout_s: float = 60.0, poll_s: float = 1.
                 return ran
         if took:
             wait = 0.02
+        elif not wait_for_others:
+            return ran
         else:
             time.sleep(wait)
             wait = min(2 * wait, poll_s)

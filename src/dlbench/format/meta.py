@@ -148,20 +148,64 @@ def write_v21_meta(
 
 
 # ---------------------------------------------------------------------------------------------------- v3.0
-# pyarrow imports pandas (~0.35 s) the first time `pa.array` converts Python or numpy values; this builds the array
-# from its buffer instead, which keeps pandas out of the converter's worker processes.
+# pyarrow imports pandas (~0.35 s) the first time `pa.array` converts Python or numpy values; the builders below
+# make arrays and tables another way, which keeps pandas out of the converter entirely.
 def int64_array(values: np.ndarray) -> pa.Array:
     values = np.ascontiguousarray(values, dtype=np.int64)
     return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
 
 
-def write_tasks_v30(root: str | Path, tasks: list[str]) -> None:
-    """meta/tasks.parquet as LeRobot writes it: a pandas frame indexed by the task string (index name `task`)."""
-    import pandas as pd
+def large_string_array(values: list[str]) -> pa.Array:
+    data = [v.encode() for v in values]
+    offsets = np.concatenate([[0], np.cumsum([len(d) for d in data], dtype=np.int64)]).astype(np.int64)
+    return pa.Array.from_buffers(pa.large_string(), len(values), [None, pa.py_buffer(offsets),
+                                                                 pa.py_buffer(b"".join(data))])
 
-    df = pd.DataFrame({"task_index": np.arange(len(tasks), dtype=np.int64)}, index=pd.Index(tasks, name="task"))
+
+def table_from_rows(rows: list[dict], schema: pa.Schema | None = None) -> pa.Table:
+    """`pa.Table.from_pylist(rows, schema)` through pyarrow's JSON reader (same types, no pandas import)."""
+    from pyarrow import json as pa_json
+
+    try:
+        text = "\n".join(json.dumps(r, allow_nan=False) for r in rows).encode()
+    except ValueError:  # NaN or infinity (say, in stats): JSON cannot carry them
+        return pa.Table.from_pylist(rows, schema=schema)
+    options = pa_json.ParseOptions(explicit_schema=schema) if schema is not None else None
+    return pa_json.read_json(pa.BufferReader(text), parse_options=options).select(list(rows[0]))
+
+
+def _pandas_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pandas")
+    except PackageNotFoundError:
+        return "3.0.0"
+
+
+def tasks_table_v30(tasks: list[str]) -> pa.Table:
+    """meta/tasks.parquet's table as LeRobot writes it: a pandas frame indexed by the task string (index name
+    `task`), i.e. what `pa.Table.from_pandas` makes of it, pandas metadata included, built without pandas."""
+    pandas_meta = {
+        "index_columns": ["task"],
+        "column_indexes": [{"name": None, "field_name": None, "pandas_type": "unicode", "numpy_type": "str",
+                            "metadata": {"encoding": "UTF-8"}}],
+        "columns": [{"name": "task_index", "field_name": "task_index", "pandas_type": "int64",
+                     "numpy_type": "int64", "metadata": None},
+                    {"name": "task", "field_name": "task", "pandas_type": "object", "numpy_type": "str",
+                     "metadata": None}],
+        "attributes": {},
+        "creator": {"library": "pyarrow", "version": pa.__version__},
+        "pandas_version": _pandas_version(),
+    }
+    table = pa.Table.from_arrays([int64_array(np.arange(len(tasks))), large_string_array(tasks)],
+                                 names=["task_index", "task"])
+    return table.replace_schema_metadata({"pandas": json.dumps(pandas_meta)})
+
+
+def write_tasks_v30(root: str | Path, tasks: list[str]) -> None:
     with io.atomic_path(Path(root) / paths.TASKS_PARQUET_PATH) as tmp:
-        df.to_parquet(tmp)
+        pq.write_table(tasks_table_v30(tasks), tmp)
 
 
 def read_tasks_v30(root: str) -> list[str]:
