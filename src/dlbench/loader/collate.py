@@ -187,7 +187,9 @@ def make_ring(dataset, batch_size: int | None, num_workers: int, prefetch_factor
     item_bytes = getattr(dataset, "frame_bytes_per_item", None)
     if num_workers <= 0 or ctx != "fork" or not batch_size or not item_bytes:
         return None
-    # a worker has at most prefetch_factor batches in flight; one more is the batch the consumer holds
+    # a worker has prefetch_factor batches in flight, plus the one the consumer holds. (Once another worker's shard
+    # has ended torch lets it run up to prefetch_factor x num_workers ahead; those few batches take the fallback
+    # rather than every worker reserving that much memory.)
     slots = (prefetch_factor or 2) + 1
     return BatchRing(num_workers, slots, batch_size * item_bytes + 16 * _ALIGN)
 
