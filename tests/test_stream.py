@@ -8,7 +8,7 @@ from dlbench import barcode
 from dlbench.errors import UserError
 from dlbench.format import paths
 from dlbench.loader.map import LeRobotMapDataset
-from dlbench.loader.stream import LeRobotStreamingDataset, split_episodes
+from dlbench.loader.stream import LeRobotStreamingDataset, shard_order, split_episodes
 
 from .test_loader import expected_frames
 
@@ -220,12 +220,28 @@ def test_collate_ships_all_frames_of_a_batch_in_one_shared_block(v30_h264):
 
 
 def test_buffer_is_capped_by_decoded_bytes(v30_h264):
-    """However large the frames and windows, the shuffle buffer holds at most buffer_mb of decoded frames."""
+    """However large the frames and windows, the shuffle buffer keeps at most buffer_mb of decoded blocks alive
+    (the items decoded together share one block, which lives until the last of them leaves the buffer)."""
     item_mb = (64 * 64 * 3 + 64 * 96 * 3) * 8 / 2**20  # sarm: 8 steps of both cameras
-    ds = LeRobotStreamingDataset(str(v30_h264), mode="sarm", buffer_size=256, buffer_mb=5 * item_mb)
-    assert ds.buffer_size == 5
+    ds = LeRobotStreamingDataset(str(v30_h264), mode="sarm", buffer_size=256, read_ahead=4, buffer_mb=2 * 4 * item_mb)
+    assert ds.max_blocks == 2
+    events = list(shard_order(ds.meta.ep_from, ds.meta.ep_to, range(len(ds.meta.ep_from)), 0, 0, 0, ds.pool_size,
+                              ds.buffer_size, ds.read_ahead, True, ds.max_blocks))
+    block_of, alive, most = {}, collections.Counter(), 0
+    for n, (kind, value) in enumerate(events):
+        if kind == "decode":
+            for r in value[0]:
+                block_of[r] = n
+            alive[n] = len(value[0])
+        else:
+            alive[block_of[value]] -= 1
+            alive += collections.Counter()  # drop blocks with no item left
+        most = max(most, len(alive) if kind == "emit" else 0)
+    assert most <= 2 + 1  # the two kept, plus the one just decoded while the oldest drains
     seen = sorted(int(item["index"]) for item in ds)
-    assert seen == list(range(ds.meta.num_frames))  # a small buffer still yields every frame once
+    assert seen == list(range(ds.meta.num_frames))  # a small bound still yields every frame once
+    order = [int(item["index"]) for item in ds]
+    assert order != sorted(order)  # and still shuffles
 
 
 def _ring_span(ring) -> tuple[int, int]:

@@ -9,8 +9,9 @@ repeatedly picks a random live episode and takes its next `read_ahead` consecuti
 one sorted request per video file by a decoder kept for that episode's place in the pool (so decoding moves forward
 through each episode's GOPs and never seeks back when the reader switches between episodes of one file, and an
 episode that starts reuses the decoder of the one it replaces instead of opening a new one); these items go into a
-buffer of `buffer_size` (capped by `buffer_mb` of decoded frames, so memory stays bounded however large the frames and
-windows are), from which a random one is yielded. Everything random is drawn from a generator seeded by
+buffer of `buffer_size`, from which a random one is yielded. Items decoded together share one block of frames, and
+at most `buffer_mb` of such blocks stay alive (over it, the oldest block's items leave first), so memory stays
+bounded however large the frames and windows are. Everything random is drawn from a generator seeded by
 (seed, epoch, shard), so an epoch's order is reproducible and can be resumed: `state_dict()` records how many items
 each shard has yielded and `load_state_dict()` makes each shard skip exactly those (by replaying the order without
 decoding).
@@ -59,14 +60,16 @@ def split_episodes(lengths: np.ndarray, parts: int) -> list[range]:
 
 
 def shard_order(ep_from: np.ndarray, ep_to: np.ndarray, episodes: range, seed: int, epoch: int, shard: int,
-                pool_size: int, buffer_size: int, read_ahead: int, shuffle: bool = True
-                ) -> Iterator[tuple[str, tuple[list[int], int] | int]]:
+                pool_size: int, buffer_size: int, read_ahead: int, shuffle: bool = True,
+                max_blocks: int | None = None) -> Iterator[tuple[str, tuple[list[int], int] | int]]:
     """The deterministic event stream of one shard: ("decode", (rows, slot)) and ("emit", row), no I/O.
 
     Every row of the shard's episodes is decoded once and emitted once. `slot` (0..pool_size-1) is the place in the
     pool of live episodes the rows' episode holds; an episode that finishes hands its slot to the next one, so a
     reader with one decoder per (file, slot) reuses it (a seek to the new episode's first keyframe) instead of
-    opening a decoder per episode.
+    opening a decoder per episode. The rows of one decode event share one block of decoded frames, which lives until
+    the last of them is emitted; `max_blocks` bounds how many blocks the buffer keeps alive (over it, the oldest
+    block's rows are emitted, in random order, until it is gone).
     """
     if not shuffle:
         for ep in episodes:
@@ -81,6 +84,19 @@ def shard_order(ep_from: np.ndarray, ep_to: np.ndarray, episodes: range, seed: i
     live: list[list[int]] = []  # [next_row, end_row, slot] per live episode
     free_slots = list(range(pool_size - 1, -1, -1))
     buffer: list[int] = []
+    block_of: dict[int, int] = {}  # row in the buffer -> its decode event
+    left: dict[int, int] = {}  # decode event -> its rows still in the buffer (oldest first)
+
+    def take(j: int) -> int:
+        buffer[j], buffer[-1] = buffer[-1], buffer[j]
+        row = buffer.pop()
+        block = block_of.pop(row)
+        left[block] -= 1
+        if not left[block]:
+            del left[block]
+        return row
+
+    block = 0
     while pending or live:
         while len(live) < pool_size and pending:
             ep = int(pending.pop())
@@ -92,12 +108,17 @@ def shard_order(ep_from: np.ndarray, ep_to: np.ndarray, episodes: range, seed: i
         if live[k][0] >= end:
             free_slots.append(live.pop(k)[2])
         yield "decode", (rows, slot)
+        left[block] = len(rows)
         for r in rows:
             buffer.append(r)
+            block_of[r] = block
             if len(buffer) >= buffer_size:
-                j = int(rng.integers(len(buffer)))
-                buffer[j], buffer[-1] = buffer[-1], buffer[j]
-                yield "emit", buffer.pop()
+                yield "emit", take(int(rng.integers(len(buffer))))
+        block += 1
+        while max_blocks is not None and len(left) > max_blocks:
+            oldest = next(iter(left))
+            members = [j for j, r in enumerate(buffer) if block_of[r] == oldest]
+            yield "emit", take(members[int(rng.integers(len(members)))])
     rng.shuffle(buffer)
     for r in buffer:
         yield "emit", r
@@ -113,8 +134,9 @@ class LeRobotStreamingDataset(torch.utils.data.IterableDataset):
             SLURM_PROCID/SLURM_NTASKS, then a single rank.
         seed: with the epoch, decides every random choice. Call `set_epoch(e)` before each epoch.
         pool_size: live episodes interleaved per shard. buffer_size: items in the shuffle buffer.
-        buffer_mb: the most decoded frame data the buffer holds per process (MB); caps `buffer_size` for large
-            items (a sarm item of two 480x640 cameras is 15 MB). The effective value is `self.buffer_size`.
+        buffer_mb: the most decoded frame data the buffer keeps alive per process (MB), for large items (a sarm
+            item of two 480x640 cameras is 15 MB). Items decoded together (`read_ahead` of them) share one block,
+            so this bounds the blocks the buffer holds items of: `self.max_blocks`.
         read_ahead: consecutive frames taken from an episode and decoded together.
         decoder_cache_size: open decoders per worker (on the CPU one per pool slot, camera and file); the default,
             cameras x (pool_size + 2), keeps every live episode's decoders open plus a few of another file.
@@ -144,7 +166,7 @@ class LeRobotStreamingDataset(torch.utils.data.IterableDataset):
         self.seed, self.epoch = seed, 0
         self._iters = 0  # __iter__ calls since set_epoch: persistent DataLoader workers advance their own epoch
         item_bytes = self.builder.frame_bytes_per_item()
-        buffer_size = max(1, min(buffer_size, int(buffer_mb * 2**20 // max(item_bytes, 1))))
+        self.max_blocks = max(1, int(buffer_mb * 2**20 // max(item_bytes * read_ahead, 1)))
         self.pool_size, self.buffer_size, self.read_ahead, self.shuffle = pool_size, buffer_size, read_ahead, shuffle
         self.tag_items = tag_items
         self._consumed: dict[int, int] = {}
@@ -219,7 +241,7 @@ class LeRobotStreamingDataset(torch.utils.data.IterableDataset):
         if self._loaded != (rows.start, rows.stop):
             self._load_rows(rows)
         events = shard_order(self.meta.ep_from, self.meta.ep_to, episodes, self.seed, epoch, shard,
-                             self.pool_size, self.buffer_size, self.read_ahead, self.shuffle)
+                             self.pool_size, self.buffer_size, self.read_ahead, self.shuffle, self.max_blocks)
         ready: dict[int, dict] = {}
         pending: set[int] = set()
         pos = 0

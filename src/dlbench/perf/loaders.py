@@ -26,7 +26,7 @@ import numpy as np
 
 from ..loader.map import data_columns, read_columns
 from ..loader.meta import DatasetMeta, resolve_windows
-from ..loader.stream import shard_order, split_episodes
+from ..loader.stream import LeRobotStreamingDataset, shard_order, split_episodes
 
 LOADER_ORDER = ("dlbench_map", "dlbench_stream", "lerobot_map", "lerobot_stream")
 # the ratios the loaders are held to: (numerator, denominator, how the denominator is printed, format, target)
@@ -63,9 +63,11 @@ def requests_for(root: str, mode: str, pattern: str, workers: int, seed: int = 0
         for w in range(workers):
             per_proc.append([group([int(r)]) for r in order[w::workers]])
     else:
+        ds = LeRobotStreamingDataset(root, mode=mode, rank=0, world_size=1)  # its defaults: pool, buffer, blocks
         parts = split_episodes(dmeta.ep_to - dmeta.ep_from, workers)
         for w in range(workers):
-            events = shard_order(dmeta.ep_from, dmeta.ep_to, parts[w], seed, 0, w, 8, 256, 8)
+            events = shard_order(dmeta.ep_from, dmeta.ep_to, parts[w], seed, 0, w, ds.pool_size, ds.buffer_size,
+                                 ds.read_ahead, True, ds.max_blocks)
             per_proc.append([group(*value) for kind, value in events if kind == "decode"])
     return per_proc
 
