@@ -17,8 +17,8 @@ from . import work as workmod
 
 def _worker(work_dir: str, lease_timeout_s: float) -> None:
     try:
-        # a worker with nothing left to lease ends at once, freeing its core for the others' last units and for
-        # finalize's imports; the parent checks that every unit got done
+        # a worker with nothing left to lease ends at once instead of polling for the others' last units; the
+        # parent checks that every unit got done
         workmod.work(work_dir, lease_timeout_s=lease_timeout_s, wait_for_others=False)
     except UserError as e:
         print(f"dlbench convert worker: {e}", file=sys.stderr)

@@ -90,10 +90,10 @@ def shard_order(ep_from: np.ndarray, ep_to: np.ndarray, episodes: range, seed: i
     def take(j: int) -> int:
         buffer[j], buffer[-1] = buffer[-1], buffer[j]
         row = buffer.pop()
-        block = block_of.pop(row)
-        left[block] -= 1
-        if not left[block]:
-            del left[block]
+        its_block = block_of.pop(row)
+        left[its_block] -= 1
+        if not left[its_block]:
+            del left[its_block]
         return row
 
     block = 0
