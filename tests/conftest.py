@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+import faulthandler
+import os
+
 import pytest
 
 from dlbench.convert.plan import PlanOptions
 from dlbench.convert.run import run as convert_run
 from dlbench.synth import Camera, SynthConfig, synthesize
+
+CHILD_WATCHDOG_S = 300
+
+
+def _watchdog_in_forked_child() -> None:
+    """A process forked from the test run (DataLoader and converter workers; none lives long) that is still running
+    after CHILD_WATCHDOG_S prints its stack and exits: the test then fails at once, showing where the child hung,
+    instead of the parent waiting out pytest's timeout with no trace of the child."""
+    faulthandler.dump_traceback_later(CHILD_WATCHDOG_S, exit=True)
+
+
+os.register_at_fork(after_in_child=_watchdog_in_forked_child)
 
 CAMS2 = (Camera("observation.images.front", 64, 64), Camera("observation.images.wrist", 64, 96))
 # thresholds small enough that data and every camera span several files

@@ -49,7 +49,7 @@ class BatchRing:
         self.slot_bytes = -(-slot_bytes // mmap.PAGESIZE) * mmap.PAGESIZE
         self._mem = mmap.mmap(-1, workers * slots * self.slot_bytes)  # MAP_SHARED | MAP_ANONYMOUS
         self._busy = np.frombuffer(mmap.mmap(-1, workers * slots), dtype=np.uint8)  # 1: a batch lives in the slot
-        self.token = (os.getpid(), next(_ring_tokens))
+        self.token = (os.getpid(), next(_ring_tokens))  # token[0]: the process that owns the slots' states
         _RINGS[self.token] = self
 
     def __getstate__(self):
@@ -75,7 +75,10 @@ class BatchRing:
         return torch.from_numpy(owner)
 
     def release(self, index: int) -> None:
-        self._busy[index] = 0
+        # only the main process frees slots: a forked child that inherited (and now collects) a batch or RingSlot
+        # of the main process must not free a slot the main process still uses
+        if self._busy is not None and os.getpid() == self.token[0]:
+            self._busy[index] = 0
 
     def busy(self) -> int:
         """Slots now holding a batch (for tests and diagnostics)."""
