@@ -210,13 +210,15 @@ def test_collate_ships_all_frames_of_a_batch_in_one_shared_block(v30_h264):
                     frames = [batch[cam] for cam in ds.meta.cameras]
                     yield ([f.untyped_storage().data_ptr() for f in frames], [f.is_shared() for f in frames],
                            type(batch["_pos"]).__name__, [torch.equal(f, torch.stack([i[cam] for i in items]))
-                                                          for f, cam in zip(frames, ds.meta.cameras)])
+                                                          for f, cam in zip(frames, ds.meta.cameras)],
+                           [f.movedim(-3, -1).is_contiguous() for f in frames])
                     return
 
-    ptrs, shared, pos_type, equal = next(iter(torch.utils.data.DataLoader(InWorker(), batch_size=None,
-                                                                          num_workers=1)))
+    ptrs, shared, pos_type, equal, hwc = next(iter(torch.utils.data.DataLoader(InWorker(), batch_size=None,
+                                                                               num_workers=1)))
     assert len(ds.meta.cameras) == 2 and len(set(ptrs)) == 1 and all(shared)
     assert pos_type == "ndarray" and all(equal)
+    assert all(hwc)  # stacked in the (H, W, C) memory order torchcodec decodes to: no per-pixel transpose
 
 
 def test_buffer_is_capped_by_decoded_bytes(v30_h264):

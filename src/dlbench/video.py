@@ -28,6 +28,22 @@ def is_remote(url: str) -> bool:
     return "://" in url and not url.startswith("file://")
 
 
+def _take_frames(frames: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """`frames[order]` along the first dimension, copying each frame as one run of bytes.
+
+    torchcodec's (N, C, H, W) batches are views of (N, H, W, C) memory; `index_select` over that 4-D view walks it
+    element by element (~6x slower than a row copy at 480x640, and advanced indexing slower still), so the gather
+    runs on the 2-D (N, H*W*C) view of the memory and returns the same layout.
+    """
+    nhwc = frames.permute(0, 2, 3, 1)
+    if nhwc.is_contiguous():
+        rows = torch.index_select(nhwc.reshape(len(frames), -1), 0, order)
+        return rows.view(len(order), *nhwc.shape[1:]).permute(0, 3, 1, 2)
+    if frames.is_contiguous():
+        return torch.index_select(frames.reshape(len(frames), -1), 0, order).view(len(order), *frames.shape[1:])
+    return torch.index_select(frames, 0, order)
+
+
 class _Entry:
     __slots__ = ("decoder", "handle", "fps", "num_frames", "fell_back")
 
@@ -151,8 +167,7 @@ class VideoDecoderCache:
             )
         if in_order:
             return batch.data
-        # index_select copies whole frames; advanced indexing (data[order]) is ~8x slower for the same gather
-        return torch.index_select(batch.data, 0, torch.from_numpy(order).to(batch.data.device))
+        return _take_frames(batch.data, torch.from_numpy(order).to(batch.data.device))
 
     def stats(self) -> dict:
         lookups = self.hits + self.misses

@@ -108,8 +108,7 @@ class RingSlot:
         ring = _RINGS[self.token]
         self._unopened = False
         block = ring.open(self)
-        return {key: block[off:off + int(np.prod(shape)) * dtype.itemsize].view(dtype).view(shape)
-                for key, (off, dtype, shape) in self.fields.items()}
+        return {key: _field_view(block, *field) for key, field in self.fields.items()}
 
     def __del__(self):
         try:
@@ -120,12 +119,29 @@ class RingSlot:
             ring.release(self.index)
 
 
+def _channels_last(t: torch.Tensor) -> bool:
+    """True for a (..., C, H, W) view of (..., H, W, C) memory, as torchcodec returns frames."""
+    return t.dim() >= 3 and not t.is_contiguous() and t.movedim(-3, -1).is_contiguous()
+
+
+def _field_view(block: torch.Tensor, off: int, dtype: torch.dtype, shape: tuple, channels_last: bool) -> torch.Tensor:
+    """A stacked field inside `block`: `shape` is its memory order; channels-last fields are viewed as (..., C, H, W)."""
+    t = block[off:off + int(np.prod(shape)) * dtype.itemsize].view(dtype).view(shape)
+    return t.movedim(-1, -3) if channels_last else t
+
+
 def _stack_into_one_block(fields: dict[str, list[torch.Tensor]], ring: BatchRing | None) -> dict:
     """torch.stack of each field's values, all outputs views of one block: a ring slot if one is free (the result
-    is then {"_ring": RingSlot}), else shared memory inside a worker, plain memory outside."""
+    is then {"_ring": RingSlot}), else shared memory inside a worker, plain memory outside.
+
+    Frames keep the memory order they were decoded in: stacked as (B, ..., H, W, C) and returned as a (B, ..., C, H,
+    W) view, as torchcodec returns them. Stacking them into (C, H, W) memory would transpose every pixel (at 480x640
+    that costs several times more than the plain copy)."""
     layout, nbytes = {}, 0
     for key, values in fields.items():
-        layout[key] = (nbytes, values[0].dtype, (len(values), *values[0].shape))
+        last = _channels_last(values[0])
+        shape = values[0].movedim(-3, -1).shape if last else values[0].shape
+        layout[key] = (nbytes, values[0].dtype, (len(values), *shape), last)
         nbytes += -(-len(values) * values[0].numel() * values[0].element_size() // _ALIGN) * _ALIGN
     slot = ring.take(nbytes) if ring is not None else None
     if slot is not None:
@@ -135,9 +151,13 @@ def _stack_into_one_block(fields: dict[str, list[torch.Tensor]], ring: BatchRing
     else:
         block = torch.empty(nbytes, dtype=torch.uint8)
     out = {}
-    for key, (off, dtype, shape) in layout.items():
-        size = int(np.prod(shape)) * fields[key][0].element_size()
-        out[key] = torch.stack(fields[key], out=block[off:off + size].view(dtype).view(shape))
+    for key, field in layout.items():
+        out[key] = _field_view(block, *field)
+        values = fields[key]
+        if field[3]:  # stack into the (..., H, W, C) memory
+            torch.stack([v.movedim(-3, -1) for v in values], out=out[key].movedim(-3, -1))
+        else:
+            torch.stack(values, out=out[key])
     if slot is None:
         return out
     return {RING_KEY: RingSlot(ring.token, slot[0], nbytes, layout)}
