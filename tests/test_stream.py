@@ -221,6 +221,37 @@ def test_collate_ships_all_frames_of_a_batch_in_one_shared_block(v30_h264):
     assert all(hwc)  # stacked in the (H, W, C) memory order torchcodec decodes to: no per-pixel transpose
 
 
+@pytest.mark.parametrize("loader", ["stream", "map"])
+def test_windows_reach_collate_uncopied_in_its_workers_and_batch_right(v30_h264, monkeypatch, loader):
+    """In a DataLoader worker batched by dlbench's collate, a window with repeated frames stays a FrameGather (its
+    frames are copied once, into the batch); the batch holds the right barcodes and equals the batch of
+    materialized items. Everywhere else items hold plain tensors."""
+    from dlbench.loader import collate as collate_mod
+    from dlbench.video import FrameGather
+
+    ds = (LeRobotStreamingDataset(str(v30_h264), mode="sarm", buffer_size=4, tag_items=False) if loader == "stream"
+          else LeRobotMapDataset(str(v30_h264), mode="sarm"))
+
+    def items():
+        if loader == "map":
+            return [ds[i] for i in range(0, 60, 10)]
+        ds.set_epoch(0)  # the same items again
+        return [item for _, item in zip(range(6), ds)]
+
+    plain = items()
+    assert not any(isinstance(v, FrameGather) for item in plain for v in item.values())
+    monkeypatch.setattr(collate_mod, "_collating_worker", False)
+    collate_mod.CollateWorkerInit()(0)
+    assert collate_mod.collating_worker()
+    lazy = items()
+    assert any(isinstance(item[cam], FrameGather) for item in lazy for cam in ds.meta.cameras)
+    got, want = collate_mod.collate(lazy), collate_mod.collate(plain)
+    for cam in ds.meta.cameras:
+        assert torch.equal(got[cam], want[cam]) and got[cam].movedim(-3, -1).is_contiguous()
+    for item in unbatch(collate_mod.to_torch(got)):
+        check_item(ds, item)
+
+
 def test_buffer_is_capped_by_decoded_bytes(v30_h264):
     """However large the frames and windows, the shuffle buffer keeps at most buffer_mb of decoded blocks alive
     (the items decoded together share one block, which lives until the last of them leaves the buffer)."""

@@ -44,6 +44,58 @@ def _take_frames(frames: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
     return torch.index_select(frames, 0, order)
 
 
+class FrameGather:
+    """The frames `source[index]`, not yet copied out: a window with repeated frames, waiting for its batch.
+
+    `decode(..., gather=False)` returns one when the requested frames are not simply the decoded ones in order;
+    dlbench's `collate` copies them straight into the batch (one copy per frame instead of a gather and then a
+    stack). Indexing with an int gives that frame as a view (no copy); with a slice, a smaller `FrameGather`.
+    `materialize()` is the plain tensor `decode` would have returned.
+    """
+
+    __slots__ = ("source", "index")
+
+    def __init__(self, source: torch.Tensor, index: torch.Tensor):
+        self.source, self.index = source, index
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size((len(self.index), *self.source.shape[1:]))
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.source.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.source.device
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def numel(self) -> int:
+        return len(self.index) * self.source[0].numel()
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            return FrameGather(self.source, self.index[key])
+        return self.source[int(self.index[key])]
+
+    def materialize(self) -> torch.Tensor:
+        return _take_frames(self.source, self.index)
+
+    def gather_into(self, out: torch.Tensor) -> None:
+        """Copy the frames into `out` (N, C, H, W); where both are (H, W, C) in memory, as whole rows of bytes."""
+        src, dst = self.source, out
+        hwc_src, hwc_dst = src.permute(0, 2, 3, 1), dst.permute(0, 2, 3, 1)
+        if not src.is_contiguous() and hwc_src.is_contiguous() and hwc_dst.is_contiguous():
+            src, dst = hwc_src, hwc_dst
+        if src.is_contiguous() and dst.is_contiguous():
+            torch.index_select(src.reshape(len(src), -1), 0, self.index, out=dst.view(len(dst), -1))
+        else:
+            out.copy_(self.materialize())
+
+
 class _Entry:
     __slots__ = ("decoder", "handle", "fps", "num_frames", "fell_back")
 
@@ -129,10 +181,12 @@ class VideoDecoderCache:
         return entry
 
     def decode(self, url: str, times_s: Sequence[float], fps: float, tolerance_s: float = DEFAULT_TOLERANCE_S,
-               cursor: int | None = None) -> torch.Tensor:
+               cursor: int | None = None, gather: bool = True) -> torch.Tensor | FrameGather:
         """Frames at `times_s` (seconds in the file), in request order, as uint8 (N, C, H, W).
 
-        `cursor` names a sequential reader of the file (for example an episode): see the class docstring.
+        `cursor` names a sequential reader of the file (for example an episode): see the class docstring. With
+        `gather=False`, requests that are not the decoded frames in order (repeats, or windows out of order) come
+        back as a `FrameGather` over the decoded frames instead of a copy.
 
         Times are mapped to frame indices with the dataset's `fps` (round(t * fps)); requests are decoded sorted
         and de-duplicated, so a window costs one forward pass per GOP. Raises `FrameTimestampError` if a frame's
@@ -167,7 +221,8 @@ class VideoDecoderCache:
             )
         if in_order:
             return batch.data
-        return _take_frames(batch.data, torch.from_numpy(order).to(batch.data.device))
+        frames = FrameGather(batch.data, torch.from_numpy(order).to(batch.data.device))
+        return frames if not gather else frames.materialize()
 
     def stats(self) -> dict:
         lookups = self.hits + self.misses

@@ -17,7 +17,7 @@ import torch
 
 from .. import barcode
 from ..errors import UserError
-from ..loader.collate import collate, make_ring, to_torch
+from ..loader.collate import CollateWorkerInit, collate, make_ring, to_torch
 from ..loader.meta import DatasetMeta, resolve_windows
 from ..procstat import RssSampler
 from ..validate import is_synthetic
@@ -168,12 +168,13 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
     # CUDA cannot start in forked workers; frames decoded on the GPU need no pinned CPU memory
     context = "spawn" if workers > 0 and device.type == "cuda" else None
     prefetch = cfg.prefetch_factor if workers > 0 else None
-    collate_items = adapter.collate
+    collate_items, worker_init = adapter.collate, None
     if collate_items is collate:  # as dlbench.loader.collate.DataLoader batches: through a ring of shared slots
         collate_items = partial(collate, ring=make_ring(adapter.dataset, cfg.batch_size, workers, prefetch, context))
+        worker_init = CollateWorkerInit()
     common = dict(batch_size=cfg.batch_size, num_workers=workers, persistent_workers=workers > 0,
                   collate_fn=partial(_collate, collate_items=collate_items), prefetch_factor=prefetch,
-                  pin_memory=False, multiprocessing_context=context)
+                  pin_memory=False, multiprocessing_context=context, worker_init_fn=worker_init)
     if adapter.iterable:
         loader = torch.utils.data.DataLoader(_TimedIterable(adapter.dataset, adapter.cache_stats), **common)
     else:

@@ -17,6 +17,7 @@ import torch
 from ..errors import UserError
 from ..format import meta, paths
 from ..video import DEFAULT_TOLERANCE_S, VideoDecoderCache, is_remote
+from .collate import collating_worker
 from .meta import DatasetMeta, resolve_windows
 
 INDEX_COLUMNS = ("index", "episode_index", "frame_index", "timestamp", "task_index")
@@ -124,7 +125,10 @@ class ItemBuilder:
                 slots.append((cam, key, len(bucket), times.shape[1]))
                 bucket.extend(times[i].tolist())
         t0 = time.perf_counter()
-        decoded = {key: self.cache.decode(key[1], times, dm.fps, self.tolerance_s, cursor=key[2])
+        # in a DataLoader worker batched by dlbench's collate, windows with repeated frames stay `FrameGather`s and
+        # are copied once, straight into the batch; everywhere else items hold plain tensors
+        gather = self.return_float or not collating_worker()
+        decoded = {key: self.cache.decode(key[1], times, dm.fps, self.tolerance_s, cursor=key[2], gather=gather)
                    for key, times in requests.items()}
         self.decode_s += time.perf_counter() - t0
         items = [{name: block[i] for name, block in fields.items()} for i in range(len(rows))]
