@@ -177,7 +177,8 @@ def collate(items: list[dict], ring: BatchRing | None = None) -> dict:
         values = [item[key] for item in items]
         if isinstance(first, (torch.Tensor, FrameGather)):
             small = first.numel() * len(items) < SMALL_NUMEL
-            if (small or first.device.type != "cpu") and any(isinstance(v, FrameGather) for v in values):
+            frames = isinstance(first, FrameGather) or first.dim() >= 3  # a field that may hold FrameGathers
+            if frames and (small or first.device.type != "cpu") and any(isinstance(v, FrameGather) for v in values):
                 values = [v.materialize() if isinstance(v, FrameGather) else v for v in values]
                 first = values[0]
         if isinstance(first, (torch.Tensor, FrameGather)) and first.device.type == "cpu":
