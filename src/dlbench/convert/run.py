@@ -59,11 +59,14 @@ def run(src: str, dst: str | Path, workers: int = 1, work_dir: str | Path | None
 
         bar = tqdm(total=manifest["units"], desc="convert units", unit="unit", mininterval=1.0)
     try:
-        while any(p.is_alive() for p in procs):
+        # a worker's sentinel is ready as soon as it exits, while is_alive() can stay True until it is reaped: wait
+        # on the sentinels not yet seen (polling is_alive() spun here, then waited a whole timeout on no sentinel)
+        running = {p.sentinel for p in procs}
+        while running:
             if bar is not None:
                 bar.n = sum(workmod.is_done(work, u) for u in range(manifest["units"]))
                 bar.refresh()
-            multiprocessing.connection.wait([p.sentinel for p in procs if p.is_alive()], timeout=0.5)  # or one ends
+            running -= set(multiprocessing.connection.wait(list(running), timeout=0.5))  # or one ends
     finally:
         for p in procs:
             p.join()
