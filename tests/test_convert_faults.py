@@ -185,14 +185,18 @@ def test_three_cameras_av1_and_uneven_lengths(tmp_path):
     assert rows == report["frames"]
 
 
-def test_workers_lease_the_biggest_units_first(v21_h264, tmp_path):
-    """Units are leased biggest first (source bytes), so a pool does not end waiting on one late big unit."""
+def test_workers_lease_the_costliest_units_first(v21_h264, tmp_path):
+    """Units are leased costliest first (estimated from source files and bytes), so a pool does not end waiting on
+    one late big unit; a unit of many small files outranks one of a few files of the same bytes."""
     work = tmp_path / "work"
     manifest = planmod.plan(str(v21_h264), work, SMALL_FILES)
     units = [planmod.load_unit(work, u) for u in range(manifest["units"])]
-    sizes = [u["bytes"] for u in units]
-    assert len(set(sizes)) > 1
-    assert [sizes[u] for u in manifest["lease_order"]] == sorted(sizes, reverse=True)
+    costs = [planmod.unit_cost_s(u) for u in units]
+    assert len(set(costs)) > 1
+    assert [costs[u] for u in manifest["lease_order"]] == sorted(costs, reverse=True)
+    one = dict(units[0], files=[dict(units[0]["files"][0], lengths=[10])])
+    many = dict(one, files=[dict(one["files"][0], lengths=[1] * 10)])
+    assert planmod.unit_cost_s(many) > planmod.unit_cost_s(one)
     data_bytes = sum(p.stat().st_size for p in (v21_h264 / "data").rglob("*.parquet"))
     assert sum(u["bytes"] for u in units if u["stream"] == planmod.DATA_STREAM) == data_bytes
     workmod.work(work, max_units=1)
