@@ -61,11 +61,14 @@ def test_bad_inputs_get_clear_errors(v30_h264, v21_h264):
 
 @pytest.mark.parametrize("layout", ["hwc", "chw"])
 def test_frame_gather_equals_indexing_and_keeps_the_memory_order(layout):
-    from dlbench.video import _take_frames
+    from dlbench.video import FrameGather
 
     chw = torch.randint(0, 255, (5, 3, 6, 8), dtype=torch.uint8)
     frames = chw.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2) if layout == "hwc" else chw
     order = torch.tensor([0, 0, 3, 4, 4, 4, 1])
-    got = _take_frames(frames, order)
+    got = FrameGather(frames, order).materialize()
     assert torch.equal(got, chw[order])
     assert got.movedim(-3, -1).is_contiguous() if layout == "hwc" else got.is_contiguous()
+    strided = torch.zeros(7, 3, 6, 16, dtype=torch.uint8)[..., ::2]  # neither memory order: the plain copy
+    FrameGather(frames, order).gather_into(strided)
+    assert torch.equal(strided, chw[order])

@@ -28,20 +28,9 @@ def is_remote(url: str) -> bool:
     return "://" in url and not url.startswith("file://")
 
 
-def _take_frames(frames: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
-    """`frames[order]` along the first dimension, copying each frame as one run of bytes.
-
-    torchcodec's (N, C, H, W) batches are views of (N, H, W, C) memory; `index_select` over that 4-D view walks it
-    element by element (~6x slower than a row copy at 480x640, and advanced indexing slower still), so the gather
-    runs on the 2-D (N, H*W*C) view of the memory and returns the same layout.
-    """
-    nhwc = frames.permute(0, 2, 3, 1)
-    if nhwc.is_contiguous():
-        rows = torch.index_select(nhwc.reshape(len(frames), -1), 0, order)
-        return rows.view(len(order), *nhwc.shape[1:]).permute(0, 3, 1, 2)
-    if frames.is_contiguous():
-        return torch.index_select(frames.reshape(len(frames), -1), 0, order).view(len(order), *frames.shape[1:])
-    return torch.index_select(frames, 0, order)
+def is_channels_last(frames: torch.Tensor) -> bool:
+    """True for a (..., C, H, W) view of (..., H, W, C) memory, which is how torchcodec returns frames."""
+    return frames.dim() >= 3 and not frames.is_contiguous() and frames.movedim(-3, -1).is_contiguous()
 
 
 class FrameGather:
@@ -82,18 +71,25 @@ class FrameGather:
         return self.source[int(self.index[key])]
 
     def materialize(self) -> torch.Tensor:
-        return _take_frames(self.source, self.index)
+        """The frames as a tensor of their own, in the source's memory order."""
+        n, (c, h, w) = len(self.index), self.source.shape[1:]
+        like = dict(dtype=self.source.dtype, device=self.source.device)
+        out = (torch.empty((n, h, w, c), **like).permute(0, 3, 1, 2) if is_channels_last(self.source)
+               else torch.empty((n, c, h, w), **like))
+        self.gather_into(out)
+        return out
 
     def gather_into(self, out: torch.Tensor) -> None:
-        """Copy the frames into `out` (N, C, H, W); where both are (H, W, C) in memory, as whole rows of bytes."""
+        """Copy the frames into `out` (N, C, H, W), each frame as one run of bytes where both have the same memory
+        order. (`index_select` on the (N, C, H, W) view of (N, H, W, C) memory walks it element by element: ~6x
+        slower at 480x640, and advanced indexing slower still.)"""
         src, dst = self.source, out
-        hwc_src, hwc_dst = src.permute(0, 2, 3, 1), dst.permute(0, 2, 3, 1)
-        if not src.is_contiguous() and hwc_src.is_contiguous() and hwc_dst.is_contiguous():
-            src, dst = hwc_src, hwc_dst
+        if is_channels_last(src) and is_channels_last(dst):
+            src, dst = src.permute(0, 2, 3, 1), dst.permute(0, 2, 3, 1)
         if src.is_contiguous() and dst.is_contiguous():
             torch.index_select(src.reshape(len(src), -1), 0, self.index, out=dst.view(len(dst), -1))
         else:
-            out.copy_(self.materialize())
+            dst.copy_(torch.index_select(src, 0, self.index))
 
 
 class _Entry:

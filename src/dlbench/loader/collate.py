@@ -24,7 +24,7 @@ import weakref
 import numpy as np
 import torch
 
-from ..video import FrameGather
+from ..video import FrameGather, is_channels_last
 
 SMALL_NUMEL = 4096  # fields with fewer elements per batch travel pickled, larger ones through shared memory
 _ALIGN = 64  # bytes: each large field starts on a cache line of the shared block
@@ -122,9 +122,7 @@ class RingSlot:
 
 
 def _channels_last(t: torch.Tensor | FrameGather) -> bool:
-    """True for a (..., C, H, W) view of (..., H, W, C) memory, as torchcodec returns frames."""
-    t = t.source if isinstance(t, FrameGather) else t
-    return t.dim() >= 3 and not t.is_contiguous() and t.movedim(-3, -1).is_contiguous()
+    return is_channels_last(t.source if isinstance(t, FrameGather) else t)
 
 
 def _field_view(block: torch.Tensor, off: int, dtype: torch.dtype, shape: tuple, channels_last: bool) -> torch.Tensor:
