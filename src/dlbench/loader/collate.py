@@ -264,12 +264,20 @@ class DataLoader(torch.utils.data.DataLoader):
 
     Use it like torch's; the batches hold tensors only (and lists of strings), as with the default collate. With
     forked workers (the default on Linux) and a dlbench dataset, batches travel through a `BatchRing`.
+
+    A dataset that decodes on the GPU (`decode_device` "cuda") gets workers started with spawn unless a
+    multiprocessing context is given (CUDA cannot start in a forked process), and no pin_memory: its frames are
+    already in GPU memory, and torch cannot pin them.
     """
 
     def __init__(self, dataset, *args, collate_fn=None, **kwargs):
         super().__init__(dataset, *args, collate_fn=collate_fn or _RingCollate(), **kwargs)
         if collate_fn is None and self.batch_sampler is not None:
             self.worker_init_fn = CollateWorkerInit(self.worker_init_fn)
+        if getattr(dataset, "decode_device", "cpu") != "cpu":
+            self.pin_memory = False
+            if self.num_workers > 0 and self.multiprocessing_context is None:
+                self.multiprocessing_context = "spawn"
 
     def __iter__(self):
         if isinstance(self.collate_fn, _RingCollate) and not self.pin_memory and (

@@ -151,7 +151,29 @@ class ItemBuilder:
         return steps * (4 if self.return_float else 1)
 
 
-class LeRobotMapDataset(torch.utils.data.Dataset):
+class BuilderViews:
+    """What the bench harness and `loader.collate.DataLoader` read off a dataset built on an `ItemBuilder`."""
+
+    builder: ItemBuilder
+
+    @property
+    def cache(self) -> VideoDecoderCache:
+        return self.builder.cache
+
+    @property
+    def decode_device(self) -> str:
+        return self.builder.decode_device
+
+    @property
+    def frames_per_item(self) -> int:
+        return self.builder.frames_per_item()
+
+    @property
+    def frame_bytes_per_item(self) -> int:  # sizes the DataLoader's shared batch slots (`loader.collate`)
+        return self.builder.frame_bytes_per_item()
+
+
+class LeRobotMapDataset(BuilderViews, torch.utils.data.Dataset):
     """Random access to every frame of a v3.0 dataset.
 
     Args:
@@ -187,15 +209,3 @@ class LeRobotMapDataset(torch.utils.data.Dataset):
             raise IndexError(idx)
         return self.builder.build(int(idx))
 
-    # the bench harness reads these
-    @property
-    def cache(self) -> VideoDecoderCache:
-        return self.builder.cache
-
-    @property
-    def frames_per_item(self) -> int:
-        return self.builder.frames_per_item()
-
-    @property
-    def frame_bytes_per_item(self) -> int:  # sizes the DataLoader's shared batch slots (`loader.collate`)
-        return self.builder.frame_bytes_per_item()

@@ -27,7 +27,7 @@ import torch
 
 from ..errors import UserError
 from ..video import DEFAULT_TOLERANCE_S
-from .map import ItemBuilder, data_columns, read_columns
+from .map import BuilderViews, ItemBuilder, data_columns, read_columns
 from .meta import DatasetMeta, resolve_windows
 
 SHARD_KEY = "_shard"
@@ -124,7 +124,7 @@ def shard_order(ep_from: np.ndarray, ep_to: np.ndarray, episodes: range, seed: i
         yield "emit", r
 
 
-class LeRobotStreamingDataset(torch.utils.data.IterableDataset):
+class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
     """Stream a v3.0 dataset, split by rank and DataLoader worker, shuffled through an episode pool and a buffer.
 
     Args:
@@ -274,15 +274,3 @@ class LeRobotStreamingDataset(torch.utils.data.IterableDataset):
         self.builder.cols = cols
         self.builder.row_offset = int(cols["index"][0])  # files are contiguous in index
         self._loaded = (rows.start, rows.stop)
-
-    @property
-    def cache(self):
-        return self.builder.cache
-
-    @property
-    def frames_per_item(self) -> int:
-        return self.builder.frames_per_item()
-
-    @property
-    def frame_bytes_per_item(self) -> int:  # sizes the DataLoader's shared batch slots (`loader.collate`)
-        return self.builder.frame_bytes_per_item()
