@@ -7,6 +7,8 @@ the request; a mismatch larger than `tolerance_s` raises `FrameTimestampError`.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 from collections import OrderedDict
 from typing import Sequence
@@ -18,6 +20,19 @@ import torch
 from .errors import UserError
 
 DEFAULT_TOLERANCE_S = 1e-4
+# torchcodec's NVDEC implementation: "ffmpeg" (FFmpeg's NVDEC hardware decoding) or "beta" (torchcodec's own, on
+# NVIDIA's Video Codec SDK; torchcodec's default from 0.14). "ffmpeg" is the default here because torchcodec
+# 0.14.0's "beta" returned, for about 2 in 1000 frames of x264 files with B-frames, the frame 3 later under the
+# requested frame's timestamp (measured on an H200: see README, "Decoding on the GPU").
+CUDA_BACKEND = os.environ.get("DLBENCH_CUDA_BACKEND", "ffmpeg")
+
+
+def _cuda_backend():
+    try:
+        from torchcodec.decoders import set_cuda_backend
+    except ImportError:  # torchcodec before 0.8 has one backend
+        return contextlib.nullcontext()
+    return set_cuda_backend(CUDA_BACKEND)
 
 
 class FrameTimestampError(UserError):
@@ -93,11 +108,12 @@ class FrameGather:
 
 
 class _Entry:
-    __slots__ = ("decoder", "handle", "fps", "num_frames", "fell_back")
+    __slots__ = ("decoder", "handle", "fps", "num_frames", "fell_back", "on_cpu")
 
     def __init__(self, decoder, handle, fps, num_frames):
         self.decoder, self.handle, self.fps, self.num_frames = decoder, handle, fps, num_frames
-        self.fell_back: bool | None = None
+        self.fell_back: bool | None = None  # known after the first decode on a GPU
+        self.on_cpu = False  # a GPU cache's decoder that dlbench itself moved to the CPU (see `decode`)
 
 
 class VideoDecoderCache:
@@ -131,9 +147,10 @@ class VideoDecoderCache:
         self._lock = threading.Lock()
         self.hits = self.misses = self.evictions = self.fallbacks = 0
 
-    def _open(self, url: str) -> _Entry:
+    def _open(self, url: str, device: str | None = None) -> _Entry:
         from torchcodec.decoders import VideoDecoder
 
+        device = device or self.device
         handle = None
         try:
             if is_remote(url):
@@ -142,10 +159,12 @@ class VideoDecoderCache:
                 source = handle
             else:
                 source = url.removeprefix("file://")
-            kwargs = {"seek_mode": self.seek_mode, "device": self.device}
-            if self.device == "cpu":
-                kwargs["num_ffmpeg_threads"] = self.num_ffmpeg_threads
-            decoder = VideoDecoder(source, **kwargs)
+            kwargs = {"seek_mode": self.seek_mode, "device": device}
+            if device == "cpu":
+                decoder = VideoDecoder(source, num_ffmpeg_threads=self.num_ffmpeg_threads, **kwargs)
+            else:
+                with _cuda_backend():
+                    decoder = VideoDecoder(source, **kwargs)
         except FileNotFoundError:
             raise UserError(f"{url}: video file not found") from None
         except (RuntimeError, ValueError) as e:
@@ -195,12 +214,21 @@ class VideoDecoderCache:
             raise UserError(f"{url}: frame at {max(times_s):.4f} s is outside the video ({entry.num_frames} frames); "
                             f"the dataset's metadata does not match its videos")
         try:
-            batch = entry.decoder.get_frames_at(unique)
+            try:
+                batch = entry.decoder.get_frames_at(unique)
+            except RuntimeError:
+                if self.device == "cpu" or entry.fell_back is not None:
+                    raise
+                # FFmpeg's NVDEC path raises, instead of falling back, on a codec this GPU cannot decode (AV1 on
+                # an H200: "Could not push packet to decoder"): decode the file on the CPU from now on
+                self._move_to_cpu(entry, url)
+                batch = entry.decoder.get_frames_at(unique)
         except (RuntimeError, IndexError) as e:
             raise UserError(f"{url}: decoding failed ({str(e).splitlines()[0]}); the file may be corrupt") from None
         if entry.fell_back is None and self.device != "cpu":
             entry.fell_back = bool(entry.decoder.cpu_fallback)
             self.fallbacks += entry.fell_back
+        data = batch.data.to(self.device) if entry.on_cpu else batch.data
         pts = batch.pts_seconds.cpu().numpy().astype(np.float64)
         in_order = unique == indices  # the common case: no repeats, already sorted
         if not in_order:
@@ -216,9 +244,16 @@ class VideoDecoderCache:
                 f"(tolerance {tolerance_s} s); the video's timestamps do not match the dataset's metadata"
             )
         if in_order:
-            return batch.data
-        frames = FrameGather(batch.data, torch.from_numpy(order).to(batch.data.device))
+            return data
+        frames = FrameGather(data, torch.from_numpy(order).to(data.device))
         return frames if not gather else frames.materialize()
+
+    def _move_to_cpu(self, entry: _Entry, url: str) -> None:
+        cpu = self._open(url, "cpu")
+        if entry.handle is not None:
+            entry.handle.close()
+        entry.decoder, entry.handle, entry.on_cpu, entry.fell_back = cpu.decoder, cpu.handle, True, True
+        self.fallbacks += 1
 
     def stats(self) -> dict:
         lookups = self.hits + self.misses
