@@ -30,7 +30,7 @@ def bare(cfg: BenchConfig) -> float:
     """Decoded frames/s of the plain loop over the same window as the harness."""
     adapter = make_adapter(cfg)
     kwargs = dict(batch_size=cfg.batch_size, num_workers=cfg.num_workers, persistent_workers=cfg.num_workers > 0,
-                  prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None)
+                  prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None, in_order=cfg.in_order)
     if not adapter.iterable:
         kwargs.update(shuffle=True, generator=torch.Generator().manual_seed(cfg.seed + 1000003 * cfg.rank))
     loader = DataLoader(adapter.dataset, collate_fn=adapter.collate, **kwargs)  # batches as the loader's users get
