@@ -34,6 +34,16 @@ def test_gpu_decoding_dataset_gets_spawned_workers_and_no_pin_memory(v30_h264):
     assert cpu.multiprocessing_context is None  # the platform default (fork on Linux)
 
 
+def test_unknown_cuda_backend_is_one_clear_error(monkeypatch):
+    from dlbench import video
+    from dlbench.errors import UserError
+
+    monkeypatch.setattr(video, "CUDA_BACKEND", "nvdec")
+    with pytest.raises(UserError, match="DLBENCH_CUDA_BACKEND='nvdec' is unknown"):
+        VideoDecoderCache(2, device="cuda")
+    VideoDecoderCache(2, device="cpu")  # the CPU path never reads it
+
+
 @needs_cuda
 @pytest.mark.parametrize("mode", ["single", "sarm"])
 def test_nvdec_frames_carry_their_barcodes_and_match_the_cpu(v30_h264, mode):

@@ -141,6 +141,8 @@ class VideoDecoderCache:
             raise UserError(f"decoder cache capacity must be >= 1 (got {capacity})")
         if device not in ("cpu", "cuda") and not str(device).startswith("cuda:"):
             raise UserError(f"decode device {device!r} is unknown; use 'cpu' or 'cuda'")
+        if device != "cpu" and CUDA_BACKEND not in ("ffmpeg", "beta"):
+            raise UserError(f"DLBENCH_CUDA_BACKEND={CUDA_BACKEND!r} is unknown; use 'ffmpeg' (the default) or 'beta'")
         self.capacity, self.device, self.seek_mode = capacity, device, seek_mode
         self.num_ffmpeg_threads, self.block_size = num_ffmpeg_threads, block_size
         self._entries: OrderedDict[tuple[str, int | None], _Entry] = OrderedDict()

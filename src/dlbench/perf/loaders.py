@@ -37,7 +37,7 @@ RATIOS = (("dlbench_stream", "lerobot_stream", "lerobot_stream", "{:.2f}x", "2x"
           ("dlbench_map", "ceiling (random access)", "ceiling (random)", "{:.0%}", "80%"),
           ("dlbench_stream", "ceiling (stream access)", "ceiling (stream)", "{:.0%}", "80%"))
 # not targets: the loaders against a ceiling that also writes every delivered frame once into a batch buffer, as
-# every loader must; the gap between the two ceilings is that write's cost, the rest is the loader's own
+# every loader must; the gap between the two ceilings is that write's cost, the rest is what the loader adds
 WRITE_RATIOS = (("dlbench_map", "ceiling (random) + batch write"), ("dlbench_stream", "ceiling (stream) + batch write"))
 
 
