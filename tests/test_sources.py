@@ -97,7 +97,9 @@ def test_streaming_from_loopback_s3_verifies_every_frame(s3, monkeypatch):
     apply_env(json.dumps(s3["fast"]))
     ds = LeRobotStreamingDataset(BUCKET_URL, pool_size=2, buffer_size=8)
     seen = []
-    for batch in torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2):
+    # spawned workers: reading the metadata through s3fs left its I/O threads running in this process, and a fork
+    # beside a thread that is starting or ending can leave the child stuck in Python's after-fork code (seen once)
+    for batch in torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2, multiprocessing_context="spawn"):
         for item in unbatch(batch):
             check_item(ds, item)
             seen.append(int(item["index"]))
