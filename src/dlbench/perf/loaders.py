@@ -84,10 +84,12 @@ def _ceiling_worker(args) -> tuple[int, float]:
     import torch
     from torchcodec.decoders import VideoDecoder
 
+    from ..video import FrameGather
+
     groups, fps, duration_s, write = args
     torch.set_num_threads(1)  # as in a DataLoader worker: no intra-op threads competing with the other processes
     decoders: dict[tuple, VideoDecoder] = {}
-    buffers: dict[int, torch.Tensor] = {}  # frame bytes -> (rows, frame bytes) batch buffer
+    buffers: dict[tuple, torch.Tensor] = {}  # frame shape -> (rows, H, W, C) batch buffer
     frames = 0
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < duration_s:
@@ -99,15 +101,14 @@ def _ceiling_worker(args) -> tuple[int, float]:
                 wanted = [round(t * fps) for t in times]
                 idx = sorted(set(wanted))
                 batch = dec.get_frames_at(idx).data
-                if write:
-                    rows = batch.permute(0, 2, 3, 1).reshape(len(idx), -1)  # (N, H, W, C) memory: no copy
-                    buf = buffers.get(rows.shape[1])
+                if write:  # as collate writes a batch: FrameGather.gather_into, into (N, H, W, C) memory
+                    c, h, w = batch.shape[1:]
+                    buf = buffers.get((c, h, w))
                     if buf is None or len(buf) < len(wanted):
-                        buf = buffers[rows.shape[1]] = torch.empty(max(len(wanted), 256), rows.shape[1],
-                                                                   dtype=torch.uint8)
+                        buf = buffers[(c, h, w)] = torch.empty(max(len(wanted), 256), h, w, c, dtype=torch.uint8)
                     pos = {i: n for n, i in enumerate(idx)}
                     order = torch.tensor([pos[i] for i in wanted])
-                    torch.index_select(rows, 0, order, out=buf[:len(wanted)])
+                    FrameGather(batch, order).gather_into(buf[:len(wanted)].permute(0, 3, 1, 2))
                 frames += len(times)
             if time.perf_counter() - t0 >= duration_s:
                 break
