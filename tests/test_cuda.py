@@ -31,7 +31,7 @@ def test_gpu_decoding_dataset_gets_spawned_workers_and_no_pin_memory(v30_h264):
     loader = DataLoader(ds, batch_size=2, num_workers=1, pin_memory=True)
     assert loader.multiprocessing_context.get_start_method() == "spawn" and not loader.pin_memory
     cpu = DataLoader(LeRobotMapDataset(str(v30_h264)), batch_size=2, num_workers=1)
-    assert cpu.multiprocessing_context is None  # the platform default (fork on Linux)
+    assert cpu.multiprocessing_context is None  # picked as the workers start (dlbench.workers.start_method)
 
 
 def test_unknown_cuda_backend_is_one_clear_error(monkeypatch):

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from dlbench import loopback
+from dlbench.loader.collate import DataLoader
 from dlbench.loader.stream import LeRobotStreamingDataset
 from dlbench.sources import apply_env
 
@@ -97,13 +97,16 @@ def test_streaming_from_loopback_s3_verifies_every_frame(s3, monkeypatch):
     apply_env(json.dumps(s3["fast"]))
     ds = LeRobotStreamingDataset(BUCKET_URL, pool_size=2, buffer_size=8)
     seen = []
-    # spawned workers: reading the metadata through s3fs left its I/O threads running in this process, and a fork
-    # beside a thread that is starting or ending can leave the child stuck in Python's after-fork code (seen once)
-    for batch in torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2, multiprocessing_context="spawn"):
+    # reading the metadata through s3fs left its I/O loop thread running here: forking now is unsafe (a fork beside
+    # a thread once left a worker stuck in Python's after-fork code), so the workers start from the fork server,
+    # and the batch ring's memory crosses to them
+    loader = DataLoader(ds, batch_size=4, num_workers=2)
+    for batch in loader:
         for item in unbatch(batch):
             check_item(ds, item)
             seen.append(int(item["index"]))
     assert sorted(seen) == list(range(ds.meta.num_frames))
+    assert loader.multiprocessing_context.get_start_method() == "forkserver"
 
 
 def _clean_aws_env(tmp_path: Path) -> dict:

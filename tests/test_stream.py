@@ -9,8 +9,15 @@ from dlbench.errors import UserError
 from dlbench.format import paths
 from dlbench.loader.map import LeRobotMapDataset
 from dlbench.loader.stream import LeRobotStreamingDataset, shard_order, split_episodes
+from dlbench.workers import start_method
 
 from .test_loader import expected_frames
+
+
+def torch_loader(dataset, **kwargs):
+    """torch's own DataLoader, its workers started as dlbench starts its own: forked only while no other thread
+    runs in this process (earlier tests leave some behind, such as fsspec's I/O loop)."""
+    return torch.utils.data.DataLoader(dataset, multiprocessing_context=start_method(), **kwargs)
 
 
 def check_item(ds, item):
@@ -41,7 +48,7 @@ def test_one_epoch_yields_every_frame_exactly_once(v30_h264, world, workers):
     seen = collections.Counter()
     for rank in range(world):
         ds = LeRobotStreamingDataset(str(v30_h264), rank=rank, world_size=world, pool_size=2, buffer_size=8)
-        loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=workers)
+        loader = torch_loader(ds, batch_size=4, num_workers=workers)
         for batch in loader:
             seen.update(batch["index"].tolist())
     total = LeRobotMapDataset(str(v30_h264)).meta.num_frames
@@ -67,7 +74,7 @@ def test_order_is_seeded_per_epoch_and_shuffled(v30_h264):
 def test_resume_from_state_dict_has_no_repeats_and_no_gaps(v30_h264):
     kw = dict(pool_size=3, buffer_size=8, seed=5)
     ds = LeRobotStreamingDataset(str(v30_h264), **kw)
-    loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2)
+    loader = torch_loader(ds, batch_size=4, num_workers=2)
     before = []
     for k, batch in enumerate(loader):
         ds.observe(batch)
@@ -79,7 +86,7 @@ def test_resume_from_state_dict_has_no_repeats_and_no_gaps(v30_h264):
     resumed = LeRobotStreamingDataset(str(v30_h264), **kw)
     resumed.load_state_dict(state)
     after = []
-    loader = torch.utils.data.DataLoader(resumed, batch_size=4, num_workers=2, persistent_workers=True)
+    loader = torch_loader(resumed, batch_size=4, num_workers=2, persistent_workers=True)
     for batch in loader:
         after += batch["index"].tolist()
         for item in unbatch(batch):
@@ -93,7 +100,7 @@ def test_resume_from_state_dict_has_no_repeats_and_no_gaps(v30_h264):
     other = LeRobotStreamingDataset(str(v30_h264), **kw)
     other.load_state_dict(state)
     with pytest.raises(Exception, match="resume with the same num_workers"):
-        next(iter(torch.utils.data.DataLoader(other, batch_size=4, num_workers=3)))
+        next(iter(torch_loader(other, batch_size=4, num_workers=3)))
 
 
 def test_decoder_cache_counters_add_up(v30_h264):
@@ -180,7 +187,7 @@ def test_dlbench_dataloader_batches_equal_torch_default_batches(v30_h264):
 
     kw = dict(mode="sarm", seed=3, pool_size=2, buffer_size=4)
     ours = DataLoader(LeRobotStreamingDataset(str(v30_h264), **kw), batch_size=4, num_workers=1)
-    ref = torch.utils.data.DataLoader(LeRobotStreamingDataset(str(v30_h264), **kw), batch_size=4, num_workers=1)
+    ref = torch_loader(LeRobotStreamingDataset(str(v30_h264), **kw), batch_size=4, num_workers=1)
     for k, (a, b) in enumerate(zip(ours, ref)):
         assert a.keys() == b.keys()
         for key in a:
@@ -193,29 +200,34 @@ def test_dlbench_dataloader_batches_equal_torch_default_batches(v30_h264):
             break
 
 
+class _CollateInWorker(torch.utils.data.IterableDataset):
+    """Collates 3 items of `ds` where a DataLoader would, in the worker, and yields what the batch looks like."""
+
+    def __init__(self, ds):
+        self.ds = ds
+
+    def __iter__(self):
+        from dlbench.loader.collate import collate
+
+        items = []
+        for item in self.ds:
+            items.append(item)
+            if len(items) == 3:
+                batch = collate(items)
+                frames = [batch[cam] for cam in self.ds.meta.cameras]
+                yield ([f.untyped_storage().data_ptr() for f in frames], [f.is_shared() for f in frames],
+                       type(batch["_pos"]).__name__, [torch.equal(f, torch.stack([i[cam] for i in items]))
+                                                      for f, cam in zip(frames, self.ds.meta.cameras)],
+                       [f.movedim(-3, -1).is_contiguous() for f in frames])
+                return
+
+
 def test_collate_ships_all_frames_of_a_batch_in_one_shared_block(v30_h264):
     """Inside a DataLoader worker, every camera's frames of one batch are views of a single shared-memory block
     (one descriptor crosses to the main process, not one per camera), and plain numbers become numpy arrays."""
-    from dlbench.loader.collate import collate
-
     ds = LeRobotStreamingDataset(str(v30_h264), mode="sarm", buffer_size=4)
-
-    class InWorker(torch.utils.data.IterableDataset):  # collate where the DataLoader would: in the worker
-        def __iter__(self):
-            items = []
-            for item in ds:
-                items.append(item)
-                if len(items) == 3:
-                    batch = collate(items)
-                    frames = [batch[cam] for cam in ds.meta.cameras]
-                    yield ([f.untyped_storage().data_ptr() for f in frames], [f.is_shared() for f in frames],
-                           type(batch["_pos"]).__name__, [torch.equal(f, torch.stack([i[cam] for i in items]))
-                                                          for f, cam in zip(frames, ds.meta.cameras)],
-                           [f.movedim(-3, -1).is_contiguous() for f in frames])
-                    return
-
-    ptrs, shared, pos_type, equal, hwc = next(iter(torch.utils.data.DataLoader(InWorker(), batch_size=None,
-                                                                               num_workers=1)))
+    loader = torch_loader(_CollateInWorker(ds), batch_size=None, num_workers=1)
+    ptrs, shared, pos_type, equal, hwc = next(iter(loader))
     assert len(ds.meta.cameras) == 2 and len(set(ptrs)) == 1 and all(shared)
     assert pos_type == "ndarray" and all(equal)
     assert all(hwc)  # stacked in the (H, W, C) memory order torchcodec decodes to: no per-pixel transpose
@@ -284,16 +296,18 @@ def _ring_span(ring) -> tuple[int, int]:
     return start, start + len(ring._mem)
 
 
-def test_batch_ring_reuses_slots_and_never_overwrites_a_held_batch(v30_h264):
-    """Forked workers write frames into a few reused shared slots. A consumer that keeps every batch exhausts them:
-    later batches take the fallback and no held batch is overwritten; dropped batches (read or not) free their
-    slots, and a consumer that drops each batch is served from the slots."""
+@pytest.mark.parametrize("context", [None, "forkserver"])
+def test_batch_ring_reuses_slots_and_never_overwrites_a_held_batch(v30_h264, context):
+    """Workers write frames into a few reused shared slots. A consumer that keeps every batch exhausts them: later
+    batches take the fallback and no held batch is overwritten; dropped batches (read or not) free their slots, and
+    a consumer that drops each batch is served from the slots. Forked workers inherit the slots' memory; workers
+    started by the fork server map it through the descriptor they receive (None: as `start_method` picks)."""
     import gc
 
     from dlbench.loader.collate import DataLoader
 
     ds = LeRobotStreamingDataset(str(v30_h264), mode="single", pool_size=2, buffer_size=8)
-    loader = DataLoader(ds, batch_size=4, num_workers=2, persistent_workers=True)
+    loader = DataLoader(ds, batch_size=4, num_workers=2, persistent_workers=True, multiprocessing_context=context)
     held = list(loader)
     ring = loader.collate_fn.ring
     lo, hi = _ring_span(ring)

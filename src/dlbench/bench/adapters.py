@@ -7,6 +7,7 @@ for them, see `launch.py`).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable
@@ -94,7 +95,20 @@ def _lerobot(cfg) -> Adapter:
     if cfg.loader == "lerobot_map":
         ds = LeRobotDataset("local/bench", root=cfg.dataset, delta_timestamps=deltas, return_uint8=True,
                             video_backend="torchcodec")
+        _stop_tqdm_monitor()
         return Adapter(ds, False, fpi, None, None)
     ds = StreamingLeRobotDataset("local/bench", root=cfg.dataset, delta_timestamps=deltas, return_uint8=True,
                                  seed=cfg.seed, buffer_size=cfg.buffer_size, max_num_shards=max(1, cfg.num_workers))
+    _stop_tqdm_monitor()
     return Adapter(ds, True, fpi, None, None)
+
+
+def _stop_tqdm_monitor() -> None:
+    """LeRobot's loading progress bars leave tqdm's monitor thread running. Stopped, it lets the DataLoader fork
+    its workers, as LeRobot's users' DataLoaders do (`dlbench.workers` forks only while no other thread runs);
+    tqdm starts it again for the next bar."""
+    from tqdm._monitor import TMonitor
+
+    for thread in threading.enumerate():
+        if isinstance(thread, TMonitor):
+            thread.exit()  # and joins it

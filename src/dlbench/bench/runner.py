@@ -21,6 +21,7 @@ from ..loader.collate import CollateWorkerInit, collate, make_ring, to_torch
 from ..loader.meta import DatasetMeta, resolve_windows
 from ..procstat import RssSampler
 from ..validate import is_synthetic
+from ..workers import start_method
 from . import record as recordmod
 from .adapters import make_adapter
 
@@ -170,12 +171,13 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
     adapter = make_adapter(cfg)
     verifier = _Verifier(dmeta, cfg.mode) if cfg.verify and is_synthetic(dmeta.info) else None
     workers = cfg.num_workers
-    # CUDA cannot start in forked workers; frames decoded on the GPU need no pinned CPU memory
-    context = "spawn" if workers > 0 and device.type == "cuda" else None
+    # spawned for CUDA, else forked unless a thread runs here (dlbench.workers); frames decoded on the GPU need no
+    # pinned CPU memory
+    context = start_method(cuda=device.type == "cuda") if workers > 0 else None
     prefetch = cfg.prefetch_factor if workers > 0 else None
     collate_items, worker_init = adapter.collate, None
     if collate_items is collate:  # as dlbench.loader.collate.DataLoader batches: through a ring of shared slots
-        collate_items = partial(collate, ring=make_ring(adapter.dataset, cfg.batch_size, workers, prefetch, context))
+        collate_items = partial(collate, ring=make_ring(adapter.dataset, cfg.batch_size, workers, prefetch))
         worker_init = CollateWorkerInit()
     common = dict(batch_size=cfg.batch_size, num_workers=workers, persistent_workers=workers > 0,
                   collate_fn=partial(_collate, collate_items=collate_items), prefetch_factor=prefetch,

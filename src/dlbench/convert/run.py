@@ -6,10 +6,10 @@ import multiprocessing
 import multiprocessing.connection
 import shutil
 import sys
-import threading
 from pathlib import Path
 
 from ..errors import UserError
+from ..workers import start_method
 from . import finalize as finalizemod
 from . import plan as planmod
 from . import work as workmod
@@ -40,13 +40,12 @@ def run(src: str, dst: str | Path, workers: int = 1, work_dir: str | Path | None
     default_work = work_dir is None
     work = Path(work_dir) if work_dir else dst.with_name(f".{dst.name}.convert-work")
     manifest = planmod.plan(src, work, options)
-    # fork where there is one and no other Python thread runs here (a thread could hold a lock the child would
-    # inherit held): a worker then starts in milliseconds with the converter imported; spawn re-imports pyarrow and
-    # PyAV, ~0.4 s per worker
-    fork_ok = "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1
-    if fork_ok:
+    # forked where that is safe, a worker starts in milliseconds with the converter imported (spawn re-imports
+    # pyarrow and PyAV, ~0.4 s per worker)
+    method = start_method()
+    if method == "fork":
         import av  # noqa: F401  (imported once here rather than in every worker)
-    ctx = multiprocessing.get_context("fork" if fork_ok else "spawn")
+    ctx = multiprocessing.get_context(method)
     procs = [ctx.Process(target=_worker, args=(str(work), lease_timeout_s))
              for _ in range(max(1, workers))]
     for p in procs:

@@ -6,7 +6,7 @@ its file descriptor fetched by the main process over a fresh socket connection t
 1-1.5 ms per segment on a 2-core VM, more than decoding a small frame). `collate` therefore stacks small fields
 (indices, timestamp, state, action, pad masks, plain numbers) into numpy arrays, which travel pickled with the
 batch message, and stacks the large ones (frames, one tensor per camera) into one block. With a `BatchRing`
-(`DataLoader` makes one for forked workers) that block is a slot of shared memory mapped once, before the workers
+(`DataLoader` makes one for its workers) that block is a slot of shared memory mapped once, as the workers
 start, and reused batch after batch: the batch message only says where the frames are. Without one it is a single
 new shared segment per batch, as torch would make. `to_torch` turns the arrays and ring slots back into tensors in
 the main process without a copy. `DataLoader` does both, so a batch looks exactly as torch's own DataLoader would
@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import itertools
 import mmap
+import multiprocessing.context
+import multiprocessing.reduction
 import numbers
 import os
 import weakref
@@ -25,6 +27,7 @@ import numpy as np
 import torch
 
 from ..video import FrameGather, is_channels_last
+from ..workers import start_method
 
 SMALL_NUMEL = 4096  # fields with fewer elements per batch travel pickled, larger ones through shared memory
 _ALIGN = 64  # bytes: each large field starts on a cache line of the shared block
@@ -32,30 +35,44 @@ RING_KEY = "_ring"  # a batch whose large fields are in a BatchRing slot carries
 
 
 class BatchRing:
-    """Reusable shared-memory slots for the large fields of batches made in forked DataLoader workers.
+    """Reusable shared-memory slots for the large fields of batches made in DataLoader workers.
 
-    Each worker owns `slots` slots of `slot_bytes` bytes, all in one anonymous shared mapping made in the main
-    process before the workers fork (so both sides see the same pages, mapped once). A worker writes a batch's
-    frames into a free slot of its own and sends only where they are (a `RingSlot`); `to_torch` in the main process
-    makes tensors that view the slot, and the slot is free again once the last of those tensors is gone (or when the
-    batch is dropped unread, as torch does with batches left over when a persistent iterator restarts). A batch
-    that does not fit, or a worker whose slots are all still held by the consumer, falls back to a new shared
-    segment: slower, never wrong. Memory: workers x slots x slot_bytes, touched once and then reused.
+    Each worker owns `slots` slots of `slot_bytes` bytes, all in one shared memory file mapped by the main process
+    before the workers start (so both sides see the same pages, mapped once). Forked workers inherit the mapping;
+    workers started by spawn or the fork server receive the file's descriptor with the ring and map it. A worker
+    writes a batch's frames into a free slot of its own and sends only where they are (a `RingSlot`); `to_torch` in
+    the main process makes tensors that view the slot, and the slot is free again once the last of those tensors is
+    gone (or when the batch is dropped unread, as torch does with batches left over when a persistent iterator
+    restarts). A batch that does not fit, or a worker whose slots are all still held by the consumer, falls back to
+    a new shared segment: slower, never wrong. Memory: workers x slots x slot_bytes, touched once and then reused.
 
-    A ring cannot cross a spawn (CUDA decode starts workers that way): unpickled, it has no slots and every batch
-    takes the fallback.
+    Pickled at any other time (not as a worker starts), a ring has no slots: every batch takes the fallback.
     """
 
     def __init__(self, workers: int, slots: int, slot_bytes: int):
         self.workers, self.slots = workers, slots
         self.slot_bytes = -(-slot_bytes // mmap.PAGESIZE) * mmap.PAGESIZE
-        self._mem = mmap.mmap(-1, workers * slots * self.slot_bytes)  # MAP_SHARED | MAP_ANONYMOUS
-        self._busy = np.frombuffer(mmap.mmap(-1, workers * slots), dtype=np.uint8)  # 1: a batch lives in the slot
+        # one memory file: the slots, then one byte per slot (1: a batch lives in the slot)
+        self._fd = os.memfd_create("dlbench-batch-ring", os.MFD_CLOEXEC)
+        weakref.finalize(self, os.close, self._fd)
+        os.ftruncate(self._fd, workers * slots * (self.slot_bytes + 1))
+        self._map_slots()
         self.token = (os.getpid(), next(_ring_tokens))  # token[0]: the process that owns the slots' states
         _RINGS[self.token] = self
 
-    def __getstate__(self):
-        return {"workers": 0, "slots": 0, "slot_bytes": 0, "_mem": None, "_busy": None, "token": None}
+    def _map_slots(self) -> None:
+        n = self.workers * self.slots
+        whole = mmap.mmap(self._fd, n * (self.slot_bytes + 1))  # MAP_SHARED
+        self._mem = memoryview(whole)[:n * self.slot_bytes]
+        self._busy = np.frombuffer(whole, dtype=np.uint8, count=n, offset=n * self.slot_bytes)
+
+    def __reduce__(self):
+        popen = multiprocessing.context.get_spawning_popen()
+        if popen is None:  # not a worker starting: sending a descriptor now would need a helper thread
+            return _slotless_ring, ()
+        # a spawned or fork-server worker starting: the process starter hands it a duplicate of the descriptor
+        fd = multiprocessing.reduction.DupFd(self._fd)
+        return _ring_in_worker, (self.workers, self.slots, self.slot_bytes, self.token, fd)
 
     def take(self, nbytes: int) -> tuple[int, torch.Tensor] | None:
         """In a worker: a free slot of that worker for `nbytes`, as (index, uint8 tensor viewing it); else None."""
@@ -85,6 +102,22 @@ class BatchRing:
     def busy(self) -> int:
         """Slots now holding a batch (for tests and diagnostics)."""
         return int(self._busy.sum()) if self._busy is not None else 0
+
+
+def _slotless_ring() -> BatchRing:
+    ring = BatchRing.__new__(BatchRing)
+    ring.workers = ring.slots = ring.slot_bytes = 0
+    ring._mem = ring._busy = ring.token = None
+    return ring
+
+
+def _ring_in_worker(workers: int, slots: int, slot_bytes: int, token: tuple, fd) -> BatchRing:
+    ring = BatchRing.__new__(BatchRing)
+    ring.workers, ring.slots, ring.slot_bytes, ring.token = workers, slots, slot_bytes, token
+    ring._fd = fd.detach()
+    weakref.finalize(ring, os.close, ring._fd)
+    ring._map_slots()
+    return ring
 
 
 _ring_tokens = itertools.count()
@@ -211,14 +244,12 @@ def to_torch(batch):
     return batch
 
 
-def make_ring(dataset, batch_size: int | None, num_workers: int, prefetch_factor: int | None,
-              multiprocessing_context=None) -> BatchRing | None:
-    """A `BatchRing` for a DataLoader's forked workers, sized from the dataset's `frame_bytes_per_item`; None where
-    one cannot help (no workers, spawned workers, no batching, a dataset that does not say its frame size)."""
-    ctx = multiprocessing_context or torch.multiprocessing.get_start_method()
-    ctx = ctx if isinstance(ctx, str) else ctx.get_start_method()
+def make_ring(dataset, batch_size: int | None, num_workers: int, prefetch_factor: int | None) -> BatchRing | None:
+    """A `BatchRing` for a DataLoader's workers, sized from the dataset's `frame_bytes_per_item`; None where one
+    cannot help (no workers, no batching, frames decoded on the GPU, a dataset that does not say its frame size)."""
     item_bytes = getattr(dataset, "frame_bytes_per_item", None)
-    if num_workers <= 0 or ctx != "fork" or not batch_size or not item_bytes:
+    on_gpu = getattr(dataset, "decode_device", "cpu") != "cpu"
+    if num_workers <= 0 or not batch_size or not item_bytes or on_gpu:
         return None
     # a worker has prefetch_factor batches in flight, plus the one the consumer holds. (Once another worker's shard
     # has ended torch lets it run up to prefetch_factor x num_workers ahead; those few batches take the fallback
@@ -250,7 +281,7 @@ class CollateWorkerInit:
 
 
 class _RingCollate:
-    """`collate` with the loader's current ring (read in the worker, after the fork)."""
+    """`collate` with the loader's current ring (the one the worker received as it started)."""
 
     def __init__(self):
         self.ring: BatchRing | None = None
@@ -262,30 +293,34 @@ class _RingCollate:
 class DataLoader(torch.utils.data.DataLoader):
     """torch's DataLoader with `collate` as the default collate_fn and its batches converted back by `to_torch`.
 
-    Use it like torch's; the batches hold tensors only (and lists of strings), as with the default collate. With
-    forked workers (the default on Linux) and a dlbench dataset, batches travel through a `BatchRing`.
+    Use it like torch's; the batches hold tensors only (and lists of strings), as with the default collate. With a
+    dlbench dataset decoding on the CPU, batches travel through a `BatchRing`.
 
-    A dataset that decodes on the GPU (`decode_device` "cuda") gets workers started with spawn unless a
-    multiprocessing context is given (CUDA cannot start in a forked process), and no pin_memory: its frames are
-    already in GPU memory, and torch cannot pin them.
+    Unless a multiprocessing context is given, workers start as `dlbench.workers.start_method` says when they
+    start: forked where that is safe, else from the fork server; spawned for a dataset that decodes on the GPU
+    (`decode_device` "cuda"; CUDA cannot start in a forked process). Such a dataset also gets no pin_memory: its
+    frames are already in GPU memory, and torch cannot pin them.
     """
 
     def __init__(self, dataset, *args, collate_fn=None, **kwargs):
         super().__init__(dataset, *args, collate_fn=collate_fn or _RingCollate(), **kwargs)
         if collate_fn is None and self.batch_sampler is not None:
             self.worker_init_fn = CollateWorkerInit(self.worker_init_fn)
-        if getattr(dataset, "decode_device", "cpu") != "cpu":
+        self._gpu = getattr(dataset, "decode_device", "cpu") != "cpu"
+        self._pick_start_method = self.num_workers > 0 and self.multiprocessing_context is None
+        if self._gpu:
             self.pin_memory = False
-            if self.num_workers > 0 and self.multiprocessing_context is None:
+            if self._pick_start_method:
                 self.multiprocessing_context = "spawn"
 
     def __iter__(self):
+        if self._pick_start_method and (self._iterator is None or not self.persistent_workers):
+            self.multiprocessing_context = start_method(cuda=self._gpu)  # workers start in super().__iter__()
         if isinstance(self.collate_fn, _RingCollate) and not self.pin_memory and (
                 self.collate_fn.ring is None or not self.persistent_workers):
             # workers fork in super().__iter__() and keep the ring they saw; new workers get a new ring, so slots
             # left busy by batches of a shut-down iteration never reach them
-            self.collate_fn.ring = make_ring(self.dataset, self.batch_size, self.num_workers, self.prefetch_factor,
-                                             self.multiprocessing_context)
+            self.collate_fn.ring = make_ring(self.dataset, self.batch_size, self.num_workers, self.prefetch_factor)
         ring = self.collate_fn.ring if isinstance(self.collate_fn, _RingCollate) else None  # alive while we yield
         for batch in super().__iter__():
             yield to_torch(batch)
