@@ -77,7 +77,7 @@ def test_cold_verdict_stops_a_warmed_run_and_warn_lets_it_measure(s3, tmp_path):
     assert prewarm(s3["slow"], report).returncode == 0
     out = tmp_path / "run"
     args = ["bench-run", "--dataset", BUCKET_URL, "--out-dir", str(out), "--require-warm", str(report),
-            "--loader", "dlbench_stream", "--num-workers", "0", "--batch-size", "4", "--num-batches", "2",
+            "--loader", "dlbench_stream", "--num-workers", "1", "--batch-size", "4", "--num-batches", "2",
             "--duration-s", "5", "--warmup-s", "0", "--probe-samples", "2", "--buffer-size", "4"]
     stopped = dlbench(*args, spec=s3["slow"])
     assert stopped.returncode != 0
@@ -88,6 +88,8 @@ def test_cold_verdict_stops_a_warmed_run_and_warn_lets_it_measure(s3, tmp_path):
     assert "warning:" in warned.stderr
     record = json.loads((out / "rank0of1.json").read_text())
     assert record["status"] == "ok" and record["metrics"]["frames_wrong"] == 0
+    # the metadata read through s3fs left its I/O thread running: the worker started from the fork server
+    assert record["metrics"]["worker_start_method"] == "forkserver"
 
 
 def test_streaming_from_loopback_s3_verifies_every_frame(s3, monkeypatch):

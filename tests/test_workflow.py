@@ -89,6 +89,7 @@ def check_two_ranks(run_dir: Path) -> None:
         assert m["peak_rss_mb"] > 0 and m["first_batch_latency_s"] > 0 and m["samples_per_s"] > 0
         assert 0 < m["shuffle_randomness_frac"] <= 1 and m["num_cameras"] == 1 and m["fps"] == 30
         assert m["probe_samples_per_s"] > 0 and m["probe_decode_ms"] >= 0
+        assert m["worker_start_method"] == "fork"  # a local source leaves no thread running before the workers start
     for r in range(2):
         assert (run_dir / f"rank{r}of2.csv").read_text().startswith("schema_version,")
 

@@ -115,7 +115,8 @@ def aggregate(paths: list[str | Path], out: str | Path, targets: dict | None = N
                "source_verdict": verdicts.get(cfg.get("source"), ""),
                "reason": "; ".join(sorted({r.get("reason", "") for r in recs if r.get("reason")}))}
         if ok:
-            m = pd.DataFrame([r["metrics"] for r in ok]).drop(columns=["image_shape"], errors="ignore")
+            m = pd.DataFrame([r["metrics"] for r in ok]).drop(columns=["image_shape", "worker_start_method"],
+                                                              errors="ignore")
             m = m.apply(pd.to_numeric, errors="coerce")  # None (a loader without cache counters) -> NaN
             row.update({
                 "frames_per_s_node": m["frames_per_s_node"].sum() / nodes,  # a rank record's figure is the rank's
@@ -131,6 +132,7 @@ def aggregate(paths: list[str | Path], out: str | Path, targets: dict | None = N
                 "frames_verified": int(m["frames_verified"].sum()),
                 "frames_wrong": int(m["frames_wrong"].sum()),
                 "probe_samples_per_s": m["probe_samples_per_s"].mean() if "probe_samples_per_s" in m else None,
+                "worker_start_method": ok[0]["metrics"].get("worker_start_method"),
             })
         target = targets.get(cfg.get("mode"))
         row["target_frames_per_s_node"] = target

@@ -281,6 +281,7 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
         "cache_size": int(cache[3]) if known else None,
         # files NVDEC could not decode (e.g. AV1 on Hopper) that torchcodec decoded on the CPU instead
         "decode_cpu_fallbacks": int(cache[4]) if known else None,
+        "worker_start_method": context,  # fork, forkserver (a thread ran here) or spawn (CUDA); None: no workers
         "num_cameras": len(dmeta.cameras),
         "frames_per_sample": fpi,
         "image_shape": "x".join(str(v) for v in cam0),
