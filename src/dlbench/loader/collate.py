@@ -67,12 +67,11 @@ class BatchRing:
         self._busy = np.frombuffer(whole, dtype=np.uint8, count=n, offset=n * self.slot_bytes)
 
     def __reduce__(self):
-        popen = multiprocessing.context.get_spawning_popen()
-        if popen is None:  # not a worker starting: sending a descriptor now would need a helper thread
-            return _slotless_ring, ()
+        if multiprocessing.context.get_spawning_popen() is None:
+            return _unpickle_ring, ()  # not a worker starting: sending a descriptor now would need a helper thread
         # a spawned or fork-server worker starting: the process starter hands it a duplicate of the descriptor
         fd = multiprocessing.reduction.DupFd(self._fd)
-        return _ring_in_worker, (self.workers, self.slots, self.slot_bytes, self.token, fd)
+        return _unpickle_ring, (self.workers, self.slots, self.slot_bytes, self.token, fd)
 
     def take(self, nbytes: int) -> tuple[int, torch.Tensor] | None:
         """In a worker: a free slot of that worker for `nbytes`, as (index, uint8 tensor viewing it); else None."""
@@ -104,19 +103,17 @@ class BatchRing:
         return int(self._busy.sum()) if self._busy is not None else 0
 
 
-def _slotless_ring() -> BatchRing:
-    ring = BatchRing.__new__(BatchRing)
-    ring.workers = ring.slots = ring.slot_bytes = 0
-    ring._mem = ring._busy = ring.token = None
-    return ring
-
-
-def _ring_in_worker(workers: int, slots: int, slot_bytes: int, token: tuple, fd) -> BatchRing:
+def _unpickle_ring(workers: int = 0, slots: int = 0, slot_bytes: int = 0, token: tuple | None = None,
+                   fd=None) -> BatchRing:
+    """A worker's view of the main process's ring (its memory file's descriptor `fd`); without one, a slotless
+    ring."""
     ring = BatchRing.__new__(BatchRing)
     ring.workers, ring.slots, ring.slot_bytes, ring.token = workers, slots, slot_bytes, token
-    ring._fd = fd.detach()
-    weakref.finalize(ring, os.close, ring._fd)
-    ring._map_slots()
+    ring._mem = ring._busy = None
+    if fd is not None:
+        ring._fd = fd.detach()
+        weakref.finalize(ring, os.close, ring._fd)
+        ring._map_slots()
     return ring
 
 
