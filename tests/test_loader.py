@@ -72,3 +72,10 @@ def test_frame_gather_equals_indexing_and_keeps_the_memory_order(layout):
     strided = torch.zeros(7, 3, 6, 16, dtype=torch.uint8)[..., ::2]  # neither memory order: the plain copy
     FrameGather(frames, order).gather_into(strided)
     assert torch.equal(strided, chw[order])
+    # straight into rows of batch memory (as collate writes): only where the memory orders agree
+    rows = torch.zeros(7, 3 * 6 * 8, dtype=torch.uint8)
+    assert not FrameGather(frames, order).gather_rows(rows, channels_last=layout != "hwc")
+    assert not rows.any()
+    assert FrameGather(frames, order).gather_rows(rows, channels_last=layout == "hwc")
+    memory = rows.view(7, 6, 8, 3).permute(0, 3, 1, 2) if layout == "hwc" else rows.view(7, 3, 6, 8)
+    assert torch.equal(memory, chw[order])

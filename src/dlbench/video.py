@@ -57,10 +57,21 @@ class FrameGather:
     `materialize()` is the plain tensor `decode` would have returned.
     """
 
-    __slots__ = ("source", "index")
+    __slots__ = ("source", "index", "_rows")
 
-    def __init__(self, source: torch.Tensor, index: torch.Tensor):
+    def __init__(self, source: torch.Tensor, index: torch.Tensor, rows: tuple | None = None):
         self.source, self.index = source, index
+        self._rows = rows  # see `rows`: shared by the FrameGathers of one source
+
+    @property
+    def rows(self) -> tuple[torch.Tensor | None, bool]:
+        """(the source's frames as a (N, bytes) view, one row per frame in memory order, or None where the source
+        is not contiguous; whether that order is channels-last)."""
+        if self._rows is None:
+            last = is_channels_last(self.source)
+            src = self.source.permute(0, 2, 3, 1) if last else self.source
+            self._rows = (src.reshape(len(src), -1) if src.is_contiguous() else None, last)
+        return self._rows
 
     @property
     def shape(self) -> torch.Size:
@@ -82,8 +93,13 @@ class FrameGather:
 
     def __getitem__(self, key):
         if isinstance(key, slice):
-            return FrameGather(self.source, self.index[key])
+            return FrameGather(self.source, self.index[key], self._rows)
         return self.source[int(self.index[key])]
+
+    def unbind(self, dim: int = 0) -> tuple[torch.Tensor, ...]:
+        """Each frame as a view of the source, as `Tensor.unbind(0)`."""
+        assert dim == 0
+        return tuple(self.source[i] for i in self.index.tolist())
 
     def materialize(self) -> torch.Tensor:
         """The frames as a tensor of their own, in the source's memory order."""
@@ -98,13 +114,27 @@ class FrameGather:
         """Copy the frames into `out` (N, C, H, W), each frame as one run of bytes where both have the same memory
         order. (`index_select` on the (N, C, H, W) view of (N, H, W, C) memory walks it element by element: ~6x
         slower at 480x640, and advanced indexing slower still.)"""
-        src, dst = self.source, out
-        if is_channels_last(src) and is_channels_last(dst):
-            src, dst = src.permute(0, 2, 3, 1), dst.permute(0, 2, 3, 1)
-        if src.is_contiguous() and dst.is_contiguous():
-            torch.index_select(src.reshape(len(src), -1), 0, self.index, out=dst.view(len(dst), -1))
-        else:
-            dst.copy_(torch.index_select(src, 0, self.index))
+        rows, last = self.rows
+        dst = out.permute(0, 2, 3, 1) if last and is_channels_last(out) else out
+        if rows is None or not dst.is_contiguous() or not self.gather_rows(dst.view(len(dst), -1), last):
+            out.copy_(torch.index_select(self.source, 0, self.index))
+
+    def gather_rows(self, out: torch.Tensor, channels_last: bool) -> bool:
+        """Copy the frames into `out`, (N, bytes) rows of memory holding frames channels-last or not; False (and
+        nothing copied) where the source's frames are not rows of that memory order."""
+        rows, last = self.rows
+        if rows is None or last != channels_last:
+            return False
+        torch.index_select(rows, 0, self.index, out=out)
+        return True
+
+
+def split_runs(frames: torch.Tensor | FrameGather, n: int) -> list | tuple:
+    """`frames` (n runs of equal length, one after another) as n runs: views of a tensor, or `FrameGather`s."""
+    if isinstance(frames, FrameGather):
+        rows = frames.rows
+        return [FrameGather(frames.source, index, rows) for index in frames.index.view(n, -1).unbind(0)]
+    return frames.unflatten(0, (n, -1)).unbind(0)
 
 
 class _Entry:
@@ -210,21 +240,23 @@ class VideoDecoderCache:
         pts differs from its request by more than `tolerance_s`, and `UserError` for a time beyond the file.
         """
         entry = self.get(url, cursor)
-        indices = [round(t * fps) for t in times_s]
-        unique = sorted(set(indices))
+        requested = np.asarray(times_s, dtype=np.float64)
+        indices = np.rint(requested * fps).astype(np.int64)  # half to even, as Python's round()
+        in_order = bool(np.all(indices[1:] > indices[:-1]))  # the common case: no repeats, already sorted
+        unique = indices if in_order else np.unique(indices)
         if entry.num_frames is not None and (unique[0] < 0 or unique[-1] >= entry.num_frames):
-            raise UserError(f"{url}: frame at {max(times_s):.4f} s is outside the video ({entry.num_frames} frames); "
-                            f"the dataset's metadata does not match its videos")
+            raise UserError(f"{url}: frame at {requested.max():.4f} s is outside the video ({entry.num_frames} "
+                            f"frames); the dataset's metadata does not match its videos")
         try:
             try:
-                batch = entry.decoder.get_frames_at(unique)
+                batch = entry.decoder.get_frames_at(torch.from_numpy(unique))
             except RuntimeError:
                 if self.device == "cpu" or entry.fell_back is not None:
                     raise
                 # FFmpeg's NVDEC path raises, instead of falling back, on a codec this GPU cannot decode (AV1 on
                 # an H200: "Could not push packet to decoder"): decode the file on the CPU from now on
                 self._move_to_cpu(entry, url)
-                batch = entry.decoder.get_frames_at(unique)
+                batch = entry.decoder.get_frames_at(torch.from_numpy(unique))
         except (RuntimeError, IndexError) as e:
             raise UserError(f"{url}: decoding failed ({str(e).splitlines()[0]}); the file may be corrupt") from None
         if entry.fell_back is None and self.device != "cpu":
@@ -232,12 +264,9 @@ class VideoDecoderCache:
             self.fallbacks += entry.fell_back
         data = batch.data.to(self.device) if entry.on_cpu else batch.data
         pts = batch.pts_seconds.cpu().numpy().astype(np.float64)
-        in_order = unique == indices  # the common case: no repeats, already sorted
         if not in_order:
-            pos = {idx: i for i, idx in enumerate(unique)}
-            order = np.fromiter((pos[i] for i in indices), np.int64, len(indices))
+            order = np.searchsorted(unique, indices)
             pts = pts[order]
-        requested = np.asarray(times_s, dtype=np.float64)
         err = np.abs(pts - requested)
         k = int(err.argmax())
         if err[k] > tolerance_s:

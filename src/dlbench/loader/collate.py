@@ -186,8 +186,13 @@ def _stack_into_one_block(fields: dict[str, list[torch.Tensor]], ring: BatchRing
         out[key] = _field_view(block, *field)
         values = fields[key]
         if any(isinstance(v, FrameGather) for v in values):  # each item's frames copied once, into the batch
-            for v, dst in zip(values, out[key]):
-                v.gather_into(dst) if isinstance(v, FrameGather) else dst.copy_(v)
+            memory = _field_view(block, *field[:3], False)  # (B, frames, ...) in memory order
+            rows = memory.view(len(values), memory.shape[1], -1).unbind(0)  # per item: one row per frame
+            for v, dst, dst_rows in zip(values, out[key], rows):
+                if not isinstance(v, FrameGather):
+                    dst.copy_(v)
+                elif not v.gather_rows(dst_rows, field[3]):
+                    v.gather_into(dst)
         elif field[3]:  # stack into the (..., H, W, C) memory
             torch.stack([v.movedim(-3, -1) for v in values], out=out[key].movedim(-3, -1))
         else:

@@ -16,7 +16,7 @@ import torch
 
 from ..errors import UserError
 from ..format import meta, paths
-from ..video import DEFAULT_TOLERANCE_S, VideoDecoderCache, is_remote
+from ..video import DEFAULT_TOLERANCE_S, VideoDecoderCache, is_remote, split_runs
 from .collate import collating_worker
 from .meta import DatasetMeta, resolve_windows
 
@@ -85,10 +85,10 @@ class ItemBuilder:
         return self.build_many([row])[0]
 
     def build_many(self, rows: list[int], cursor: int | None = None) -> list[dict]:
-        """Items for several rows; each camera's frames are decoded with one sorted request per video file.
+        """Items for several rows; each camera's frames are decoded with one sorted request per episode.
 
-        The parquet fields of all rows are gathered at once (one numpy take per column); each item holds views of
-        those blocks. `cursor` names the sequential reader the rows belong to (the streaming loader's pool slot):
+        The parquet fields of all rows are gathered at once (one numpy take per column), and so are each episode's
+        frames; each item holds views of those blocks. `cursor` names the sequential reader the rows belong to (the streaming loader's pool slot):
         each gets its own decoder per file (see `VideoDecoderCache`), so episodes read in turn from one file do not
         make one decoder seek back and forth.
         """
@@ -110,8 +110,13 @@ class ItemBuilder:
             else:
                 fields[name] = torch.from_numpy(arr[rows - off])
         tasks = [dm.tasks[int(t)] for t in c["task_index"][rows - off]]
-        requests: dict[tuple, list[float]] = {}  # (camera, url, cursor) -> times
-        slots: list[tuple[str, tuple, int, int]] = []  # (camera, request key, first, count) per camera per item
+        # one decode request per camera and episode: a streaming block is one episode, a map-style item one row.
+        # In a DataLoader worker batched by dlbench's collate, windows with repeated frames stay `FrameGather`s and
+        # are copied once, straight into the batch; everywhere else items hold plain tensors
+        gather = self.return_float or not collating_worker()
+        episodes, which = np.unique(eps, return_inverse=True)
+        members = [np.flatnonzero(which == u) for u in range(len(episodes))] if len(episodes) > 1 else [None]
+        per_item: dict[str, list] = {}  # camera -> its frames, item by item
         for cam in dm.cameras:
             if cam in self.windows:
                 q, pad = window(cam)
@@ -119,27 +124,21 @@ class ItemBuilder:
             else:
                 q = rows[:, None]
             times = dm.video_from[cam][eps][:, None] + c["timestamp"][q - off].astype(np.float64)
-            for i, ep in enumerate(eps.tolist()):
-                key = (cam, dm.video_url(cam, ep), cursor)
-                bucket = requests.setdefault(key, [])
-                slots.append((cam, key, len(bucket), times.shape[1]))
-                bucket.extend(times[i].tolist())
-        t0 = time.perf_counter()
-        # in a DataLoader worker batched by dlbench's collate, windows with repeated frames stay `FrameGather`s and
-        # are copied once, straight into the batch; everywhere else items hold plain tensors
-        gather = self.return_float or not collating_worker()
-        decoded = {key: self.cache.decode(key[1], times, dm.fps, self.tolerance_s, cursor=key[2], gather=gather)
-                   for key, times in requests.items()}
-        self.decode_s += time.perf_counter() - t0
-        items = [{name: block[i] for name, block in fields.items()} for i in range(len(rows))]
-        for item, task in zip(items, tasks):
-            item["task"] = task
-        k = len(rows)
-        for n, (cam, key, first, count) in enumerate(slots):
-            frames = decoded[key][first:first + count]
-            frames = frames if cam in self.windows else frames[0]
-            items[n % k][cam] = frames.float() / 255.0 if self.return_float else frames
-        return items
+            per_item[cam] = frames = [None] * len(rows)
+            for ep, member in zip(episodes.tolist(), members):
+                wanted = times if member is None else times[member]
+                t0 = time.perf_counter()
+                got = self.cache.decode(dm.video_url(cam, ep), wanted.ravel(), dm.fps, self.tolerance_s,
+                                        cursor=cursor, gather=gather)
+                self.decode_s += time.perf_counter() - t0
+                if self.return_float:
+                    got = got.float() / 255.0
+                split = split_runs(got, len(wanted)) if cam in self.windows else got.unbind(0)
+                for i, f in zip(range(len(rows)) if member is None else member.tolist(), split):
+                    frames[i] = f
+        names = [*fields, "task", *per_item]
+        columns = [*(block.unbind(0) for block in fields.values()), tasks, *per_item.values()]
+        return [dict(zip(names, values)) for values in zip(*columns)]
 
     def frames_per_item(self) -> int:
         return sum(len(self.windows[c]) if c in self.windows else 1 for c in self.dmeta.cameras)
