@@ -246,12 +246,16 @@ def to_torch(batch):
     return batch
 
 
+def decodes_on_gpu(dataset) -> bool:
+    """True for a dataset whose frames come out of the GPU's decoder (its `decode_device` is not "cpu")."""
+    return getattr(dataset, "decode_device", "cpu") != "cpu"
+
+
 def make_ring(dataset, batch_size: int | None, num_workers: int, prefetch_factor: int | None) -> BatchRing | None:
     """A `BatchRing` for a DataLoader's workers, sized from the dataset's `frame_bytes_per_item`; None where one
     cannot help (no workers, no batching, frames decoded on the GPU, a dataset that does not say its frame size)."""
     item_bytes = getattr(dataset, "frame_bytes_per_item", None)
-    on_gpu = getattr(dataset, "decode_device", "cpu") != "cpu"
-    if num_workers <= 0 or not batch_size or not item_bytes or on_gpu:
+    if num_workers <= 0 or not batch_size or not item_bytes or decodes_on_gpu(dataset):
         return None
     # a worker has prefetch_factor batches in flight, plus the one the consumer holds. (Once another worker's shard
     # has ended torch lets it run up to prefetch_factor x num_workers ahead; those few batches take the fallback
@@ -308,7 +312,7 @@ class DataLoader(torch.utils.data.DataLoader):
         super().__init__(dataset, *args, collate_fn=collate_fn or _RingCollate(), **kwargs)
         if collate_fn is None and self.batch_sampler is not None:
             self.worker_init_fn = CollateWorkerInit(self.worker_init_fn)
-        self._gpu = getattr(dataset, "decode_device", "cpu") != "cpu"
+        self._gpu = decodes_on_gpu(dataset)
         self._pick_start_method = self.num_workers > 0 and self.multiprocessing_context is None
         if self._gpu:
             self.pin_memory = False
