@@ -72,6 +72,10 @@ def test_frame_gather_equals_indexing_and_keeps_the_memory_order(layout):
     strided = torch.zeros(7, 3, 6, 16, dtype=torch.uint8)[..., ::2]  # neither memory order: the plain copy
     FrameGather(frames, order).gather_into(strided)
     assert torch.equal(strided, chw[order])
+    hwc_out = torch.zeros(7, 6, 8, 3, dtype=torch.uint8).permute(0, 3, 1, 2)
+    for out in (torch.zeros(7, 3, 6, 8, dtype=torch.uint8), hwc_out):
+        FrameGather(frames, order).gather_into(out)  # into either memory order, from either
+        assert torch.equal(out, chw[order])
     # straight into rows of batch memory (as collate writes): only where the memory orders agree
     rows = torch.zeros(7, 3 * 6 * 8, dtype=torch.uint8)
     assert not FrameGather(frames, order).gather_rows(rows, channels_last=layout != "hwc")

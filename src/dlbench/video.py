@@ -114,9 +114,9 @@ class FrameGather:
         """Copy the frames into `out` (N, C, H, W), each frame as one run of bytes where both have the same memory
         order. (`index_select` on the (N, C, H, W) view of (N, H, W, C) memory walks it element by element: ~6x
         slower at 480x640, and advanced indexing slower still.)"""
-        rows, last = self.rows
-        dst = out.permute(0, 2, 3, 1) if last and is_channels_last(out) else out
-        if rows is None or not dst.is_contiguous() or not self.gather_rows(dst.view(len(dst), -1), last):
+        last = is_channels_last(out)
+        dst = out.permute(0, 2, 3, 1) if last else out
+        if not dst.is_contiguous() or not self.gather_rows(dst.view(len(dst), -1), last):
             out.copy_(torch.index_select(self.source, 0, self.index))
 
     def gather_rows(self, out: torch.Tensor, channels_last: bool) -> bool:
