@@ -88,9 +88,9 @@ class ItemBuilder:
         """Items for several rows; each camera's frames are decoded with one sorted request per episode.
 
         The parquet fields of all rows are gathered at once (one numpy take per column), and so are each episode's
-        frames; each item holds views of those blocks. `cursor` names the sequential reader the rows belong to (the streaming loader's pool slot):
-        each gets its own decoder per file (see `VideoDecoderCache`), so episodes read in turn from one file do not
-        make one decoder seek back and forth.
+        frames; each item holds views of those blocks. `cursor` names the sequential reader the rows belong to (the
+        streaming loader's pool slot): each gets its own decoder per file (see `VideoDecoderCache`), so episodes
+        read in turn from one file do not make one decoder seek back and forth.
         """
         c, off, dm = self.cols, self.row_offset, self.dmeta
         rows = np.asarray(rows, dtype=np.int64)

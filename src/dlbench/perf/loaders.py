@@ -85,7 +85,6 @@ def requests_for(root: str, mode: str, pattern: str, workers: int, seed: int = 0
 
 def _ceiling_worker(args) -> tuple[int, float]:
     """Decode the groups' requests for `duration_s`."""
-    import torch
     from torchcodec.decoders import VideoDecoder
 
     groups, fps, duration_s = args
