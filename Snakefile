@@ -1,4 +1,5 @@
-# dlbench: synth -> convert (plan, work x N, finalize) -> validate -> bench runs -> summary.csv -> plots.
+# dlbench: datasets (synth | v2.1 -> convert: plan, work x N, finalize | v3.0 in place) -> validate -> run specs
+# -> bench runs -> summary.csv -> plots.
 # Edit config.yaml to change the matrix; ask for any target, e.g. `snakemake -c all results/summary.csv`.
 from snakemake.utils import min_version
 

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from dlbench import peer
 from dlbench.convert.plan import PlanOptions
 from dlbench.convert.run import run as convert_run
 from dlbench.synth import Camera, SynthConfig, synthesize
@@ -50,3 +51,17 @@ def v30_h264(v21_h264, tmp_path_factory):
 def v30_h264_one_file(v21_h264, tmp_path_factory):
     """The h264 dataset converted with the default thresholds: every episode of a camera in one file."""
     return convert_run(str(v21_h264), tmp_path_factory.mktemp("h264v30one") / "v30", workers=1, progress=False)
+
+
+# what `lerobot_recorded_v30` records: camera name -> (height, width)
+RECORDED_CAMERAS = {"front": (64, 96), "wrist": (64, 96)}
+
+
+@pytest.fixture(scope="session")
+def lerobot_recorded_v30(tmp_path_factory):
+    """A v3.0 dataset written by LeRobot 0.6.1's own recorder (3 episodes of 10-25 frames, two AV1 cameras
+    64x96, 6-dim state and action), made in the peer environment; skips without it."""
+    if peer.peer_python() is None:
+        pytest.skip(f"LeRobot peer environment missing or incomplete; create it with {peer.CREATE_COMMAND}")
+    return peer.lerobot_record(tmp_path_factory.mktemp("lerobot_rec") / "v30", episodes=3, cameras=RECORDED_CAMERAS,
+                               seed=0, timeout=600)

@@ -1,6 +1,8 @@
 """The bench harness: records, ranks and bad input (the full matrix runs in test_workflow.py)."""
 
 import json
+import shutil
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -9,6 +11,8 @@ import torch
 from dlbench.bench.launch import launch, run_rank
 from dlbench.bench.runner import BenchConfig, run
 from dlbench.errors import UserError
+from dlbench.format import meta
+from dlbench.spec import make_run
 
 FAST = dict(duration_s=1.0, warmup_s=0.2, batch_size=4, num_workers=0, probe_samples=4)
 
@@ -16,12 +20,14 @@ FAST = dict(duration_s=1.0, warmup_s=0.2, batch_size=4, num_workers=0, probe_sam
 @pytest.mark.parametrize("loader", ["dlbench_map", "dlbench_stream"])
 def test_record_has_sane_metrics_and_verifies_every_frame(v30_h264, loader):
     samples = []
-    rec = run(BenchConfig(dataset=str(v30_h264), loader=loader, mode="sarm", buffer_size=16, **FAST),
+    rec = run(BenchConfig(root=str(v30_h264), loader=loader, mode="sarm", buffer_size=16, **FAST),
               samples_out=samples)
     m = rec["metrics"]
     assert rec["status"] == "ok" and rec["versions"]["torchcodec"] and rec["config"]["loader"] == loader
     assert m["samples"] == len(samples) > 0
-    assert m["frames_verified"] == m["samples"] * m["frames_per_sample"] and m["frames_wrong"] == 0
+    assert m["frames_barcode_checked"] == m["samples"] * m["frames_per_sample"] and m["frames_wrong"] == 0
+    assert m["frames_decode_checked"] == 2 * 32  # a sample per camera, decoded independently
+    assert m["frames_verified"] == m["frames_barcode_checked"] + m["frames_decode_checked"]
     assert m["frames_per_sample"] == 16 and m["num_cameras"] == 2
     assert m["frames_per_s_node"] == pytest.approx(m["samples_per_s"] * 16)
     assert m["latency_p50_ms"] <= m["latency_p95_ms"] <= m["latency_p99_ms"]
@@ -31,40 +37,40 @@ def test_record_has_sane_metrics_and_verifies_every_frame(v30_h264, loader):
 
 def test_zero_samples_is_an_error_that_says_where_to_look(v30_h264):
     with pytest.raises(UserError, match="no samples arrived.*--num-workers 0"):
-        run(BenchConfig(dataset=str(v30_h264), num_batches=0, **FAST))
+        run(BenchConfig(root=str(v30_h264), num_batches=0, **FAST))
 
 
 def test_unknown_loader(v30_h264):
     with pytest.raises(UserError, match="loader 'fastest' is unknown; choose one of"):
-        run(BenchConfig(dataset=str(v30_h264), loader="fastest", **FAST))
+        run(BenchConfig(root=str(v30_h264), loader="fastest", **FAST))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the skip path does not apply")
 def test_cuda_without_cuda_is_skipped_or_an_error(v30_h264, tmp_path):
-    cfg = BenchConfig(dataset=str(v30_h264), decode_device="cuda", **FAST)
-    rec = run_rank(cfg, tmp_path, on_unavailable="skip")
+    cfg = BenchConfig(root=str(v30_h264), decode_device="cuda", **FAST)
+    rec = run_rank(replace(cfg, on_unavailable="skip"), tmp_path)
     assert rec["status"] == "skipped" and "no CUDA device" in rec["reason"]
     assert json.loads((tmp_path / "rank0of1.json").read_text())["status"] == "skipped"
     with pytest.raises(UserError, match="no CUDA device"):
-        run_rank(cfg, tmp_path / "err", on_unavailable="error")
+        run_rank(replace(cfg, on_unavailable="error"), tmp_path / "err")
     assert not (tmp_path / "err" / "rank0of1.json").exists()
 
 
 def test_peer_loader_without_peer_env_names_the_command(v30_h264, tmp_path, monkeypatch):
     monkeypatch.setenv("DLBENCH_PEER_PYTHON", str(tmp_path / "no-such-python"))
-    cfg = BenchConfig(dataset=str(v30_h264), loader="lerobot_stream", **FAST)
-    manifest = launch(cfg, [], tmp_path / "run")
+    spec = make_run({"root": str(v30_h264), "loader": "lerobot_stream", **FAST})
+    manifest = launch(spec, tmp_path / "run")
     rec = json.loads((tmp_path / "run" / "rank0of1.json").read_text())
     assert manifest["status"] == rec["status"] == "skipped" and "scripts/peer-env.sh" in rec["reason"]
     with pytest.raises(UserError, match="create it with scripts/peer-env.sh"):
-        launch(cfg, [], tmp_path / "run2", on_unavailable="error")
+        launch({**spec, "on_unavailable": "error"}, tmp_path / "run2")
 
 
 @pytest.mark.parametrize("loader", ["dlbench_stream", "dlbench_map"])
 def test_two_local_ranks_overlap_and_read_disjoint_samples(v30_h264, tmp_path, loader):
     from dlbench.cli import main
 
-    code = main(["-q", "bench-run", "--dataset", str(v30_h264), "--loader", loader, "--world-size", "2",
+    code = main(["-q", "bench-run", "--root", str(v30_h264), "--loader", loader, "--ranks", "2",
                  "--out-dir", str(tmp_path), "--num-workers", "1", "--warmup-s", "0", "--duration-s", "1",
                  "--num-batches", "5", "--batch-size", "4", "--buffer-size", "8"])
     assert code == 0
@@ -82,10 +88,76 @@ def test_harness_wrapper_survives_spawned_workers(v30_h264, loader):
     from dlbench.bench.adapters import make_adapter
     from dlbench.bench.runner import _collate, _Timed, _TimedIterable
 
-    adapter = make_adapter(BenchConfig(dataset=str(v30_h264), loader=loader, buffer_size=8, **FAST))
+    adapter = make_adapter(BenchConfig(root=str(v30_h264), loader=loader, buffer_size=8, **FAST))
     wrap = (_TimedIterable if adapter.iterable else _Timed)(adapter.dataset, adapter.cache_stats)
     loader_ = torch.utils.data.DataLoader(wrap, batch_size=4, num_workers=1, collate_fn=_collate,
                                           multiprocessing_context="spawn")
     batch, info = next(iter(loader_))
     assert len(batch["index"]) == 4 and (info[:, 1] == 0).all()  # made in worker 0
     assert (info[:, 3] >= 1).all()  # the worker's own decoder cache counted its misses
+
+
+def _without_barcodes(v30, dst):
+    """A copy of a synthetic v3.0 dataset that does not say it is synthetic: only the independent check applies."""
+    shutil.copytree(v30, dst)
+    info = meta.read_info(str(dst))
+    meta.write_info(dst, {**info, "robot_type": "recorded_elsewhere"})
+    return dst
+
+
+def test_any_dataset_is_checked_against_an_independent_decode(v30_h264, tmp_path):
+    root = _without_barcodes(v30_h264, tmp_path / "plain")
+    rec = run(BenchConfig(root=str(root), loader="dlbench_stream", check_frames=6, buffer_size=8, **FAST))
+    m = rec["metrics"]
+    assert rec["status"] == "ok" and m["frames_barcode_checked"] == 0
+    assert m["frames_decode_checked"] == 2 * 6 and m["frames_wrong"] == 0
+    assert m["decode_check_worst_diff"] == 0.0  # CPU frames are exact
+
+
+def test_a_run_that_checked_nothing_is_unverified(v30_h264, tmp_path):
+    rec = run(BenchConfig(root=str(v30_h264), verify=False, **FAST))
+    assert rec["status"] == "unverified" and "verify is off" in rec["reason"]
+    assert rec["metrics"]["frames_verified"] == 0
+
+
+def test_the_independent_check_catches_frames_that_are_not_the_files(v30_h264, tmp_path):
+    """Frames delivered from one file are compared with a fresh decode of the file at their timestamps: once the
+    camera file is swapped for another of the same length and time base, every sampled frame is wrong."""
+    from dlbench.bench.verify import DecodeCheck
+    from dlbench.loader.map import LeRobotMapDataset
+    from dlbench.loader.meta import DatasetMeta
+
+    root = _without_barcodes(v30_h264, tmp_path / "plain")
+    ds = LeRobotMapDataset(str(root))
+    dmeta = DatasetMeta.load(str(root))
+    batches = [torch.utils.data.default_collate([ds[i] for i in range(k, k + 4)]) for k in range(0, 40, 4)]
+
+    def check():
+        c = DecodeCheck(dmeta, "single", per_camera=8)
+        for b in batches:
+            c.offer(b)
+        c.finish()
+        return c
+
+    assert (check().checked, check().wrong) == (16, 0)
+    cam = dmeta.cameras[0]
+    files = sorted({dmeta.video_file[cam][ep] for ep in range(dmeta.num_episodes)})
+    wanted = (root / files[0]).stat().st_size
+    swapped_in = tmp_path / "swap.mp4"
+    _same_length_other_content(root / files[0], swapped_in)
+    shutil.copyfile(swapped_in, root / files[0])
+    assert (root / files[0]).stat().st_size != wanted
+    c = check()
+    hit = sum(1 for ep, _, _ in c.kept[cam] if dmeta.video_file[cam][ep] == files[0])
+    assert hit > 0 and c.wrong == hit and "mean |difference|" in c.problems[0]
+
+
+def _same_length_other_content(video, out):
+    """Re-encode `video` with every frame inverted: the same frame count, rate and time base, other pixels."""
+    from torchcodec.decoders import VideoDecoder
+    from torchcodec.encoders import VideoEncoder
+
+    dec = VideoDecoder(str(video))
+    frames = dec.get_frames_in_range(0, dec.metadata.num_frames).data
+    VideoEncoder(255 - frames, frame_rate=dec.metadata.average_fps).to_file(str(out), codec="libx264",
+                                                                            pixel_format="yuv420p")

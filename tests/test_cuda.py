@@ -98,7 +98,7 @@ def test_av1_on_nvdec_decodes_right_and_says_whether_it_fell_back(tmp_path):
 @needs_cuda
 @pytest.mark.parametrize("loader", ["dlbench_map", "dlbench_stream"])
 def test_bench_run_on_nvdec(v30_h264, tmp_path, loader):
-    cfg = BenchConfig(dataset=str(v30_h264), loader=loader, decode_device="cuda", batch_size=4, num_workers=1,
+    cfg = BenchConfig(root=str(v30_h264), loader=loader, decode_device="cuda", batch_size=4, num_workers=1,
                       duration_s=2.0, warmup_s=0.5, probe_samples=4)
     rec = run_rank(cfg, tmp_path)
     m = rec["metrics"]

@@ -9,6 +9,9 @@ import pytest
 from dlbench import peer
 from dlbench.format import meta
 from dlbench.loader.map import LeRobotMapDataset
+from dlbench.validate import validate
+
+from .conftest import RECORDED_CAMERAS
 
 pytestmark = pytest.mark.skipif(
     peer.peer_python() is None,
@@ -54,3 +57,28 @@ def test_lerobot_converter_output_has_the_same_episodes(v30_h264, v21_h264, tmp_
             assert np.array_equal(np.asarray(x[key]), np.asarray(y[key])), (i, key)
         for cam in ours.meta.cameras:
             assert np.array_equal(x[cam].numpy(), y[cam].numpy()), (i, cam)
+
+
+def test_dlbench_reads_a_dataset_recorded_by_lerobot(lerobot_recorded_v30):
+    root = str(lerobot_recorded_v30)
+    info = meta.read_info(root)
+    assert info["codebase_version"] == "v3.0"
+    cams = [f"observation.images.{name}" for name in RECORDED_CAMERAS]
+    assert sorted(meta.video_keys(info)) == sorted(cams)
+    assert info["total_episodes"] == 3
+    report = validate(root)
+    assert report["ok"] and report["frames_decoded"] > 0, report
+    assert report["frames_decoded"] == 2 * 3 * len(cams)  # first and last frame of every episode and camera
+    ds = LeRobotMapDataset(root)
+    assert len(ds) == info["total_frames"] == report["frames"]
+    lengths = meta.read_episodes_v30(root, columns=["length"]).column("length").to_pylist()
+    assert all(10 <= n <= 25 for n in lengths) and sum(lengths) == len(ds)
+    for i in range(len(ds)):
+        item = ds[i]
+        assert int(item["index"]) == i
+        assert np.asarray(item["observation.state"]).shape == (6,)
+        assert np.asarray(item["action"]).shape == (6,)
+        for name, (h, w) in RECORDED_CAMERAS.items():
+            frame = item[f"observation.images.{name}"]
+            assert tuple(frame.shape) == (3, h, w), (i, name, tuple(frame.shape))
+            assert float(frame.float().std()) > 1.0  # a real picture, not a blank frame

@@ -8,7 +8,7 @@ from torchcodec.decoders import VideoDecoder
 from dlbench import barcode
 from dlbench.errors import UserError
 from dlbench.format import meta, paths
-from dlbench.synth import Camera, episode_lengths, synthesize
+from dlbench.synth import Camera, episode_lengths, render_frames, synthesize
 
 from .conftest import tiny_config
 
@@ -79,6 +79,30 @@ def test_noise_makes_real_sized_files_with_readable_barcodes(tmp_path):
     with pytest.raises(UserError, match="noise"):
         tiny_config(noise=200).validate()
 
+
+
+def test_camera_content_reads_back_and_costs_real_bytes(tmp_path):
+    """content="camera" (a textured scene with motion and sensor noise): every barcode still reads back after
+    encoding, the frames change from one to the next, and the files are far bigger than flat stripes."""
+    cams = (Camera("observation.images.front", 96, 128),)
+    camera_cfg = tiny_config(episodes=2, length_min=12, length_max=12, cameras=cams, codec="av1", content="camera")
+    stripes_cfg = tiny_config(episodes=2, length_min=12, length_max=12, cameras=cams, codec="av1")
+    camera = synthesize(camera_cfg, tmp_path / "camera", workers=1, progress=False)
+    stripes = synthesize(stripes_cfg, tmp_path / "stripes", workers=1, progress=False)
+    check_v21(camera, camera_cfg)
+    size = lambda root: sum(p.stat().st_size for p in (root / "videos").rglob("*.mp4"))  # noqa: E731
+    assert size(camera) > 3 * size(stripes), (size(camera), size(stripes))  # about 5x here, 10x at 480x640
+    frames = render_frames(cams[0], 0, 1, 12, content="camera", seed=camera_cfg.seed)
+    assert (frames == render_frames(cams[0], 0, 1, 12, content="camera", seed=camera_cfg.seed)).all()  # deterministic
+    assert not (frames == render_frames(cams[0], 0, 0, 12, content="camera", seed=camera_cfg.seed)).all()
+    assert all(np.abs(frames[i].astype(int) - frames[i + 1]).mean() > 1 for i in range(11))  # fresh noise, motion
+    assert frames[:, 32:, :].std() > 20  # not flat
+
+
+def test_unknown_content_is_refused(tmp_path):
+    with pytest.raises(UserError, match=r"content 'video' is unknown; choose one of \['stripes', 'camera'\]"):
+        synthesize(tiny_config(content="video"), tmp_path / "x", progress=False)
+    assert not (tmp_path / "x").exists()
 
 def test_same_seed_same_bytes(tmp_path):
     cfg = tiny_config(episodes=3, cameras=(Camera("observation.images.front", 32, 32),))

@@ -19,8 +19,8 @@ REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile")]
 
 TINY = {
-    "dataset": {"synth": {"episodes": 8, "length_min": 10, "length_max": 20,
-                          "cameras": [{"key": "observation.images.front", "height": 32, "width": 32}]}},
+    "datasets": {"synthetic": {"synth": {"episodes": 8, "length_min": 10, "length_max": 20,
+                                         "cameras": [{"key": "observation.images.front", "height": 32, "width": 32}]}}},
     "convert": {"workers": 2, "episodes_per_batch": 2},
     "bench": {"defaults": {"batch_size": 4, "num_workers": 1, "duration_s": 2, "warmup_s": 0.5, "probe_samples": 4},
               "scenarios": {"mmap_local": {"mode": ["single", "sarm"]},
@@ -49,8 +49,10 @@ def test_default_dag_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = pd.read_csv(tmp_path / "results/summary.csv")
     assert sorted(zip(summary["scenario"], summary["run_id"])) == [
-        ("gpu", "dlbench_stream-single-b4-w1-cuda"), ("mmap_local", "dlbench_map-sarm-b4-w1-cpu"),
-        ("mmap_local", "dlbench_map-single-b4-w1-cpu"), ("stream_2rank", "dlbench_stream-single-b4-w1-cpu")]
+        ("gpu", "synthetic-dlbench_stream-single-b4-w1-cuda"), ("mmap_local", "synthetic-dlbench_map-sarm-b4-w1-cpu"),
+        ("mmap_local", "synthetic-dlbench_map-single-b4-w1-cpu"),
+        ("stream_2rank", "synthetic-dlbench_stream-single-b4-w1-cpu")]
+    assert set(summary["dataset"]) == {"synthetic"}
     for col in ("frames_per_s_node", "samples_per_s_node", "latency_p99_ms", "peak_rss_mb", "pass"):
         assert col in summary.columns
     ok = summary[summary["status"] == "ok"]
@@ -59,7 +61,8 @@ def test_default_dag_end_to_end(tmp_path):
     gpu = summary[summary["scenario"] == "gpu"].iloc[0]
     if not torch.cuda.is_available():
         assert gpu["status"] == "skipped" and "no CUDA device" in gpu["reason"]
-    check_two_ranks(tmp_path / "results/runs/stream_2rank/dlbench_stream-single-b4-w1-cpu")
+    assert (ok["frames_barcode_checked"] > 0).all() and (ok["frames_decode_checked"] >= 32).all()
+    check_two_ranks(tmp_path / "results/runs/stream_2rank/synthetic-dlbench_stream-single-b4-w1-cpu")
     for png in ("throughput", "latency", "decode_device", "workers", "nodes", "cache_vs_p99", "conversion"):
         assert (tmp_path / f"results/plots/{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     conversion = pd.read_csv(tmp_path / "results/tables/conversion.csv")
@@ -83,7 +86,7 @@ def check_two_ranks(run_dir: Path) -> None:
     m0, m1 = (r["metrics"] for r in records)
     assert m0["window_start_unix"] < m1["window_end_unix"] and m1["window_start_unix"] < m0["window_end_unix"]
     for m in (m0, m1):
-        assert m["frames_wrong"] == 0 and m["frames_verified"] == m["samples"] * m["frames_per_sample"] > 0
+        assert m["frames_wrong"] == 0 and m["frames_barcode_checked"] == m["samples"] * m["frames_per_sample"] > 0
         assert 0 <= m["latency_p50_ms"] <= m["latency_p95_ms"] <= m["latency_p99_ms"]
         assert 0.0 <= m["cache_hit_rate"] <= 1.0 and m["cache_hits"] + m["cache_misses"] > 0
         assert m["peak_rss_mb"] > 0 and m["first_batch_latency_s"] > 0 and m["samples_per_s"] > 0
@@ -100,7 +103,7 @@ def test_killed_bench_job_leaves_no_result_and_rerun_produces_it(tmp_path):
                                 "scenarios": {"long": {}}}}
     proc = snakemake(tmp_path, config, "-c", "2", "results/validate/synthetic.json")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    target = "results/runs/long/dlbench_map-single-b4-w1-cpu"
+    target = "results/runs/long/synthetic-dlbench_map-single-b4-w1-cpu"
     run_dir = tmp_path / target
     cfg = tmp_path / "tiny.yaml"
     job = subprocess.Popen([*SNAKEMAKE, "-d", str(tmp_path), "--configfile", str(cfg), "-c", "2", target],
@@ -125,7 +128,14 @@ def test_killed_bench_job_leaves_no_result_and_rerun_produces_it(tmp_path):
 @pytest.mark.parametrize("bad, message", [
     ({"bench": {"scenarios": {"s": {"mode": "fast"}}}}, r"bench.scenarios.s.mode: 'fast' is not allowed; choose one of \['single', 'sarm'\]"),
     ({"convert": {"wrokers": 2}}, r"convert: unknown key\(s\) \['wrokers'\]; allowed keys: .*workers"),
-    ({"dataset": {"synth": {"codec": "vp9"}}}, r"dataset.synth.codec: 'vp9' is not allowed"),
+    ({"datasets": {"d": {"synth": {"codec": "vp9"}}}}, r"datasets.d.synth.codec: 'vp9' is not allowed"),
+    ({"dataset": {"synth": {}}}, r"dataset: replaced by `datasets:`"),
+    ({"datasets": {"d": {"synth": {}, "v21": "/x"}}}, r"datasets.d: give exactly one of synth, v21, v30 \(found synth, v21\)"),
+    ({"datasets": {"d": {"v30": "/no/such/dataset"}}}, r"datasets.d.v30: /no/such/dataset does not exist"),
+    ({"bench": {"scenarios": {"s": {"dataset": "nope"}}}}, r"bench.scenarios.s.dataset: 'nope' is not a configured dataset"),
+    ({"sources": {"local": {"type": "local", "url": "/data/mine"}}},
+     r"sources.local.url: a local source does not use url \(it reads each dataset where it lives; to benchmark your own"),
+    ({"sources": {"hub": {"type": "hub", "repo_id": "a/b"}}}, r"sources.hub.type: hub: a Hub repo is a dataset"),
     ({"bench": {"scenarios": {"s": {"loader": "torch_magic"}}}}, r"bench.scenarios.s.loader: 'torch_magic' is not allowed"),
     ({"bench": {"scenarios": {"s": {"source": "ftp"}}}}, r"bench.scenarios.s.source: 'ftp' is not a configured source"),
     ({"bench": {"scenarios": {"s": {"loader": "lerobot_map", "decode_device": "cuda"}}}},
@@ -155,3 +165,54 @@ def test_a_specific_target_plans_only_what_it_needs(tmp_path):
     proc = snakemake(tmp_path, TINY, "-n", "-c", "2", "results/tables/conversion.csv")
     assert proc.returncode == 0, proc.stderr
     assert "convert_scaling" in proc.stdout and "rule bench:" not in proc.stdout
+
+
+@pytest.mark.parametrize("kind, fixture, message", [
+    ("v21", "v30_h264", r"datasets.mine.v21: .* holds a 'v3.0' dataset, not v2.1; list it as v30: "),
+    ("v30", "v21_h264", r"datasets.mine.v30: .* holds a 'v2.1' dataset, not v3.0; list it as v21: "),
+])
+def test_a_dataset_of_the_wrong_version_names_the_key(tmp_path, request, kind, fixture, message):
+    import re
+
+    path = str(request.getfixturevalue(fixture))
+    proc = snakemake(tmp_path, {"datasets": {"mine": {kind: path}}}, "-n", "-c", "1")
+    assert proc.returncode != 0 and re.search(message, proc.stderr + proc.stdout), proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_your_own_datasets_through_the_dag(tmp_path, v21_h264, lerobot_recorded_v30):
+    """A v2.1 dataset on disk is converted and a v3.0 dataset written by LeRobot's own recorder is read where it
+    is; both are benchmarked beside LeRobot's loader, every run checked against an independent decode, and no
+    synthetic dataset is made."""
+    import shutil
+
+    from dlbench.format import meta
+
+    v21 = tmp_path / "their_v21"
+    shutil.copytree(v21_h264, v21)  # not marked synthetic: only the independent check can verify it
+    meta.write_info(v21, {**meta.read_info(str(v21)), "robot_type": "their_robot"})
+    config = {
+        "datasets": {"mine21": {"v21": str(v21)}, "recorded": {"v30": str(lerobot_recorded_v30)}},
+        "convert": {"workers": 1, "episodes_per_batch": 4},
+        "bench": {"defaults": {"batch_size": 4, "num_workers": 1, "duration_s": 1.5, "warmup_s": 0.3,
+                               "probe_samples": 2, "check_frames": 8},
+                  "scenarios": {"mine": {"dataset": ["mine21", "recorded"], "loader": ["dlbench_map", "lerobot_map"]}}},
+        "baseline_loader": "lerobot_map",
+    }
+    (tmp_path / "wd").mkdir()
+    proc = snakemake(tmp_path / "wd", config, "-c", "2", "results/summary.csv")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = pd.read_csv(tmp_path / "wd/results/summary.csv")
+    assert sorted(summary["run_id"]) == ["mine21-dlbench_map-single-b4-w1-cpu", "mine21-lerobot_map-single-b4-w1-cpu",
+                                         "recorded-dlbench_map-single-b4-w1-cpu", "recorded-lerobot_map-single-b4-w1-cpu"]
+    assert (summary["status"] == "ok").all(), summary[["run_id", "status", "reason"]]
+    assert (summary["frames_decode_checked"] >= 16).all() and (summary["frames_barcode_checked"] == 0).all()
+    assert (summary["frames_wrong"] == 0).all()
+    ratio = summary.set_index("run_id")["ratio_to_baseline"]  # each dataset against LeRobot's loader on it
+    assert ratio["recorded-lerobot_map-single-b4-w1-cpu"] == 1.0 and ratio["recorded-dlbench_map-single-b4-w1-cpu"] > 0
+    assert meta.read_info(str(tmp_path / "wd/results/datasets/mine21/v30"))["codebase_version"] == "v3.0"
+    assert not (tmp_path / "wd/results/datasets/synthetic").exists()
+    assert not (tmp_path / "wd/results/datasets/recorded").exists()  # read where it is, nothing copied
+    valid = json.loads((tmp_path / "wd/results/validate/recorded.json").read_text())
+    assert valid["ok"] and valid["frames_decoded"] > 0

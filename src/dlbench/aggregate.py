@@ -36,15 +36,17 @@ DEFAULT_TARGETS = {"single": 120.0, "sarm": 320.0}  # frames/s/node
 DEFAULT_THRASH = {"hit_rate_below": 0.5, "p99_ms_above": 100.0}
 DEFAULT_BASELINE = "lerobot_stream"
 WORKER_BOUND_FRAC = 0.8  # of num_workers x the single-process probe rate
-SCALING_KEY = ["source", "loader", "mode", "batch_size", "num_workers", "decode_device"]
+SCALING_KEY = ["dataset", "source", "loader", "mode", "batch_size", "num_workers", "decode_device"]
 RECORD_SCHEMA = Path(__file__).parent / "schemas" / "record.schema.json"
-RUN_KEYS = ("scenario", "source", "loader", "mode", "batch_size", "num_workers", "decode_device")
+RUN_KEYS = ("scenario", "dataset", "source", "loader", "mode", "batch_size", "num_workers", "decode_device")
+VERIFIED_STATUSES = ("ok", "unverified")  # measured; "unverified" runs checked no frame and never pass
 
 
 def run_id(config: dict) -> str:
-    """The run id of a configuration: loader, mode, batch size, workers and decode device."""
-    return (f"{config['loader']}-{config['mode']}-b{config['batch_size']}-w{config['num_workers']}-"
-            f"{config['decode_device']}")
+    """The run id a record was made under (its spec's), or, for records without one, as `dlbench.spec` builds it."""
+    from .spec import run_id as build
+
+    return config.get("run_id") or build({"dataset": "adhoc", **config})
 
 
 def load_record(path: str | Path) -> dict:
@@ -89,7 +91,7 @@ def aggregate(paths: list[str | Path], out: str | Path, targets: dict | None = N
               prewarm: dict[str, str | Path] | None = None) -> pd.DataFrame:
     """One summary row per run from run directories (or rank record files); writes `out` (CSV).
 
-    `prewarm` maps source names to their prewarm check reports; runs on those sources get `source_verdict`."""
+    `prewarm` maps "source/dataset" to its prewarm check report; runs on that pair get `source_verdict`."""
     verdicts = {}
     for source, report in (prewarm or {}).items():
         try:
@@ -107,12 +109,15 @@ def aggregate(paths: list[str | Path], out: str | Path, targets: dict | None = N
         cfg = recs[0]["config"]
         world = recs[0]["world_size"]
         nodes = cfg.get("nodes") or world  # records without the field: one rank per node
-        ok = [r for r in recs if r.get("status", "ok") == "ok"]
+        ok = [r for r in recs if r.get("status", "ok") in VERIFIED_STATUSES]
         statuses = {r.get("status", "ok") for r in recs}
-        status = "ok" if len(ok) == world else ("skipped" if statuses == {"skipped"} else "incomplete")
+        if len(ok) == world:
+            status = "ok" if sum(r["metrics"]["frames_verified"] for r in ok) else "unverified"
+        else:
+            status = "skipped" if statuses == {"skipped"} else "incomplete"
         row = {"scenario": scenario, "run_id": rid, **{k: cfg.get(k) for k in RUN_KEYS[1:]},
                "world_size": world, "nodes": nodes, "ranks": len(recs), "status": status,
-               "source_verdict": verdicts.get(cfg.get("source"), ""),
+               "source_verdict": verdicts.get(f"{cfg.get('source')}/{cfg.get('dataset')}", ""),
                "reason": "; ".join(sorted({r.get("reason", "") for r in recs if r.get("reason")}))}
         if ok:
             m = pd.DataFrame([r["metrics"] for r in ok]).drop(columns=["image_shape", "worker_start_method"],
@@ -131,13 +136,15 @@ def aggregate(paths: list[str | Path], out: str | Path, targets: dict | None = N
                 "cache_hit_rate": m["cache_hit_rate"].mean(),
                 "frames_verified": int(m["frames_verified"].sum()),
                 "frames_wrong": int(m["frames_wrong"].sum()),
+                "frames_barcode_checked": int(m.get("frames_barcode_checked", pd.Series([0])).sum()),
+                "frames_decode_checked": int(m.get("frames_decode_checked", pd.Series([0])).sum()),
                 "probe_samples_per_s": m["probe_samples_per_s"].mean() if "probe_samples_per_s" in m else None,
                 "worker_start_method": ok[0]["metrics"].get("worker_start_method"),
             })
         target = targets.get(cfg.get("mode"))
         row["target_frames_per_s_node"] = target
         row["pass"] = bool(status == "ok" and target is not None and row["frames_per_s_node"] >= target
-                           and row["frames_wrong"] == 0)
+                           and row["frames_verified"] > 0 and row["frames_wrong"] == 0)
         rows.append(row)
     df = derive(pd.DataFrame(rows), baseline, {**DEFAULT_THRASH, **(thrash or {})})
     with io.atomic_path(out) as tmp:
@@ -151,7 +158,7 @@ def derive(df: pd.DataFrame, baseline: str, thrash: dict) -> pd.DataFrame:
     for col in ("frames_per_s_node", "cache_hit_rate", "latency_p99_ms", "frames_wrong"):
         if col not in df:
             df[col] = float("nan")
-    ok = df["status"] == "ok"
+    ok = df["status"].isin(VERIFIED_STATUSES)
     single = df[ok & (df["world_size"] == 1)].set_index(SCALING_KEY)["frames_per_s_node"]
     single = single[~single.index.duplicated()]
     keys = pd.MultiIndex.from_frame(df[SCALING_KEY])
@@ -160,11 +167,12 @@ def derive(df: pd.DataFrame, baseline: str, thrash: dict) -> pd.DataFrame:
 
     ratios, names = [], []
     for _, row in df.iterrows():
-        base = df[ok & (df["loader"] == baseline) & (df["source"] == row["source"]) & (df["mode"] == row["mode"])
+        base = df[ok & (df["loader"] == baseline) & (df["dataset"] == row["dataset"])
+                  & (df["source"] == row["source"]) & (df["mode"] == row["mode"])
                   & (df["world_size"] == row["world_size"])]
         same_knobs = base[(base["batch_size"] == row["batch_size"]) & (base["num_workers"] == row["num_workers"])]
         base = same_knobs if len(same_knobs) else base
-        if row["status"] != "ok" or base.empty:
+        if row["status"] not in VERIFIED_STATUSES or base.empty:
             ratios.append(float("nan"))
             names.append("")
             continue
@@ -180,9 +188,11 @@ def derive(df: pd.DataFrame, baseline: str, thrash: dict) -> pd.DataFrame:
     notes = []
     for _, row in df.iterrows():
         why = []
-        if row["status"] != "ok":
+        if row["status"] not in VERIFIED_STATUSES:
             why.append(f"{row['status']}: {row['reason']}" if row.get("reason") else row["status"])
         else:
+            if row["status"] == "unverified":
+                why.append(row.get("reason") or "unverified: no frame was checked")
             target = row.get("target_frames_per_s_node")
             if pd.notna(target) and row["frames_per_s_node"] < target:
                 why.append(f"below target ({row['frames_per_s_node']:.0f} < {target:g} frames/s/node)")

@@ -30,11 +30,14 @@ def _source_report(spec: str) -> tuple[str, str]:
 
 
 def cmd_synth(a) -> None:
-    from .synth import SynthConfig, synthesize
+    from .config import synth_defaults
+    from .synth import Camera, SynthConfig, synthesize
 
     cfg = SynthConfig(
         episodes=a.episodes, length_min=a.length_min, length_max=a.length_max,
-        cameras=tuple(a.camera) if a.camera else SynthConfig().cameras, fps=a.fps, codec=a.codec, gop=a.gop,
+        cameras=tuple(a.camera) if a.camera else tuple(Camera(c["key"], c["height"], c["width"])
+                                                       for c in synth_defaults()["cameras"]),
+        fps=a.fps, codec=a.codec, content=a.content, gop=a.gop,
         crf=a.crf, preset=a.preset, tasks=a.tasks, state_dim=a.state_dim, action_dim=a.action_dim, seed=a.seed,
         chunks_size=a.chunks_size,
     )
@@ -107,43 +110,59 @@ def cmd_validate(a) -> None:
     from . import io
     from .validate import validate
 
-    report = validate(a.dataset)
+    if a.on_unreachable == "skip" and "://" in a.dataset:
+        from .sources import check_reachable
+
+        try:
+            check_reachable(a.dataset)
+        except UserError as e:
+            if a.report:
+                io.write_json(a.report, {"dataset": a.dataset, "ok": False, "reachable": False, "reason": str(e)})
+            print(f"{a.dataset}: not reachable, validation skipped: {e}")
+            return
+    report = validate(a.dataset, sample_episodes=a.sample_episodes)
     if a.report:
         io.write_json(a.report, report)
     print(f"{a.dataset}: valid v3.0 ({report['episodes']} episodes, {report['frames']} frames, "
           f"{report['frames_decoded']} edge frames decoded, {report['frames_wrong']} wrong)")
 
 
-BENCH_FIELDS = ("loader", "mode", "batch_size", "num_workers", "decode_device", "duration_s", "warmup_s",
-                "num_batches", "decoder_cache_size", "pool_size", "buffer_size", "probe_samples", "seed", "scenario",
-                "source", "nodes", "data_files_root")
+def _run_from_args(a) -> dict:
+    """The run spec: `--spec FILE` (as the workflow writes it), with any option given here on top; without a
+    spec file, the config schema's defaults under the options."""
+    from . import spec as runspec
 
-
-def _bench_config(a, rank: int, world: int):
-    from .bench.runner import BenchConfig
-
-    return BenchConfig(dataset=a.dataset, verify=not a.no_verify, rank=rank, world_size=world,
-                       **{k: getattr(a, k) for k in BENCH_FIELDS})
+    given = {k: getattr(a, k) for k in RUN_OPTIONS if getattr(a, k, None) is not None}
+    if a.no_verify:
+        given["verify"] = False
+    if a.spec:
+        run = {**runspec.read(a.spec), **given}
+        run["run_id"] = runspec.run_id(run) if given else run["run_id"]
+        return run
+    return runspec.make_run(given)
 
 
 def cmd_bench(a) -> None:
+    from . import spec as runspec
     from .bench.launch import needs_peer, rank_command, run_rank
     from .loader.stream import rank_and_world
 
-    if needs_peer(a.loader):  # run this rank in the LeRobot peer environment
+    run = runspec.read(a.spec)
+    if needs_peer(run["loader"]):  # run this rank in the LeRobot peer environment
         import subprocess
 
-        cmd, env = rank_command(a.loader)
+        cmd, env = rank_command(run["loader"], run["root"])
         code = subprocess.run([*cmd, *sys.argv[sys.argv.index("bench") + 1:]], env=env).returncode
         if code:
             raise UserError(f"bench rank in the LeRobot peer environment failed (exit {code}); see the messages above")
         return
+    from .bench.runner import BenchConfig
     from .sources import apply_env
 
-    apply_env(a.source_spec)
-    rank, world = rank_and_world(a.rank, a.world_size)
-    rec = run_rank(_bench_config(a, rank, world), a.out_dir, on_unavailable=a.on_unavailable)
-    if rec["status"] != "ok":
+    apply_env(run.get("source_spec"))
+    rank, world = rank_and_world(a.rank, run["ranks"])
+    rec = run_rank(BenchConfig.from_spec(run, rank=rank), a.out_dir)
+    if rec["status"] not in ("ok", "unverified"):
         print(f"rank {rank} of {world}: {rec['status']}: {rec['reason']}")
         return
     m = rec["metrics"]
@@ -151,48 +170,10 @@ def cmd_bench(a) -> None:
           f"p99 {m['latency_p99_ms']:.1f} ms, {m['frames_wrong']} wrong of {m['frames_verified']} verified")
 
 
-def _gate_on_prewarm(a) -> None:
-    """A run that requires a warm source stops (or warns) when the prewarm check said cold."""
-    if not a.require_warm:
-        return
-    from .prewarm import explain
-
-    report = json.loads(Path(a.require_warm).read_text())
-    if report["verdict"] == "warm":
-        return
-    message = (f"{explain(report)}. Prewarm the bucket near this compute (hf.co/storage) and rerun the check "
-               f"(delete {a.require_warm}), or set on_cold: warn for this source to measure anyway")
-    if a.on_cold == "error":
-        raise UserError(message)
-    print(f"warning: {message}", file=sys.stderr)
-
-
 def cmd_bench_run(a) -> None:
-    from .bench.launch import launch, skip_run
-    from .sources import apply_env, check_reachable
+    from .bench.launch import bench_run
 
-    apply_env(a.source_spec)
-    _gate_on_prewarm(a)
-    if "://" in a.dataset:
-        try:
-            check_reachable(a.dataset)
-        except UserError as e:
-            if a.on_unreachable != "skip":
-                raise
-            skip_run(_bench_config(a, 0, a.world_size), a.out_dir, f"source not reachable from this machine: {e}")
-            print(f"{a.out_dir}: skipped: {e}")
-            return
-
-    argv = ["--dataset", a.dataset, "--on-unavailable", a.on_unavailable]
-    if a.source_spec:
-        argv += ["--source-spec", a.source_spec]
-    for k in BENCH_FIELDS:
-        v = getattr(a, k)
-        if v is not None:
-            argv += [f"--{k.replace('_', '-')}", str(v)]
-    if a.no_verify:
-        argv.append("--no-verify")
-    m = launch(_bench_config(a, 0, a.world_size), argv, a.out_dir, on_unavailable=a.on_unavailable)
+    m = bench_run(_run_from_args(a), a.out_dir)
     print(f"{a.out_dir}: {m['world_size']} rank(s) via {m['launcher']}, status {m['status']}")
 
 
@@ -253,27 +234,82 @@ def _add_plan_args(p) -> None:
     p.add_argument("--chunks-size", type=int, default=paths.DEFAULT_CHUNK_SIZE, help="files per chunk directory")
 
 
+RUN_OPTIONS = ("root", "dataset", "scenario", "source", "loader", "mode", "batch_size", "num_workers",
+               "decode_device", "duration_s", "warmup_s", "num_batches", "decoder_cache_size", "pool_size",
+               "buffer_size", "probe_samples", "check_frames", "seed", "ranks", "nodes", "data_files_root",
+               "on_unavailable")
+
+
+def _workers(text: str) -> int | str:
+    return text if text == "auto" else int(text)
+
+
+def _add_run_options(p) -> None:
+    """A run's options; unset ones take the spec file's value, else the config schema's default (shown)."""
+    from .config import defaults, schema
+
+    d = defaults("bench", "defaults")
+    run = schema()["definitions"]["run"]["properties"]
+
+    def opt(name, type_=str, choices=None, help_=None):
+        text = help_ or run.get(name, {}).get("description", "")
+        shown = f" (default: {d[name]})" if name in d else ""
+        p.add_argument(f"--{name.replace('_', '-')}", type=type_, choices=choices, default=None,
+                       help=f"{text}{shown}".strip())
+
+    opt("root", help_="the v3.0 dataset: local path or URL (s3://, hf://datasets/ORG/NAME@REV)")
+    opt("dataset", help_="the dataset's name in records (default: the root's last path component)")
+    opt("scenario", help_="scenario name in records (default: adhoc)")
+    opt("source")
+    opt("loader", choices=["dlbench_map", "dlbench_stream", "lerobot_map", "lerobot_stream"])
+    opt("mode", choices=["single", "sarm"])
+    opt("batch_size", int)
+    opt("num_workers", _workers)
+    opt("decode_device", choices=["cpu", "cuda"])
+    opt("duration_s", float)
+    opt("warmup_s", float)
+    opt("num_batches", int)
+    opt("decoder_cache_size", int)
+    opt("pool_size", int)
+    opt("buffer_size", int)
+    opt("probe_samples", int)
+    opt("check_frames", int)
+    opt("seed", int)
+    opt("ranks", int)
+    opt("nodes", int)
+    opt("data_files_root", help_="where data/ and videos/ are when not under --root (which then holds meta/)")
+    opt("on_unavailable", choices=["skip", "error"])
+    p.add_argument("--no-verify", action="store_true", help="check no frame (the run is then 'unverified')")
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from .config import synth_defaults
+
     parser = argparse.ArgumentParser(prog="dlbench", description="Prepare LeRobot datasets and benchmark loading them.")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     sub = parser.add_subparsers(dest="command", required=True)
 
+    sd = synth_defaults()
     p = sub.add_parser("synth", help="write a synthetic LeRobot v2.1 dataset with barcoded video")
-    p.add_argument("out")
-    p.add_argument("--episodes", type=int, default=10)
-    p.add_argument("--length-min", type=int, default=30)
-    p.add_argument("--length-max", type=int, default=90)
-    p.add_argument("--camera", type=_camera, action="append", help="KEY=HEIGHTxWIDTH (repeat for more cameras)")
-    p.add_argument("--fps", type=int, default=30)
-    p.add_argument("--codec", default="h264", help="h264, hevc or av1")
+    p.add_argument("out", help="directory to write (must be empty unless --overwrite)")
+    p.add_argument("--episodes", type=int, default=sd["episodes"], help="(default: %(default)s)")
+    p.add_argument("--length-min", type=int, default=sd["length_min"], help="frames (default: %(default)s)")
+    p.add_argument("--length-max", type=int, default=sd["length_max"], help="frames (default: %(default)s)")
+    p.add_argument("--camera", type=_camera, action="append",
+                   help="KEY=HEIGHTxWIDTH, repeat for more cameras (default: " +
+                        ", ".join(f"{c['key']}={c['height']}x{c['width']}" for c in sd["cameras"]) + ")")
+    p.add_argument("--fps", type=int, default=sd["fps"], help="(default: %(default)s)")
+    p.add_argument("--codec", default=sd["codec"], choices=["h264", "hevc", "av1"], help="(default: %(default)s)")
+    p.add_argument("--content", default=sd["content"], choices=["stripes", "camera"],
+                   help="stripes: quick flat content; camera: texture, motion and sensor noise (default: %(default)s)")
     p.add_argument("--gop", type=int, default=None, help="keyframe interval (default: 30; av1: 2)")
-    p.add_argument("--crf", type=int, default=None)
-    p.add_argument("--preset", default=None)
-    p.add_argument("--tasks", type=int, default=2)
-    p.add_argument("--state-dim", type=int, default=6)
-    p.add_argument("--action-dim", type=int, default=6)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--chunks-size", type=int, default=1000, help="episodes per chunk directory")
+    p.add_argument("--crf", type=int, default=None, help="(default: per codec: h264 23, hevc 28, av1 30)")
+    p.add_argument("--preset", default=None, help="encoder preset (default: the encoder's)")
+    p.add_argument("--tasks", type=int, default=sd["tasks"], help="(default: %(default)s)")
+    p.add_argument("--state-dim", type=int, default=sd["state_dim"], help="(default: %(default)s)")
+    p.add_argument("--action-dim", type=int, default=sd["action_dim"], help="(default: %(default)s)")
+    p.add_argument("--seed", type=int, default=sd["seed"], help="(default: %(default)s)")
+    p.add_argument("--chunks-size", type=int, default=1000, help="episodes per chunk directory (default: %(default)s)")
     p.add_argument("--workers", type=int, default=None, help="encoding processes (default: all cores)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty output directory")
     p.set_defaults(func=cmd_synth)
@@ -304,47 +340,27 @@ def build_parser() -> argparse.ArgumentParser:
     _add_plan_args(p)
     p.set_defaults(func=cmd_convert_run)
 
-    p = sub.add_parser("validate", help="check a v3.0 dataset")
-    p.add_argument("dataset")
+    p = sub.add_parser("validate", help="check a v3.0 dataset (metadata, and frames decoded at episode edges)")
+    p.add_argument("dataset", help="the dataset root: local path or URL")
     p.add_argument("--report", default=None, help="write the report as JSON here")
+    p.add_argument("--sample-episodes", type=int, default=0,
+                   help="decode the edges of this many episodes spread over the dataset (default: 0, every episode)")
+    p.add_argument("--on-unreachable", choices=("error", "skip"), default="error",
+                   help="a URL that cannot be reached: fail, or write a report saying so (default: %(default)s)")
     p.set_defaults(func=cmd_validate)
 
-    for name, func, text in (("bench", cmd_bench, "run one rank of a benchmark (rank from RANK or SLURM_PROCID)"),
-                             ("bench-run", cmd_bench_run, "run all ranks of a benchmark at once, check, write run.json")):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("--dataset", required=True)
-        p.add_argument("--out-dir", required=True, help="writes rank{r}of{W}.json/.csv/.samples.npy here")
-        p.add_argument("--world-size", type=int, default=None if name == "bench" else 1)
-        if name == "bench":
-            p.add_argument("--rank", type=int, default=None, help="default: RANK, then SLURM_PROCID, then 0")
-        p.add_argument("--loader", default="dlbench_map")
-        p.add_argument("--mode", default="single")
-        p.add_argument("--batch-size", type=int, default=8)
-        p.add_argument("--num-workers", type=int, default=2)
-        p.add_argument("--decode-device", default="cpu")
-        p.add_argument("--duration-s", type=float, default=10.0)
-        p.add_argument("--warmup-s", type=float, default=2.0)
-        p.add_argument("--num-batches", type=int, default=None)
-        p.add_argument("--decoder-cache-size", type=int, default=None)
-        p.add_argument("--pool-size", type=int, default=8, help="streaming: live episodes per shard")
-        p.add_argument("--buffer-size", type=int, default=256, help="streaming: shuffle buffer")
-        p.add_argument("--probe-samples", type=int, default=32)
-        p.add_argument("--seed", type=int, default=0)
-        p.add_argument("--scenario", default="adhoc")
-        p.add_argument("--source", default="local")
-        p.add_argument("--nodes", type=int, default=1, help="nodes the ranks run on (per-node figures)")
-        p.add_argument("--data-files-root", default=None,
-                       help="where data/ and videos/ are when not under --dataset (which then holds meta/)")
-        p.add_argument("--on-unavailable", choices=("skip", "error"), default="skip",
-                       help="a cuda run without CUDA: write a skipped record, or fail")
-        p.add_argument("--no-verify", action="store_true", help="skip barcode checks of decoded frames")
-        p.add_argument("--source-spec", default=None, help="the source's config (JSON): sets its fsspec settings")
-        if name == "bench-run":
-            p.add_argument("--require-warm", default=None, help="prewarm report that must say warm")
-            p.add_argument("--on-cold", choices=("error", "warn"), default="error")
-            p.add_argument("--on-unreachable", choices=("error", "skip"), default="error",
-                           help="a remote dataset that cannot be reached: fail, or write skipped records")
-        p.set_defaults(func=func)
+    p = sub.add_parser("bench-run", help="run all ranks of one benchmark run at once, check them, write run.json")
+    p.add_argument("--spec", default=None, help="run spec JSON (the workflow's results/specs/...); options given "
+                                                "here override its values")
+    p.add_argument("--out-dir", required=True, help="writes rank{r}of{W}.json/.csv/.samples.npy and run.json here")
+    _add_run_options(p)
+    p.set_defaults(func=cmd_bench_run)
+
+    p = sub.add_parser("bench", help="(internal) one rank of a run; bench-run starts them")
+    p.add_argument("--spec", required=True, help="run spec JSON, the same for every rank")
+    p.add_argument("--out-dir", required=True)
+    p.add_argument("--rank", type=int, default=None, help="default: RANK, then SLURM_PROCID, then 0")
+    p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("stage", help="upload a local dataset to a source URL (s3://, ...)")
     p.add_argument("local")

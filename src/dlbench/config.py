@@ -1,35 +1,78 @@
-"""Validate config.yaml against its JSON schema, fill in the schema's defaults, and explain mistakes in one line."""
+"""Read config.yaml: check what the schema cannot say, validate against the schema, fill in its defaults, and
+explain every mistake in one line naming the key. (jsonschema is imported only to validate: the LeRobot peer
+environment reads the defaults without it.)
+
+The schema (`schemas/config.schema.yaml`, also reached as workflow/schemas/config.schema.yaml) is the one source of
+defaults: the workflow, the CLI and the library's `BenchConfig` all read them from here.
+"""
 
 from __future__ import annotations
 
+import copy
+from functools import lru_cache
 from pathlib import Path
 
-import jsonschema
 import yaml
-from jsonschema import validators
 
 from .errors import UserError
+
+SCHEMA_PATH = Path(__file__).parent / "schemas" / "config.schema.yaml"
+DATASET_KINDS = ("synth", "v21", "v30")
+_REMOTE_COMMON = {"type", "stage", "require_warm", "on_cold", "on_unreachable", "prewarm", "data_files_root"}
+SOURCE_KEYS = {  # the keys each source type uses; any other is a mistake, never silently ignored
+    "local": {"type", "data_files_root"},
+    "s3": _REMOTE_COMMON | {"url", "endpoint_url", "loopback"},
+    "http": _REMOTE_COMMON - {"stage"} | {"url"},
+    "bucket": _REMOTE_COMMON | {"bucket", "prefix"},
+}
+
+
+@lru_cache(maxsize=1)
+def schema() -> dict:
+    return yaml.safe_load(SCHEMA_PATH.read_text())
+
+
+def defaults(*path: str) -> dict:
+    """The schema's defaults for the object at `path` (property names, e.g. "bench", "defaults"), as a dict."""
+    node = schema()
+    for name in path:
+        node = node["properties"][name]
+        if "$ref" in node:
+            node = _resolve(node["$ref"])
+    return {k: copy.deepcopy(v["default"]) for k, v in node["properties"].items() if "default" in v}
+
+
+def synth_defaults() -> dict:
+    return {k: copy.deepcopy(v["default"]) for k, v in _resolve("#/definitions/synth")["properties"].items()
+            if "default" in v}
+
+
+def _resolve(ref: str) -> dict:
+    node = schema()
+    for part in ref.removeprefix("#/").split("/"):
+        node = node[part]
+    return node
 
 
 def _with_defaults(cls):
     """A validator class that also writes each property's `default` into the instance when it is missing."""
+    from jsonschema import validators
+
     validate_properties = cls.VALIDATORS["properties"]
 
     def set_defaults(validator, properties, instance, schema):
         if isinstance(instance, dict):
             for name, sub in properties.items():
                 if isinstance(sub, dict) and "default" in sub and name not in instance:
-                    instance[name] = _copy(sub["default"])
+                    instance[name] = copy.deepcopy(sub["default"])
         yield from validate_properties(validator, properties, instance, schema)
 
     return validators.extend(cls, {"properties": set_defaults})
 
 
-def _copy(value):
-    return yaml.safe_load(yaml.safe_dump(value))
+def _explain(error) -> str:
+    import jsonschema
 
-
-def _explain(error: jsonschema.ValidationError) -> str:
     while error.validator in ("oneOf", "anyOf", "allOf") and error.context:
         # a scalar-or-list axis: report the branch that matches the value's shape
         branch_index = 1 if isinstance(error.instance, list) else 0
@@ -46,11 +89,45 @@ def _explain(error: jsonschema.ValidationError) -> str:
     return f"{key}: {error.message}"
 
 
-def validate_config(config: dict, schema_path: str | Path, source: str = "config.yaml") -> dict:
+def _check_shape(config: dict) -> None:
+    """What the schema cannot say well, checked on the config as written (before defaults are filled in)."""
+    if "dataset" in config:
+        raise UserError("dataset: replaced by `datasets:`, a map from a name to one of synth: {...}, v21: PATH_OR_URL "
+                        "or v30: PATH_OR_URL (e.g. datasets: {synthetic: {synth: {episodes: 24}}})")
+    for name, ds in (config.get("datasets") or {}).items():
+        if not isinstance(ds, dict):
+            continue  # the schema names it
+        kinds = [k for k in DATASET_KINDS if k in ds]
+        if len(kinds) != 1:
+            found = f"found {', '.join(kinds)}" if kinds else "found none"
+            raise UserError(f"datasets.{name}: give exactly one of synth, v21, v30 ({found})")
+    for name, src in (config.get("sources") or {}).items():
+        if not isinstance(src, dict) or src.get("type") not in SOURCE_KEYS:
+            if isinstance(src, dict) and src.get("type") == "hub":
+                raise UserError(f"sources.{name}.type: hub: a Hub repo is a dataset, not a source; list it as "
+                                f"datasets: {{NAME: {{v30: hf://datasets/ORG/NAME@REVISION}}}} and read it with "
+                                f"source: local")
+            continue  # the schema names it
+        allowed = SOURCE_KEYS[src["type"]]
+        for key in src:
+            if key not in allowed:
+                hint = (" (it reads each dataset where it lives; to benchmark your own dataset, add it under "
+                        "datasets:, e.g. datasets: {mine: {v30: /data/my_dataset}})" if src["type"] == "local" else "")
+                raise UserError(f"sources.{name}.{key}: a {src['type']} source does not use {key}{hint}; "
+                                f"its keys: {', '.join(sorted(allowed))}")
+
+
+def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH, source: str = "config.yaml") -> dict:
     """Validate `config` in place (defaults filled in); raise `UserError` naming the key and what is allowed."""
-    schema = yaml.safe_load(Path(schema_path).read_text())
-    cls = _with_defaults(validators.validator_for(schema))
-    errors = sorted(cls(schema).iter_errors(config), key=lambda e: list(e.absolute_path))
+    try:
+        _check_shape(config)
+    except UserError as e:
+        raise UserError(f"{source}: {e}") from None
+    from jsonschema import validators
+
+    schema_doc = yaml.safe_load(Path(schema_path).read_text())
+    cls = _with_defaults(validators.validator_for(schema_doc))
+    errors = sorted(cls(schema_doc).iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
         raise UserError(f"{source}: {_explain(errors[0])}")
     return config

@@ -1,4 +1,5 @@
-# Dataset preparation: synth (v2.1) -> convert plan -> work x N -> finalize (v3.0) -> validate.
+# Datasets: synth (v2.1) or a v2.1 dataset -> convert plan -> work x N -> finalize (v3.0) -> validate;
+# a v3.0 dataset is validated where it is.
 
 
 rule synth:
@@ -6,8 +7,10 @@ rule synth:
         directory("results/datasets/{dataset}/v21"),
     log:
         "results/logs/synth/{dataset}.log",
+    wildcard_constraints:
+        dataset=SYNTH_DATASETS,
     params:
-        args=synth_args(),
+        args=synth_args,
     threads: 8  # encoding processes; a local run caps it at --cores
     conda:
         "../envs/cpu.yaml"
@@ -17,18 +20,21 @@ rule synth:
 
 rule convert_plan:
     input:
-        "results/datasets/{dataset}/v21",
+        lambda wildcards: local_input(runspec.dataset_source(config, wildcards.dataset)),
     output:
         "results/convert/{dataset}/work/manifest.json",
     log:
         "results/logs/convert/{dataset}/plan.log",
+    wildcard_constraints:
+        dataset=CONVERTED_DATASETS,
     params:
+        src=lambda wildcards: runspec.dataset_source(config, wildcards.dataset),
         work=subpath(output[0], parent=True),
         args=plan_args(),
     conda:
         "../envs/cpu.yaml"
     shell:
-        "dlbench convert plan {input} {params.work} {params.args} > {log} 2>&1"
+        "dlbench convert plan {params.src:q} {params.work} {params.args} > {log} 2>&1"
 
 
 rule convert_work:
@@ -50,11 +56,16 @@ rule convert_work:
 rule convert_finalize:
     input:
         manifest="results/convert/{dataset}/work/manifest.json",
-        workers=expand("results/convert/{{dataset}}/workers/worker-{i}.json", i=range(CONVERT_WORKERS)),
+        workers=expand(
+            "results/convert/{{dataset}}/workers/worker-{i}.json",
+            i=range(config["convert"]["workers"]),
+        ),
     output:
         directory("results/datasets/{dataset}/v30"),
     log:
         "results/logs/convert/{dataset}/finalize.log",
+    wildcard_constraints:
+        dataset=CONVERTED_DATASETS,
     params:
         work=subpath(input.manifest, parent=True),
     conda:
@@ -65,32 +76,38 @@ rule convert_finalize:
 
 rule validate_dataset:
     input:
-        "results/datasets/{dataset}/v30",
+        lambda wildcards: local_input(runspec.dataset_root(config, wildcards.dataset)),
     output:
         "results/validate/{dataset}.json",
     log:
         "results/logs/validate/{dataset}.log",
+    params:
+        root=lambda wildcards: runspec.dataset_root(config, wildcards.dataset),
+        args=validate_args,
     conda:
         "../envs/cpu.yaml"
     shell:
-        "dlbench validate {input} --report {output} > {log} 2>&1"
+        "dlbench validate {params.root:q} --report {output} {params.args} > {log} 2>&1"
 
 
 rule convert_scaling:
     """Time a whole local conversion with N workers (results/tables/conversion.csv compares them)."""
     input:
-        "results/datasets/{dataset}/v21",
+        lambda wildcards: local_input(runspec.dataset_source(config, wildcards.dataset)),
     output:
         "results/convert/{dataset}/scaling/w{n}.json",
     log:
         "results/logs/convert/{dataset}/scaling-w{n}.log",
+    wildcard_constraints:
+        dataset=CONVERTED_DATASETS,
     params:
+        src=lambda wildcards: runspec.dataset_source(config, wildcards.dataset),
         dst="results/convert/{dataset}/scaling/tmp-w{n}",
         args=plan_args(),
     threads: lambda wildcards: int(wildcards.n)  # the workers; the coordinating process mostly waits
     conda:
         "../envs/cpu.yaml"
     shell:
-        "(rm -rf {params.dst} {params.dst}-work && dlbench convert run {input} {params.dst} --work {params.dst}-work "
-        "--workers {wildcards.n} --record {output} --name {wildcards.dataset} {params.args} && "
-        "rm -rf {params.dst} {params.dst}-work) > {log} 2>&1"
+        "(rm -rf {params.dst} {params.dst}-work && dlbench convert run {params.src:q} {params.dst} "
+        "--work {params.dst}-work --workers {wildcards.n} --record {output} --name {wildcards.dataset} "
+        "{params.args} && rm -rf {params.dst} {params.dst}-work) > {log} 2>&1"

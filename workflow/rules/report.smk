@@ -1,4 +1,12 @@
-# Aggregation, tables and plots; captions for `snakemake --report` live in workflow/report/.
+# Aggregation, tables and plots (workflow glue in workflow/scripts/); captions for `snakemake --report` live in
+# workflow/report/.
+
+
+localrules:
+    aggregate,
+    conversion_table,
+    plots,
+    plot_conversion,
 
 
 rule aggregate:
@@ -9,29 +17,27 @@ rule aggregate:
         report("results/summary.csv", caption="../report/summary.rst", category="Tables"),
     log:
         "results/logs/aggregate.log",
-    params:
-        targets=shlex.quote(json.dumps(config["targets"])),
-        thrash=shlex.quote(json.dumps(config["thrash"])),
-        baseline=config["baseline_loader"],
-        prewarm=lambda wildcards, input: " ".join(f"--prewarm {Path(p).stem}={p}" for p in input.prewarm),
     conda:
         "../envs/cpu.yaml"
-    shell:
-        "dlbench aggregate {input.runs} --out {output} --targets {params.targets} --thrash {params.thrash} "
-        "--baseline {params.baseline} {params.prewarm} > {log} 2>&1"
+    params:
+        targets=config["targets"],
+        thrash=config["thrash"],
+        baseline=config["baseline_loader"],
+    script:
+        "../scripts/aggregate.py"
 
 
 rule conversion_table:
     input:
-        expand("results/convert/{dataset}/scaling/w{n}.json", dataset=DATASET, n=SCALING_WORKERS),
+        [f"results/convert/{d}/scaling/w{n}.json" for d in SCALING_DATASETS for n in SCALING_WORKERS],
     output:
         report("results/tables/conversion.csv", caption="../report/conversion_table.rst", category="Tables"),
     log:
         "results/logs/conversion_table.log",
     conda:
         "../envs/cpu.yaml"
-    shell:
-        "dlbench conversion-table {input} --out {output} > {log} 2>&1"
+    script:
+        "../scripts/conversion_table.py"
 
 
 rule plots:
@@ -41,12 +47,12 @@ rule plots:
         [report(p, caption=f"../report/{Path(p).stem}.rst", category="Plots") for p in PLOTS],
     log:
         "results/logs/plots.log",
-    params:
-        outdir=subpath(output[0], parent=True),
     conda:
         "../envs/cpu.yaml"
-    shell:
-        "dlbench plot {input} --outdir {params.outdir} > {log} 2>&1"
+    params:
+        conversion=None,
+    script:
+        "../scripts/plots.py"
 
 
 rule plot_conversion:
@@ -56,9 +62,9 @@ rule plot_conversion:
         report("results/plots/conversion.png", caption="../report/conversion.rst", category="Plots"),
     log:
         "results/logs/plot_conversion.log",
-    params:
-        outdir=subpath(output[0], parent=True),
     conda:
         "../envs/cpu.yaml"
-    shell:
-        "dlbench plot --conversion {input} --outdir {params.outdir} > {log} 2>&1"
+    params:
+        conversion=True,
+    script:
+        "../scripts/plots.py"

@@ -1,38 +1,40 @@
-# Sources: stage the converted dataset to remote sources, and check that "warm" sources really are.
+# Sources: stage a dataset to a remote source (under its name), and check that "warm" sources really are.
+
+
 rule stage_source:
     input:
-        LOCAL_V30,
+        lambda wildcards: runspec.dataset_root(config, wildcards.dataset),
     output:
-        temp("results/sources/{source}.staged.json"),
+        temp("results/sources/{source}/{dataset}.staged.json"),
     log:
-        "results/logs/sources/stage-{source}.log",
+        "results/logs/sources/stage-{source}-{dataset}.log",
     params:
-        url=lambda wildcards: source_url(wildcards.source),
-        spec=lambda wildcards: source_spec_arg(wildcards.source),
+        url=lambda wildcards: runspec.source_url(config, wildcards.source, wildcards.dataset),
+        spec=lambda wildcards: json.dumps(source_spec(wildcards.source)),
     resources:
         network=1,
     conda:
         "../envs/cpu.yaml"
     shell:
-        "dlbench stage {input} {params.url} --marker {output} --source-spec {params.spec} > {log} 2>&1"
+        "dlbench stage {input} {params.url} --marker {output} --source-spec {params.spec:q} > {log} 2>&1"
 
 
 rule prewarm_check:
     input:
         prewarm_inputs,
     output:
-        "results/prewarm/{source}.json",
+        "results/prewarm/{source}/{dataset}.json",
     log:
-        "results/logs/sources/prewarm-{source}.log",
+        "results/logs/sources/prewarm-{source}-{dataset}.log",
     params:
-        url=lambda wildcards: source_url(wildcards.source),
-        spec=lambda wildcards: source_spec_arg(wildcards.source),
+        url=lambda wildcards: runspec.source_url(config, wildcards.source, wildcards.dataset),
+        spec=lambda wildcards: json.dumps(source_spec(wildcards.source)),
         p=lambda wildcards: source_spec(wildcards.source)["prewarm"],
     resources:
         network=1,
     conda:
         "../envs/cpu.yaml"
     shell:
-        "dlbench prewarm-check {params.url} --out {output} --source-spec {params.spec} --files {params.p[files]} "
+        "dlbench prewarm-check {params.url} --out {output} --source-spec {params.spec:q} --files {params.p[files]} "
         "--range-mb {params.p[range_mb]} --ttfb-ms-max {params.p[ttfb_ms_max]} --mbps-min {params.p[mbps_min]} "
         "> {log} 2>&1"

@@ -54,17 +54,17 @@ def _dlbench_adapter(ds, iterable: bool) -> Adapter:
 
 
 def make_adapter(cfg) -> Adapter:
-    """Build the loader named by `cfg.loader` (a BenchConfig) over `cfg.dataset`."""
+    """Build the loader named by `cfg.loader` (a BenchConfig) over `cfg.root`."""
     if cfg.loader == "dlbench_map":
         from ..loader.map import LeRobotMapDataset
 
-        ds = LeRobotMapDataset(cfg.dataset, mode=cfg.mode, decode_device=cfg.decode_device,
+        ds = LeRobotMapDataset(cfg.root, mode=cfg.mode, decode_device=cfg.decode_device,
                                decoder_cache_size=cfg.decoder_cache_size or 16, data_files_root=cfg.data_files_root)
         return _dlbench_adapter(ds, iterable=False)
     if cfg.loader == "dlbench_stream":
         from ..loader.stream import LeRobotStreamingDataset
 
-        ds = LeRobotStreamingDataset(cfg.dataset, mode=cfg.mode, decode_device=cfg.decode_device,
+        ds = LeRobotStreamingDataset(cfg.root, mode=cfg.mode, decode_device=cfg.decode_device,
                                      decoder_cache_size=cfg.decoder_cache_size, rank=cfg.rank,
                                      world_size=cfg.world_size, seed=cfg.seed, pool_size=cfg.pool_size,
                                      buffer_size=cfg.buffer_size, tag_items=False,
@@ -89,15 +89,15 @@ def _lerobot(cfg) -> Adapter:
     if cfg.data_files_root:
         raise UserError(f"loader {cfg.loader} reads data files under its root only; data_files_root needs a dlbench "
                         f"loader")
-    dmeta = DatasetMeta.load(cfg.dataset)
+    dmeta = DatasetMeta.load(cfg.root)
     deltas = lerobot_delta_timestamps(dmeta, cfg.mode)
     fpi = sum(len(deltas.get(c, [0])) if deltas else 1 for c in dmeta.cameras)
     if cfg.loader == "lerobot_map":
-        ds = LeRobotDataset("local/bench", root=cfg.dataset, delta_timestamps=deltas, return_uint8=True,
+        ds = LeRobotDataset("local/bench", root=cfg.root, delta_timestamps=deltas, return_uint8=True,
                             video_backend="torchcodec")
         _stop_tqdm_monitor()
         return Adapter(ds, False, fpi, None, None)
-    ds = StreamingLeRobotDataset("local/bench", root=cfg.dataset, delta_timestamps=deltas, return_uint8=True,
+    ds = StreamingLeRobotDataset("local/bench", root=cfg.root, delta_timestamps=deltas, return_uint8=True,
                                  seed=cfg.seed, buffer_size=cfg.buffer_size, max_num_shards=max(1, cfg.num_workers))
     _stop_tqdm_monitor()
     return Adapter(ds, True, fpi, None, None)

@@ -48,17 +48,20 @@ def needs_peer(loader: str) -> bool:
     return loader in LEROBOT_LOADERS and importlib.util.find_spec("lerobot") is None
 
 
-def _peer_env() -> dict:
-    return {**os.environ, IN_PEER_ENV: "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH")]))}
+def _peer_env(root: str) -> dict:
+    env = {**os.environ, IN_PEER_ENV: "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH")]))}
+    if not str(root).startswith("hf://"):  # a local dataset: LeRobot must not reach for the Hub
+        env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    return env
 
 
-def rank_command(loader: str) -> tuple[list[str], dict]:
+def rank_command(loader: str, root: str = "") -> tuple[list[str], dict]:
     """The interpreter command for one rank (`... -m dlbench bench`) and its environment."""
     if needs_peer(loader):
         if os.environ.get(IN_PEER_ENV):
             raise UserError("LeRobot is not importable in the peer environment; recreate it with scripts/peer-env.sh")
-        return [str(require_peer()), "-m", "dlbench", "-q", "bench"], _peer_env()
+        return [str(require_peer()), "-m", "dlbench", "-q", "bench"], _peer_env(root)
     return [sys.executable, "-m", "dlbench", "-q", "bench"], dict(os.environ)
 
 
@@ -95,14 +98,14 @@ def _write_skipped(cfg, out_dir: Path, reason: str) -> dict:
     return rec
 
 
-def run_rank(cfg, out_dir: str | Path, on_unavailable: str = "skip") -> dict:
+def run_rank(cfg, out_dir: str | Path) -> dict:
     """Run one rank and write its files atomically; a killed rank leaves no rank file."""
     from .runner import cuda_unavailable_reason, run
 
     out_dir = Path(out_dir)
     out = rank_file(out_dir, cfg.rank, cfg.world_size)
     reason = cuda_unavailable_reason(cfg.decode_device)
-    if reason and on_unavailable == "skip":
+    if reason and cfg.on_unavailable == "skip":
         return _write_skipped(cfg, out_dir, reason)
     else:
         samples: list[int] = []
@@ -116,24 +119,78 @@ def run_rank(cfg, out_dir: str | Path, on_unavailable: str = "skip") -> dict:
     return rec
 
 
-def launch(cfg, bench_args: list[str], out_dir: str | Path, on_unavailable: str = "skip") -> dict:
-    """Run all ranks of one run (a BenchConfig, `cfg.world_size` ranks) concurrently; verify their files;
-    write and return run.json. `bench_args` are the `dlbench bench` arguments every rank gets."""
+SPEC_FILE = "spec.json"
+
+
+def bench_run(run: dict, out_dir: str | Path) -> dict:
+    """The bench job: check the source (warm, reachable), size `auto` workers, run every rank at once, write
+    run.json. `run` is a run spec (`dlbench.spec`); each rank gets it whole, as `<out_dir>/spec.json`."""
+    from .. import spec as runspec
+    from ..sources import apply_env, check_reachable
+    from .runner import BenchConfig
+
+    apply_env(run.get("source_spec"))
+    _gate_on_prewarm(run)
+    if runspec.is_url(run["root"]):
+        try:
+            check_reachable(run["root"])
+        except UserError as e:
+            if run["on_unreachable"] != "skip":
+                raise
+            return skip_run(BenchConfig.from_spec(run), out_dir, f"source not reachable from this machine: {e}")
+    if run["num_workers"] == "auto":
+        from ..format import meta
+
+        cameras = len(meta.video_keys(meta.read_info(run["root"])))
+        ranks_here = -(-run["ranks"] // run["nodes"])
+        run = {**run, "num_workers": runspec.resolve_workers("auto", cameras, ranks_here),
+               "num_workers_requested": "auto"}
+    return launch(run, out_dir)
+
+
+def _gate_on_prewarm(run: dict) -> None:
+    """A run that requires a warm source stops (or warns) when the prewarm check said cold."""
+    if not run.get("require_warm"):
+        return
+    from ..prewarm import explain
+
+    report_path = run["require_warm"]
+    try:
+        report = json.loads(Path(report_path).read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"{report_path}: prewarm report unreadable ({e}); rerun the prewarm check") from None
+    if report["verdict"] == "warm":
+        return
+    message = (f"{explain(report)}. Prewarm the bucket near this compute (hf.co/storage) and rerun the check "
+               f"(delete {report_path}), or set on_cold: warn for this source to measure anyway")
+    if run.get("on_cold", "error") == "error":
+        raise UserError(message)
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def launch(run: dict, out_dir: str | Path) -> dict:
+    """Run all ranks of one run (a resolved run spec: `ranks` ranks) concurrently; verify their files; write and
+    return run.json."""
+    from .runner import BenchConfig
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(out_dir / ".barrier", ignore_errors=True)
+    cfg = BenchConfig.from_spec(run)
     world = cfg.world_size
     if needs_peer(cfg.loader) and peer_python() is None:
         reason = (f"loader {cfg.loader} needs the LeRobot peer environment, which is missing; create it with "
                   f"{CREATE_COMMAND}")
-        if on_unavailable != "skip":
+        if cfg.on_unavailable != "skip":
             raise UserError(reason)
         return skip_run(cfg, out_dir, reason)
     if world == 1 and not needs_peer(cfg.loader):  # one rank of our own: run it here, sparing an interpreter start
-        run_rank(replace(cfg, rank=0), out_dir, on_unavailable=on_unavailable)
+        run_rank(cfg, out_dir)
         return _finish(out_dir, world, "in-process")
-    cmd, env = rank_command(cfg.loader)
-    args = [*cmd, *bench_args, "--out-dir", str(out_dir), "--world-size", str(world)]
+    spec_path = out_dir / SPEC_FILE
+    io.write_json(spec_path, run)
+    cmd, env = rank_command(cfg.loader, cfg.root)
+    args = [*cmd, "--spec", str(spec_path), "--out-dir", str(out_dir)]
     use_srun = world > 1 and "SLURM_JOB_ID" in os.environ and shutil.which("srun")
     if use_srun:
         # one task per rank; each gets its SLURM_PROCID (the plugin's tasks/nodes give the allocation)

@@ -9,53 +9,75 @@ fetch (parquet, indexing, collation) and decode.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from functools import partial
 
 import numpy as np
 import torch
 
-from .. import barcode
+from ..config import defaults
 from ..errors import UserError
 from ..loader.collate import CollateWorkerInit, collate, make_ring, to_torch
-from ..loader.meta import DatasetMeta, resolve_windows
+from ..loader.meta import DatasetMeta
 from ..procstat import RssSampler
 from ..validate import is_synthetic
 from ..workers import start_method
 from . import record as recordmod
 from .adapters import make_adapter
+from .verify import BarcodeCheck, DecodeCheck
+
+
+_RUN = defaults("bench", "defaults")  # the config schema's run defaults: one source for workflow, CLI and library
 
 
 @dataclass
 class BenchConfig:
-    dataset: str
-    loader: str = "dlbench_map"
-    mode: str = "single"
-    batch_size: int = 8
-    num_workers: int = 2
-    decode_device: str = "cpu"
-    duration_s: float = 10.0
-    warmup_s: float = 2.0
+    """One rank's run: the run spec's fields (`dlbench.spec`) plus the rank. Defaults are the config schema's."""
+
+    root: str  # the v3.0 dataset: local path or fsspec URL
+    dataset: str = "adhoc"  # its name in config.yaml's `datasets`
+    loader: str = _RUN["loader"]
+    mode: str = _RUN["mode"]
+    batch_size: int = _RUN["batch_size"]
+    num_workers: int = _RUN["num_workers"]
+    decode_device: str = _RUN["decode_device"]
+    duration_s: float = _RUN["duration_s"]
+    warmup_s: float = _RUN["warmup_s"]
     num_batches: int | None = None
     decoder_cache_size: int | None = None  # None: the loader's own default
-    pool_size: int = 8  # streaming loaders: live episodes
-    buffer_size: int = 256  # streaming loaders: shuffle buffer
+    pool_size: int = _RUN["pool_size"]  # streaming loaders: live episodes
+    buffer_size: int = _RUN["buffer_size"]  # streaming loaders: shuffle buffer
     prefetch_factor: int = 2
-    # batches are taken as workers finish them, as the decode ceiling's processes work: with in-order delivery a
-    # worker that finished early waits for the main process to take a slower worker's batch (streaming sarm at
-    # 480x640 on 2 cores: workers waited 11% of their time, now under 1%; a plain loop went from 2353 to 3029
-    # frames/s, this harness from 2297 to 2499, medians of 3)
+    # batches are taken as workers finish them, as the decode ceiling's processes work (docs/benchmarks.md)
     in_order: bool = False
-    seed: int = 0
-    verify: bool = True
-    probe_samples: int = 32
+    seed: int = _RUN["seed"]
+    verify: bool = _RUN["verify"]
+    check_frames: int = _RUN["check_frames"]  # per camera: compared with an independent decode
+    probe_samples: int = _RUN["probe_samples"]
     scenario: str = "adhoc"
-    source: str = "local"
+    run_id: str = ""
+    source: str = _RUN["source"]
+    source_spec: dict | None = None
+    nodes: int = _RUN["nodes"]  # nodes the ranks run on (summary.csv's per-node figures)
+    data_files_root: str | None = None  # data/ and videos/ when not under `root` (which then holds meta/)
+    on_unavailable: str = _RUN["on_unavailable"]
+    on_unreachable: str = "error"
+    require_warm: str | None = None
+    on_cold: str = "error"
+    num_workers_requested: int | str | None = None  # "auto" when the job sized the workers
     rank: int = 0
     world_size: int = 1
-    nodes: int = 1  # nodes the ranks run on (summary.csv's per-node figures)
-    data_files_root: str | None = None  # data/ and videos/ when not under `dataset` (which then holds meta/)
     extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_spec(cls, spec: dict, rank: int = 0) -> "BenchConfig":
+        """The config of `rank` for a run spec (its `ranks` is the world size)."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(spec) - names - {"ranks"})
+        if unknown:
+            raise UserError(f"run spec has unknown key(s) {unknown}; rebuild it with this version of dlbench")
+        values = {k: v for k, v in spec.items() if k in names and k not in ("rank", "world_size")}
+        return cls(**values, rank=rank, world_size=spec.get("ranks", spec.get("world_size", 1)))
 
 
 def _info(t0: float, stats) -> np.ndarray:
@@ -116,40 +138,6 @@ def _to_device(batch, device):
     return batch
 
 
-class _Verifier:
-    """Checks every decoded frame's barcode against the (episode, frame, camera) the item claims.
-
-    Built from the dataset's own metadata, not from the loader under test.
-    """
-
-    def __init__(self, dmeta: DatasetMeta, mode: str):
-        self.meta = dmeta
-        self.windows = resolve_windows(mode, None, dmeta)
-        self.verified = self.wrong = 0
-
-    def check(self, batch: dict) -> None:
-        eps = batch["episode_index"].cpu().numpy()
-        rows = batch["index"].cpu().numpy()
-        for cam_index, cam in enumerate(self.meta.cameras):
-            frames = batch[cam]
-            if cam in self.windows:
-                offsets = self.windows[cam]
-                q = rows[:, None] + offsets[None, :]
-                lo, hi = self.meta.ep_from[eps][:, None], self.meta.ep_to[eps][:, None] - 1
-                expect_frame = np.clip(q, lo, hi) - lo
-                frames = frames.reshape(-1, *frames.shape[-3:])
-                expect_ep = np.repeat(eps, len(offsets))
-                expect_frame = expect_frame.reshape(-1)
-            else:
-                expect_ep, expect_frame = eps, rows - self.meta.ep_from[eps]
-            if frames.is_floating_point():
-                frames = (frames * 255).round().to(torch.uint8)
-            ep, fr, cam_read, valid = barcode.read_batch(frames)
-            ok = valid & (ep == expect_ep) & (fr == expect_frame) & (cam_read == cam_index)
-            self.verified += len(ok)
-            self.wrong += int((~ok).sum())
-
-
 def cuda_unavailable_reason(decode_device: str) -> str | None:
     if decode_device.startswith("cuda") and not torch.cuda.is_available():
         return "decode_device cuda was asked for but torch sees no CUDA device on this machine"
@@ -167,9 +155,11 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
     if reason:
         raise UserError(reason)
     device = torch.device("cuda" if cfg.decode_device.startswith("cuda") else "cpu")
-    dmeta = DatasetMeta.load(cfg.dataset, data_files_root=cfg.data_files_root)
+    dmeta = DatasetMeta.load(cfg.root, data_files_root=cfg.data_files_root)
     adapter = make_adapter(cfg)
-    verifier = _Verifier(dmeta, cfg.mode) if cfg.verify and is_synthetic(dmeta.info) else None
+    barcodes = BarcodeCheck(dmeta, cfg.mode) if cfg.verify and is_synthetic(dmeta.info) else None
+    decoded = (DecodeCheck(dmeta, cfg.mode, cfg.check_frames, gpu=device.type == "cuda", seed=cfg.seed + cfg.rank)
+               if cfg.verify else None)
     workers = cfg.num_workers
     # spawned for CUDA, else forked unless a thread runs here (dlbench.workers); frames decoded on the GPU need no
     # pinned CPU memory
@@ -236,8 +226,10 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
             distinct_frac.append(len(np.unique(eps)) / n)
             if samples_out is not None:
                 samples_out.extend(batch["index"].cpu().tolist())
-            if verifier is not None:
-                verifier.check(batch)
+            if barcodes is not None:
+                barcodes.check(batch)
+            if decoded is not None:
+                decoded.offer(batch)
         window = time.perf_counter() - w0
     finally:
         rss.stop()
@@ -249,6 +241,8 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
             f"with --num-workers 0 to see the loader's own error in this process, and check the job's log"
         )
 
+    if decoded is not None:
+        decoded.finish()
     lat = np.concatenate(latencies)
     cache = np.sum(list(worker_stats.values()), axis=0)
     known = cache[0] >= 0
@@ -286,10 +280,19 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
         "frames_per_sample": fpi,
         "image_shape": "x".join(str(v) for v in cam0),
         "fps": dmeta.fps,
-        "frames_verified": verifier.verified if verifier else 0,
-        "frames_wrong": verifier.wrong if verifier else 0,
+        "frames_barcode_checked": barcodes.checked if barcodes else 0,
+        "frames_barcode_wrong": barcodes.wrong if barcodes else 0,
+        "frames_decode_checked": decoded.checked if decoded else 0,
+        "frames_decode_wrong": decoded.wrong if decoded else 0,
+        "decode_check_worst_diff": decoded.worst_mean_abs_diff if decoded else None,
     }
-    return recordmod.make_record(asdict(cfg), metrics)
+    metrics["frames_verified"] = metrics["frames_barcode_checked"] + metrics["frames_decode_checked"]
+    metrics["frames_wrong"] = metrics["frames_barcode_wrong"] + metrics["frames_decode_wrong"]
+    if metrics["frames_verified"] == 0:
+        why = "verify is off" if not cfg.verify else "no frame was checked (check_frames: 0 on a dataset without barcodes)"
+        return recordmod.make_record(asdict(cfg), metrics, status="unverified", reason=f"unverified: {why}")
+    reason = f"wrong frames: {'; '.join(decoded.problems)}" if decoded is not None and decoded.problems else ""
+    return recordmod.make_record(asdict(cfg), metrics, reason=reason)
 
 
 def _probe(cfg: BenchConfig) -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import UserError
@@ -47,6 +48,22 @@ def run_peer(module: str, *args: str, timeout: float | None = None) -> subproces
     if proc.returncode != 0:
         raise UserError(f"LeRobot peer `{module}` failed:\n{proc.stderr[-4000:]}")
     return proc
+
+
+RECORD_CAMERAS = "front=64x96,wrist=64x96"  # NAME=HEIGHTxWIDTH; cameras are `observation.images.NAME`
+
+
+def lerobot_record(root: str | Path, episodes: int = 3, cameras: str | Mapping[str, tuple[int, int]] = RECORD_CAMERAS,
+                   fps: int = 30, seed: int = 0, timeout: float | None = None) -> Path:
+    """A v3.0 dataset at `root` (which must not exist yet) written by LeRobot 0.6.1's own recorder
+    (`LeRobotDataset.create` / `add_frame` / `save_episode` / `finalize`, videos in LeRobot's default codec, AV1):
+    `episodes` episodes of 10 to 25 frames with 6-dim float32 state and action and one camera-like video per
+    camera. `cameras` is "NAME=HxW,..." or {NAME: (height, width)}. See `lerobot_record.py`."""
+    if isinstance(cameras, Mapping):
+        cameras = ",".join(f"{name}={h}x{w}" for name, (h, w) in cameras.items())
+    run_peer("lerobot_record", str(root), "--episodes", str(episodes), "--cameras", cameras, "--fps", str(fps),
+             "--seed", str(seed), timeout=timeout)
+    return Path(root)
 
 
 def lerobot_convert(src_copy: str | Path, timeout: float | None = None) -> subprocess.CompletedProcess:

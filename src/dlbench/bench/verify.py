@@ -1,0 +1,152 @@
+"""What a benchmark checks about the frames it was handed: are they the frames the items claim to be?
+
+Both checks work from the dataset's own metadata, not from the loader under test: an item's `episode_index` and
+`index` (and the frame mode's window) say which frame of which episode each delivered frame must be.
+- `BarcodeCheck` (synthetic datasets): every delivered frame's barcode must read (episode, frame, camera).
+- `DecodeCheck` (any dataset): a sample of delivered frames, spread over the steady window, is compared with an
+  independent decode: a fresh torchcodec decoder in this process, opened on the same file and asked for the frame's
+  own timestamp (`from_timestamp + frame / fps`). Exact on the CPU; NVDEC's colour conversion differs from
+  FFmpeg's by a few grey levels, so GPU-decoded frames pass within `NVDEC_TOLERANCE`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .. import barcode
+from ..loader.meta import DatasetMeta, resolve_windows
+
+NVDEC_TOLERANCE = 8.0  # mean absolute difference, grey levels, of an NVDEC frame from FFmpeg's CPU decode
+TIMESTAMP_TOLERANCE_S = 1e-4  # LeRobot's tolerance_s: a frame's pts may differ from its timestamp by this much
+
+
+def _as_uint8(frames: torch.Tensor) -> torch.Tensor:
+    if frames.is_floating_point():  # a loader returning floats in [0, 1], as LeRobotDataset does by default
+        return (frames * 255).round().clamp(0, 255).to(torch.uint8)
+    return frames
+
+
+class _Expected:
+    """For each camera of a batch: its frames as (N, C, H, W) and the (episode, frame in episode) each must be."""
+
+    def __init__(self, dmeta: DatasetMeta, mode: str):
+        self.meta = dmeta
+        self.windows = resolve_windows(mode, None, dmeta)
+
+    def frames(self, batch: dict, cam: str) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+        eps = batch["episode_index"].cpu().numpy().astype(np.int64)
+        rows = batch["index"].cpu().numpy().astype(np.int64)
+        frames = batch[cam]
+        if cam in self.windows:
+            offsets = self.windows[cam]
+            q = rows[:, None] + offsets[None, :]
+            lo, hi = self.meta.ep_from[eps][:, None], self.meta.ep_to[eps][:, None] - 1
+            frame = (np.clip(q, lo, hi) - lo).reshape(-1)  # steps outside the episode repeat its edge frame
+            return frames.reshape(-1, *frames.shape[-3:]), np.repeat(eps, len(offsets)), frame
+        return frames, eps, rows - self.meta.ep_from[eps]
+
+
+class BarcodeCheck:
+    """Checks every delivered frame's barcode (synthetic datasets only)."""
+
+    def __init__(self, dmeta: DatasetMeta, mode: str):
+        self.expected = _Expected(dmeta, mode)
+        self.checked = self.wrong = 0
+
+    def check(self, batch: dict) -> None:
+        for cam_index, cam in enumerate(self.expected.meta.cameras):
+            frames, expect_ep, expect_frame = self.expected.frames(batch, cam)
+            ep, fr, cam_read, valid = barcode.read_batch(_as_uint8(frames))
+            ok = valid & (ep == expect_ep) & (fr == expect_frame) & (cam_read == cam_index)
+            self.checked += len(ok)
+            self.wrong += int((~ok).sum())
+
+
+class DecodeCheck:
+    """Compares a uniform sample of delivered frames (`per_camera` per camera) with an independent decode.
+
+    `offer(batch)` during the window keeps a reservoir sample of every frame delivered (a uniform sample over the
+    window; a frame is copied only when it enters the sample); `finish()` decodes and compares.
+    """
+
+    def __init__(self, dmeta: DatasetMeta, mode: str, per_camera: int, gpu: bool = False, seed: int = 0):
+        self.expected = _Expected(dmeta, mode)
+        self.per_camera, self.gpu = per_camera, gpu
+        self.rng = np.random.default_rng(seed)
+        self.offered = {cam: 0 for cam in dmeta.cameras}
+        self.kept: dict[str, list[tuple[int, int, torch.Tensor]]] = {cam: [] for cam in dmeta.cameras}
+        self.checked = self.wrong = 0
+        self.worst_mean_abs_diff = 0.0
+        self.problems: list[str] = []
+
+    def offer(self, batch: dict) -> None:
+        if self.per_camera <= 0:
+            return
+        k = self.per_camera
+        for cam in self.expected.meta.cameras:
+            frames, eps, frame_in_ep = self.expected.frames(batch, cam)
+            pos = self.offered[cam] + np.arange(len(eps))  # each frame's place in the window's stream of frames
+            slots = np.where(pos < k, pos, (self.rng.random(len(eps)) * (pos + 1)).astype(np.int64))
+            kept = self.kept[cam]
+            for i in np.nonzero(slots < k)[0]:  # reservoir sampling: a uniform sample of every frame offered
+                item = (int(eps[i]), int(frame_in_ep[i]), _as_uint8(frames[i]).cpu().clone())
+                if slots[i] == len(kept):
+                    kept.append(item)
+                else:
+                    kept[slots[i]] = item
+            self.offered[cam] += len(eps)
+
+    def finish(self) -> None:
+        """Decode every kept frame independently and count the ones that differ."""
+        from torchcodec.decoders import VideoDecoder
+
+        dmeta = self.expected.meta
+        for cam, kept in self.kept.items():
+            by_file: dict[str, list[tuple[int, int, torch.Tensor]]] = {}
+            for ep, frame, got in kept:
+                by_file.setdefault(dmeta.video_url(cam, ep), []).append((ep, frame, got))
+            for url, items in by_file.items():
+                times = np.array([dmeta.video_from[cam][ep] + frame / dmeta.fps for ep, frame, _ in items])
+                with _open(url) as source:
+                    decoder = VideoDecoder(source, seek_mode="exact", device="cpu")
+                    # the frame shown at its timestamp, allowing for the rounding of stored timestamps
+                    reference = decoder.get_frames_played_at((times + TIMESTAMP_TOLERANCE_S).tolist())
+                off = np.abs(reference.pts_seconds.numpy() - times)
+                for (ep, frame, got), want, err in zip(items, reference.data, off):
+                    self.checked += 1
+                    if err > TIMESTAMP_TOLERANCE_S:
+                        self._wrong(cam, ep, frame, f"the file has no frame at its timestamp (nearest {err:.6f} s off)")
+                    elif got.shape != want.shape:
+                        self._wrong(cam, ep, frame, f"shape {tuple(got.shape)} != {tuple(want.shape)}")
+                        continue
+                    diff = float((got.int() - want.int()).abs().float().mean())
+                    self.worst_mean_abs_diff = max(self.worst_mean_abs_diff, diff)
+                    if diff > (NVDEC_TOLERANCE if self.gpu else 0.0):
+                        self._wrong(cam, ep, frame, f"mean |difference| {diff:.2f} grey levels")
+
+    def _wrong(self, cam: str, ep: int, frame: int, what: str) -> None:
+        self.wrong += 1
+        if len(self.problems) < 5:
+            self.problems.append(f"{cam} episode {ep} frame {frame}: {what}")
+
+
+class _open:
+    """A local path as itself, a URL as an fsspec file object (torchcodec reads either)."""
+
+    def __init__(self, url: str):
+        self.url, self.handle = url, None
+
+    def __enter__(self):
+        from ..video import is_remote
+
+        if not is_remote(self.url):
+            return self.url.removeprefix("file://")
+        import fsspec
+
+        self.handle = fsspec.open(self.url, "rb").open()
+        return self.handle
+
+    def __exit__(self, *exc) -> None:
+        if self.handle is not None:
+            self.handle.close()

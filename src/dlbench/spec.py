@@ -1,0 +1,227 @@
+"""Run specs: the benchmark matrix of a validated config expanded into runs, each resolved once and whole.
+
+A run spec is a flat dict: what is measured (dataset, loader, mode, batch size, workers, decode device, window...),
+where it is read from (`root`, `source`, `source_spec`) and how the run treats a missing GPU, a cold or unreachable
+source. The workflow writes one spec file per run, the bench job hands that file to every rank unchanged, and the
+rank records carry it as their `config`. Torch-free, so that parsing the workflow stays fast; every default comes
+from the config schema (`dlbench.config`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from pathlib import Path
+
+from . import io
+from .config import DATASET_KINDS, defaults
+from .errors import UserError
+
+AXES = ("dataset", "loader", "mode", "batch_size", "num_workers", "decode_device")
+LEROBOT_LOADERS = ("lerobot_map", "lerobot_stream")
+
+
+def run_id(run: dict) -> str:
+    """`<dataset>-<loader>-<mode>-b<batch>-w<workers>-<decode device>`: unique within a scenario."""
+    return (f"{run['dataset']}-{run['loader']}-{run['mode']}-b{run['batch_size']}-w{run['num_workers']}-"
+            f"{run['decode_device']}")
+
+
+def is_url(path: str) -> bool:
+    return "://" in str(path) and not str(path).startswith("file://")
+
+
+# ------------------------------------------------------------------------------------------------- datasets
+def dataset_kind(config: dict, name: str) -> str:
+    """synth, v21 or v30: how the DAG gets the dataset's v3.0 form."""
+    ds = config["datasets"][name]
+    return next(k for k in DATASET_KINDS if k in ds)
+
+
+def converted_root(name: str) -> str:
+    return f"results/datasets/{name}/v30"
+
+
+def dataset_root(config: dict, name: str) -> str:
+    """Where the dataset's v3.0 form lives: a v30 dataset where it is, the others where the DAG converts them."""
+    ds = config["datasets"][name]
+    return ds["v30"] if "v30" in ds else converted_root(name)
+
+
+def dataset_source(config: dict, name: str) -> str | None:
+    """The v2.1 dataset the DAG converts (a synth dataset's is written by the DAG), or None for v30."""
+    ds = config["datasets"][name]
+    if "v21" in ds:
+        return ds["v21"]
+    return f"results/datasets/{name}/v21" if "synth" in ds else None
+
+
+def check_local_dataset(config: dict, name: str) -> None:
+    """A v21 or v30 dataset on local disk must exist and be that version: one line naming the key otherwise.
+
+    URLs are checked by the jobs that read them (validate, bench), where the network is."""
+    from .format import meta
+
+    kind = dataset_kind(config, name)
+    if kind == "synth":
+        return
+    path = config["datasets"][name][kind]
+    if is_url(path):
+        return
+    key = f"datasets.{name}.{kind}"
+    want = "v2.1" if kind == "v21" else "v3.0"
+    if not (Path(path) / "meta" / "info.json").exists():
+        what = "does not exist" if not Path(path).exists() else "has no meta/info.json"
+        raise UserError(f"{key}: {path} {what}; give the root of a LeRobot {want} dataset (the directory holding "
+                        f"meta/, data/ and videos/)")
+    found = meta.read_info(path).get("codebase_version")
+    if found != want:
+        other = {"v2.1": "v21", "v3.0": "v30"}.get(found)
+        hint = f"; list it as {other}: {path}" if other else ""
+        raise UserError(f"{key}: {path} holds a {found!r} dataset, not {want}{hint}")
+
+
+# -------------------------------------------------------------------------------------------------- sources
+def complete_sources(config: dict) -> None:
+    """Loopback sources get their endpoint on this machine; a remote source needs its address."""
+    server = config["loopback_server"]["port"]
+    for name, spec in config["sources"].items():
+        lb = spec.get("loopback")
+        if lb is not None:
+            shaped = lb.get("latency_ms") or lb.get("bandwidth_mbps")
+            if shaped and not lb.get("port"):
+                raise UserError(f"sources.{name}.loopback: a shaped source needs a port")
+            spec["endpoint_url"] = f"http://127.0.0.1:{lb['port'] if shaped else server}"
+        if spec["type"] in ("s3", "http") and not spec.get("url"):
+            raise UserError(f"sources.{name}: type {spec['type']} needs a url")
+        if spec["type"] == "bucket" and not spec.get("bucket"):
+            raise UserError(f"sources.{name}: type bucket needs bucket: OWNER/NAME")
+
+
+def source_base(spec: dict) -> str:
+    """The URL under which a remote source holds datasets by name."""
+    if spec["type"] in ("s3", "http"):
+        return spec["url"].rstrip("/")
+    if spec["type"] == "bucket":
+        return f"hf://buckets/{spec['bucket']}/{spec.get('prefix', '')}".rstrip("/")
+    raise UserError(f"source type {spec['type']!r} has no base URL")
+
+
+def source_url(config: dict, source: str, dataset: str) -> str:
+    """Where a run reads `dataset` from `source`: local reads it where it lives, a remote source under its name."""
+    spec = config["sources"][source]
+    if spec["type"] == "local":
+        return dataset_root(config, dataset)
+    return f"{source_base(spec)}/{dataset}"
+
+
+def prewarm_report(source: str, dataset: str) -> str:
+    return f"results/prewarm/{source}/{dataset}.json"
+
+
+def staged_marker(source: str, dataset: str) -> str:
+    return f"results/sources/{source}/{dataset}.staged.json"
+
+
+# ------------------------------------------------------------------------------------------------------ runs
+def default_dataset(config: dict) -> str:
+    return config["bench"]["defaults"].get("dataset") or next(iter(config["datasets"]))
+
+
+def expand_runs(config: dict) -> list[dict]:
+    """Every run of the matrix (a validated config): each scenario's axes over bench.defaults, expanded and
+    resolved. Raises `UserError` naming the scenario for runs no loader can measure honestly."""
+    runs = []
+    for scenario, overrides in config["bench"]["scenarios"].items():
+        merged = {**config["bench"]["defaults"], **overrides}
+        merged.setdefault("dataset", default_dataset(config))
+        lists = {k: (v if isinstance(v, list) else [v]) for k, v in merged.items() if k in AXES}
+        fixed = {k: v for k, v in merged.items() if k not in AXES}
+        for combo in itertools.product(*lists.values()):
+            runs.append(resolve(config, {**fixed, **dict(zip(lists, combo))}, scenario))
+    ids = [(r["scenario"], r["run_id"]) for r in runs]
+    dup = next((i for i in ids if ids.count(i) > 1), None)
+    if dup:
+        raise UserError(f"bench.scenarios.{dup[0]}: run {dup[1]} appears twice; remove the repeated axis value")
+    return runs
+
+
+def resolve(config: dict, run: dict, scenario: str) -> dict:
+    """One run's spec: its values plus where it reads from and how it treats an unreachable or cold source."""
+    where = f"bench.scenarios.{scenario}"
+    if run["dataset"] not in config["datasets"]:
+        raise UserError(f"{where}.dataset: {run['dataset']!r} is not a configured dataset; datasets: "
+                        f"{sorted(config['datasets'])}")
+    if run["source"] not in config["sources"]:
+        raise UserError(f"{where}.source: {run['source']!r} is not a configured source; sources: "
+                        f"{sorted(config['sources'])}")
+    src = config["sources"][run["source"]]
+    ds = config["datasets"][run["dataset"]]
+    remote = src["type"] != "local"
+    if src.get("stage") and is_url(dataset_root(config, run["dataset"])):
+        raise UserError(f"{where}: source {run['source']} stages datasets from local disk, but dataset "
+                        f"{run['dataset']} is at {ds['v30']}; read it with source: local (where it lives)")
+    root = source_url(config, run["source"], run["dataset"])
+    spec = {**{k: v for k, v in run.items()}, "scenario": scenario, "root": root,
+            "data_files_root": f"{src['data_files_root'].rstrip('/')}/{run['dataset']}" if src.get("data_files_root")
+            else None,
+            "source_spec": src if remote else None,
+            "on_unreachable": ds.get("on_unreachable") or (src["on_unreachable"] if remote else "error"),
+            "require_warm": prewarm_report(run["source"], run["dataset"]) if src.get("require_warm") else None,
+            "on_cold": src.get("on_cold", "error")}
+    spec["run_id"] = run_id(spec)
+    _check_run(spec, where)
+    return spec
+
+
+def _check_run(run: dict, where: str) -> None:
+    """Combinations no loader can measure honestly stop the workflow with one line naming the scenario."""
+    if run["loader"] in LEROBOT_LOADERS and run["decode_device"] != "cpu":
+        raise UserError(f"{where}: loader {run['loader']} decodes on the CPU only (LeRobot 0.6.1); use "
+                        f"decode_device: cpu, or loader dlbench_map / dlbench_stream for cuda")
+    if run["loader"] == "lerobot_stream" and run["ranks"] > 1:
+        raise UserError(f"{where}: loader lerobot_stream does not split its stream by rank, so {run['ranks']} ranks "
+                        f"would read the same frames; use ranks: 1 (or loader dlbench_stream)")
+    if run["loader"] in LEROBOT_LOADERS and run["data_files_root"]:
+        raise UserError(f"{where}: loader {run['loader']} reads data files under its root only; data_files_root "
+                        f"needs a dlbench loader")
+    if run["nodes"] > run["ranks"]:
+        raise UserError(f"{where}: nodes ({run['nodes']}) must not exceed ranks ({run['ranks']}): every node runs "
+                        f"at least one rank")
+
+
+def make_run(values: dict, scenario: str = "adhoc") -> dict:
+    """A run spec by hand (the CLI, the library): the schema's run defaults under `values`, which needs `root`."""
+    spec = {**defaults("bench", "defaults"), "num_batches": None, "decoder_cache_size": None,
+            "data_files_root": None, "source_spec": None, "on_unreachable": "error", "require_warm": None,
+            "on_cold": "error", **{k: v for k, v in values.items() if v is not None}}
+    if not spec.get("root"):
+        raise UserError("a run needs the dataset's root (--root PATH_OR_URL)")
+    spec.setdefault("dataset", Path(str(spec["root"]).rstrip("/").split("@")[0]).name or "dataset")
+    spec["scenario"] = spec.get("scenario") or scenario
+    spec["run_id"] = run_id(spec)
+    _check_run(spec, f"run {spec['run_id']}")
+    return spec
+
+
+def resolve_workers(num_workers: int | str, cameras: int, ranks_here: int = 1) -> int:
+    """`auto`: the cores this job may use, shared by the ranks on this host, over the dataset's cameras."""
+    if num_workers != "auto":
+        return int(num_workers)
+    cores = int(os.environ.get("SLURM_CPUS_PER_TASK", 0)) * ranks_here or len(os.sched_getaffinity(0))
+    return max(1, cores // max(1, ranks_here) // max(1, cameras))
+
+
+def write(spec: dict, path: str | Path) -> None:
+    io.write_json(path, spec)
+
+
+def read(path: str | Path) -> dict:
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path}: run spec not found; build it with the workflow (results/specs/...) or pass the "
+                        f"run's options instead") from None
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}: not a valid run spec ({e}); delete it and rerun") from None
