@@ -7,7 +7,7 @@ CORES ?= all
 
 .PHONY: run test install system-deps peer clean
 
-run: install
+run: install peer
 	$(BIN)/snakemake -c $(CORES)
 
 test: install peer

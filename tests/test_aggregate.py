@@ -11,24 +11,28 @@ from dlbench.bench import record as recordmod
 from dlbench.errors import UserError
 
 
-def metrics(fps, p99=10.0, hit=0.99, wrong=0):
+def metrics(fps, p99=10.0, hit=0.99, wrong=0, verified=100):
     return {"frames_per_s_node": fps, "samples_per_s": fps / 2, "first_batch_latency_s": 0.5,
             "latency_p50_ms": p99 / 4, "latency_p95_ms": p99 / 2, "latency_p99_ms": p99, "peak_rss_mb": 100.0 + fps,
-            "cache_hit_rate": hit, "frames_verified": 100, "frames_wrong": wrong}
+            "cache_hit_rate": hit, "frames_verified": verified, "frames_wrong": wrong,
+            "frames_barcode_checked": verified - 32 if verified else 0, "frames_decode_checked": 32 if verified else 0}
 
 
 def write_run(root, scenario, loader, fps_by_rank, mode="single", source="local", workers=2, device="cpu",
               status="ok", nodes=None, **kw):
     """A run directory as bench-run writes it: rank records and run.json (one rank per node unless `nodes`)."""
     world = len(fps_by_rank)
-    cfg = {"scenario": scenario, "source": source, "loader": loader, "mode": mode, "batch_size": 8,
-           "num_workers": workers, "decode_device": device, "world_size": world, "nodes": nodes or world}
-    run = root / scenario / agg.run_id(cfg)
+    cfg = {"scenario": scenario, "dataset": "synthetic", "root": "results/datasets/synthetic/v30", "source": source,
+           "loader": loader, "mode": mode, "batch_size": 8, "num_workers": workers, "decode_device": device,
+           "world_size": world, "nodes": nodes or world}
+    cfg["run_id"] = agg.run_id(cfg)
+    run = root / scenario / cfg["run_id"]
     run.mkdir(parents=True)
     names = []
     for rank, fps in enumerate(fps_by_rank):
         rec = recordmod.make_record({**cfg, "rank": rank}, metrics(fps, **kw) if status == "ok" else {},
-                                    status=status, reason="" if status == "ok" else "no CUDA device")
+                                    status=status if kw.get("verified", 1) else "unverified",
+                                    reason="" if status == "ok" else "no CUDA device")
         recordmod.write(rec, run / f"rank{rank}of{world}.json")
         names.append(f"rank{rank}of{world}.json")
     (run / "run.json").write_text(json.dumps({"ranks": names}))
@@ -46,12 +50,14 @@ def summary(tmp_path):
         write_run(tmp_path, "mmap_local", "dlbench_map", [150.0], p99=400.0, hit=0.2),  # thrash
         write_run(tmp_path, "mmap_local", "dlbench_map", [500.0], workers=4, wrong=3),  # fast but wrong frames
         write_run(tmp_path, "gpu", "dlbench_stream", [0.0], device="cuda", status="skipped"),
+        write_run(tmp_path, "unchecked", "dlbench_map", [900.0], verified=0),  # fast, but nothing was checked
     ]
     return agg.aggregate(runs, tmp_path / "summary.csv", thrash={"hit_rate_below": 0.5, "p99_ms_above": 100})
 
 
 def row(df, scenario, run_id_prefix, mode="single"):
-    hit = df[(df["scenario"] == scenario) & df["run_id"].str.startswith(run_id_prefix) & (df["mode"] == mode)]
+    hit = df[(df["scenario"] == scenario) & df["run_id"].str.startswith(f"synthetic-{run_id_prefix}")
+             & (df["mode"] == mode)]
     assert len(hit) == 1
     return hit.iloc[0]
 
@@ -71,7 +77,7 @@ def test_per_node_means_totals_and_scaling(summary):
 def test_ratio_to_baseline_pass_fail_and_thrash(summary):
     stream = row(summary, "stream_local", "dlbench_stream")
     assert stream["ratio_to_baseline"] == pytest.approx(3.0)
-    assert stream["baseline_run"] == "stream_local/lerobot_stream-single-b8-w2-cpu"
+    assert stream["baseline_run"] == "stream_local/synthetic-lerobot_stream-single-b8-w2-cpu"
     assert stream["pass"] and not stream["decoder_thrash"] and stream["notes"] == ""
     sarm = row(summary, "stream_local", "dlbench_stream", mode="sarm")
     assert not sarm["pass"] and "below target (200 < 320" in sarm["notes"]
@@ -82,6 +88,9 @@ def test_ratio_to_baseline_pass_fail_and_thrash(summary):
     assert not wrong["pass"] and "3 wrong frames" in wrong["notes"]
     gpu = row(summary, "gpu", "dlbench_stream")
     assert gpu["status"] == "skipped" and not gpu["pass"] and "no CUDA device" in gpu["notes"]
+    unchecked = row(summary, "unchecked", "dlbench_map")  # above target, yet nothing says its frames were right
+    assert unchecked["status"] == "unverified" and not unchecked["pass"] and "unverified" in unchecked["notes"]
+    assert unchecked["frames_verified"] == 0 and stream["frames_decode_checked"] == 32
 
 
 def test_worker_bound_and_cold_source_notes(tmp_path):
@@ -93,7 +102,7 @@ def test_worker_bound_and_cold_source_notes(tmp_path):
         (run / "rank0of1.json").write_text(json.dumps(rec))
     report = tmp_path / "bucket.json"
     report.write_text(json.dumps({"verdict": "cold"}))
-    df = agg.aggregate([busy, idle], tmp_path / "summary.csv", prewarm={"bucket": report})
+    df = agg.aggregate([busy, idle], tmp_path / "summary.csv", prewarm={"bucket/synthetic": report})
     b, i = row(df, "stream_bucket", "dlbench_stream"), row(df, "stream_local", "dlbench_stream")
     assert b["worker_bound"] and not i["worker_bound"]
     assert b["source_verdict"] == "cold" and "cold source" in b["notes"] and "worker-bound" in b["notes"]

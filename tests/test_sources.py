@@ -76,7 +76,7 @@ def test_cold_verdict_stops_a_warmed_run_and_warn_lets_it_measure(s3, tmp_path):
     report = tmp_path / "slow.json"
     assert prewarm(s3["slow"], report).returncode == 0
     out = tmp_path / "run"
-    args = ["bench-run", "--dataset", BUCKET_URL, "--out-dir", str(out), "--require-warm", str(report),
+    args = ["bench-run", "--root", BUCKET_URL, "--out-dir", str(out), "--require-warm", str(report),
             "--loader", "dlbench_stream", "--num-workers", "1", "--batch-size", "4", "--num-batches", "2",
             "--duration-s", "5", "--warmup-s", "0", "--probe-samples", "2", "--buffer-size", "4"]
     stopped = dlbench(*args, spec=s3["slow"])
@@ -137,12 +137,12 @@ def test_bad_sources_give_one_clear_error_and_no_result(s3, tmp_path, case, expe
     assert proc.returncode != 0 and not out.exists()
     assert expected in proc.stderr and spec["url"] in proc.stderr and "Traceback" not in proc.stderr
     run = tmp_path / "run"
-    proc = dlbench("bench-run", "--dataset", spec["url"], "--out-dir", str(run), "--loader", "dlbench_stream",
+    proc = dlbench("bench-run", "--root", spec["url"], "--out-dir", str(run), "--loader", "dlbench_stream",
                    spec=spec, env=env)
     assert proc.returncode != 0 and expected in proc.stderr
     assert not run.exists() or not list(run.iterdir())
     if case == "unreachable":  # a source marked on_unreachable: skip (the Hub on an offline machine) is recorded
-        proc = dlbench("bench-run", "--dataset", spec["url"], "--out-dir", str(run), "--loader", "dlbench_stream",
+        proc = dlbench("bench-run", "--root", spec["url"], "--out-dir", str(run), "--loader", "dlbench_stream",
                        "--on-unreachable", "skip", spec=spec, env=env)
         assert proc.returncode == 0, proc.stderr
         rec = json.loads((run / "rank0of1.json").read_text())

@@ -237,7 +237,7 @@ def _add_plan_args(p) -> None:
 RUN_OPTIONS = ("root", "dataset", "scenario", "source", "loader", "mode", "batch_size", "num_workers",
                "decode_device", "duration_s", "warmup_s", "num_batches", "decoder_cache_size", "pool_size",
                "buffer_size", "probe_samples", "check_frames", "seed", "ranks", "nodes", "data_files_root",
-               "on_unavailable")
+               "on_unavailable", "on_unreachable", "require_warm", "on_cold", "source_spec")
 
 
 def _workers(text: str) -> int | str:
@@ -279,6 +279,11 @@ def _add_run_options(p) -> None:
     opt("nodes", int)
     opt("data_files_root", help_="where data/ and videos/ are when not under --root (which then holds meta/)")
     opt("on_unavailable", choices=["skip", "error"])
+    opt("on_unreachable", choices=["error", "skip"], help_="a remote dataset that cannot be reached: fail, or write "
+                                                          "skipped records (default: error)")
+    opt("require_warm", help_="a prewarm report (dlbench prewarm-check) that must say warm")
+    opt("on_cold", choices=["error", "warn"], help_="a cold prewarm report: stop, or measure anyway (default: error)")
+    opt("source_spec", json.loads, help_="the source's config as JSON (sets its fsspec settings, e.g. endpoint_url)")
     p.add_argument("--no-verify", action="store_true", help="check no frame (the run is then 'unverified')")
 
 

@@ -1,12 +1,12 @@
 """Data sources: where a benchmark reads the v3.0 dataset from. All I/O goes through fsspec, so every loader runs
 the same code for every source; a source only decides the URL and the fsspec settings.
 
-Source specs (config.yaml `sources:`):
-    {type: local}                                     the converted dataset on local disk
-    {type: s3, url: s3://bucket/prefix, endpoint_url: http://host:port}   any S3-compatible store
-    {type: http, url: https://host/path}              a server that answers range requests
-    {type: hub, repo_id: org/name, revision: v3.0}    hf://datasets/org/name@v3.0
-    {type: bucket, bucket: owner/name, prefix: path}  hf://buckets/owner/name/path (HF storage buckets)
+Source specs (config.yaml `sources:`); a remote source holds each dataset under its name:
+    {type: local}                                     each dataset where it lives (or where it was converted)
+    {type: s3, url: s3://bucket/prefix, endpoint_url: http://host:port}   any S3-compatible store: URL/<dataset>
+    {type: http, url: https://host/path}              a server that answers range requests: URL/<dataset>
+    {type: bucket, bucket: owner/name, prefix: path}  hf://buckets/owner/name/path/<dataset> (HF storage buckets)
+A dataset on the Hub is a dataset, not a source: datasets: {name: {v30: hf://datasets/org/name@revision}}.
 Optional keys: `stage: true` (upload the converted dataset there first), `loopback: {latency_ms, bandwidth_mbps}`
 (serve it from a local S3 server, shaped like remote storage), `require_warm: true` (gate on the prewarm check),
 `data_files_root: URL` (data/ and videos/ live there, meta/ at the source), `on_unreachable: skip|error`.
@@ -27,21 +27,6 @@ LOOPBACK_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "dlbench", "AWS_SECRET_ACCESS_KEY":
                         "AWS_DEFAULT_REGION": "us-east-1"}
 
 
-def dataset_url(spec: dict, local_root: str) -> str:
-    """The URL of the dataset root for a source spec (`local_root`: the converted dataset on disk)."""
-    kind = spec.get("type", "local")
-    if kind == "local":
-        return str(local_root)
-    if kind in ("s3", "http"):
-        return spec["url"].rstrip("/")
-    if kind == "hub":
-        rev = f"@{spec['revision']}" if spec.get("revision") else ""
-        return f"hf://datasets/{spec['repo_id']}{rev}"
-    if kind == "bucket":
-        return f"hf://buckets/{spec['bucket']}/{spec.get('prefix', '')}".rstrip("/")
-    raise UserError(f"source type {kind!r} is unknown; use local, s3, http, hub or bucket")
-
-
 def fsspec_env(spec: dict) -> dict[str, str]:
     """Environment for jobs reading this source: fsspec picks FSSPEC_<PROTOCOL>_<KWARG> up as defaults."""
     env = {}
@@ -52,11 +37,13 @@ def fsspec_env(spec: dict) -> dict[str, str]:
     return env
 
 
-def apply_env(spec_json: str | None) -> None:
-    """Set the source's fsspec settings in this process and its children (CLI `--source-spec`)."""
-    if not spec_json:
+def apply_env(spec: dict | str | None) -> None:
+    """Set the source's fsspec settings in this process and its children (a run spec's `source_spec`, or the
+    CLI's `--source-spec` JSON)."""
+    if not spec:
         return
-    spec = json.loads(spec_json)
+    if isinstance(spec, str):
+        spec = json.loads(spec)
     os.environ.update(fsspec_env(spec))  # children (ranks) read it when they import fsspec
     if spec.get("type") == "s3" and spec.get("endpoint_url"):  # this process imported fsspec already
         fsspec.config.conf.setdefault("s3", {})["endpoint_url"] = spec["endpoint_url"]

@@ -20,6 +20,7 @@ from .errors import UserError
 
 AXES = ("dataset", "loader", "mode", "batch_size", "num_workers", "decode_device")
 LEROBOT_LOADERS = ("lerobot_map", "lerobot_stream")
+UNSET = {"num_batches": None, "decoder_cache_size": None}  # run keys without a schema default: None is "not set"
 
 
 def run_id(run: dict) -> str:
@@ -163,7 +164,7 @@ def resolve(config: dict, run: dict, scenario: str) -> dict:
         raise UserError(f"{where}: source {run['source']} stages datasets from local disk, but dataset "
                         f"{run['dataset']} is at {ds['v30']}; read it with source: local (where it lives)")
     root = source_url(config, run["source"], run["dataset"])
-    spec = {**{k: v for k, v in run.items()}, "scenario": scenario, "root": root,
+    spec = {**UNSET, **run, "scenario": scenario, "root": root,
             "data_files_root": f"{src['data_files_root'].rstrip('/')}/{run['dataset']}" if src.get("data_files_root")
             else None,
             "source_spec": src if remote else None,
@@ -183,6 +184,10 @@ def _check_run(run: dict, where: str) -> None:
     if run["loader"] == "lerobot_stream" and run["ranks"] > 1:
         raise UserError(f"{where}: loader lerobot_stream does not split its stream by rank, so {run['ranks']} ranks "
                         f"would read the same frames; use ranks: 1 (or loader dlbench_stream)")
+    remote = is_url(run["root"]) and not str(run["root"]).startswith("hf://datasets/")
+    if run["loader"] in LEROBOT_LOADERS and remote:
+        raise UserError(f"{where}: loader {run['loader']} reads local datasets and Hub repos only, not "
+                        f"{run['root']}; use dlbench_map or dlbench_stream there")
     if run["loader"] in LEROBOT_LOADERS and run["data_files_root"]:
         raise UserError(f"{where}: loader {run['loader']} reads data files under its root only; data_files_root "
                         f"needs a dlbench loader")
@@ -193,8 +198,7 @@ def _check_run(run: dict, where: str) -> None:
 
 def make_run(values: dict, scenario: str = "adhoc") -> dict:
     """A run spec by hand (the CLI, the library): the schema's run defaults under `values`, which needs `root`."""
-    spec = {**defaults("bench", "defaults"), "num_batches": None, "decoder_cache_size": None,
-            "data_files_root": None, "source_spec": None, "on_unreachable": "error", "require_warm": None,
+    spec = {**defaults("bench", "defaults"), **UNSET, "data_files_root": None, "source_spec": None, "on_unreachable": "error", "require_warm": None,
             "on_cold": "error", **{k: v for k, v in values.items() if v is not None}}
     if not spec.get("root"):
         raise UserError("a run needs the dataset's root (--root PATH_OR_URL)")

@@ -25,11 +25,11 @@ from . import barcode, io
 from .errors import UserError
 from .format import meta, paths
 
-# codec name in config -> (FFmpeg encoder, codec name recorded in info.json, default crf, default GOP)
+# codec name in config -> (FFmpeg encoder, codec name recorded in info.json, default crf, default GOP, default preset)
 CODECS = {
-    "h264": ("libx264", "h264", 23, 30),
-    "hevc": ("libx265", "hevc", 28, 30),
-    "av1": ("libsvtav1", "av1", 30, 2),  # LeRobot's recording defaults: libsvtav1, g=2, crf=30
+    "h264": ("libx264", "h264", 23, 30, None),
+    "hevc": ("libx265", "hevc", 28, 30, None),
+    "av1": ("libsvtav1", "av1", 30, 2, 12),  # LeRobot 0.6.1's recording defaults: libsvtav1, g=2, crf=30, preset 12
 }
 
 # what the frames show (besides the barcode): "stripes" (smooth moving colour stripes: cheap to encode, ~4 KB per
@@ -106,6 +106,10 @@ class SynthConfig:
     @property
     def effective_crf(self) -> int:
         return self.crf if self.crf is not None else CODECS[self.codec][2]
+
+    @property
+    def effective_preset(self) -> str | int | None:
+        return self.preset if self.preset is not None else CODECS[self.codec][4]
 
 
 def episode_lengths(cfg: SynthConfig) -> np.ndarray:
@@ -402,7 +406,7 @@ def encode_video(frames_thwc: np.ndarray, path: Path, cfg: SynthConfig) -> None:
         tmp_mp4 = tmp.with_name(tmp.name + ".mp4")  # the container is chosen from the extension
         try:
             VideoEncoder(tensor, frame_rate=cfg.fps).to_file(
-                tmp_mp4, codec=cfg.encoder, pixel_format="yuv420p", crf=cfg.effective_crf, preset=cfg.preset,
+                tmp_mp4, codec=cfg.encoder, pixel_format="yuv420p", crf=cfg.effective_crf, preset=cfg.effective_preset,
                 extra_options=options,
             )
             os.replace(tmp_mp4, tmp)

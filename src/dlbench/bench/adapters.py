@@ -92,15 +92,27 @@ def _lerobot(cfg) -> Adapter:
     dmeta = DatasetMeta.load(cfg.root)
     deltas = lerobot_delta_timestamps(dmeta, cfg.mode)
     fpi = sum(len(deltas.get(c, [0])) if deltas else 1 for c in dmeta.cameras)
+    where = lerobot_location(cfg.root)
     if cfg.loader == "lerobot_map":
-        ds = LeRobotDataset("local/bench", root=cfg.root, delta_timestamps=deltas, return_uint8=True,
-                            video_backend="torchcodec")
+        ds = LeRobotDataset(**where, delta_timestamps=deltas, return_uint8=True, video_backend="torchcodec")
         _stop_tqdm_monitor()
         return Adapter(ds, False, fpi, None, None)
-    ds = StreamingLeRobotDataset("local/bench", root=cfg.root, delta_timestamps=deltas, return_uint8=True,
-                                 seed=cfg.seed, buffer_size=cfg.buffer_size, max_num_shards=max(1, cfg.num_workers))
+    ds = StreamingLeRobotDataset(**where, delta_timestamps=deltas, return_uint8=True, seed=cfg.seed,
+                                 buffer_size=cfg.buffer_size, max_num_shards=max(1, cfg.num_workers))
     _stop_tqdm_monitor()
     return Adapter(ds, True, fpi, None, None)
+
+
+def lerobot_location(root: str) -> dict:
+    """What LeRobot's datasets take to find `root`: a local root, or a Hub repo id and revision."""
+    root = str(root)
+    if root.startswith("hf://datasets/"):
+        repo, _, revision = root.removeprefix("hf://datasets/").partition("@")
+        return {"repo_id": repo.rstrip("/"), "revision": revision or None}
+    if "://" in root and not root.startswith("file://"):
+        raise UserError(f"{root}: LeRobot's loaders read local datasets and Hub repos (hf://datasets/ORG/NAME@REV) "
+                        f"only; read this one with dlbench_map or dlbench_stream")
+    return {"repo_id": "local/bench", "root": root.removeprefix("file://")}
 
 
 def _stop_tqdm_monitor() -> None:

@@ -150,7 +150,7 @@ def handover(root: str, mode: str, pattern: str, batch_size: int, workers: int, 
 
 
 def bench(root: str, loader: str, mode: str, args, out: Path, duration_s: float) -> dict:
-    cmd = [sys.executable, "-m", "dlbench", "-q", "bench-run", "--dataset", root, "--loader", loader, "--mode", mode,
+    cmd = [sys.executable, "-m", "dlbench", "-q", "bench-run", "--root", root, "--loader", loader, "--mode", mode,
            "--batch-size", str(args.batch_size), "--num-workers", str(args.workers), "--duration-s",
            str(duration_s), "--warmup-s", str(args.warmup_s), "--out-dir", str(out), "--on-unavailable", "skip",
            "--no-verify"]  # the ceiling checks nothing either; verification costs main-process CPU

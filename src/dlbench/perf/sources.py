@@ -33,7 +33,7 @@ def _free_port() -> int:
 
 def _bench(url: str, spec: dict | None, out: Path, a) -> float:
     """Decoded frames/s of one bench run (its own process, as in the workflow)."""
-    cmd = [sys.executable, "-m", "dlbench", "-q", "bench-run", "--dataset", url, "--out-dir", str(out),
+    cmd = [sys.executable, "-m", "dlbench", "-q", "bench-run", "--root", url, "--out-dir", str(out),
            "--loader", "dlbench_stream", "--mode", a.mode, "--batch-size", str(a.batch_size), "--num-workers",
            str(a.workers), "--duration-s", str(a.duration_s), "--warmup-s", str(a.warmup_s), "--no-verify"]
     if spec is not None:
