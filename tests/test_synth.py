@@ -1,11 +1,12 @@
 import json
+import os
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from torchcodec.decoders import VideoDecoder
 
-from dlbench import barcode
+from dlbench import barcode, synth
 from dlbench.errors import UserError
 from dlbench.format import meta, paths
 from dlbench.synth import Camera, episode_lengths, render_frames, synthesize
@@ -146,3 +147,14 @@ def test_barcode_reads_back_and_rejects_any_single_wrong_cell():
         block = damaged[r * c:(r + 1) * c, k * c:(k + 1) * c]
         block[...] = 255 - block
         assert barcode.read(damaged, channels_last=True) is None, f"cell {cell} flipped and still accepted"
+
+
+@pytest.mark.skipif(not synth.encoder_works("av1"), reason="this FFmpeg has no AV1 encoder (libsvtav1)")
+def test_av1_encoding_leaves_the_scheduling_policy_alone(tmp_path):
+    """SVT-AV1 run as root makes the calling thread SCHED_FIFO 99; workers started afterwards inherited it and a
+    2-core machine livelocked in OpenBLAS. Encoding must give the thread its policy back."""
+    before = os.sched_getscheduler(0)
+    cfg = synth.SynthConfig(codec="av1", cameras=(synth.Camera("c", 64, 64),))
+    synth.encode_video(np.zeros((8, 64, 64, 3), np.uint8), tmp_path / "clip.mp4", cfg)
+    assert (tmp_path / "clip.mp4").stat().st_size > 0
+    assert os.sched_getscheduler(0) == before

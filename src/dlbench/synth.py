@@ -8,6 +8,7 @@ and metadata bytes.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing
 import os
@@ -402,7 +403,7 @@ def encode_video(frames_thwc: np.ndarray, path: Path, cfg: SynthConfig) -> None:
     options = {"g": cfg.effective_gop}
     if cfg.codec == "hevc":
         options["x265-params"] = "log-level=error"
-    with io.atomic_path(path.with_suffix(".mp4")) as tmp:
+    with io.atomic_path(path.with_suffix(".mp4")) as tmp, _own_scheduling():
         tmp_mp4 = tmp.with_name(tmp.name + ".mp4")  # the container is chosen from the extension
         try:
             VideoEncoder(tensor, frame_rate=cfg.fps).to_file(
@@ -413,6 +414,19 @@ def encode_video(frames_thwc: np.ndarray, path: Path, cfg: SynthConfig) -> None:
         finally:
             if tmp_mp4.exists():
                 tmp_mp4.unlink()
+
+
+@contextlib.contextmanager
+def _own_scheduling():
+    """Give the calling thread its scheduling policy back after encoding. SVT-AV1 run as root (containers, CI) turns
+    it into SCHED_FIFO priority 99, which processes started later inherit; a real-time thread spinning in OpenBLAS
+    then starves the helper thread it waits for, and a 2-core machine livelocks."""
+    policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+    try:
+        yield
+    finally:
+        if os.sched_getscheduler(0) != policy:
+            os.sched_setscheduler(0, policy, param)
 
 
 @functools.lru_cache(maxsize=None)
