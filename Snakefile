@@ -25,15 +25,16 @@ rule all:
         CONVERSION_PLOT,
 
 
-# The loopback S3 server (and its shaping proxies) lives as long as this run, if a source uses it.
+# The S3 server of loopback sources (and its shaping proxies) lives as long as this run, if a run reads one. It
+# starts before any job is submitted; a server that cannot start (or that compute nodes could not reach) stops here.
 onstart:
     if USES_LOOPBACK:
-        dlbench.loopback.start(config["loopback_server"]["port"], LOOPBACK_PROXIES, LOOPBACK_STATE, "results/logs/loopback")
+        checked(start_loopback, what="loopback server")
 
 
 onsuccess:
-    dlbench.loopback.stop(LOOPBACK_STATE)
+    dlbench.loopback.stop()
 
 
 onerror:
-    dlbench.loopback.stop(LOOPBACK_STATE)
+    dlbench.loopback.stop()

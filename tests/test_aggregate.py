@@ -13,14 +13,15 @@ from dlbench.errors import UserError
 
 def metrics(fps, p99=10.0, hit=0.99, wrong=0, verified=100):
     return {"frames_per_s_node": fps, "samples_per_s": fps / 2, "first_batch_latency_s": 0.5,
-            "latency_p50_ms": p99 / 4, "latency_p95_ms": p99 / 2, "latency_p99_ms": p99, "peak_rss_mb": 100.0 + fps,
+            "latency_p50_ms": p99 / 4, "latency_p95_ms": p99 / 2, "latency_p99_ms": p99, "peak_pss_mb": 100.0 + fps,
             "cache_hit_rate": hit, "frames_verified": verified, "frames_wrong": wrong,
             "frames_barcode_checked": verified - 32 if verified else 0, "frames_decode_checked": 32 if verified else 0}
 
 
 def write_run(root, scenario, loader, fps_by_rank, mode="single", source="local", workers=2, device="cpu",
-              status="ok", nodes=None, **kw):
-    """A run directory as bench-run writes it: rank records and run.json (one rank per node unless `nodes`)."""
+              status="ok", nodes=None, hosts=None, **kw):
+    """A run directory as bench-run writes it: rank records and run.json. Rank r runs on host `hosts[r]` (default:
+    the configured `nodes` hosts, one rank per node unless `nodes` is smaller)."""
     world = len(fps_by_rank)
     cfg = {"scenario": scenario, "dataset": "synthetic", "root": "results/datasets/synthetic/v30", "source": source,
            "loader": loader, "mode": mode, "batch_size": 8, "num_workers": workers, "decode_device": device,
@@ -33,6 +34,7 @@ def write_run(root, scenario, loader, fps_by_rank, mode="single", source="local"
         rec = recordmod.make_record({**cfg, "rank": rank}, metrics(fps, **kw) if status == "ok" else {},
                                     status=status if kw.get("verified", 1) else "unverified",
                                     reason="" if status == "ok" else "no CUDA device")
+        rec["host"] = hosts[rank] if hosts else f"node{rank % (nodes or world)}"
         recordmod.write(rec, run / f"rank{rank}of{world}.json")
         names.append(f"rank{rank}of{world}.json")
     (run / "run.json").write_text(json.dumps({"ranks": names}))
@@ -45,6 +47,8 @@ def summary(tmp_path):
         write_run(tmp_path, "stream_local", "dlbench_stream", [300.0]),
         write_run(tmp_path, "stream_local_2rank", "dlbench_stream", [280.0, 260.0]),  # mean 270 -> 0.9 of 300
         write_run(tmp_path, "one_node_2rank", "dlbench_stream", [280.0, 260.0], nodes=1),  # 540 on one node
+        # configured for 2 nodes, but both ranks ran on one host: per node is the host's 540, and notes say so
+        write_run(tmp_path, "short_of_nodes", "dlbench_stream", [280.0, 260.0], nodes=2, hosts=["vm", "vm"]),
         write_run(tmp_path, "stream_local", "lerobot_stream", [100.0]),
         write_run(tmp_path, "stream_local", "dlbench_stream", [200.0], mode="sarm"),  # below the 320 target
         write_run(tmp_path, "mmap_local", "dlbench_map", [150.0], p99=400.0, hit=0.2),  # thrash
@@ -66,12 +70,32 @@ def test_per_node_means_totals_and_scaling(summary):
     two = row(summary, "stream_local_2rank", "dlbench_stream")
     assert two["frames_per_s_node"] == 270.0 and two["frames_per_s_total"] == 540.0
     assert two["samples_per_s_node"] == 135.0 and two["ranks"] == two["world_size"] == 2
-    assert two["peak_rss_mb"] == 380.0  # the largest rank
+    assert two["peak_pss_mb"] == 380.0  # the largest rank
     assert two["scaling_efficiency"] == pytest.approx(0.9)
     assert row(summary, "stream_local", "dlbench_stream")["scaling_efficiency"] == 1.0
     shared = row(summary, "one_node_2rank", "dlbench_stream")  # two ranks on one node: the node does both
     assert shared["nodes"] == 1 and shared["frames_per_s_node"] == shared["frames_per_s_total"] == 540.0
     assert shared["scaling_efficiency"] == pytest.approx(1.8)
+    assert two["hosts"] == "node0;node1" and two["nodes_used"] == 2 and "host" not in two["notes"]
+    short = row(summary, "short_of_nodes", "dlbench_stream")
+    assert short["nodes"] == 2 and short["nodes_used"] == 1 and short["hosts"] == "vm"
+    assert short["frames_per_s_node"] == 540.0 and short["scaling_efficiency"] == pytest.approx(1.8)
+    assert "ran on 1 host(s), not the 2 nodes configured" in short["notes"]
+
+
+def test_repeats_give_the_median_window_and_its_spread(tmp_path):
+    run = write_run(tmp_path, "stream_local", "dlbench_stream", [0.0, 0.0])  # two ranks, two hosts
+    for rank, rates in enumerate(([100.0, 300.0, 200.0], [110.0, 90.0, 100.0])):  # samples/s per window
+        path = run / f"rank{rank}of2.json"
+        rec = json.loads(path.read_text())
+        rec["metrics"].update(frames_per_sample=2, windows=[
+            {"start_unix": 10.0 * i, "end_unix": 10.0 * i + 2, "samples": int(r * 2), "seconds": 2.0}
+            for i, r in enumerate(rates)])
+        recordmod.write(rec, path)
+    df = agg.aggregate([run], tmp_path / "summary.csv")
+    # per window, frames/s summed over ranks: 420, 780, 600; over 2 hosts: 210, 390, 300
+    assert df.iloc[0]["frames_per_s_node"] == 300.0 and df.iloc[0]["repeats"] == 3
+    assert df.iloc[0]["frames_per_s_min"] == 210.0 and df.iloc[0]["frames_per_s_max"] == 390.0
 
 
 def test_ratio_to_baseline_pass_fail_and_thrash(summary):
@@ -138,7 +162,7 @@ def test_conversion_table(tmp_path):
         recs.append(tmp_path / f"w{workers}.json")
         recs[-1].write_text(json.dumps({"dataset": "d", "workers": workers, "seconds": seconds, "episodes": 10,
                                         "input_bytes": 40 * 2**20, "output_bytes": 39 * 2**20,
-                                        "peak_rss_mb": 100.0 * workers}))
+                                        "peak_pss_mb": 100.0 * workers}))
     table = agg.conversion_table(recs, tmp_path / "conversion.csv")
     assert table["speedup_vs_1_worker"].tolist() == [1.0, pytest.approx(1.667), 2.5]
     assert table["input_mb_per_s"].tolist() == [4.0, pytest.approx(6.667), 10.0]

@@ -31,7 +31,7 @@ def test_record_has_sane_metrics_and_verifies_every_frame(v30_h264, loader):
     assert m["frames_per_sample"] == 16 and m["num_cameras"] == 2
     assert m["frames_per_s_node"] == pytest.approx(m["samples_per_s"] * 16)
     assert m["latency_p50_ms"] <= m["latency_p95_ms"] <= m["latency_p99_ms"]
-    assert 0 <= m["cache_hit_rate"] <= 1 and m["peak_rss_mb"] > 0
+    assert 0 <= m["cache_hit_rate"] <= 1 and m["peak_pss_mb"] > 0
     assert m["probe_decode_ms"] > 0 and m["probe_fetch_ms"] > 0
 
 

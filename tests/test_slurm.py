@@ -10,8 +10,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
-from .test_workflow import REPO, SNAKEMAKE, TINY
+from dlbench.loopback import routable_address
+
+from .test_workflow import REPO, SNAKEMAKE, TINY, measuring_windows, with_buckets
 
 SCRIPTS = REPO / "scripts"
 
@@ -30,11 +33,21 @@ SLURM_TINY = {
     **TINY,
     "bench": {"defaults": {**TINY["bench"]["defaults"], "warmup_s": 0, "num_batches": 6, "buffer_size": 8},
               "scenarios": {"mmap_local": {},
-                            "stream_2rank": {"loader": "dlbench_stream", "ranks": 2}}},
+                            # 1 + 3 windows x 2 batches: both ranks stay inside their first epoch
+                            "stream_2rank": {"loader": "dlbench_stream", "ranks": 2, "num_batches": 2}}},
 }
-# the test node has 2 CPUs: keep every request within it
+
+
+def _profile_resources() -> list[str]:
+    """profiles/slurm's set-resources as CLI values (a CLI --set-resources replaces the profile's whole key), with
+    bench jobs fitted to the test node's 2 CPUs."""
+    profile = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())["set-resources"]
+    profile["bench"]["cpus_per_task"] = 1
+    return [f"{rule}:{key}={value}" for rule, res in profile.items() for key, value in res.items()]
+
+
 FIT_NODE = ["--slurm-init-seconds-before-status-checks", "2", "--set-threads", "synth=2",
-            "--set-resources", "bench:cpus_per_task=1"]
+            "--set-resources", *_profile_resources()]
 
 
 @pytest.fixture(scope="module")
@@ -56,17 +69,32 @@ def snakemake_slurm(workdir: Path, config: dict, env: dict, *args: str, timeout:
                           env=env, capture_output=True, text=True, timeout=timeout)
 
 
+# compute nodes reach the S3 server by the submit host's routable address; without one the bucket scenario cannot run
+BUCKETS = ("bucket",) if routable_address() else ()
+
+
 def test_workflow_end_to_end_on_slurm(cluster, tmp_path):
-    proc = snakemake_slurm(tmp_path, SLURM_TINY, cluster)
+    config = with_buckets(SLURM_TINY, scenarios=BUCKETS)
+    proc = snakemake_slurm(tmp_path, config, cluster)
     assert proc.returncode == 0, proc.stderr[-4000:]
     summary = pd.read_csv(tmp_path / "results/summary.csv")
-    assert set(summary["scenario"]) == {"mmap_local", "stream_2rank"}
+    assert set(summary["scenario"]) == {"mmap_local", "stream_2rank", *(f"stream_{b}" for b in BUCKETS)}
     assert (summary["status"] == "ok").all() and (summary["frames_wrong"] == 0).all()
     assert (summary["frames_per_s_node"] > 0).all()
     # the jobs really went through SLURM: one sbatch log per job
     slurm_logs = list((tmp_path / "results/logs/slurm").rglob("*.log"))
     rules = {part for p in slurm_logs for part in p.parts if part.startswith("rule_")}
     assert rules >= {"rule_synth", "rule_convert_work", "rule_bench"}
+    if BUCKETS:  # the bucket run read the S3 server that the submit host started, at the address in its state file
+        assert "rule_stage_source" in rules
+        bucket = summary.set_index("scenario").loc["stream_bucket"]
+        assert bucket["status"] == "ok" and bucket["frames_wrong"] == 0 and bucket["hosts"]
+        staged = (tmp_path / "results/logs/sources/stage-bucket-synthetic.log").read_text()
+        assert "s3://dlbench/bucket/synthetic" in staged
+    windows = measuring_windows(tmp_path / "results")
+    assert len(windows) == 2 + len(BUCKETS) + 2  # bench runs, conversion timings
+    for (_, end, first), (start, _, second) in zip(windows, windows[1:]):
+        assert end <= start, f"{first} overlaps {second}"
     assert not rules & {"rule_run_spec", "rule_aggregate", "rule_plots"}  # glue runs where Snakemake runs
     assert len(list((tmp_path / "results/logs/slurm/rule_convert_work").rglob("*.log"))) == 2
     run_dir = tmp_path / "results/runs/stream_2rank/synthetic-dlbench_stream-single-b4-w1-cpu"
@@ -117,3 +145,13 @@ def test_scancel_a_convert_worker_then_rerun_completes(cluster, tmp_path):
     assert len(list((work / "done").glob("*.json"))) == manifest["units"]
     report = json.loads((tmp_path / target).read_text())
     assert report["ok"] and report["frames_wrong"] == 0
+
+
+def test_a_server_compute_nodes_cannot_reach_stops_before_submitting(cluster, tmp_path):
+    config = with_buckets(SLURM_TINY, scenarios=("bucket",))
+    config["loopback_server"]["host"] = "127.0.0.1"
+    proc = snakemake_slurm(tmp_path, config, cluster, "results/runs/stream_bucket/"
+                           "synthetic-dlbench_stream-single-b4-w1-cpu")
+    assert proc.returncode != 0
+    assert "loopback_server.host is 127.0.0.1, which compute nodes cannot reach" in proc.stderr
+    assert not (tmp_path / "results/logs/slurm").exists() and not (tmp_path / "results/datasets").exists()

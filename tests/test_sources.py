@@ -1,4 +1,4 @@
-"""Remote sources against a real S3-compatible server on loopback (moto's server, read through s3fs), plain and
+"""Remote sources against a real S3-compatible server on loopback (SeaweedFS, read through s3fs), plain and
 behind a shaping proxy that makes it look like cold, far storage."""
 
 import json
@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from dlbench import loopback
 from dlbench.loader.collate import DataLoader
 from dlbench.loader.stream import LeRobotStreamingDataset
+from dlbench.errors import UserError
 from dlbench.sources import apply_env
 
 from .test_stream import check_item, unbatch
@@ -39,7 +41,7 @@ def s3(tmp_path_factory, v30_h264):
     home = tmp_path_factory.mktemp("loopback")
     port, slow_port = free_port(), free_port()
     state = home / "state.json"
-    loopback.start(port, [(slow_port, 150.0, 16.0)], state, home / "logs")
+    loopback.start(port, [(slow_port, 150.0, 16.0)], state, home / "logs", data_dir=home / "data")
     fast = {"type": "s3", "url": BUCKET_URL, "endpoint_url": f"http://127.0.0.1:{port}", "loopback": {}}
     try:
         staged = dlbench("stage", str(v30_h264), BUCKET_URL, "--marker", str(home / "staged.json"), spec=fast)
@@ -147,3 +149,44 @@ def test_bad_sources_give_one_clear_error_and_no_result(s3, tmp_path, case, expe
         assert proc.returncode == 0, proc.stderr
         rec = json.loads((run / "rank0of1.json").read_text())
         assert rec["status"] == "skipped" and "not reachable" in rec["reason"] and spec["url"] in rec["reason"]
+
+
+def test_bandwidth_cap_holds_across_all_connections_of_a_source(s3):
+    """Two downloads at once through the 16 Mbit/s proxy share the cap: together they take as long as their total
+    size at 16 Mbit/s, not half that (a per-connection cap would give each its own 16 Mbit/s)."""
+    import s3fs
+
+    blob = os.urandom(1 << 20)
+    fast = s3fs.S3FileSystem(endpoint_url=s3["fast"]["endpoint_url"], key="dlbench", secret="dlbench")
+    fast.pipe(f"{BUCKET_URL}/blob.bin", blob)
+    slow = s3fs.S3FileSystem(endpoint_url=s3["slow"]["endpoint_url"], key="dlbench", secret="dlbench",
+                             skip_instance_cache=True)
+    from concurrent.futures import ThreadPoolExecutor
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(lambda _: slow.cat_file(f"{BUCKET_URL}/blob.bin"), range(2)))
+    elapsed = time.perf_counter() - t0
+    assert got == [blob, blob]
+    assert elapsed >= 0.9 * 2 * len(blob) * 8 / 16e6  # 2 MiB at 16 Mbit/s: 1.05 s
+
+
+def test_the_server_listens_where_jobs_reach_it():
+    assert loopback.server_host("auto", local=True) == "127.0.0.1"
+    with pytest.raises(UserError, match="loopback_server.host is 127.0.0.1, which compute nodes cannot reach"):
+        loopback.server_host("127.0.0.1", local=False)
+    routable = loopback.routable_address()
+    if routable is not None:
+        assert loopback.server_host("auto", local=False) == routable and not routable.startswith("127.")
+    assert loopback.server_host("10.1.2.3", local=False) == "10.1.2.3"
+    with pytest.raises(UserError, match="give the one address jobs reach this machine by"):
+        loopback.server_host("0.0.0.0", local=False)
+
+
+def test_jobs_find_the_server_in_its_state_file(tmp_path):
+    state = tmp_path / "loopback.json"
+    state.write_text(json.dumps({"host": "10.1.2.3", "port": 9770}))
+    assert loopback.endpoint({}, state) == "http://10.1.2.3:9770"
+    assert loopback.endpoint({"port": 9771, "latency_ms": 20}, state) == "http://10.1.2.3:9771"
+    with pytest.raises(UserError, match="the loopback server's address is missing"):
+        loopback.endpoint({}, tmp_path / "none.json")

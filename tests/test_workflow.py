@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -24,11 +25,49 @@ TINY = {
     "convert": {"workers": 2, "episodes_per_batch": 2},
     "bench": {"defaults": {"batch_size": 4, "num_workers": 1, "duration_s": 2, "warmup_s": 0.5, "probe_samples": 4},
               "scenarios": {"mmap_local": {"mode": ["single", "sarm"]},
-                            # a short window: both ranks stay inside their first epoch
-                            "stream_2rank": {"loader": "dlbench_stream", "ranks": 2, "num_batches": 6,
+                            # short windows (1 + 3 x 2 batches): both ranks stay inside their first epoch
+                            "stream_2rank": {"loader": "dlbench_stream", "ranks": 2, "num_batches": 2,
                                              "buffer_size": 8, "warmup_s": 0},
                             "gpu": {"loader": "dlbench_stream", "decode_device": "cuda"}}},
 }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def with_buckets(config: dict, scenarios=("bucket", "warm"), on_cold: str = "warn") -> dict:
+    """`config` plus two bucket sources on the loopback S3 server (SeaweedFS) and a streaming scenario on each named
+    in `scenarios`: `bucket` behind a shaping proxy, `warm` gated on the prewarm check."""
+    sources = {"local": {"type": "local"},
+               "bucket": {"type": "s3", "url": "s3://dlbench/bucket", "stage": True,
+                          "loopback": {"port": free_port(), "latency_ms": 5, "bandwidth_mbps": 400}},
+               "warm": {"type": "s3", "url": "s3://dlbench/warm", "stage": True, "loopback": {},
+                        "require_warm": True, "on_cold": on_cold,
+                        "prewarm": {"files": 4, "range_mb": 1, "ttfb_ms_max": 50, "mbps_min": 50}}}
+    stream = {"loader": "dlbench_stream", "num_batches": 6, "buffer_size": 8}
+    bench = config["bench"]
+    added = {f"stream_{name}": {**stream, "source": name} for name in scenarios}
+    return {**config, "loopback_server": {"port": free_port()}, "sources": sources,
+            "bench": {**bench, "scenarios": {**bench["scenarios"], **added}}}
+
+
+def measuring_windows(results: Path) -> list[tuple[float, float, str]]:
+    """(start, end, what) of every measurement the records kept: bench runs (all ranks together), conversion timings
+    and prewarm checks."""
+    windows = []
+    for run in results.glob("runs/*/*"):
+        recs = [json.loads(p.read_text()) for p in run.glob("rank*of*.json")]
+        recs = [r for r in recs if r["status"] in ("ok", "unverified")]
+        if recs:
+            windows.append((min(r["metrics"]["window_start_unix"] for r in recs),
+                            max(r["metrics"]["window_end_unix"] for r in recs), str(run)))
+    for path in [*results.glob("convert/*/scaling/w*.json"), *results.glob("prewarm/*/*.json")]:
+        rec = json.loads(path.read_text())
+        windows.append((rec["window_start_unix"], rec["window_end_unix"], str(path)))
+    return sorted(windows)
 
 
 def snakemake(workdir: Path, config: dict, *args: str) -> subprocess.CompletedProcess:
@@ -40,24 +79,38 @@ def snakemake(workdir: Path, config: dict, *args: str) -> subprocess.CompletedPr
 
 @pytest.mark.slow
 def test_default_dag_end_to_end(tmp_path):
-    dry = snakemake(tmp_path, TINY, "-n", "-c", "2")
+    config = with_buckets(TINY)
+    dry = snakemake(tmp_path, config, "-n", "-c", "2")
     assert dry.returncode == 0, dry.stderr
     for rule in ("synth", "convert_plan", "convert_work", "convert_finalize", "validate_dataset", "bench",
-                 "aggregate", "plots"):
+                 "bench_cuda", "stage_source", "prewarm_check", "aggregate", "plots"):
         assert rule in dry.stdout
-    proc = snakemake(tmp_path, TINY, "-c", "2")
+    proc = snakemake(tmp_path, config, "-c", "64")  # more cores than the machine has: measurements still queue
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = pd.read_csv(tmp_path / "results/summary.csv")
     assert sorted(zip(summary["scenario"], summary["run_id"])) == [
         ("gpu", "synthetic-dlbench_stream-single-b4-w1-cuda"), ("mmap_local", "synthetic-dlbench_map-sarm-b4-w1-cpu"),
         ("mmap_local", "synthetic-dlbench_map-single-b4-w1-cpu"),
-        ("stream_2rank", "synthetic-dlbench_stream-single-b4-w1-cpu")]
+        ("stream_2rank", "synthetic-dlbench_stream-single-b4-w1-cpu"),
+        ("stream_bucket", "synthetic-dlbench_stream-single-b4-w1-cpu"),
+        ("stream_warm", "synthetic-dlbench_stream-single-b4-w1-cpu")]
     assert set(summary["dataset"]) == {"synthetic"}
-    for col in ("frames_per_s_node", "samples_per_s_node", "latency_p99_ms", "peak_rss_mb", "pass"):
+    for col in ("frames_per_s_node", "samples_per_s_node", "latency_p99_ms", "peak_pss_mb", "pass",
+                "frames_per_s_min", "frames_per_s_max", "batch_interval_p99_ms", "hosts"):
         assert col in summary.columns
     ok = summary[summary["status"] == "ok"]
-    assert len(ok) == 3 and (ok["frames_per_s_node"] > 0).all()
+    gpu_runs = int(torch.cuda.is_available())  # the cuda run measures where there is a GPU
+    assert len(ok) == 5 + gpu_runs and (ok["frames_per_s_node"] > 0).all() and (ok["repeats"] == 3).all()
+    assert (ok["frames_per_s_min"] <= ok["frames_per_s_node"]).all()
+    assert (ok["frames_per_s_node"] <= ok["frames_per_s_max"]).all()
     assert (ok["frames_verified"] > 0).all() and (ok["frames_wrong"] == 0).all()
+    assert summary.set_index("scenario").loc["stream_warm", "source_verdict"] in ("warm", "cold")
+    # one measurement at a time: no two measuring windows (bench runs, conversion timings, prewarm checks) overlap
+    windows = measuring_windows(tmp_path / "results")
+    assert len(windows) == 5 + gpu_runs + 2 + 1
+    for (_, end, first), (start, _, second) in zip(windows, windows[1:]):
+        assert end <= start, f"{first} overlaps {second}"
+    assert not (tmp_path / "results/sources/loopback.json").exists()  # the server stopped with the run
     gpu = summary[summary["scenario"] == "gpu"].iloc[0]
     if not torch.cuda.is_available():
         assert gpu["status"] == "skipped" and "no CUDA device" in gpu["reason"]
@@ -67,7 +120,7 @@ def test_default_dag_end_to_end(tmp_path):
         assert (tmp_path / f"results/plots/{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     conversion = pd.read_csv(tmp_path / "results/tables/conversion.csv")
     assert conversion["workers"].tolist() == [1, 2] and (conversion["episodes"] == 8).all()
-    assert conversion["speedup_vs_1_worker"].iloc[0] == 1.0 and (conversion["peak_rss_mb"] > 0).all()
+    assert conversion["speedup_vs_1_worker"].iloc[0] == 1.0 and (conversion["peak_pss_mb"] > 0).all()
     report = snakemake(tmp_path, TINY, "--report", "report.html")
     assert report.returncode == 0, report.stderr[-2000:]
     html = (tmp_path / "report.html").read_text()
@@ -89,8 +142,8 @@ def check_two_ranks(run_dir: Path) -> None:
         assert m["frames_wrong"] == 0 and m["frames_barcode_checked"] == m["samples"] * m["frames_per_sample"] > 0
         assert 0 <= m["latency_p50_ms"] <= m["latency_p95_ms"] <= m["latency_p99_ms"]
         assert 0.0 <= m["cache_hit_rate"] <= 1.0 and m["cache_hits"] + m["cache_misses"] > 0
-        assert m["peak_rss_mb"] > 0 and m["first_batch_latency_s"] > 0 and m["samples_per_s"] > 0
-        assert 0 < m["shuffle_randomness_frac"] <= 1 and m["num_cameras"] == 1 and m["fps"] == 30
+        assert m["peak_pss_mb"] > 0 and m["first_batch_latency_s"] > 0 and m["samples_per_s"] > 0
+        assert m["shuffle_randomness"] > 0.2 and m["repeats"] >= 1 and m["num_cameras"] == 1 and m["fps"] == 30
         assert m["probe_samples_per_s"] > 0 and m["probe_decode_ms"] >= 0
         assert m["worker_start_method"] == "fork"  # a local source leaves no thread running before the workers start
     for r in range(2):
@@ -123,6 +176,18 @@ def test_killed_bench_job_leaves_no_result_and_rerun_produces_it(tmp_path):
                      "-c", "2", "--rerun-incomplete", target)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (run_dir / "rank0of1.json").exists() and (run_dir / "run.json").exists()
+
+
+def test_a_loopback_server_that_cannot_start_stops_the_run_before_any_job(tmp_path):
+    config = with_buckets(TINY)
+    port = config["loopback_server"]["port"]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        proc = snakemake(tmp_path, config, "-c", "2", "results/runs/stream_bucket/synthetic-dlbench_stream-single-b4-w1-cpu")
+    assert proc.returncode != 0
+    assert f"port {port} on 127.0.0.1 is taken; pick another port in config.yaml" in proc.stderr
+    assert not (tmp_path / "results/datasets").exists() and not (tmp_path / "results/specs").exists()
 
 
 @pytest.mark.parametrize("bad, message", [

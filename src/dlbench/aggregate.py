@@ -1,7 +1,9 @@
 """Aggregate rank records into `summary.csv`: one row per run (a scenario and its run id).
 
-Totals are the sum over ranks; per-node figures are the totals over the run's nodes (the mean over ranks when each
-rank has a node of its own, as on SLURM with ranks = nodes). Derived columns:
+Totals are the sum over ranks; per-node figures are the totals over the distinct hosts the ranks ran on (`hosts`),
+so two ranks that shared one machine count as one node; a run that got fewer hosts than its configured `nodes` says
+so in `notes`. Each rank measures `repeats` windows back to back: `frames_per_s_node` is the median window (summed
+over ranks), `frames_per_s_min` and `frames_per_s_max` the spread. Derived columns:
 - `scaling_efficiency`: per-node frames/s of a run over that of the 1-rank run with the same source, loader,
   mode, batch size, workers and decode device (1.0 is perfect scaling across nodes; with several ranks on one
   node it says how much the node gains from them);
@@ -26,6 +28,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import jsonschema
+import numpy as np
 import pandas as pd
 
 from . import io
@@ -108,39 +111,21 @@ def aggregate(paths: list[str | Path], out: str | Path, targets: dict | None = N
     for (scenario, rid), recs in sorted(groups.items()):
         cfg = recs[0]["config"]
         world = recs[0]["world_size"]
-        nodes = cfg.get("nodes") or world  # records without the field: one rank per node
         ok = [r for r in recs if r.get("status", "ok") in VERIFIED_STATUSES]
         statuses = {r.get("status", "ok") for r in recs}
         if len(ok) == world:
             status = "ok" if sum(r["metrics"]["frames_verified"] for r in ok) else "unverified"
         else:
             status = "skipped" if statuses == {"skipped"} else "incomplete"
+        hosts = sorted({r["host"] for r in ok if r.get("host")})
+        configured = cfg.get("nodes") or world
         row = {"scenario": scenario, "run_id": rid, **{k: cfg.get(k) for k in RUN_KEYS[1:]},
-               "world_size": world, "nodes": nodes, "ranks": len(recs), "status": status,
-               "source_verdict": verdicts.get(f"{cfg.get('source')}/{cfg.get('dataset')}", ""),
+               "world_size": world, "nodes": configured, "hosts": ";".join(hosts), "ranks": len(recs),
+               "status": status, "source_verdict": verdicts.get(f"{cfg.get('source')}/{cfg.get('dataset')}", ""),
                "reason": "; ".join(sorted({r.get("reason", "") for r in recs if r.get("reason")}))}
         if ok:
-            m = pd.DataFrame([r["metrics"] for r in ok]).drop(columns=["image_shape", "worker_start_method"],
-                                                              errors="ignore")
-            m = m.apply(pd.to_numeric, errors="coerce")  # None (a loader without cache counters) -> NaN
-            row.update({
-                "frames_per_s_node": m["frames_per_s_node"].sum() / nodes,  # a rank record's figure is the rank's
-                "samples_per_s_node": m["samples_per_s"].sum() / nodes,
-                "frames_per_s_total": m["frames_per_s_node"].sum(),
-                "samples_per_s_total": m["samples_per_s"].sum(),
-                "first_batch_latency_s": m["first_batch_latency_s"].max(),
-                "latency_p50_ms": m["latency_p50_ms"].mean(),
-                "latency_p95_ms": m["latency_p95_ms"].mean(),
-                "latency_p99_ms": m["latency_p99_ms"].max(),
-                "peak_rss_mb": m["peak_rss_mb"].max(),
-                "cache_hit_rate": m["cache_hit_rate"].mean(),
-                "frames_verified": int(m["frames_verified"].sum()),
-                "frames_wrong": int(m["frames_wrong"].sum()),
-                "frames_barcode_checked": int(m.get("frames_barcode_checked", pd.Series([0])).sum()),
-                "frames_decode_checked": int(m.get("frames_decode_checked", pd.Series([0])).sum()),
-                "probe_samples_per_s": m["probe_samples_per_s"].mean() if "probe_samples_per_s" in m else None,
-                "worker_start_method": ok[0]["metrics"].get("worker_start_method"),
-            })
+            nodes = len(hosts) or configured
+            row.update(_measured(ok, nodes), nodes_used=nodes)
         target = targets.get(cfg.get("mode"))
         row["target_frames_per_s_node"] = target
         row["pass"] = bool(status == "ok" and target is not None and row["frames_per_s_node"] >= target
@@ -150,6 +135,60 @@ def aggregate(paths: list[str | Path], out: str | Path, targets: dict | None = N
     with io.atomic_path(out) as tmp:
         df.to_csv(tmp, index=False)
     return df
+
+
+def _window_totals(recs: list[dict]) -> np.ndarray | None:
+    """Samples/s of the run in each of its windows, summed over ranks (None for records without windows)."""
+    per_rank = []
+    for r in recs:
+        windows = r["metrics"].get("windows")
+        if not windows:
+            return None
+        per_rank.append([w["samples"] / w["seconds"] for w in windows])
+    n = min(len(w) for w in per_rank)
+    return np.sum([w[:n] for w in per_rank], axis=0)
+
+
+def _measured(ok: list[dict], nodes: int) -> dict:
+    """A run's measured columns from its rank records; per-node figures over `nodes` hosts."""
+    m = pd.DataFrame([r["metrics"] for r in ok]).drop(columns=["image_shape", "worker_start_method", "windows",
+                                                               "consumer_device"], errors="ignore")
+    m = m.apply(pd.to_numeric, errors="coerce")  # None (a loader without cache counters) -> NaN
+    samples = _window_totals(ok)
+    fpi = ok[0]["metrics"].get("frames_per_sample", 1)
+    if samples is None:  # records without windows: their own headline figures
+        samples = np.array([m["samples_per_s"].sum()])
+        fpi = m["frames_per_s_node"].sum() / samples[0] if samples[0] else 1
+    frames = samples * fpi
+    col = lambda name: m[name] if name in m else pd.Series([float("nan")])  # noqa: E731
+    return {
+        "frames_per_s_node": float(np.median(frames)) / nodes,
+        "frames_per_s_min": float(frames.min()) / nodes,
+        "frames_per_s_max": float(frames.max()) / nodes,
+        "repeats": len(frames),
+        "samples_per_s_node": float(np.median(samples)) / nodes,
+        "frames_per_s_total": float(np.median(frames)),
+        "samples_per_s_total": float(np.median(samples)),
+        "first_batch_latency_s": m["first_batch_latency_s"].max(),
+        "batch_interval_p50_ms": col("batch_interval_p50_ms").mean(),
+        "batch_interval_p95_ms": col("batch_interval_p95_ms").mean(),
+        "batch_interval_p99_ms": col("batch_interval_p99_ms").max(),
+        "latency_p50_ms": m["latency_p50_ms"].mean(),
+        "latency_p95_ms": m["latency_p95_ms"].mean(),
+        "latency_p99_ms": m["latency_p99_ms"].max(),
+        "peak_pss_mb": m["peak_pss_mb"].max(),
+        "shuffle_randomness": col("shuffle_randomness").mean(),
+        "cache_hit_rate": m["cache_hit_rate"].mean(),
+        "frames_verified": int(m["frames_verified"].sum()),
+        "frames_wrong": int(m["frames_wrong"].sum()),
+        "frames_barcode_checked": int(col("frames_barcode_checked").fillna(0).sum()),
+        "frames_decode_checked": int(col("frames_decode_checked").fillna(0).sum()),
+        "probe_samples_per_s": col("probe_samples_per_s").mean(),
+        "worker_start_method": ok[0]["metrics"].get("worker_start_method"),
+        "consumer_device": ok[0]["metrics"].get("consumer_device"),
+        "window_start_unix": min(r["metrics"].get("window_start_unix", float("nan")) for r in ok),
+        "window_end_unix": max(r["metrics"].get("window_end_unix", float("nan")) for r in ok),
+    }
 
 
 def derive(df: pd.DataFrame, baseline: str, thrash: dict) -> pd.DataFrame:
@@ -204,6 +243,9 @@ def derive(df: pd.DataFrame, baseline: str, thrash: dict) -> pd.DataFrame:
             if row["worker_bound"]:
                 why.append(f"worker-bound ({row['num_workers']} workers each at their single-process rate of "
                            f"{row['probe_samples_per_s']:.0f} samples/s; add workers if cores allow)")
+            if pd.notna(row.get("nodes_used")) and row["nodes_used"] < row["nodes"]:
+                why.append(f"ran on {int(row['nodes_used'])} host(s), not the {row['nodes']} nodes configured: "
+                           f"per-node figures are per host")
             if row.get("source_verdict") == "cold":
                 why.append("measured on a cold source (prewarm check said cold)")
         notes.append("; ".join(why))
@@ -217,7 +259,7 @@ def load_conversion(path: str | Path) -> dict:
         rec = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise UserError(f"{path}: not a readable conversion record ({e}); delete it and rerun its job") from None
-    missing = [k for k in ("workers", "seconds", "input_bytes", "peak_rss_mb", "episodes") if k not in rec]
+    missing = [k for k in ("workers", "seconds", "input_bytes", "peak_pss_mb", "episodes") if k not in rec]
     if missing:
         raise UserError(f"{path}: conversion record lacks {missing}; delete it and rerun its job")
     return rec
@@ -225,7 +267,7 @@ def load_conversion(path: str | Path) -> dict:
 
 def conversion_table(paths: list[str | Path], out: str | Path) -> pd.DataFrame:
     """One row per timed conversion (`dlbench convert run --record`): seconds, speed-up over the 1-worker run of
-    the same dataset, input bytes/s and peak RSS of the process tree. Writes `out` (CSV)."""
+    the same dataset, input bytes/s and peak PSS of the process tree. Writes `out` (CSV)."""
     if not paths:
         raise UserError("no conversion records to tabulate; time a conversion with `dlbench convert run --record`")
     df = pd.DataFrame([load_conversion(p) for p in paths]).sort_values(["dataset", "workers"])

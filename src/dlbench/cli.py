@@ -78,15 +78,16 @@ def cmd_convert_finalize(a) -> None:
 
 
 def cmd_convert_run(a) -> None:
+    import socket
     import time
 
     from . import io
     from .convert.run import run
     from .format.meta import read_info
-    from .procstat import RssSampler
+    from .procstat import MemorySampler
 
-    t0 = time.perf_counter()
-    rss = RssSampler(every_s=0.05)  # this process and its worker processes
+    t0, start_unix = time.perf_counter(), time.time()
+    rss = MemorySampler(every_s=0.05)  # this process and its worker processes
     try:  # the sampler thread starts once the workers are forked (forking beside a live thread is unsafe)
         out = run(a.src, a.dst, workers=a.workers, work_dir=a.work, options=_plan_options(a),
                   lease_timeout_s=a.lease_timeout_s, progress=not a.quiet, on_workers_started=rss.start)
@@ -102,7 +103,8 @@ def cmd_convert_run(a) -> None:
         io.write_json(a.record, {
             "dataset": a.name or Path(a.src).resolve().parent.name, "src": str(a.src), "workers": a.workers,
             "seconds": seconds, "episodes": read_info(str(out))["total_episodes"],
-            "input_bytes": tree_bytes(a.src), "output_bytes": tree_bytes(out), "peak_rss_mb": rss.peak / 2**20,
+            "input_bytes": tree_bytes(a.src), "output_bytes": tree_bytes(out), "peak_pss_mb": rss.peak / 2**20,
+            "host": socket.gethostname(), "window_start_unix": start_unix, "window_end_unix": start_unix + seconds,
         })
 
 
@@ -235,7 +237,7 @@ def _add_plan_args(p) -> None:
 
 
 RUN_OPTIONS = ("root", "dataset", "scenario", "source", "loader", "mode", "batch_size", "num_workers",
-               "decode_device", "duration_s", "warmup_s", "num_batches", "decoder_cache_size", "pool_size",
+               "decode_device", "duration_s", "warmup_s", "repeats", "num_batches", "decoder_cache_size", "pool_size",
                "buffer_size", "probe_samples", "check_frames", "seed", "ranks", "nodes", "data_files_root",
                "on_unavailable", "on_unreachable", "require_warm", "on_cold", "source_spec")
 
@@ -268,6 +270,7 @@ def _add_run_options(p) -> None:
     opt("decode_device", choices=["cpu", "cuda"])
     opt("duration_s", float)
     opt("warmup_s", float)
+    opt("repeats", int)
     opt("num_batches", int)
     opt("decoder_cache_size", int)
     opt("pool_size", int)
@@ -340,7 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--work", default=None, help="work directory (default: hidden sibling of DST, removed at the end)")
     p.add_argument("--lease-timeout-s", type=float, default=60.0)
-    p.add_argument("--record", default=None, help="write the timing (seconds, bytes, peak RSS) as JSON here")
+    p.add_argument("--record", default=None, help="write the timing (seconds, bytes, peak PSS) as JSON here")
     p.add_argument("--name", default=None, help="dataset name in the record (default: SRC's parent directory)")
     _add_plan_args(p)
     p.set_defaults(func=cmd_convert_run)

@@ -71,20 +71,28 @@ def plot_throughput(df: pd.DataFrame, path: Path) -> Path:
 
 
 def plot_latency(df: pd.DataFrame, path: Path) -> Path:
-    """p50/p95/p99 per-sample latency of every run."""
-    title = "Per-sample latency (time in the dataset's __getitem__ / __iter__ step)"
-    df = _ok(df).sort_values(["mode", "latency_p99_ms"])
+    """Latency of every run: first what the consumer sees (time between batches arriving, p50/p95/p99), then the
+    time to produce one item inside the dataset (a streaming loader's is mostly a pop from its buffer)."""
+    title = "Latency: between batches at the consumer (left), per item inside the dataset (right)"
+    df = _ok(df)
+    if "batch_interval_p99_ms" in df:
+        df = df.sort_values(["mode", "batch_interval_p99_ms"])
     if df.empty:
         return _nothing(path, title, "no run finished")
-    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * len(df)))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 1.4 + 0.45 * len(df)), sharey=True)
     y = range(len(df))
-    for k, (col, name) in enumerate((("latency_p50_ms", "p50"), ("latency_p95_ms", "p95"), ("latency_p99_ms", "p99"))):
-        ax.barh([i + (k - 1) * 0.27 for i in y], df[col], 0.27, label=name)
-    ax.set_yticks(list(y), [f"{_label(r)} ({r['mode']})" for _, r in df.iterrows()], fontsize=8)
-    ax.set_xscale("log")
-    ax.set_xlabel("per-sample latency (ms, log scale)")
-    ax.set_title(title)
-    ax.legend(loc="lower right")
+    for ax, prefix, xlabel in ((axes[0], "batch_interval", "time between batches at the consumer (ms, log)"),
+                               (axes[1], "latency", "time to produce one item (ms, log)")):
+        for k, name in enumerate(("p50", "p95", "p99")):
+            col = f"{prefix}_{name}_ms"
+            if col in df:
+                ax.barh([i + (k - 1) * 0.27 for i in y], df[col].clip(lower=1e-3), 0.27, label=name)
+        ax.set_xscale("log")
+        ax.set_xlabel(xlabel)
+        ax.legend(loc="lower right", fontsize=8)
+    axes[0].set_yticks(list(y), [f"{_label(r)} ({r['mode']})" for _, r in df.iterrows()], fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
     return _save(fig, path)
 
 

@@ -9,6 +9,7 @@ least `throughput_mbps_min` (megabits/s); the report keeps every measurement as 
 
 from __future__ import annotations
 
+import socket
 import time
 from pathlib import Path
 
@@ -44,7 +45,7 @@ def _measure(fs, path: str, range_bytes: int) -> dict:
 def check(url: str, files: int = 8, range_mb: float = 4.0, ttfb_p50_ms_max: float = 50.0,
           throughput_mbps_min: float = 400.0) -> dict:
     """Measure `url` (a dataset root) and return the report with its verdict."""
-    t_start = time.perf_counter()
+    t_start, start_unix = time.perf_counter(), time.time()
     try:
         fs, root = fsspec.core.url_to_fs(url)
         paths = sample_files(fs, root, files)
@@ -69,6 +70,9 @@ def check(url: str, files: int = 8, range_mb: float = 4.0, ttfb_p50_ms_max: floa
         "repeat": repeat,
         "files": len(rounds["first"]),
         "check_seconds": time.perf_counter() - t_start,
+        "host": socket.gethostname(),  # the measuring window, to check that no other measurement overlapped it
+        "window_start_unix": start_unix,
+        "window_end_unix": time.time(),
         "evidence": rounds,
     }
 

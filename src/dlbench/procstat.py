@@ -1,4 +1,6 @@
-"""Peak resident memory of a process tree, sampled in a background thread."""
+"""Peak memory of a process tree, sampled in a background thread, as PSS: each page counted once, split among the
+processes sharing it (forked DataLoader workers share the batch ring and their copy-on-write pages, which a sum of
+RSS would count once per process)."""
 
 from __future__ import annotations
 
@@ -7,8 +9,15 @@ import threading
 import psutil
 
 
-class RssSampler(threading.Thread):
-    """Samples the RSS of `pid` (default: this process) plus all its descendants every `every_s` seconds.
+def _pss(p: psutil.Process) -> int:
+    try:
+        return p.memory_full_info().pss  # /proc/PID/smaps_rollup
+    except (AttributeError, psutil.AccessDenied):  # no PSS on this platform, or not ours to read
+        return p.memory_info().rss
+
+
+class MemorySampler(threading.Thread):
+    """Samples the summed PSS of `pid` (default: this process) and all its descendants every `every_s` seconds.
 
     `peak` is the largest total seen, in bytes. Use it as a context manager (or call `start()` and `stop()`) so
     the thread ends even when the measured code raises.
@@ -27,7 +36,7 @@ class RssSampler(threading.Thread):
             return
         for p in procs:
             try:
-                total += p.memory_info().rss
+                total += _pss(p)
             except psutil.Error:
                 pass
         self.peak = max(self.peak, total)
@@ -42,7 +51,7 @@ class RssSampler(threading.Thread):
         if self.is_alive():
             self.join()
 
-    def __enter__(self) -> "RssSampler":
+    def __enter__(self) -> "MemorySampler":
         self.start()
         return self
 

@@ -8,7 +8,8 @@ Source specs (config.yaml `sources:`); a remote source holds each dataset under 
     {type: bucket, bucket: owner/name, prefix: path}  hf://buckets/owner/name/path/<dataset> (HF storage buckets)
 A dataset on the Hub is a dataset, not a source: datasets: {name: {v30: hf://datasets/org/name@revision}}.
 Optional keys: `stage: true` (upload the converted dataset there first), `loopback: {latency_ms, bandwidth_mbps}`
-(serve it from a local S3 server, shaped like remote storage), `require_warm: true` (gate on the prewarm check),
+(serve it from the S3 server the workflow
+starts, shaped like remote storage; jobs find its address in results/sources/loopback.json), `require_warm: true` (gate on the prewarm check),
 `data_files_root: URL` (data/ and videos/ live there, meta/ at the source), `on_unreachable: skip|error`.
 """
 
@@ -27,11 +28,20 @@ LOOPBACK_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "dlbench", "AWS_SECRET_ACCESS_KEY":
                         "AWS_DEFAULT_REGION": "us-east-1"}
 
 
+def endpoint_url(spec: dict) -> str | None:
+    """The S3 endpoint of a source: its `endpoint_url`, or for a loopback source the running server's address."""
+    if spec.get("endpoint_url") or spec.get("loopback") is None:
+        return spec.get("endpoint_url")
+    from .loopback import endpoint
+
+    return endpoint(spec["loopback"])
+
+
 def fsspec_env(spec: dict) -> dict[str, str]:
     """Environment for jobs reading this source: fsspec picks FSSPEC_<PROTOCOL>_<KWARG> up as defaults."""
     env = {}
-    if spec.get("type") == "s3" and spec.get("endpoint_url"):
-        env["FSSPEC_S3_ENDPOINT_URL"] = spec["endpoint_url"]
+    if spec.get("type") == "s3" and (url := endpoint_url(spec)):
+        env["FSSPEC_S3_ENDPOINT_URL"] = url
     if spec.get("loopback") is not None:  # the local test server accepts any key
         env.update({k: os.environ.get(k, v) for k, v in LOOPBACK_CREDENTIALS.items()})
     return env
@@ -44,9 +54,10 @@ def apply_env(spec: dict | str | None) -> None:
         return
     if isinstance(spec, str):
         spec = json.loads(spec)
-    os.environ.update(fsspec_env(spec))  # children (ranks) read it when they import fsspec
-    if spec.get("type") == "s3" and spec.get("endpoint_url"):  # this process imported fsspec already
-        fsspec.config.conf.setdefault("s3", {})["endpoint_url"] = spec["endpoint_url"]
+    env = fsspec_env(spec)
+    os.environ.update(env)  # children (ranks) read it when they import fsspec
+    if "FSSPEC_S3_ENDPOINT_URL" in env:  # this process imported fsspec already
+        fsspec.config.conf.setdefault("s3", {})["endpoint_url"] = env["FSSPEC_S3_ENDPOINT_URL"]
 
 
 def _friendly(url: str, e: Exception) -> UserError:

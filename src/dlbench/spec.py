@@ -85,15 +85,12 @@ def check_local_dataset(config: dict, name: str) -> None:
 
 # -------------------------------------------------------------------------------------------------- sources
 def complete_sources(config: dict) -> None:
-    """Loopback sources get their endpoint on this machine; a remote source needs its address."""
-    server = config["loopback_server"]["port"]
+    """A remote source needs its address; a shaped loopback source its proxy's port (jobs find the server's address
+    in its state file, `dlbench.loopback.endpoint`, as it may run on another machine than the job)."""
     for name, spec in config["sources"].items():
         lb = spec.get("loopback")
-        if lb is not None:
-            shaped = lb.get("latency_ms") or lb.get("bandwidth_mbps")
-            if shaped and not lb.get("port"):
-                raise UserError(f"sources.{name}.loopback: a shaped source needs a port")
-            spec["endpoint_url"] = f"http://127.0.0.1:{lb['port'] if shaped else server}"
+        if lb is not None and (lb.get("latency_ms") or lb.get("bandwidth_mbps")) and not lb.get("port"):
+            raise UserError(f"sources.{name}.loopback: a shaped source needs a port")
         if spec["type"] in ("s3", "http") and not spec.get("url"):
             raise UserError(f"sources.{name}: type {spec['type']} needs a url")
         if spec["type"] == "bucket" and not spec.get("bucket"):
@@ -191,6 +188,9 @@ def _check_run(run: dict, where: str) -> None:
     if run["loader"] in LEROBOT_LOADERS and run["data_files_root"]:
         raise UserError(f"{where}: loader {run['loader']} reads data files under its root only; data_files_root "
                         f"needs a dlbench loader")
+    if run["repeats"] < 1 or run["duration_s"] <= 0:
+        raise UserError(f"{where}: repeats ({run['repeats']}) must be at least 1 and duration_s ({run['duration_s']}) "
+                        f"above 0")
     if run["nodes"] > run["ranks"]:
         raise UserError(f"{where}: nodes ({run['nodes']}) must not exceed ranks ({run['ranks']}): every node runs "
                         f"at least one rank")

@@ -18,6 +18,7 @@ rule run_spec:
         "../scripts/run_spec.py"
 
 
+# Two rules with one recipe, so a profile can send cuda runs (only) to a GPU partition: set-resources: bench_cuda.
 rule bench:
     input:
         unpack(bench_inputs),
@@ -27,18 +28,22 @@ rule bench:
         "results/logs/bench/{scenario}/{run_id}.log",
     benchmark:
         "results/benchmarks/bench/{scenario}/{run_id}.tsv"
-    threads: bench_threads
+    wildcard_constraints:
+        run_id=".*-cpu",
+    threads: measuring(bench_threads)
     resources:
-        mem_mb=bench_mem_mb,
-        runtime=lambda wildcards: int(run_of(wildcards)["duration_s"] / 60) + 15,
-        gpu=lambda wildcards: 1 if run_of(wildcards)["decode_device"] == "cuda" else 0,
-        network=lambda wildcards: int(runspec.is_url(run_of(wildcards)["root"])),
-        # multi-rank runs on SLURM: one job, `ranks` tasks over `nodes` nodes; the job starts them with srun
-        tasks=lambda wildcards: run_of(wildcards)["ranks"],
-        nodes=lambda wildcards: run_of(wildcards)["nodes"],
-        mpi=lambda wildcards: "srun" if run_of(wildcards)["ranks"] > 1 else "",
-        cpus_per_task=lambda wildcards, threads: max(1, threads // run_of(wildcards)["ranks"]),
+        **BENCH_RESOURCES,
     conda:
-        bench_conda_env
+        "../envs/cpu.yaml"
     shell:
         "dlbench -q bench-run --spec {input.spec} --out-dir {output} > {log} 2>&1"
+
+
+use rule bench as bench_cuda with:
+    wildcard_constraints:
+        run_id=".*-cuda",
+    resources:
+        **BENCH_RESOURCES,
+        gpu=1,
+    conda:
+        "../envs/cuda.yaml"

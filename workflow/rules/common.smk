@@ -13,12 +13,12 @@ from dlbench.config import validate_config
 from dlbench.errors import UserError
 
 
-def checked(fn, *args):
-    """Run a config check; a user mistake stops the workflow with its one line."""
+def checked(fn, *args, what="invalid configuration"):
+    """Run a config check (or a start-up step); a user mistake stops the workflow with its one line."""
     try:
         return fn(*args)
     except UserError as e:
-        raise WorkflowError(f"invalid configuration: {e}") from None
+        raise WorkflowError(f"{what}: {e}") from None
 
 
 checked(validate_config, config)
@@ -64,11 +64,17 @@ PLOTS = [f"results/plots/{name}.png" for name in ("throughput", "latency", "deco
 CONVERSION_TABLE = ["results/tables/conversion.csv"] if SCALING_DATASETS else []
 CONVERSION_PLOT = ["results/plots/conversion.png"] if SCALING_DATASETS else []
 
-LOOPBACK_STATE = "results/sources/loopback.json"
 LOOPBACK_PROXIES = sorted({(s["loopback"]["port"], s["loopback"]["latency_ms"], s["loopback"]["bandwidth_mbps"])
                            for s in config["sources"].values()
                            if s.get("loopback") and (s["loopback"]["latency_ms"] or s["loopback"]["bandwidth_mbps"])})
-USES_LOOPBACK = any(s.get("loopback") is not None for s in config["sources"].values())
+USES_LOOPBACK = any(config["sources"][r["source"]].get("loopback") is not None for r in RUNS.values())
+
+
+def start_loopback():
+    """Start the S3 server of loopback sources where Snakemake runs, on an address every job reaches."""
+    server = config["loopback_server"]
+    host = dlbench.loopback.server_host(server["host"], local=workflow.local_exec)
+    dlbench.loopback.start(server["port"], LOOPBACK_PROXIES, host=host)
 
 
 def local_input(path):
@@ -101,7 +107,37 @@ def bench_inputs(wildcards):
 def bench_threads(wildcards):
     r = run_of(wildcards)
     workers = r["num_workers"] if r["num_workers"] != "auto" else os.cpu_count() or 1
-    return (workers + 1) * r["ranks"]  # a local run caps it at --cores
+    return (workers + 1) * r["ranks"]
+
+
+def measure(wildcards):
+    """Jobs that measure (bench runs, conversion timings, prewarm checks) hold one unit of `measure`, which the
+    workflow profile caps at 1 (profiles/default): one at a time on this machine. On a cluster each gets nodes of its
+    own instead (profiles/slurm: --exclusive), so the cap does not serialize the cluster."""
+    return 1 if workflow.local_exec else 0
+
+
+def loopback_jobs(source):
+    """1 for jobs that read or write a loopback source: they share one server (and its bandwidth cap), which the
+    workflow profile lets serve one job at a time, on SLURM as well."""
+    return int(config["sources"][source].get("loopback") is not None)
+
+
+def measuring(threads):
+    """A measuring job's threads: on this machine, every core Snakemake was given, so that no other job (synth,
+    conversion) runs beside it; on a cluster, what the job asks its nodes for."""
+
+    def claim(wildcards):
+        if workflow.local_exec:
+            return workflow.cores
+        return threads(wildcards) if callable(threads) else threads
+
+    return claim
+
+
+def bench_runtime(wildcards):
+    r = run_of(wildcards)
+    return int((r["warmup_s"] + r["repeats"] * r["duration_s"]) / 60) + 15
 
 
 def bench_mem_mb(wildcards):
@@ -110,9 +146,17 @@ def bench_mem_mb(wildcards):
     return (2000 + 1000 * workers) * r["ranks"]
 
 
-def bench_conda_env(wildcards):
-    """cuda runs need the CUDA builds of torch and torchcodec (used with --sdm conda)."""
-    return "../envs/cuda.yaml" if run_of(wildcards)["decode_device"] != "cpu" else "../envs/cpu.yaml"
+BENCH_RESOURCES = dict(
+    measure=measure,
+    loopback=lambda wildcards: loopback_jobs(run_of(wildcards)["source"]),
+    mem_mb=bench_mem_mb,
+    runtime=bench_runtime,
+    # multi-rank runs on SLURM: one job, `ranks` tasks over `nodes` nodes; the job starts them with srun
+    tasks=lambda wildcards: run_of(wildcards)["ranks"],
+    nodes=lambda wildcards: run_of(wildcards)["nodes"],
+    mpi=lambda wildcards: "srun" if run_of(wildcards)["ranks"] > 1 else "",
+    cpus_per_task=lambda wildcards, threads: max(1, threads // run_of(wildcards)["ranks"]),
+)
 
 
 def run_dirs():
@@ -154,10 +198,9 @@ def prewarm_inputs(wildcards):
     return [runspec.staged_marker(wildcards.source, wildcards.dataset)] if spec.get("stage") else []
 
 
-if USES_LOOPBACK:
-    # A loopback server holds its data in memory: markers of an earlier server's uploads are stale.
-    if not os.path.exists(LOOPBACK_STATE):
-        for name, spec in config["sources"].items():
-            if spec.get("loopback") is not None:
-                for marker in Path(f"results/sources/{name}").glob("*.staged.json"):
-                    marker.unlink()
+if USES_LOOPBACK and not os.path.isdir(dlbench.loopback.DATA_DIR):
+    # the server's data is gone: markers of uploads to it are stale
+    for name, spec in config["sources"].items():
+        if spec.get("loopback") is not None:
+            for marker in Path(f"results/sources/{name}").glob("*.staged.json"):
+                marker.unlink()

@@ -104,7 +104,9 @@ rule convert_scaling:
         src=lambda wildcards: runspec.dataset_source(config, wildcards.dataset),
         dst="results/convert/{dataset}/scaling/tmp-w{n}",
         args=plan_args(),
-    threads: lambda wildcards: int(wildcards.n)  # the workers; the coordinating process mostly waits
+    threads: measuring(lambda wildcards: int(wildcards.n))  # the workers; the coordinator mostly waits
+    resources:
+        measure=measure,
     conda:
         "../envs/cpu.yaml"
     shell:

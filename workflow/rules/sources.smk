@@ -12,7 +12,8 @@ rule stage_source:
         url=lambda wildcards: runspec.source_url(config, wildcards.source, wildcards.dataset),
         spec=lambda wildcards: json.dumps(source_spec(wildcards.source)),
     resources:
-        network=1,
+        measure=measure,  # uploading loads the server and the network that runs measure
+        loopback=lambda wildcards: loopback_jobs(wildcards.source),
     conda:
         "../envs/cpu.yaml"
     shell:
@@ -30,8 +31,10 @@ rule prewarm_check:
         url=lambda wildcards: runspec.source_url(config, wildcards.source, wildcards.dataset),
         spec=lambda wildcards: json.dumps(source_spec(wildcards.source)),
         p=lambda wildcards: source_spec(wildcards.source)["prewarm"],
+    threads: measuring(1)
     resources:
-        network=1,
+        measure=measure,
+        loopback=lambda wildcards: loopback_jobs(wildcards.source),
     conda:
         "../envs/cpu.yaml"
     shell:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .. import __version__, io
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: repeats (windows), PSS, batch intervals, normalized shuffle
 
 
 @lru_cache(maxsize=None)

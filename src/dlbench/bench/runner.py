@@ -1,9 +1,10 @@
 """The benchmark harness: a dummy consumer pulls batches from a real DataLoader over a fixed steady window.
 
 Timeline of one run: build the loader; the first batch (its latency is reported); warm-up for `warmup_s`; then
-the steady window of `duration_s` seconds (or `num_batches`, whichever comes first), during which every batch is
-moved to the device and counted. After the DataLoader pass, a single-process probe splits the time per sample into
-fetch (parquet, indexing, collation) and decode.
+`repeats` steady windows of `duration_s` seconds (or `num_batches`, whichever comes first), back to back, during
+which every batch is moved to the GPU where torch sees one (from pinned memory, as training does) and counted. The
+headline rate is the median window's; the record keeps every window. After the DataLoader pass, a single-process
+probe splits the time per sample into fetch (parquet, indexing, collation) and decode.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from ..config import defaults
 from ..errors import UserError
 from ..loader.collate import CollateWorkerInit, collate, make_ring, to_torch
 from ..loader.meta import DatasetMeta
-from ..procstat import RssSampler
+from ..procstat import MemorySampler
 from ..validate import is_synthetic
 from ..workers import start_method
 from . import record as recordmod
 from .adapters import make_adapter
+from .shuffle import shuffle_score
 from .verify import BarcodeCheck, DecodeCheck
 
 
@@ -44,6 +46,7 @@ class BenchConfig:
     duration_s: float = _RUN["duration_s"]
     warmup_s: float = _RUN["warmup_s"]
     num_batches: int | None = None
+    repeats: int = _RUN["repeats"]  # steady windows, back to back
     decoder_cache_size: int | None = None  # None: the loader's own default
     pool_size: int = _RUN["pool_size"]  # streaming loaders: live episodes
     buffer_size: int = _RUN["buffer_size"]  # streaming loaders: shuffle buffer
@@ -161,17 +164,23 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
     decoded = (DecodeCheck(dmeta, cfg.mode, cfg.check_frames, gpu=device.type == "cuda", seed=cfg.seed + cfg.rank)
                if cfg.verify else None)
     workers = cfg.num_workers
-    # spawned for CUDA, else forked unless a thread runs here (dlbench.workers); frames decoded on the GPU need no
-    # pinned CPU memory
+    # every batch goes to the GPU where there is one, as training moves it; frames decoded on the CPU travel from
+    # pinned memory, frames decoded on the GPU are there already
+    consumer = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    pin = consumer.type == "cuda" and device.type == "cpu"
+    # spawned for CUDA decoding, else forked unless a thread runs here (dlbench.workers)
     context = start_method(cuda=device.type == "cuda") if workers > 0 else None
     prefetch = cfg.prefetch_factor if workers > 0 else None
-    collate_items, worker_init = adapter.collate, None
+    collate_items, worker_init, ring = adapter.collate, None, None
     if collate_items is collate:  # as dlbench.loader.collate.DataLoader batches: through a ring of shared slots
-        collate_items = partial(collate, ring=make_ring(adapter.dataset, cfg.batch_size, workers, prefetch))
+        ring = make_ring(adapter.dataset, cfg.batch_size, workers, prefetch)
+        collate_items = partial(collate, ring=ring)
         worker_init = CollateWorkerInit()
+        if ring is not None and pin:
+            ring.pin()  # batches in ring slots reach the GPU by DMA, uncopied
     common = dict(batch_size=cfg.batch_size, num_workers=workers, persistent_workers=workers > 0,
                   collate_fn=partial(_collate, collate_items=collate_items), prefetch_factor=prefetch,
-                  pin_memory=False, multiprocessing_context=context, worker_init_fn=worker_init,
+                  pin_memory=pin, multiprocessing_context=context, worker_init_fn=worker_init,
                   in_order=cfg.in_order)
     if adapter.iterable:
         loader = torch.utils.data.DataLoader(_TimedIterable(adapter.dataset, adapter.cache_stats), **common)
@@ -182,8 +191,8 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
         loader = torch.utils.data.DataLoader(_Timed(adapter.dataset, adapter.cache_stats), sampler=sampler, **common)
     t_start = time.perf_counter()
     it = iter(loader)  # forks the workers before the sampler thread exists: never fork beside a live thread
-    rss = RssSampler(every_s=0.5)  # ~1 ms per sample: keep it off the measured cores
-    rss.start()
+    memory = MemorySampler(every_s=0.5)  # a few ms per sample: keep it off the measured cores
+    memory.start()
     try:
         epoch = 0
 
@@ -206,35 +215,45 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
         if barrier is not None:
             barrier()
 
-        latencies, distinct_frac, worker_stats = [], [], {}
-        samples = batches = 0
-        w0 = time.perf_counter()
-        window_start_unix = time.time()
-        while True:
-            now = time.perf_counter()
-            if now - w0 >= cfg.duration_s or (cfg.num_batches is not None and batches >= cfg.num_batches):
-                break
-            batch, info = next_batch()
-            batch = _to_device(to_torch(batch), device)
-            n = len(info)
-            samples += n
-            batches += 1
-            latencies.append(info[:, 0])
-            for row in info:
-                worker_stats[int(row[1])] = row[2:7]
-            eps = batch["episode_index"].cpu().numpy()
-            distinct_frac.append(len(np.unique(eps)) / n)
-            if samples_out is not None:
-                samples_out.extend(batch["index"].cpu().tolist())
-            if barcodes is not None:
-                barcodes.check(batch)
-            if decoded is not None:
-                decoded.offer(batch)
-        window = time.perf_counter() - w0
+        latencies, intervals, distinct, sizes, worker_stats, windows = [], [], [], [], {}, []
+        for _ in range(cfg.repeats):  # back to back: the spread of the windows is the run's noise
+            samples = batches = 0
+            window_start_unix, w0 = time.time(), time.perf_counter()
+            last = w0
+            while True:
+                now = time.perf_counter()
+                if now - w0 >= cfg.duration_s or (cfg.num_batches is not None and batches >= cfg.num_batches):
+                    break
+                batch, info = next_batch()
+                batch = to_torch(batch)  # held until the copy is done: ring slots are reused once released
+                if consumer.type == "cuda":
+                    _to_device(batch, consumer)
+                    torch.cuda.synchronize()  # the batch is on the GPU before the clock is read
+                arrived = time.perf_counter()
+                intervals.append(arrived - last)
+                last = arrived
+                n = len(info)
+                samples += n
+                batches += 1
+                latencies.append(info[:, 0])
+                for row in info:
+                    worker_stats[int(row[1])] = row[2:7]
+                distinct.append(len(np.unique(batch["episode_index"].cpu().numpy())))
+                sizes.append(n)
+                if samples_out is not None:
+                    samples_out.extend(batch["index"].cpu().tolist())
+                if barcodes is not None:
+                    barcodes.check(batch)
+                if decoded is not None:
+                    decoded.offer(batch)
+            elapsed = time.perf_counter() - w0
+            windows.append({"start_unix": window_start_unix, "end_unix": window_start_unix + elapsed,
+                            "samples": samples, "batches": batches, "seconds": elapsed})
     finally:
-        rss.stop()
+        memory.stop()
     wallclock = time.perf_counter() - t_start
     del it, loader
+    samples = sum(w["samples"] for w in windows)
     if samples == 0:
         raise UserError(
             f"no samples arrived in the {cfg.duration_s} s window (loader {cfg.loader}, {workers} workers); rerun "
@@ -244,27 +263,40 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
     if decoded is not None:
         decoded.finish()
     lat = np.concatenate(latencies)
+    gaps = np.asarray(intervals) * 1000.0
     cache = np.sum(list(worker_stats.values()), axis=0)
     known = cache[0] >= 0
     lookups = cache[0] + cache[1]
     probe = _probe(cfg)
     fpi = adapter.frames_per_item
     cam0 = dmeta.info["features"][dmeta.cameras[0]]["shape"] if dmeta.cameras else [0, 0, 0]
+    rates = np.array([w["samples"] / w["seconds"] for w in windows])
     metrics = {
         "samples": samples,
-        "batches": batches,
-        "frames_per_s_node": samples * fpi / window,
-        "samples_per_s": samples / window,
+        "batches": sum(w["batches"] for w in windows),
+        "repeats": len(windows),
+        "frames_per_s_node": float(np.median(rates)) * fpi,  # the median window; min and max give the spread
+        "frames_per_s_min": float(rates.min()) * fpi,
+        "frames_per_s_max": float(rates.max()) * fpi,
+        "samples_per_s": float(np.median(rates)),
         "first_batch_latency_s": first_batch_latency,
+        # the consumer's view: time between batches arriving (on the GPU where there is one)
+        "batch_interval_p50_ms": float(np.percentile(gaps, 50)),
+        "batch_interval_p95_ms": float(np.percentile(gaps, 95)),
+        "batch_interval_p99_ms": float(np.percentile(gaps, 99)),
+        # the dataset's view: time to produce one item inside a worker (a streaming loader's is a buffer pop)
         "latency_p50_ms": float(np.percentile(lat, 50)),
         "latency_p95_ms": float(np.percentile(lat, 95)),
         "latency_p99_ms": float(np.percentile(lat, 99)),
         "wallclock_s": wallclock,
-        "steady_window_s": window,
-        "window_start_unix": window_start_unix,
-        "window_end_unix": window_start_unix + window,
-        "peak_rss_mb": rss.peak / 2**20,
-        "shuffle_randomness_frac": float(np.mean(distinct_frac)),
+        "steady_window_s": float(sum(w["seconds"] for w in windows)),
+        "window_start_unix": windows[0]["start_unix"],
+        "window_end_unix": windows[-1]["end_unix"],
+        "windows": windows,
+        "consumer_device": consumer.type,
+        "pin_memory": pin,
+        "peak_pss_mb": memory.peak / 2**20,
+        "shuffle_randomness": shuffle_score(distinct, sizes, dmeta.ep_to - dmeta.ep_from),
         "probe_samples_per_s": probe["samples_per_s"],
         "probe_fetch_ms": probe["fetch_ms"],
         "probe_decode_ms": probe["decode_ms"],

@@ -88,6 +88,7 @@ class BatchRing:
 
     def open(self, ref: "RingSlot") -> torch.Tensor:
         """In the main process: the slot's bytes as a uint8 tensor; the slot is released when no view of it is left."""
+        self._sweep()
         owner = np.frombuffer(self._mem, dtype=np.uint8, count=ref.nbytes, offset=ref.index * self.slot_bytes)
         weakref.finalize(owner, self.release, ref.index)  # the tensor's storage holds `owner` until its last view dies
         return torch.from_numpy(owner)
@@ -95,8 +96,40 @@ class BatchRing:
     def release(self, index: int) -> None:
         # only the main process frees slots: a forked child that inherited (and now collects) a batch or RingSlot
         # of the main process must not free a slot the main process still uses
-        if self._busy is not None and os.getpid() == self.token[0]:
+        if self._busy is None or os.getpid() != self.token[0]:
+            return
+        if not getattr(self, "_pinned", False):
             self._busy[index] = 0
+            return
+        # a pinned slot may still feed a non_blocking copy to the GPU: free it once the work queued so far is done
+        event = torch.cuda.Event()
+        event.record()
+        self._in_flight.append((index, event))
+        self._sweep()
+
+    def _sweep(self) -> None:
+        """Free the pinned slots whose copies have finished."""
+        waiting = []
+        for index, event in getattr(self, "_in_flight", ()):
+            if event.query():
+                self._busy[index] = 0
+            else:
+                waiting.append((index, event))
+        self._in_flight = waiting
+
+    def pin(self) -> None:
+        """Register the slots with CUDA (page-locked, as pin_memory's copies are), so that copies from them to the GPU
+        are asynchronous DMA and batches need no extra copy into pinned memory. Main process, before workers start.
+        A released slot is reused only after the GPU work queued on the current stream by then has finished."""
+        if self._mem is None or getattr(self, "_pinned", False):
+            return
+        slots = torch.frombuffer(self._mem, dtype=torch.uint8)
+        cudart = torch.cuda.cudart()
+        err = cudart.cudaHostRegister(slots.data_ptr(), slots.numel(), 0)
+        if int(err) != 0:
+            raise RuntimeError(f"cudaHostRegister of the batch ring failed ({err})")
+        self._pinned, self._in_flight = True, []
+        weakref.finalize(self, cudart.cudaHostUnregister, slots.data_ptr())
 
     def busy(self) -> int:
         """Slots now holding a batch (for tests and diagnostics)."""
@@ -305,7 +338,8 @@ class DataLoader(torch.utils.data.DataLoader):
     Unless a multiprocessing context is given, workers start as `dlbench.workers.start_method` says when they
     start: forked where that is safe, else from the fork server; spawned for a dataset that decodes on the GPU
     (`decode_device` "cuda"; CUDA cannot start in a forked process). Such a dataset also gets no pin_memory: its
-    frames are already in GPU memory, and torch cannot pin them.
+    frames are already in GPU memory, and torch cannot pin them. With `pin_memory=True` the ring's slots are
+    registered with CUDA, so frames arrive in pinned memory without the copy torch's pin thread would make.
     """
 
     def __init__(self, dataset, *args, collate_fn=None, **kwargs):
@@ -322,11 +356,12 @@ class DataLoader(torch.utils.data.DataLoader):
     def __iter__(self):
         if self._pick_start_method and (self._iterator is None or not self.persistent_workers):
             self.multiprocessing_context = start_method(cuda=self._gpu)  # workers start in super().__iter__()
-        if isinstance(self.collate_fn, _RingCollate) and not self.pin_memory and (
-                self.collate_fn.ring is None or not self.persistent_workers):
+        if isinstance(self.collate_fn, _RingCollate) and (self.collate_fn.ring is None or not self.persistent_workers):
             # workers fork in super().__iter__() and keep the ring they saw; new workers get a new ring, so slots
             # left busy by batches of a shut-down iteration never reach them
             self.collate_fn.ring = make_ring(self.dataset, self.batch_size, self.num_workers, self.prefetch_factor)
+            if self.collate_fn.ring is not None and self.pin_memory and torch.cuda.is_available():
+                self.collate_fn.ring.pin()  # torch's pin thread passes ring slots through: they are pinned already
         ring = self.collate_fn.ring if isinstance(self.collate_fn, _RingCollate) else None  # alive while we yield
         for batch in super().__iter__():
             yield to_torch(batch)

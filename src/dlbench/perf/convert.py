@@ -2,9 +2,9 @@
 
     python -m dlbench.perf.convert [--episodes 400] [--cameras 3] [--workdir DIR] [--repeats 3]
 
-Prints the median wall time (over `repeats` interleaved rounds; LeRobot's converter runs once) and peak RSS
+Prints the median wall time (over `repeats` interleaved rounds; LeRobot's converter runs once) and peak PSS
 (process tree) of each contender on the same synthetic v2.1 dataset, the ratios the converter targets are stated
-against, and peak RSS at 1x and 5x the episode count (small episodes) to show that
+against, and peak PSS at 1x and 5x the episode count (small episodes) to show that
 memory stays flat. LeRobot is skipped, with the reason printed, when its peer environment is missing.
 """
 
@@ -19,15 +19,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..procstat import RssSampler
+from ..procstat import MemorySampler
 from ..synth import Camera, SynthConfig, synthesize
 
 
 def timed(cmd: list[str], **kw) -> tuple[float, float]:
-    """Run a command; return (seconds, peak RSS in MB of its process tree)."""
+    """Run a command; return (seconds, peak PSS in MB of its process tree)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **kw)
-    rss = RssSampler(proc.pid, every_s=0.05)
+    rss = MemorySampler(proc.pid, every_s=0.05)
     rss.start()
     _, err = proc.communicate()
     rss.stop()
@@ -117,7 +117,7 @@ def main(argv=None) -> None:
                                                          "--repo-id", "local/perf", "--root", str(copy),
                                                          "--push-to-hub", "false", *sizes], env={"HF_HUB_OFFLINE": "1",
                                                                                           "PATH": "/usr/bin:/bin"})))
-    print(f"\n{'contender':<32} {'seconds':>9} {'peak RSS MB':>12}")
+    print(f"\n{'contender':<32} {'seconds':>9} {'peak PSS MB':>12}")
     for name, secs, mb in rows:
         print(f"{name:<32} {secs:>9.2f} {mb:>12.1f}")
     t = {name: secs for name, secs, _ in rows}
@@ -136,7 +136,7 @@ def main(argv=None) -> None:
                 synthesize(SynthConfig(episodes=n, length_min=5, length_max=10, cameras=small), s, overwrite=True,
                            progress=False)
             peaks.append(dlbench_convert(s, work / f"mem{n}_v30", 1)[1])
-        print(f"peak RSS, 1 worker, {a.episodes} vs {5 * a.episodes} small episodes: {peaks[0]:.1f} MB vs "
+        print(f"peak PSS, 1 worker, {a.episodes} vs {5 * a.episodes} small episodes: {peaks[0]:.1f} MB vs "
               f"{peaks[1]:.1f} MB (target: < 500 MB and flat)")
     print(f"\nwork directory: {work}")
 

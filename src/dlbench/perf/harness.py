@@ -72,7 +72,7 @@ def main(argv=None) -> None:
           f"windows, {a.repeats} interleaved repeats; decoded frames/s")
     print(f"{'loader':<16}{'bare':>10}{'harness':>10}{'h+verify':>10}{'harness cost':>14}{'with verify':>13}")
     for loader in a.loaders:
-        cfg = BenchConfig(root=a.dataset, loader=loader, mode=a.mode, batch_size=a.batch_size,
+        cfg = BenchConfig(root=a.dataset, loader=loader, mode=a.mode, batch_size=a.batch_size, repeats=1,
                           num_workers=a.workers, duration_s=a.duration_s, warmup_s=a.warmup_s, probe_samples=1)
         figures: dict[str, list[float]] = {"bare": [], "harness": [], "verify": []}
         for _ in range(a.repeats):

@@ -12,8 +12,8 @@ For each mode (single, sarm) it measures, with the same batch size, workers and 
     targets stay against the bare ceiling;
   - dlbench_map, dlbench_stream, and LeRobot 0.6.1's lerobot_map, lerobot_stream (peer environment), each through
     `dlbench bench-run`, the same harness the workflow uses.
-It prints decoded frames/s, the ratios the loaders are held to, and peak RSS. With `--memory-s S` it also runs
-dlbench_stream and dlbench_map for S seconds and prints peak RSS after S/10 and S seconds (flat memory check).
+It prints decoded frames/s, the ratios the loaders are held to, and peak PSS. With `--memory-s S` it also runs
+dlbench_stream and dlbench_map for S seconds and prints peak PSS after S/10 and S seconds (flat memory check).
 """
 
 from __future__ import annotations
@@ -194,8 +194,8 @@ def main(argv=None) -> None:
                 print(f"  {loader}: {rec['status']} ({rec['reason']})")
                 continue
             m = rec["metrics"]
-            rows[loader] = (m["frames_per_s_node"], m["peak_rss_mb"])
-        print(f"\nmode {mode}\n{'loader':<32} {'frames/s':>10} {'peak RSS MB':>12}")
+            rows[loader] = (m["frames_per_s_node"], m["peak_pss_mb"])
+        print(f"\nmode {mode}\n{'loader':<32} {'frames/s':>10} {'peak PSS MB':>12}")
         for name, (fps, rss) in rows.items():
             print(f"{name:<32} {fps:>10.1f} {rss if rss is not None else float('nan'):>12.1f}")
         f = {k: v[0] for k, v in rows.items()}
@@ -206,11 +206,11 @@ def main(argv=None) -> None:
             if num in f and den in f:
                 print(f"{num} / {den}: {f[num] / f[den]:.0%} (not a target: the loader's own cost)")
     if a.memory_s > 0:
-        print(f"\nmemory: peak RSS after {a.memory_s / 10:.0f} s and {a.memory_s:.0f} s (mode sarm)")
+        print(f"\nmemory: peak PSS after {a.memory_s / 10:.0f} s and {a.memory_s:.0f} s (mode sarm)")
         for loader in ("dlbench_stream", "dlbench_map"):
             short = bench(root, loader, "sarm", a, work / f"mem-short-{loader}", a.memory_s / 10)
             long = bench(root, loader, "sarm", a, work / f"mem-long-{loader}", a.memory_s)
-            print(f"{loader:<26} {short['metrics']['peak_rss_mb']:>8.1f} MB {long['metrics']['peak_rss_mb']:>8.1f} MB")
+            print(f"{loader:<26} {short['metrics']['peak_pss_mb']:>8.1f} MB {long['metrics']['peak_pss_mb']:>8.1f} MB")
 
 
 if __name__ == "__main__":

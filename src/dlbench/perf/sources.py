@@ -2,7 +2,7 @@
 
     python -m dlbench.perf.sources --dataset results/datasets/synthetic/v30 [--repeats 3] [--duration-s 8]
 
-Starts a real S3-compatible server on loopback (moto, read through s3fs), plain and behind the shaping proxy
+Starts a real S3-compatible server on loopback (SeaweedFS, read through s3fs), plain and behind the shaping proxy
 (`--latency-ms`, `--bandwidth-mbps`: remote, cold-looking storage), stages the dataset there, then alternates bench
 runs of the same scenario (dlbench_stream, same mode, batch size and workers) over local disk, the plain server and
 the shaped one, `repeats` times. Prints median decoded frames/s of each, the S3/local ratio (target >= 80%), and
@@ -35,7 +35,7 @@ def _bench(url: str, spec: dict | None, out: Path, a) -> float:
     """Decoded frames/s of one bench run (its own process, as in the workflow)."""
     cmd = [sys.executable, "-m", "dlbench", "-q", "bench-run", "--root", url, "--out-dir", str(out),
            "--loader", "dlbench_stream", "--mode", a.mode, "--batch-size", str(a.batch_size), "--num-workers",
-           str(a.workers), "--duration-s", str(a.duration_s), "--warmup-s", str(a.warmup_s), "--no-verify"]
+           str(a.workers), "--duration-s", str(a.duration_s), "--warmup-s", str(a.warmup_s), "--repeats", "1", "--no-verify"]
     if spec is not None:
         cmd += ["--source-spec", json.dumps(spec)]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
@@ -54,12 +54,13 @@ def main(argv=None) -> None:
     ap.add_argument("--latency-ms", type=float, default=20.0, help="the shaped endpoint's added latency")
     ap.add_argument("--bandwidth-mbps", type=float, default=1000.0, help="the shaped endpoint's bandwidth cap")
     ap.add_argument("--ttfb-ms-max", type=float, default=50.0, help="prewarm threshold (config.yaml's warmed_bucket)")
-    ap.add_argument("--mbps-min", type=float, default=100.0, help="prewarm threshold (config.yaml's warmed_bucket)")
+    ap.add_argument("--mbps-min", type=float, default=400.0, help="prewarm threshold (config.yaml's warmed_bucket)")
     a = ap.parse_args(argv)
     home = Path(tempfile.mkdtemp(prefix="dlbench-perf-sources-"))
     port, shaped_port = _free_port(), _free_port()
     state = home / "loopback.json"
-    loopback.start(port, [(shaped_port, a.latency_ms, a.bandwidth_mbps)], state, home / "logs")
+    loopback.start(port, [(shaped_port, a.latency_ms, a.bandwidth_mbps)], state, home / "logs",
+                   data_dir=home / "data")
     try:
         url = "s3://dlbench-perf/v30"
         plain = {"type": "s3", "url": url, "endpoint_url": f"http://127.0.0.1:{port}", "loopback": {}}

@@ -1,0 +1,34 @@
+"""The shuffle score on constructed orders: uniform sampling scores 1, reading in order 0, episode blocks between."""
+
+import numpy as np
+import pytest
+
+from dlbench.bench.shuffle import shuffle_score
+
+LENGTHS = np.random.default_rng(0).integers(60, 151, size=24)  # the default synthetic dataset's shape
+EPISODE = np.repeat(np.arange(len(LENGTHS)), LENGTHS)  # episode of each item, in order
+
+
+def score(batches):
+    return shuffle_score([len(np.unique(EPISODE[b])) for b in batches], [len(b) for b in batches], LENGTHS)
+
+
+def test_uniform_scores_one_sequential_zero_blocks_between():
+    rng = np.random.default_rng(1)
+    n = 16
+    uniform = [rng.choice(len(EPISODE), n, replace=False) for _ in range(2000)]
+    sequential = [np.arange(s, s + n) for s in range(0, len(EPISODE) - n, n)]
+    # a streaming loader with 3 live episodes: each batch draws from 3 random episodes
+    starts = np.concatenate([[0], np.cumsum(LENGTHS)[:-1]])
+    blocked = []
+    for _ in range(2000):
+        live = rng.choice(len(LENGTHS), 3, replace=False)
+        blocked.append(np.concatenate([starts[e] + rng.integers(0, LENGTHS[e], n // 3 + 1) for e in live])[:n])
+    assert score(uniform) == pytest.approx(1.0, abs=0.03)
+    assert score(sequential) == pytest.approx(0.0, abs=0.05)  # a few batches straddle two episodes
+    assert 0.1 < score(blocked) < 0.3
+
+
+def test_batches_that_cannot_tell_order_give_no_score():
+    assert np.isnan(shuffle_score([1, 1], [1, 1], LENGTHS))  # one-item batches
+    assert np.isnan(shuffle_score([1], [16], np.array([500])))  # a single episode
