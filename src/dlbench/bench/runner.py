@@ -226,7 +226,7 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
                     break
                 batch, info = next_batch()
                 batch = to_torch(batch)  # held until the copy is done: ring slots are reused once released
-                if consumer.type == "cuda":
+                if consumer.type == "cuda":  # the copy training pays; the checks below read the host batch
                     _to_device(batch, consumer)
                     torch.cuda.synchronize()  # the batch is on the GPU before the clock is read
                 arrived = time.perf_counter()
