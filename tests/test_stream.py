@@ -269,9 +269,9 @@ def test_buffer_is_capped_by_decoded_bytes(v30_h264):
     (the items decoded together share one block, which lives until the last of them leaves the buffer)."""
     item_mb = (64 * 64 * 3 + 64 * 96 * 3) * 8 / 2**20  # sarm: 8 steps of both cameras
     ds = LeRobotStreamingDataset(str(v30_h264), mode="sarm", buffer_size=256, read_ahead=4, buffer_mb=2 * 4 * item_mb)
-    assert ds.max_blocks == 2
+    assert ds.max_blocks() == 2 and ds.max_blocks(2) == 1
     events = list(shard_order(ds.meta.ep_from, ds.meta.ep_to, range(len(ds.meta.ep_from)), 0, 0, 0, ds.pool_size,
-                              ds.buffer_size, ds.read_ahead, True, ds.max_blocks))
+                              ds.buffer_size, ds.read_ahead, True, ds.max_blocks()))
     block_of, alive, most = {}, collections.Counter(), 0
     for n, (kind, value) in enumerate(events):
         if kind == "decode":

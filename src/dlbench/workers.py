@@ -31,3 +31,29 @@ def start_method(cuda: bool = False) -> str:
         multiprocessing.set_forkserver_preload(FORKSERVER_PRELOAD)  # no effect once the server runs
         return "forkserver"
     return "spawn"
+
+
+# bytes: blocks up to this size come from the heap and stay there once freed (a 480x640 sarm block is ~60 MB)
+HEAP_BLOCK_BYTES = 256 * 2**20
+_heap_kept = False
+
+
+def keep_freed_blocks() -> bool:
+    """In a worker process: make glibc keep freed large blocks for reuse instead of returning them to the kernel.
+
+    Each decode allocates its frames anew. By default glibc maps every block over 32 MB fresh and unmaps it when
+    freed, so every frame of every decode pays a page fault per 4 KB before a pixel is written; kept on the heap,
+    the next decode reuses the same, already mapped pages. Peak memory is unchanged (the blocks were alive at the
+    peak anyway). Returns False, changing nothing, where the C library is not glibc. Idempotent."""
+    global _heap_kept
+    if _heap_kept:
+        return True
+    try:
+        import ctypes
+
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's <malloc.h>
+    _heap_kept = bool(mallopt(m_mmap_threshold, HEAP_BLOCK_BYTES) and mallopt(m_trim_threshold, 2 * HEAP_BLOCK_BYTES))
+    return _heap_kept

@@ -17,6 +17,7 @@ import torch
 from ..errors import UserError
 from ..format import meta, paths
 from ..video import DEFAULT_TOLERANCE_S, VideoDecoderCache, is_remote, split_runs
+from ..workers import keep_freed_blocks
 from .collate import collating_worker
 from .meta import DatasetMeta, resolve_windows
 
@@ -76,6 +77,8 @@ class ItemBuilder:
     @property
     def cache(self) -> VideoDecoderCache:
         if self._cache is None or self._pid != os.getpid():  # one cache per process: never share decoders across fork
+            if torch.utils.data.get_worker_info() is not None:  # a DataLoader worker: its allocator is ours to tune
+                keep_freed_blocks()
             self._cache = VideoDecoderCache(self.cache_size, device=self.decode_device)
             self._pid = os.getpid()
         return self._cache

@@ -10,7 +10,7 @@ one sorted request per video file by a decoder kept for that episode's place in 
 through each episode's GOPs and never seeks back when the reader switches between episodes of one file, and an
 episode that starts reuses the decoder of the one it replaces instead of opening a new one); these items go into a
 buffer of `buffer_size`, from which a random one is yielded. Items decoded together share one block of frames, and
-at most `buffer_mb` of such blocks stay alive (over it, the oldest block's items leave first), so memory stays
+at most `buffer_mb` of such blocks stay alive per rank (over it, the oldest block's items leave first), so memory stays
 bounded however large the frames and windows are. Everything random is drawn from a generator seeded by
 (seed, epoch, shard), so an epoch's order is reproducible and can be resumed: `state_dict()` records how many items
 each shard has yielded and `load_state_dict()` makes each shard skip exactly those (by replaying the order without
@@ -96,6 +96,9 @@ def shard_order(ep_from: np.ndarray, ep_to: np.ndarray, episodes: range, seed: i
             del left[its_block]
         return row
 
+    # with a block bound, the buffer holds half the items its blocks could: emitted at random, blocks drain unevenly,
+    # and the other half absorbs partly drained ones before the oldest must be emptied in a row
+    cap = buffer_size if max_blocks is None else max(1, min(buffer_size, max_blocks * read_ahead // 2))
     block = 0
     while pending or live:
         while len(live) < pool_size and pending:
@@ -112,7 +115,7 @@ def shard_order(ep_from: np.ndarray, ep_to: np.ndarray, episodes: range, seed: i
         for r in rows:
             buffer.append(r)
             block_of[r] = block
-            if len(buffer) >= buffer_size:
+            if len(buffer) >= cap:
                 yield "emit", take(int(rng.integers(len(buffer))))
         block += 1
         while max_blocks is not None and len(left) > max_blocks:
@@ -134,9 +137,10 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             SLURM_PROCID/SLURM_NTASKS, then a single rank.
         seed: with the epoch, decides every random choice. Call `set_epoch(e)` before each epoch.
         pool_size: live episodes interleaved per shard. buffer_size: items in the shuffle buffer.
-        buffer_mb: the most decoded frame data the buffer keeps alive per process (MB), for large items (a sarm
-            item of two 480x640 cameras is 15 MB). Items decoded together (`read_ahead` of them) share one block,
-            so this bounds the blocks the buffer holds items of: `self.max_blocks`.
+        buffer_mb: the most decoded frame data the shuffle buffers of this rank keep alive (MB), split evenly among
+            its DataLoader workers, for large items (a sarm item of two 480x640 cameras is 15 MB). Items decoded
+            together (`read_ahead` of them) share one block, so this bounds the blocks a worker's buffer holds items
+            of: `max_blocks(num_workers)`.
         read_ahead: consecutive frames taken from an episode and decoded together.
         decoder_cache_size: open decoders per worker (on the CPU one per pool slot, camera and file); the default,
             cameras x (pool_size + 2), keeps every live episode's decoders open plus a few of another file.
@@ -165,8 +169,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         self._slot_cursors = decode_device == "cpu"
         self.seed, self.epoch = seed, 0
         self._iters = 0  # __iter__ calls since set_epoch: persistent DataLoader workers advance their own epoch
-        item_bytes = self.builder.frame_bytes_per_item()
-        self.max_blocks = max(1, int(buffer_mb * 2**20 // max(item_bytes * read_ahead, 1)))
+        self.buffer_mb = buffer_mb
         self.pool_size, self.buffer_size, self.read_ahead, self.shuffle = pool_size, buffer_size, read_ahead, shuffle
         self.tag_items = tag_items
         self._consumed: dict[int, int] = {}
@@ -199,6 +202,11 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         self._resume_shards = state.get("num_shards")
         self._skip = {int(k): int(v) for k, v in state["consumed"].items()}
         self._consumed = dict(self._skip)
+
+    def max_blocks(self, num_workers: int = 1) -> int:
+        """Decoded blocks one worker's buffer keeps alive: its share of `buffer_mb`."""
+        block_bytes = max(self.builder.frame_bytes_per_item() * self.read_ahead, 1)
+        return max(1, int(self.buffer_mb * 2**20 / max(num_workers, 1) // block_bytes))
 
     # ---------------------------------------------------------------------------------------------- sharding
     def shards(self, num_workers: int) -> list[int]:
@@ -241,7 +249,8 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         if self._loaded != (rows.start, rows.stop):
             self._load_rows(rows)
         events = shard_order(self.meta.ep_from, self.meta.ep_to, episodes, self.seed, epoch, shard,
-                             self.pool_size, self.buffer_size, self.read_ahead, self.shuffle, self.max_blocks)
+                             self.pool_size, self.buffer_size, self.read_ahead, self.shuffle,
+                             self.max_blocks(num_workers))
         ready: dict[int, dict] = {}
         pending: set[int] = set()
         pos = 0
