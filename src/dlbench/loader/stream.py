@@ -153,7 +153,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
                  cameras: list[str] | None = None, decode_device: str = "cpu", decoder_cache_size: int | None = None,
                  rank: int | None = None, world_size: int | None = None, seed: int = 0, pool_size: int = 8,
                  buffer_size: int = 256, read_ahead: int = 8, shuffle: bool = True, return_float: bool = False,
-                 buffer_mb: float = 512.0,
+                 buffer_mb: float = 256.0,
                  tolerance_s: float = DEFAULT_TOLERANCE_S, tag_items: bool = True, data_files_root: str | None = None):
         if pool_size < 1 or buffer_size < 1 or read_ahead < 1:
             raise UserError("pool_size, buffer_size and read_ahead must be >= 1")
