@@ -97,6 +97,7 @@ def _set_column(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
 
 # ----------------------------------------------------------------------------------------------------- video
 _NO_PROBE = {"options": {"probesize": "32"}, "stream_options": [{"skip_frame": "all"}]}
+BUFFER_BYTES = 4 * 2**20  # FFmpeg writes in 32 KB calls by default: ~1 per packet of real-size video
 
 
 def _write_video_file(manifest: dict, camera: str, f: dict, out: Path) -> list[dict]:
@@ -107,7 +108,7 @@ def _write_video_file(manifest: dict, camera: str, f: dict, out: Path) -> list[d
     target = out / paths.v30_video_path(camera, f["chunk_index"], f["file_index"])
     entries = []
     with io.atomic_path(target) as tmp:
-        with av.open(str(tmp), "w", format="mp4") as out_c:
+        with av.open(str(tmp), "w", format="mp4", buffer_size=BUFFER_BYTES) as out_c:
             out_s = None
             tb = codec = None
             offset = 0  # ticks of output time base before the current episode

@@ -76,7 +76,8 @@ def copy_scaling(src: Path, work: Path, n: int = 2) -> tuple[float, float, float
     def copy(groups: list[list[str]]) -> float:
         dst = work / "cp-shares"
         shutil.rmtree(dst, ignore_errors=True)
-        dst.mkdir(parents=True)
+        for d in {str(Path(f).parent) for g in groups for f in g}:  # made beforehand: parallel cps would race
+            (dst / d).mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         procs = [subprocess.Popen(["cp", "--parents", "-t", str(dst), *g], cwd=src) for g in groups if g]
         if any(p.wait() for p in procs):
@@ -116,6 +117,7 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds of cp and dlbench (median)")
     a = ap.parse_args(argv)
     work = Path(a.workdir or tempfile.mkdtemp(prefix="dlbench-perf-convert-"))
+    work.mkdir(parents=True, exist_ok=True)
     cams = tuple(Camera(f"observation.images.cam{i}", a.height, a.width) for i in range(a.cameras))
     sizes = ["--data-file-size-in-mb", f"{a.data_file_size_in_mb:g}", "--video-file-size-in-mb",
              f"{a.video_file_size_in_mb:g}"]  # both converters get the same thresholds
