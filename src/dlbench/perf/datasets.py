@@ -4,6 +4,7 @@ frames: 2 cameras at 480x640, AV1 g=2 crf=30 as LeRobot records, camera-like con
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from ..synth import Camera, SynthConfig, synthesize
@@ -20,8 +21,6 @@ def v21(work: Path, realistic: bool, episodes: int | None = None) -> Path:
     cores)."""
     cfg = REALISTIC if realistic else QUICK
     if episodes is not None:
-        from dataclasses import replace
-
         cfg = replace(cfg, episodes=episodes)
     out = work / f"v21-{'realistic' if realistic else 'quick'}-{cfg.episodes}"
     if not (out / "meta/info.json").exists():

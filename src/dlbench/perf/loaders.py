@@ -1,6 +1,6 @@
 """Loader benchmark: dlbench and LeRobot loaders against the decode ceiling, side by side in one run.
 
-    python -m dlbench.perf.loaders [--dataset V30 | --realistic] [--workers 2] [--batch-size 16] [--duration-s 15]
+    python -m dlbench.perf.loaders [--dataset V30 | --realistic] [--workers 2] [--batch-size 16] [--duration-s 10]
 
 For each mode (single, sarm) it measures, with the same batch size, workers and window:
   - the decode ceiling: torchcodec alone decoding exactly the (file, time) requests a loader makes, with cached
