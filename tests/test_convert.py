@@ -1,14 +1,17 @@
 import json
+from dataclasses import replace
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 from dlbench import barcode
+from dlbench.convert import plan as planmod
 from dlbench.errors import UserError
 from dlbench.format import meta, paths
 from dlbench.validate import validate
 from dlbench.video import VideoDecoderCache
+from tests.conftest import SMALL_FILES
 
 
 def test_converted_dataset_validates_with_several_files_per_stream(v30_h264):
@@ -102,3 +105,14 @@ def test_metadata_tables_built_without_pandas_equal_pandas_own(v30_h264):
     nan_rows = [{"a": 1, "b": [float("nan"), 1.0]}]
     got, expected = meta.table_from_rows(nan_rows), pa.Table.from_pylist(nan_rows)
     assert got.schema.equals(expected.schema) and repr(got.to_pylist()) == repr(expected.to_pylist())
+
+
+def test_full_output_files_are_units_of_their_own(v21_h264, tmp_path):
+    """Files of few large episodes must not ride in one unit per camera, or a worker per camera is all that runs."""
+    manifest = planmod.plan(str(v21_h264), tmp_path / "work", replace(SMALL_FILES, episodes_per_batch=10_000))
+    units = [planmod.load_unit(tmp_path / "work", u) for u in range(manifest["units"])]
+    for cam in ("observation.images.front", "observation.images.wrist"):
+        files = [f for u in units if u["stream"] == cam for f in u["files"]]
+        assert len(files) >= 3
+        # every unit holds one file, except that a last file under half the threshold may join the one before it
+        assert sum(u["stream"] == cam for u in units) >= len(files) - 1

@@ -108,7 +108,10 @@ class _StreamPacker:
         self.unit_files.append(self.current)
         self.current = None
         self.file_ordinal += 1
-        if sum(len(f["lengths"]) for f in self.unit_files) >= self.per_batch:
+        # a unit is a batch of episodes or one full output file (full: past half the threshold), so the files of
+        # megabyte episodes spread over the workers instead of riding in one unit per camera
+        full = self.unit_bytes >= self.limit // 2
+        if full or sum(len(f["lengths"]) for f in self.unit_files) >= self.per_batch:
             self._close_unit()
 
     def _close_unit(self) -> None:
