@@ -20,8 +20,7 @@ FAST = dict(duration_s=1.0, warmup_s=0.2, batch_size=4, num_workers=0, probe_sam
 @pytest.mark.parametrize("loader", ["dlbench_map", "dlbench_stream"])
 def test_record_has_sane_metrics_and_verifies_every_frame(v30_h264, loader):
     samples = []
-    rec = run(BenchConfig(root=str(v30_h264), loader=loader, mode="sarm", buffer_size=16, **FAST),
-              samples_out=samples)
+    rec = run(BenchConfig(root=str(v30_h264), loader=loader, mode="sarm", buffer_size=16, **FAST), samples_out=samples)
     m = rec["metrics"]
     assert rec["status"] == "ok" and rec["versions"]["torchcodec"] and rec["config"]["loader"] == loader
     assert m["samples"] == len(samples) > 0
@@ -70,9 +69,32 @@ def test_peer_loader_without_peer_env_names_the_command(v30_h264, tmp_path, monk
 def test_two_local_ranks_overlap_and_read_disjoint_samples(v30_h264, tmp_path, loader):
     from dlbench.cli import main
 
-    code = main(["-q", "bench-run", "--root", str(v30_h264), "--loader", loader, "--ranks", "2",
-                 "--out-dir", str(tmp_path), "--num-workers", "1", "--warmup-s", "0", "--duration-s", "1",
-                 "--num-batches", "5", "--batch-size", "4", "--buffer-size", "8"])
+    code = main(
+        [
+            "-q",
+            "bench-run",
+            "--root",
+            str(v30_h264),
+            "--loader",
+            loader,
+            "--ranks",
+            "2",
+            "--out-dir",
+            str(tmp_path),
+            "--num-workers",
+            "1",
+            "--warmup-s",
+            "0",
+            "--duration-s",
+            "1",
+            "--num-batches",
+            "5",
+            "--batch-size",
+            "4",
+            "--buffer-size",
+            "8",
+        ]
+    )
     assert code == 0
     recs = [json.loads((tmp_path / f"rank{r}of2.json").read_text()) for r in range(2)]
     a, b = (set(np.load(tmp_path / f"rank{r}of2.samples.npy").tolist()) for r in range(2))
@@ -90,8 +112,9 @@ def test_harness_wrapper_survives_spawned_workers(v30_h264, loader):
 
     adapter = make_adapter(BenchConfig(root=str(v30_h264), loader=loader, buffer_size=8, **FAST))
     wrap = (_TimedIterable if adapter.iterable else _Timed)(adapter.dataset, adapter.cache_stats)
-    loader_ = torch.utils.data.DataLoader(wrap, batch_size=4, num_workers=1, collate_fn=_collate,
-                                          multiprocessing_context="spawn")
+    loader_ = torch.utils.data.DataLoader(
+        wrap, batch_size=4, num_workers=1, collate_fn=_collate, multiprocessing_context="spawn"
+    )
     batch, info = next(iter(loader_))
     assert len(batch["index"]) == 4 and (info[:, 1] == 0).all()  # made in worker 0
     assert (info[:, 3] >= 1).all()  # the worker's own decoder cache counted its misses
@@ -128,7 +151,7 @@ def test_the_independent_check_catches_frames_that_are_not_the_files(v30_h264, t
     from dlbench.loader.meta import DatasetMeta
 
     root = _without_barcodes(v30_h264, tmp_path / "plain")
-    ds = LeRobotMapDataset(str(root))
+    ds = LeRobotMapDataset(str(root), return_uint8=True)
     dmeta = DatasetMeta.load(str(root))
     batches = [torch.utils.data.default_collate([ds[i] for i in range(k, k + 4)]) for k in range(0, 40, 4)]
 
@@ -159,5 +182,6 @@ def _same_length_other_content(video, out):
 
     dec = VideoDecoder(str(video))
     frames = dec.get_frames_in_range(0, dec.metadata.num_frames).data
-    VideoEncoder(255 - frames, frame_rate=dec.metadata.average_fps).to_file(str(out), codec="libx264",
-                                                                            pixel_format="yuv420p")
+    VideoEncoder(255 - frames, frame_rate=dec.metadata.average_fps).to_file(
+        str(out), codec="libx264", pixel_format="yuv420p"
+    )

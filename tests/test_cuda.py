@@ -22,15 +22,18 @@ from .conftest import tiny_config
 from .test_loader import expected_frames
 from .test_stream import check_item
 
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
-                                reason="no CUDA device: the NVDEC decode path runs only on a machine with a GPU")
+needs_cuda = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device: the NVDEC decode path runs only on a machine with a GPU"
+)
 
 
 def test_gpu_decoding_dataset_gets_spawned_workers_and_no_pin_memory(v30_h264):
-    ds = LeRobotMapDataset(str(v30_h264), decode_device="cuda")  # no decoding yet: builds without a GPU
+    ds = LeRobotMapDataset(
+        str(v30_h264), return_uint8=True, decode_device="cuda"
+    )  # no decoding yet: builds without a GPU
     loader = DataLoader(ds, batch_size=2, num_workers=1, pin_memory=True)
     assert loader.multiprocessing_context.get_start_method() == "spawn" and not loader.pin_memory
-    cpu = DataLoader(LeRobotMapDataset(str(v30_h264)), batch_size=2, num_workers=1)
+    cpu = DataLoader(LeRobotMapDataset(str(v30_h264), return_uint8=True), batch_size=2, num_workers=1)
     assert cpu.multiprocessing_context is None  # picked as the workers start (dlbench.workers.start_method)
 
 
@@ -47,7 +50,9 @@ def test_unknown_cuda_backend_is_one_clear_error(monkeypatch):
 @needs_cuda
 @pytest.mark.parametrize("mode", ["single", "sarm"])
 def test_nvdec_frames_carry_their_barcodes_and_match_the_cpu(v30_h264, mode):
-    gpu, cpu = (LeRobotMapDataset(str(v30_h264), mode=mode, decode_device=d) for d in ("cuda", "cpu"))
+    gpu, cpu = (
+        LeRobotMapDataset(str(v30_h264), return_uint8=True, mode=mode, decode_device=d) for d in ("cuda", "cpu")
+    )
     worst = 0
     for i in range(0, len(gpu), 3):
         item, ref = gpu[i], cpu[i]
@@ -66,7 +71,9 @@ def test_nvdec_frames_carry_their_barcodes_and_match_the_cpu(v30_h264, mode):
 
 @needs_cuda
 def test_streaming_on_nvdec_in_spawned_workers_yields_every_frame_once(v30_h264):
-    ds = LeRobotStreamingDataset(str(v30_h264), mode="sarm", decode_device="cuda", pool_size=2, buffer_size=8)
+    ds = LeRobotStreamingDataset(
+        str(v30_h264), return_uint8=True, mode="sarm", decode_device="cuda", pool_size=2, buffer_size=8
+    )
     seen = collections.Counter()
     for batch in DataLoader(ds, batch_size=4, num_workers=2):
         cam = ds.meta.cameras[0]
@@ -98,8 +105,16 @@ def test_av1_on_nvdec_decodes_right_and_says_whether_it_fell_back(tmp_path):
 @needs_cuda
 @pytest.mark.parametrize("loader", ["dlbench_map", "dlbench_stream"])
 def test_bench_run_on_nvdec(v30_h264, tmp_path, loader):
-    cfg = BenchConfig(root=str(v30_h264), loader=loader, decode_device="cuda", batch_size=4, num_workers=1,
-                      duration_s=2.0, warmup_s=0.5, probe_samples=4)
+    cfg = BenchConfig(
+        root=str(v30_h264),
+        loader=loader,
+        decode_device="cuda",
+        batch_size=4,
+        num_workers=1,
+        duration_s=2.0,
+        warmup_s=0.5,
+        probe_samples=4,
+    )
     rec = run_rank(cfg, tmp_path)
     m = rec["metrics"]
     assert rec["status"] == "ok" and m["frames_per_s_node"] > 0
@@ -110,7 +125,7 @@ def test_bench_run_on_nvdec(v30_h264, tmp_path, loader):
 def test_cpu_decoded_batches_reach_the_gpu_from_pinned_ring_slots(v30_h264, tmp_path):
     """pin_memory=True keeps the batch ring: its slots are registered with CUDA, so frames arrive pinned without a
     copy, and the bench moves them to the GPU with every frame intact."""
-    ds = LeRobotMapDataset(str(v30_h264))
+    ds = LeRobotMapDataset(str(v30_h264), return_uint8=True)
     loader = DataLoader(ds, batch_size=4, num_workers=2, pin_memory=True)
     cam = ds.meta.cameras[0]
     for batch in loader:
@@ -122,7 +137,15 @@ def test_cpu_decoded_batches_reach_the_gpu_from_pinned_ring_slots(v30_h264, tmp_
         torch.cuda.synchronize()
         ep, _, _, valid = barcode.read_batch(on_gpu)  # single mode: one frame per item
         assert valid.all() and (ep == batch["episode_index"].numpy()).all()
-    cfg = BenchConfig(root=str(v30_h264), loader="dlbench_map", batch_size=4, num_workers=2, duration_s=1,
-                      warmup_s=0, repeats=1, probe_samples=0)
+    cfg = BenchConfig(
+        root=str(v30_h264),
+        loader="dlbench_map",
+        batch_size=4,
+        num_workers=2,
+        duration_s=1,
+        warmup_s=0,
+        repeats=1,
+        probe_samples=0,
+    )
     m = run_rank(cfg, tmp_path)["metrics"]
     assert m["consumer_device"] == "cuda" and m["pin_memory"] and m["frames_wrong"] == 0

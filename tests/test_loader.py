@@ -1,4 +1,3 @@
-import numpy as np
 import pytest
 import torch
 
@@ -18,7 +17,7 @@ def expected_frames(ds, item, cam):
 
 @pytest.mark.parametrize("mode", ["single", "sarm"])
 def test_map_dataset_every_frame_carries_its_barcode(v30_h264, mode):
-    ds = LeRobotMapDataset(str(v30_h264), mode=mode)
+    ds = LeRobotMapDataset(str(v30_h264), return_uint8=True, mode=mode)
     assert len(ds) == ds.meta.num_frames
     for i in range(len(ds)):
         item = ds[i]
@@ -34,7 +33,7 @@ def test_map_dataset_every_frame_carries_its_barcode(v30_h264, mode):
 
 
 def test_sarm_window_pads_outside_the_episode(v30_h264):
-    ds = LeRobotMapDataset(str(v30_h264), mode="sarm")
+    ds = LeRobotMapDataset(str(v30_h264), return_uint8=True, mode="sarm")
     first = ds[0]  # frame 0: the 7 earlier steps are before the episode
     cam = ds.meta.cameras[0]
     assert first[f"{cam}_is_pad"].tolist() == [True] * 7 + [False]
@@ -42,21 +41,23 @@ def test_sarm_window_pads_outside_the_episode(v30_h264):
     assert torch.equal(first["observation.state"][0], first["observation.state"][-1])  # clamped to the edge
 
 
-def test_float_frames_and_task_string(v30_h264):
-    ds = LeRobotMapDataset(str(v30_h264), return_float=True)
-    item = ds[3]
+def test_frames_are_float_by_default_and_uint8_on_request(v30_h264):
+    ds, raw = LeRobotMapDataset(str(v30_h264)), LeRobotMapDataset(str(v30_h264), return_uint8=True)
+    item, raw_item = ds[3], raw[3]
     cam = ds.meta.cameras[0]
     assert item[cam].dtype == torch.float32 and 0.0 <= item[cam].min() and item[cam].max() <= 1.0
+    assert raw_item[cam].dtype == torch.uint8
+    torch.testing.assert_close(item[cam], raw_item[cam].float() / 255)
     assert item["task"].startswith("synthetic task")
 
 
 def test_bad_inputs_get_clear_errors(v30_h264, v21_h264):
     with pytest.raises(UserError, match="not in .*the dataset has"):
-        LeRobotMapDataset(str(v30_h264), cameras=["observation.images.nope"])
+        LeRobotMapDataset(str(v30_h264), return_uint8=True, cameras=["observation.images.nope"])
     with pytest.raises(UserError, match="not a multiple of 1/fps"):
-        LeRobotMapDataset(str(v30_h264), delta_timestamps={"cameras": [-0.05, 0.0]})
+        LeRobotMapDataset(str(v30_h264), return_uint8=True, delta_timestamps={"cameras": [-0.05, 0.0]})
     with pytest.raises(UserError, match="dlbench convert run"):
-        LeRobotMapDataset(str(v21_h264))
+        LeRobotMapDataset(str(v21_h264), return_uint8=True)
 
 
 @pytest.mark.parametrize("layout", ["hwc", "chw"])
@@ -83,3 +84,33 @@ def test_frame_gather_equals_indexing_and_keeps_the_memory_order(layout):
     assert FrameGather(frames, order).gather_rows(rows, channels_last=layout == "hwc")
     memory = rows.view(7, 6, 8, 3).permute(0, 3, 1, 2) if layout == "hwc" else rows.view(7, 3, 6, 8)
     assert torch.equal(memory, chw[order])
+
+
+def test_lerobot_arguments_repo_id_episodes_transforms_and_meta(v30_h264):
+    from dlbench.loader import LeRobotStreamingDataset
+    from dlbench.loader.meta import dataset_root
+
+    assert dataset_root("lerobot/pusht", None, None) == "hf://datasets/lerobot/pusht@v3.0"
+    assert dataset_root("lerobot/pusht", None, "main") == "hf://datasets/lerobot/pusht@main"
+    assert dataset_root("ignored/repo", str(v30_h264), None) == str(v30_h264)
+    whole = LeRobotMapDataset(root=str(v30_h264))
+    chosen = LeRobotMapDataset(str(v30_h264), episodes=[3, 1])
+    m = whole.meta
+    want = [i for e in (1, 3) for i in range(int(m.ep_from[e]), int(m.ep_to[e]))]
+    assert [int(chosen[i]["index"]) for i in range(len(chosen))] == want and chosen.num_episodes == 2
+    stream = LeRobotStreamingDataset(str(v30_h264), episodes=[3, 1], pool_size=2, buffer_size=4)
+    assert sorted(int(item["index"]) for item in stream) == want and len(stream) == len(want)
+    assert not any(k.startswith("_") for k in next(iter(stream)))  # no private keys unless tag_items=True
+    with pytest.raises(UserError, match=r"episodes \[99\] are not in"):
+        LeRobotMapDataset(str(v30_h264), episodes=[99])
+    flipped = LeRobotMapDataset(str(v30_h264), image_transforms=lambda frames: frames.flip(-1))
+    cam = m.cameras[0]
+    assert torch.equal(flipped[5][cam], whole[5][cam].flip(-1))
+    assert (m.fps, m.camera_keys, m.total_episodes, m.total_frames) == (
+        whole.fps,
+        m.cameras,
+        m.num_episodes,
+        len(whole),
+    )
+    assert set(m.stats) >= {"observation.state", "action"} and m.stats["action"]["mean"].shape == (m.shapes["action"])
+    assert m.episodes.num_rows == m.num_episodes and m.features[cam]["dtype"] == "video"

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from dlbench import loopback
+from dlbench.errors import UserError
 from dlbench.loader.collate import DataLoader
 from dlbench.loader.stream import LeRobotStreamingDataset
-from dlbench.errors import UserError
 from dlbench.sources import apply_env
 
 from .test_stream import check_item, unbatch
@@ -30,8 +30,9 @@ def free_port() -> int:
 
 def dlbench(*args: str, spec: dict | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     extra = ["--source-spec", json.dumps(spec)] if spec is not None else []
-    return subprocess.run([sys.executable, "-m", "dlbench", *args, *extra], capture_output=True, text=True,
-                          timeout=300, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "dlbench", *args, *extra], capture_output=True, text=True, timeout=300, env=env
+    )
 
 
 @pytest.fixture(scope="module")
@@ -46,15 +47,32 @@ def s3(tmp_path_factory, v30_h264):
     try:
         staged = dlbench("stage", str(v30_h264), BUCKET_URL, "--marker", str(home / "staged.json"), spec=fast)
         assert staged.returncode == 0, staged.stderr
-        yield {"fast": fast, "slow": {**fast, "endpoint_url": f"http://127.0.0.1:{slow_port}"}, "home": home,
-               "staged": json.loads((home / "staged.json").read_text())}
+        yield {
+            "fast": fast,
+            "slow": {**fast, "endpoint_url": f"http://127.0.0.1:{slow_port}"},
+            "home": home,
+            "staged": json.loads((home / "staged.json").read_text()),
+        }
     finally:
         loopback.stop(state)
 
 
 def prewarm(spec: dict, out: Path) -> subprocess.CompletedProcess:
-    return dlbench("prewarm-check", spec["url"], "--out", str(out), "--files", "4", "--range-mb", "1",
-                   "--ttfb-ms-max", "50", "--mbps-min", "1", spec=spec)
+    return dlbench(
+        "prewarm-check",
+        spec["url"],
+        "--out",
+        str(out),
+        "--files",
+        "4",
+        "--range-mb",
+        "1",
+        "--ttfb-ms-max",
+        "50",
+        "--mbps-min",
+        "1",
+        spec=spec,
+    )
 
 
 def test_prewarm_check_says_cold_when_slow_and_warm_when_fast(s3, tmp_path):
@@ -78,9 +96,31 @@ def test_cold_verdict_stops_a_warmed_run_and_warn_lets_it_measure(s3, tmp_path):
     report = tmp_path / "slow.json"
     assert prewarm(s3["slow"], report).returncode == 0
     out = tmp_path / "run"
-    args = ["bench-run", "--root", BUCKET_URL, "--out-dir", str(out), "--require-warm", str(report),
-            "--loader", "dlbench_stream", "--num-workers", "1", "--batch-size", "4", "--num-batches", "2",
-            "--duration-s", "5", "--warmup-s", "0", "--probe-samples", "2", "--buffer-size", "4"]
+    args = [
+        "bench-run",
+        "--root",
+        BUCKET_URL,
+        "--out-dir",
+        str(out),
+        "--require-warm",
+        str(report),
+        "--loader",
+        "dlbench_stream",
+        "--num-workers",
+        "1",
+        "--batch-size",
+        "4",
+        "--num-batches",
+        "2",
+        "--duration-s",
+        "5",
+        "--warmup-s",
+        "0",
+        "--probe-samples",
+        "2",
+        "--buffer-size",
+        "4",
+    ]
     stopped = dlbench(*args, spec=s3["slow"])
     assert stopped.returncode != 0
     assert "measured cold" in stopped.stderr and "on_cold: warn" in stopped.stderr
@@ -99,7 +139,7 @@ def test_streaming_from_loopback_s3_verifies_every_frame(s3, monkeypatch):
     for key in ("FSSPEC_S3_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
         monkeypatch.delenv(key, raising=False)  # restored after the test
     apply_env(json.dumps(s3["fast"]))
-    ds = LeRobotStreamingDataset(BUCKET_URL, pool_size=2, buffer_size=8)
+    ds = LeRobotStreamingDataset(BUCKET_URL, return_uint8=True, pool_size=2, buffer_size=8)
     seen = []
     # reading the metadata through s3fs left its I/O loop thread running here: forking now is unsafe (a fork beside
     # a thread once left a worker stuck in Python's after-fork code), so the workers start from the fork server,
@@ -115,16 +155,23 @@ def test_streaming_from_loopback_s3_verifies_every_frame(s3, monkeypatch):
 
 def _clean_aws_env(tmp_path: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "FSSPEC_"))}
-    env.update(AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"), AWS_CONFIG_FILE=str(tmp_path / "none"),
-               AWS_EC2_METADATA_DISABLED="true", AWS_MAX_ATTEMPTS="1")
+    env.update(
+        AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
+        AWS_CONFIG_FILE=str(tmp_path / "none"),
+        AWS_EC2_METADATA_DISABLED="true",
+        AWS_MAX_ATTEMPTS="1",
+    )
     return env
 
 
-@pytest.mark.parametrize("case, expected", [
-    ("unreachable", "unreachable"),
-    ("missing_bucket", "not found"),
-    ("no_credentials", "no credentials"),
-])
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        ("unreachable", "unreachable"),
+        ("missing_bucket", "not found"),
+        ("no_credentials", "no credentials"),
+    ],
+)
 def test_bad_sources_give_one_clear_error_and_no_result(s3, tmp_path, case, expected):
     spec = dict(s3["fast"])
     if case == "unreachable":
@@ -139,13 +186,25 @@ def test_bad_sources_give_one_clear_error_and_no_result(s3, tmp_path, case, expe
     assert proc.returncode != 0 and not out.exists()
     assert expected in proc.stderr and spec["url"] in proc.stderr and "Traceback" not in proc.stderr
     run = tmp_path / "run"
-    proc = dlbench("bench-run", "--root", spec["url"], "--out-dir", str(run), "--loader", "dlbench_stream",
-                   spec=spec, env=env)
+    proc = dlbench(
+        "bench-run", "--root", spec["url"], "--out-dir", str(run), "--loader", "dlbench_stream", spec=spec, env=env
+    )
     assert proc.returncode != 0 and expected in proc.stderr
     assert not run.exists() or not list(run.iterdir())
     if case == "unreachable":  # a source marked on_unreachable: skip (the Hub on an offline machine) is recorded
-        proc = dlbench("bench-run", "--root", spec["url"], "--out-dir", str(run), "--loader", "dlbench_stream",
-                       "--on-unreachable", "skip", spec=spec, env=env)
+        proc = dlbench(
+            "bench-run",
+            "--root",
+            spec["url"],
+            "--out-dir",
+            str(run),
+            "--loader",
+            "dlbench_stream",
+            "--on-unreachable",
+            "skip",
+            spec=spec,
+            env=env,
+        )
         assert proc.returncode == 0, proc.stderr
         rec = json.loads((run / "rank0of1.json").read_text())
         assert rec["status"] == "skipped" and "not reachable" in rec["reason"] and spec["url"] in rec["reason"]
@@ -159,8 +218,9 @@ def test_bandwidth_cap_holds_across_all_connections_of_a_source(s3):
     blob = os.urandom(1 << 20)
     fast = s3fs.S3FileSystem(endpoint_url=s3["fast"]["endpoint_url"], key="dlbench", secret="dlbench")
     fast.pipe(f"{BUCKET_URL}/blob.bin", blob)
-    slow = s3fs.S3FileSystem(endpoint_url=s3["slow"]["endpoint_url"], key="dlbench", secret="dlbench",
-                             skip_instance_cache=True)
+    slow = s3fs.S3FileSystem(
+        endpoint_url=s3["slow"]["endpoint_url"], key="dlbench", secret="dlbench", skip_instance_cache=True
+    )
     from concurrent.futures import ThreadPoolExecutor
 
     t0 = time.perf_counter()

@@ -35,7 +35,7 @@ def unbatch(batch):
 
 @pytest.mark.parametrize("mode", ["single", "sarm"])
 def test_stream_every_frame_carries_its_barcode(v30_h264, mode):
-    ds = LeRobotStreamingDataset(str(v30_h264), mode=mode, pool_size=3, buffer_size=10)
+    ds = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, mode=mode, pool_size=3, buffer_size=10)
     n = 0
     for item in ds:
         check_item(ds, item)
@@ -47,17 +47,19 @@ def test_stream_every_frame_carries_its_barcode(v30_h264, mode):
 def test_one_epoch_yields_every_frame_exactly_once(v30_h264, world, workers):
     seen = collections.Counter()
     for rank in range(world):
-        ds = LeRobotStreamingDataset(str(v30_h264), rank=rank, world_size=world, pool_size=2, buffer_size=8)
+        ds = LeRobotStreamingDataset(
+            str(v30_h264), return_uint8=True, rank=rank, world_size=world, pool_size=2, buffer_size=8
+        )
         loader = torch_loader(ds, batch_size=4, num_workers=workers)
         for batch in loader:
             seen.update(batch["index"].tolist())
-    total = LeRobotMapDataset(str(v30_h264)).meta.num_frames
+    total = LeRobotMapDataset(str(v30_h264), return_uint8=True).meta.num_frames
     assert sorted(seen) == list(range(total)) and set(seen.values()) == {1}
 
 
 def test_order_is_seeded_per_epoch_and_shuffled(v30_h264):
     def order(seed, epoch):
-        ds = LeRobotStreamingDataset(str(v30_h264), seed=seed, pool_size=3, buffer_size=16)
+        ds = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, seed=seed, pool_size=3, buffer_size=16)
         ds.set_epoch(epoch)
         return [int(it["index"]) for it in ds]
 
@@ -66,14 +68,14 @@ def test_order_is_seeded_per_epoch_and_shuffled(v30_h264):
     assert a != order(1, 1) and a != order(2, 0)
     assert a != sorted(a)
     # several episodes interleave early in the epoch (the pool)
-    ds = LeRobotStreamingDataset(str(v30_h264), seed=1, pool_size=3, buffer_size=16, read_ahead=2)
+    ds = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, seed=1, pool_size=3, buffer_size=16, read_ahead=2)
     first = [int(it["episode_index"]) for _, it in zip(range(40), ds)]
     assert len(set(first)) >= 3
 
 
 def test_resume_from_state_dict_has_no_repeats_and_no_gaps(v30_h264):
-    kw = dict(pool_size=3, buffer_size=8, seed=5)
-    ds = LeRobotStreamingDataset(str(v30_h264), **kw)
+    kw = dict(pool_size=3, buffer_size=8, seed=5, tag_items=True)
+    ds = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, **kw)
     loader = torch_loader(ds, batch_size=4, num_workers=2)
     before = []
     for k, batch in enumerate(loader):
@@ -83,7 +85,7 @@ def test_resume_from_state_dict_has_no_repeats_and_no_gaps(v30_h264):
             break
     state = ds.state_dict()
     del loader
-    resumed = LeRobotStreamingDataset(str(v30_h264), **kw)
+    resumed = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, **kw)
     resumed.load_state_dict(state)
     after = []
     loader = torch_loader(resumed, batch_size=4, num_workers=2, persistent_workers=True)
@@ -97,14 +99,16 @@ def test_resume_from_state_dict_has_no_repeats_and_no_gaps(v30_h264):
     again = [i for b in loader for i in b["index"].tolist()]
     assert sorted(again) == list(range(resumed.meta.num_frames))
     # a different split (3 workers instead of 2) cannot resume this state
-    other = LeRobotStreamingDataset(str(v30_h264), **kw)
+    other = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, **kw)
     other.load_state_dict(state)
     with pytest.raises(Exception, match="resume with the same num_workers"):
         next(iter(torch_loader(other, batch_size=4, num_workers=3)))
 
 
 def test_decoder_cache_counters_add_up(v30_h264):
-    ds = LeRobotStreamingDataset(str(v30_h264), mode="sarm", pool_size=4, buffer_size=8, decoder_cache_size=2)
+    ds = LeRobotStreamingDataset(
+        str(v30_h264), return_uint8=True, mode="sarm", pool_size=4, buffer_size=8, decoder_cache_size=2
+    )
     calls = 0
     real_get = ds.cache.get
 
@@ -126,7 +130,7 @@ def test_streaming_decoders_follow_pool_slots_not_episodes(v30_h264_one_file):
     """Live episodes of one file are read in turn by decoders of their own (none seeks back); an episode that starts
     takes over the decoder of the one that finished, so a camera's file is opened once per pool slot, not once per
     episode, and every frame is still the right one after those seeks."""
-    ds = LeRobotStreamingDataset(str(v30_h264_one_file), mode="single", pool_size=3, buffer_size=8)
+    ds = LeRobotStreamingDataset(str(v30_h264_one_file), return_uint8=True, mode="single", pool_size=3, buffer_size=8)
     assert {len(set(ds.meta.video_url(c, e) for e in range(len(ds.meta.ep_from)))) for c in ds.meta.cameras} == {1}
     n = 0
     for item in ds:
@@ -148,17 +152,17 @@ def test_split_balances_frames_and_keeps_episodes_whole():
 
 def test_stream_bad_inputs(v30_h264, v21_h264, tmp_path):
     with pytest.raises(UserError, match="dlbench convert run"):
-        LeRobotStreamingDataset(str(v21_h264))
+        LeRobotStreamingDataset(str(v21_h264), return_uint8=True)
     with pytest.raises(UserError, match="not a multiple of 1/fps"):
-        LeRobotStreamingDataset(str(v30_h264), delta_timestamps={"observation.state": [0.01]})
+        LeRobotStreamingDataset(str(v30_h264), return_uint8=True, delta_timestamps={"observation.state": [0.01]})
     with pytest.raises(UserError, match="http://127.0.0.1:9/nowhere"):
-        LeRobotStreamingDataset("http://127.0.0.1:9/nowhere")
+        LeRobotStreamingDataset("http://127.0.0.1:9/nowhere", return_uint8=True)
     broken = tmp_path / "broken"
     shutil.copytree(v30_h264, broken)
     video = broken / paths.v30_video_path("observation.images.front", 0, 0)
     video.write_bytes(video.read_bytes()[:200])
     with pytest.raises(UserError, match="file-000.mp4: cannot open video"):
-        list(LeRobotStreamingDataset(str(broken)))
+        list(LeRobotStreamingDataset(str(broken), return_uint8=True))
 
 
 def test_metadata_here_data_files_elsewhere(v30_h264, tmp_path):
@@ -168,11 +172,11 @@ def test_metadata_here_data_files_elsewhere(v30_h264, tmp_path):
     for part in ("data", "videos"):
         shutil.copytree(v30_h264 / part, files_only / part)
     with pytest.raises(UserError):  # the files are not under the metadata root
-        LeRobotMapDataset(str(meta_only))[0]
-    mapped = LeRobotMapDataset(str(meta_only), mode="sarm", data_files_root=str(files_only))
+        LeRobotMapDataset(str(meta_only), return_uint8=True)[0]
+    mapped = LeRobotMapDataset(str(meta_only), return_uint8=True, mode="sarm", data_files_root=str(files_only))
     for i in range(0, len(mapped), 7):
         check_item(mapped, mapped[i])
-    stream = LeRobotStreamingDataset(str(meta_only), data_files_root=str(files_only), buffer_size=4)
+    stream = LeRobotStreamingDataset(str(meta_only), return_uint8=True, data_files_root=str(files_only), buffer_size=4)
     seen = []
     for item in stream:
         check_item(stream, item)
@@ -186,8 +190,8 @@ def test_dlbench_dataloader_batches_equal_torch_default_batches(v30_h264):
     from dlbench.loader.collate import DataLoader
 
     kw = dict(mode="sarm", seed=3, pool_size=2, buffer_size=4)
-    ours = DataLoader(LeRobotStreamingDataset(str(v30_h264), **kw), batch_size=4, num_workers=1)
-    ref = torch_loader(LeRobotStreamingDataset(str(v30_h264), **kw), batch_size=4, num_workers=1)
+    ours = DataLoader(LeRobotStreamingDataset(str(v30_h264), return_uint8=True, **kw), batch_size=4, num_workers=1)
+    ref = torch_loader(LeRobotStreamingDataset(str(v30_h264), return_uint8=True, **kw), batch_size=4, num_workers=1)
     for k, (a, b) in enumerate(zip(ours, ref)):
         assert a.keys() == b.keys()
         for key in a:
@@ -215,17 +219,23 @@ class _CollateInWorker(torch.utils.data.IterableDataset):
             if len(items) == 3:
                 batch = collate(items)
                 frames = [batch[cam] for cam in self.ds.meta.cameras]
-                yield ([f.untyped_storage().data_ptr() for f in frames], [f.is_shared() for f in frames],
-                       type(batch["_pos"]).__name__, [torch.equal(f, torch.stack([i[cam] for i in items]))
-                                                      for f, cam in zip(frames, self.ds.meta.cameras)],
-                       [f.movedim(-3, -1).is_contiguous() for f in frames])
+                yield (
+                    [f.untyped_storage().data_ptr() for f in frames],
+                    [f.is_shared() for f in frames],
+                    type(batch["_pos"]).__name__,
+                    [
+                        torch.equal(f, torch.stack([i[cam] for i in items]))
+                        for f, cam in zip(frames, self.ds.meta.cameras)
+                    ],
+                    [f.movedim(-3, -1).is_contiguous() for f in frames],
+                )
                 return
 
 
 def test_collate_ships_all_frames_of_a_batch_in_one_shared_block(v30_h264):
     """Inside a DataLoader worker, every camera's frames of one batch are views of a single shared-memory block
     (one descriptor crosses to the main process, not one per camera), and plain numbers become numpy arrays."""
-    ds = LeRobotStreamingDataset(str(v30_h264), mode="sarm", buffer_size=4)
+    ds = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, mode="sarm", buffer_size=4, tag_items=True)
     loader = torch_loader(_CollateInWorker(ds), batch_size=None, num_workers=1)
     ptrs, shared, pos_type, equal, hwc = next(iter(loader))
     assert len(ds.meta.cameras) == 2 and len(set(ptrs)) == 1 and all(shared)
@@ -241,8 +251,11 @@ def test_windows_reach_collate_uncopied_in_its_workers_and_batch_right(v30_h264,
     from dlbench.loader import collate as collate_mod
     from dlbench.video import FrameGather
 
-    ds = (LeRobotStreamingDataset(str(v30_h264), mode="sarm", buffer_size=4, tag_items=False) if loader == "stream"
-          else LeRobotMapDataset(str(v30_h264), mode="sarm"))
+    ds = (
+        LeRobotStreamingDataset(str(v30_h264), return_uint8=True, mode="sarm", buffer_size=4, tag_items=False)
+        if loader == "stream"
+        else LeRobotMapDataset(str(v30_h264), return_uint8=True, mode="sarm")
+    )
 
     def items():
         if loader == "map":
@@ -268,10 +281,25 @@ def test_buffer_is_capped_by_decoded_bytes(v30_h264):
     """However large the frames and windows, the shuffle buffer keeps at most buffer_mb of decoded blocks alive
     (the items decoded together share one block, which lives until the last of them leaves the buffer)."""
     item_mb = (64 * 64 * 3 + 64 * 96 * 3) * 8 / 2**20  # sarm: 8 steps of both cameras
-    ds = LeRobotStreamingDataset(str(v30_h264), mode="sarm", buffer_size=256, read_ahead=4, buffer_mb=2 * 4 * item_mb)
+    ds = LeRobotStreamingDataset(
+        str(v30_h264), return_uint8=True, mode="sarm", buffer_size=256, read_ahead=4, buffer_mb=2 * 4 * item_mb
+    )
     assert ds.max_blocks() == 2 and ds.max_blocks(2) == 1
-    events = list(shard_order(ds.meta.ep_from, ds.meta.ep_to, range(len(ds.meta.ep_from)), 0, 0, 0, ds.pool_size,
-                              ds.buffer_size, ds.read_ahead, True, ds.max_blocks()))
+    events = list(
+        shard_order(
+            ds.meta.ep_from,
+            ds.meta.ep_to,
+            range(len(ds.meta.ep_from)),
+            0,
+            0,
+            0,
+            ds.pool_size,
+            ds.buffer_size,
+            ds.read_ahead,
+            True,
+            ds.max_blocks(),
+        )
+    )
     block_of, alive, most = {}, collections.Counter(), 0
     for n, (kind, value) in enumerate(events):
         if kind == "decode":
@@ -306,7 +334,7 @@ def test_batch_ring_reuses_slots_and_never_overwrites_a_held_batch(v30_h264, con
 
     from dlbench.loader.collate import DataLoader
 
-    ds = LeRobotStreamingDataset(str(v30_h264), mode="single", pool_size=2, buffer_size=8)
+    ds = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, mode="single", pool_size=2, buffer_size=8)
     loader = DataLoader(ds, batch_size=4, num_workers=2, persistent_workers=True, multiprocessing_context=context)
     held = list(loader)
     ring = loader.collate_fn.ring
@@ -320,10 +348,10 @@ def test_batch_ring_reuses_slots_and_never_overwrites_a_held_batch(v30_h264, con
     gc.collect()
     assert ring.busy() == 0
     ds.set_epoch(1)
-    for k, batch in enumerate(loader):  # a partial pass: batches still in flight are dropped unread at the restart
+    for k, batch in enumerate(loader):  # noqa: B007 (a partial pass: batches still in flight are dropped unread)
         if k == 2:
             break
-    del batch
+    del batch  # the last batch was held to here
     ds.set_epoch(2)
     from_ring = [lo <= b[ds.meta.cameras[0]].data_ptr() < hi for b in loader]
     gc.collect()

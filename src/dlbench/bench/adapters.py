@@ -8,9 +8,10 @@ for them, see `launch.py`).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -49,8 +50,9 @@ def _decode_seconds(ds) -> float:
 
 def _dlbench_adapter(ds, iterable: bool) -> Adapter:
     # partials of module functions, not lambdas: spawned DataLoader workers (cuda decode) pickle the dataset wrapper
-    return Adapter(ds, iterable, ds.frames_per_item, partial(_cache_stats, ds), partial(_decode_seconds, ds),
-                   collate=collate)  # dlbench.loader.collate.DataLoader's batching
+    return Adapter(
+        ds, iterable, ds.frames_per_item, partial(_cache_stats, ds), partial(_decode_seconds, ds), collate=collate
+    )  # dlbench.loader.collate.DataLoader's batching
 
 
 def make_adapter(cfg) -> Adapter:
@@ -58,17 +60,31 @@ def make_adapter(cfg) -> Adapter:
     if cfg.loader == "dlbench_map":
         from ..loader.map import LeRobotMapDataset
 
-        ds = LeRobotMapDataset(cfg.root, mode=cfg.mode, decode_device=cfg.decode_device,
-                               decoder_cache_size=cfg.decoder_cache_size or 16, data_files_root=cfg.data_files_root)
+        ds = LeRobotMapDataset(
+            cfg.root,
+            mode=cfg.mode,
+            decode_device=cfg.decode_device,
+            decoder_cache_size=cfg.decoder_cache_size or 16,
+            data_files_root=cfg.data_files_root,
+            return_uint8=True,  # as LeRobot's training factory asks of LeRobotDataset, and of the baselines here
+        )
         return _dlbench_adapter(ds, iterable=False)
     if cfg.loader == "dlbench_stream":
         from ..loader.stream import LeRobotStreamingDataset
 
-        ds = LeRobotStreamingDataset(cfg.root, mode=cfg.mode, decode_device=cfg.decode_device,
-                                     decoder_cache_size=cfg.decoder_cache_size, rank=cfg.rank,
-                                     world_size=cfg.world_size, seed=cfg.seed, pool_size=cfg.pool_size,
-                                     buffer_size=cfg.buffer_size, tag_items=False,
-                                     data_files_root=cfg.data_files_root)
+        ds = LeRobotStreamingDataset(
+            cfg.root,
+            mode=cfg.mode,
+            decode_device=cfg.decode_device,
+            decoder_cache_size=cfg.decoder_cache_size,
+            rank=cfg.rank,
+            world_size=cfg.world_size,
+            seed=cfg.seed,
+            pool_size=cfg.pool_size,
+            buffer_size=cfg.buffer_size,
+            data_files_root=cfg.data_files_root,
+            return_uint8=True,
+        )
         return _dlbench_adapter(ds, iterable=True)
     if cfg.loader in LEROBOT_LOADERS:
         return _lerobot(cfg)
@@ -82,13 +98,16 @@ def _lerobot(cfg) -> Adapter:
     except ImportError:
         from ..peer import CREATE_COMMAND
 
-        raise UserError(f"loader {cfg.loader} needs LeRobot 0.6.1, which is not importable here; it runs in the "
-                        f"peer environment (create it with {CREATE_COMMAND})") from None
+        raise UserError(
+            f"loader {cfg.loader} needs LeRobot 0.6.1, which is not importable here; it runs in the "
+            f"peer environment (create it with {CREATE_COMMAND})"
+        ) from None
     if cfg.decode_device != "cpu":
         raise UserError(f"loader {cfg.loader} decodes on the CPU only (LeRobot 0.6.1); use decode_device cpu")
     if cfg.data_files_root:
-        raise UserError(f"loader {cfg.loader} reads data files under its root only; data_files_root needs a dlbench "
-                        f"loader")
+        raise UserError(
+            f"loader {cfg.loader} reads data files under its root only; data_files_root needs a dlbench loader"
+        )
     dmeta = DatasetMeta.load(cfg.root)
     deltas = lerobot_delta_timestamps(dmeta, cfg.mode)
     fpi = sum(len(deltas.get(c, [0])) if deltas else 1 for c in dmeta.cameras)
@@ -97,8 +116,14 @@ def _lerobot(cfg) -> Adapter:
         ds = LeRobotDataset(**where, delta_timestamps=deltas, return_uint8=True, video_backend="torchcodec")
         _stop_tqdm_monitor()
         return Adapter(ds, False, fpi, None, None)
-    ds = StreamingLeRobotDataset(**where, delta_timestamps=deltas, return_uint8=True, seed=cfg.seed,
-                                 buffer_size=cfg.buffer_size, max_num_shards=max(1, cfg.num_workers))
+    ds = StreamingLeRobotDataset(
+        **where,
+        delta_timestamps=deltas,
+        return_uint8=True,
+        seed=cfg.seed,
+        buffer_size=cfg.buffer_size,
+        max_num_shards=max(1, cfg.num_workers),
+    )
     _stop_tqdm_monitor()
     return Adapter(ds, True, fpi, None, None)
 
@@ -110,8 +135,10 @@ def lerobot_location(root: str) -> dict:
         repo, _, revision = root.removeprefix("hf://datasets/").partition("@")
         return {"repo_id": repo.rstrip("/"), "revision": revision or None}
     if "://" in root and not root.startswith("file://"):
-        raise UserError(f"{root}: LeRobot's loaders read local datasets and Hub repos (hf://datasets/ORG/NAME@REV) "
-                        f"only; read this one with dlbench_map or dlbench_stream")
+        raise UserError(
+            f"{root}: LeRobot's loaders read local datasets and Hub repos (hf://datasets/ORG/NAME@REV) "
+            f"only; read this one with dlbench_map or dlbench_stream"
+        )
     return {"repo_id": "local/bench", "root": root.removeprefix("file://")}
 
 

@@ -1,1 +1,12 @@
-"""Loaders over LeRobot v3.0 datasets: `map.LeRobotMapDataset` (random access)."""
+"""Loaders over LeRobot v3.0 datasets, with LeRobot's arguments and items.
+
+`LeRobotMapDataset` (random access, like `LeRobotDataset`), `LeRobotStreamingDataset` (sharded and shuffled
+streaming, like `StreamingLeRobotDataset`) and `DataLoader` (torch's, with a cheaper worker -> main hand-off).
+"""
+
+from .collate import DataLoader
+from .map import LeRobotMapDataset
+from .meta import DatasetMeta
+from .stream import LeRobotStreamingDataset
+
+__all__ = ["DataLoader", "DatasetMeta", "LeRobotMapDataset", "LeRobotStreamingDataset"]

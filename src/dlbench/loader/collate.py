@@ -63,7 +63,7 @@ class BatchRing:
     def _map_slots(self) -> None:
         n = self.workers * self.slots
         whole = mmap.mmap(self._fd, n * (self.slot_bytes + 1))  # MAP_SHARED
-        self._mem = memoryview(whole)[:n * self.slot_bytes]
+        self._mem = memoryview(whole)[: n * self.slot_bytes]
         self._busy = np.frombuffer(whole, dtype=np.uint8, count=n, offset=n * self.slot_bytes)
 
     def __reduce__(self):
@@ -79,14 +79,14 @@ class BatchRing:
         if self._mem is None or info is None or info.id >= self.workers or nbytes > self.slot_bytes:
             return None
         base = info.id * self.slots
-        free = np.flatnonzero(self._busy[base:base + self.slots] == 0)
+        free = np.flatnonzero(self._busy[base : base + self.slots] == 0)
         if not len(free):
             return None
         index = base + int(free[0])
         self._busy[index] = 1
         return index, torch.frombuffer(self._mem, dtype=torch.uint8, count=nbytes, offset=index * self.slot_bytes)
 
-    def open(self, ref: "RingSlot") -> torch.Tensor:
+    def open(self, ref: RingSlot) -> torch.Tensor:
         """In the main process: the slot's bytes as a uint8 tensor; the slot is released when no view of it is left."""
         self._sweep()
         owner = np.frombuffer(self._mem, dtype=np.uint8, count=ref.nbytes, offset=ref.index * self.slot_bytes)
@@ -136,8 +136,9 @@ class BatchRing:
         return int(self._busy.sum()) if self._busy is not None else 0
 
 
-def _unpickle_ring(workers: int = 0, slots: int = 0, slot_bytes: int = 0, token: tuple | None = None,
-                   fd=None) -> BatchRing:
+def _unpickle_ring(
+    workers: int = 0, slots: int = 0, slot_bytes: int = 0, token: tuple | None = None, fd=None
+) -> BatchRing:
     """A worker's view of the main process's ring (its memory file's descriptor `fd`); without one, a slotless
     ring."""
     ring = BatchRing.__new__(BatchRing)
@@ -151,7 +152,7 @@ def _unpickle_ring(workers: int = 0, slots: int = 0, slot_bytes: int = 0, token:
 
 
 _ring_tokens = itertools.count()
-_RINGS: "weakref.WeakValueDictionary[tuple, BatchRing]" = weakref.WeakValueDictionary()
+_RINGS: weakref.WeakValueDictionary[tuple, BatchRing] = weakref.WeakValueDictionary()
 
 
 class RingSlot:
@@ -189,8 +190,9 @@ def _channels_last(t: torch.Tensor | FrameGather) -> bool:
 
 
 def _field_view(block: torch.Tensor, off: int, dtype: torch.dtype, shape: tuple, channels_last: bool) -> torch.Tensor:
-    """A stacked field inside `block`: `shape` is its memory order; channels-last fields are viewed as (..., C, H, W)."""
-    t = block[off:off + int(np.prod(shape)) * dtype.itemsize].view(dtype).view(shape)
+    """A stacked field inside `block`: `shape` is its memory order; channels-last fields are viewed as
+    (..., C, H, W)."""
+    t = block[off : off + int(np.prod(shape)) * dtype.itemsize].view(dtype).view(shape)
     return t.movedim(-1, -3) if channels_last else t
 
 
@@ -204,8 +206,12 @@ def _stack_into_one_block(fields: dict[str, list[torch.Tensor]], ring: BatchRing
     layout, nbytes = {}, 0
     for key, values in fields.items():
         last, shape = _channels_last(values[0]), tuple(values[0].shape)
-        layout[key] = (nbytes, values[0].dtype, (len(values), *shape[:-3], *shape[-2:], shape[-3]) if last
-                       else (len(values), *shape), last)
+        layout[key] = (
+            nbytes,
+            values[0].dtype,
+            (len(values), *shape[:-3], *shape[-2:], shape[-3]) if last else (len(values), *shape),
+            last,
+        )
         nbytes += -(-len(values) * int(np.prod(shape)) * values[0].dtype.itemsize // _ALIGN) * _ALIGN
     slot = ring.take(nbytes) if ring is not None else None
     if slot is not None:

@@ -19,7 +19,7 @@ from ..format import meta, paths
 from ..video import DEFAULT_TOLERANCE_S, VideoDecoderCache, is_remote, split_runs
 from ..workers import keep_freed_blocks
 from .collate import collating_worker
-from .meta import DatasetMeta, resolve_windows
+from .meta import DatasetMeta, dataset_root, episode_rows, resolve_windows
 
 INDEX_COLUMNS = ("index", "episode_index", "frame_index", "timestamp", "task_index")
 
@@ -52,16 +52,29 @@ def read_columns(dmeta: DatasetMeta, rel_files: list[str], columns: list[str]) -
 
 def data_columns(dmeta: DatasetMeta) -> list[str]:
     """Parquet columns an item carries: the numeric features plus the index columns."""
-    cols = [k for k, ft in dmeta.info["features"].items()
-            if ft.get("dtype") not in ("video", "image", "string") and k not in INDEX_COLUMNS]
+    cols = [
+        k
+        for k, ft in dmeta.info["features"].items()
+        if ft.get("dtype") not in ("video", "image", "string") and k not in INDEX_COLUMNS
+    ]
     return cols + list(INDEX_COLUMNS)
 
 
 class ItemBuilder:
     """Turns a row (and its episode) into an item; shared by the map-style and streaming datasets."""
 
-    def __init__(self, dmeta: DatasetMeta, windows: dict[str, np.ndarray], columns: dict[str, np.ndarray],
-                 decode_device: str, cache_size: int, return_float: bool, tolerance_s: float):
+    def __init__(
+        self,
+        dmeta: DatasetMeta,
+        windows: dict[str, np.ndarray],
+        columns: dict[str, np.ndarray],
+        decode_device: str,
+        cache_size: int,
+        return_float: bool,
+        tolerance_s: float,
+        image_transforms=None,
+    ):
+        self.image_transforms = image_transforms  # applied to each camera's frames of an item, as LeRobot does
         self.dmeta, self.windows, self.cols = dmeta, windows, columns
         self.decode_device, self.cache_size = decode_device, cache_size
         self.return_float, self.tolerance_s = return_float, tolerance_s
@@ -116,7 +129,7 @@ class ItemBuilder:
         # one decode request per camera and episode: a streaming block is one episode, a map-style item one row.
         # In a DataLoader worker batched by dlbench's collate, windows with repeated frames stay `FrameGather`s and
         # are copied once, straight into the batch; everywhere else items hold plain tensors
-        gather = self.return_float or not collating_worker()
+        gather = self.return_float or self.image_transforms is not None or not collating_worker()
         if (eps == eps[0]).all():  # the common case; np.unique costs tens of microseconds
             groups = [(int(eps[0]), None)]  # (episode, its rows' positions; None: all of them)
         else:
@@ -134,8 +147,9 @@ class ItemBuilder:
             for ep, member in groups:
                 wanted = times if member is None else times[member]
                 t0 = time.perf_counter()
-                got = self.cache.decode(dm.video_url(cam, ep), wanted.ravel(), dm.fps, self.tolerance_s,
-                                        cursor=cursor, gather=gather)
+                got = self.cache.decode(
+                    dm.video_url(cam, ep), wanted.ravel(), dm.fps, self.tolerance_s, cursor=cursor, gather=gather
+                )
                 self.decode_s += time.perf_counter() - t0
                 if self.return_float:
                     got = got.float() / 255.0
@@ -144,7 +158,12 @@ class ItemBuilder:
                     frames[i] = f
         names = [*fields, "task", *per_item]
         columns = [*(block.unbind(0) for block in fields.values()), tasks, *per_item.values()]
-        return [dict(zip(names, values)) for values in zip(*columns)]
+        items = [dict(zip(names, values)) for values in zip(*columns)]
+        if self.image_transforms is not None:
+            for item in items:
+                for cam in per_item:
+                    item[cam] = self.image_transforms(item[cam])
+        return items
 
     def frames_per_item(self) -> int:
         return sum(len(self.windows[c]) if c in self.windows else 1 for c in self.dmeta.cameras)
@@ -157,9 +176,31 @@ class ItemBuilder:
 
 
 class BuilderViews:
-    """What the bench harness and `loader.collate.DataLoader` read off a dataset built on an `ItemBuilder`."""
+    """What the bench harness, `loader.collate.DataLoader` and LeRobot training code read off a dataset built on
+    an `ItemBuilder`."""
 
     builder: ItemBuilder
+    meta: DatasetMeta
+
+    @property
+    def repo_id(self) -> str:
+        return self.meta.repo_id
+
+    @property
+    def root(self) -> str:
+        return self.meta.root
+
+    @property
+    def fps(self) -> int:
+        return self.meta.fps
+
+    @property
+    def features(self) -> dict:
+        return self.meta.features
+
+    @property
+    def num_episodes(self) -> int:
+        return self.meta.num_episodes if self.episodes is None else len(self.episodes)
 
     @property
     def cache(self) -> VideoDecoderCache:
@@ -179,38 +220,70 @@ class BuilderViews:
 
 
 class LeRobotMapDataset(BuilderViews, torch.utils.data.Dataset):
-    """Random access to every frame of a v3.0 dataset.
+    """Random access to every frame of a v3.0 dataset; takes LeRobotDataset's arguments and returns its items.
 
     Args:
-        root: dataset root, a local path or an fsspec URL.
-        mode: "single" (one frame per camera) or "sarm" (8 steps spaced 1 s); ignored if `delta_timestamps` is given.
+        repo_id: a Hub repo id (read from `hf://datasets/<repo_id>@<revision>`), or the dataset's path or URL.
+        root: the dataset's local path or fsspec URL; overrides `repo_id` as the place to read.
+        episodes: episode indices to load (default: all); items keep their dataset-wide `index`.
+        image_transforms: called on each camera's frames of an item ((C, H, W), or (T, C, H, W) with a window).
         delta_timestamps: seconds per key (the key "cameras" means every camera); steps outside the episode are
-            clamped to its edge and flagged in `<key>_is_pad`, as LeRobot does.
+            clamped to its edge and flagged in `<key>_is_pad`, as LeRobot does. Overrides `mode`.
+        tolerance_s: how far a frame's timestamp may be from the requested one.
+        revision: the Hub revision (default: "v3.0").
+        return_uint8: frames as uint8 in [0, 255]; by default float32 in [0, 1], as LeRobotDataset returns them.
+        mode: "single" (one frame per camera) or "sarm" (8 steps spaced 1 s).
         cameras: camera keys to load (default: all).
         decode_device: "cpu" or "cuda".
         decoder_cache_size: open decoders kept per process.
-        return_float: frames as float32 in [0, 1] instead of uint8.
-        data_files_root: where data/ and videos/ are, if not under `root` (which then holds only meta/).
+        data_files_root: where data/ and videos/ are, if not under the root (which then holds only meta/).
     """
 
-    def __init__(self, root: str, mode: str = "single", delta_timestamps: dict | None = None,
-                 cameras: list[str] | None = None, decode_device: str = "cpu", decoder_cache_size: int = 16,
-                 return_float: bool = False, tolerance_s: float = DEFAULT_TOLERANCE_S,
-                 data_files_root: str | None = None):
+    def __init__(
+        self,
+        repo_id: str | None = None,
+        root: str | None = None,
+        episodes: list[int] | None = None,
+        image_transforms=None,
+        delta_timestamps: dict | None = None,
+        tolerance_s: float = DEFAULT_TOLERANCE_S,
+        revision: str | None = None,
+        return_uint8: bool = False,
+        *,
+        mode: str = "single",
+        cameras: list[str] | None = None,
+        decode_device: str = "cpu",
+        decoder_cache_size: int = 16,
+        data_files_root: str | None = None,
+    ):
+        root = dataset_root(repo_id, root, revision)
         self.meta = DatasetMeta.load(root, cameras, data_files_root)
         windows = resolve_windows(mode, delta_timestamps, self.meta)
         columns = read_columns(self.meta, self.meta.data_files(), data_columns(self.meta))
         if not np.array_equal(columns["index"], np.arange(len(columns["index"]))):
-            raise UserError(f"{root}: the data files' index column is not 0..N-1 in file order; "
-                            f"run `dlbench validate {root}`")
-        self.builder = ItemBuilder(self.meta, windows, columns, decode_device, decoder_cache_size, return_float,
-                                   tolerance_s)
+            raise UserError(
+                f"{root}: the data files' index column is not 0..N-1 in file order; run `dlbench validate {root}`"
+            )
+        self.episodes, self._rows = episode_rows(self.meta, episodes)
+        self.builder = ItemBuilder(
+            self.meta,
+            windows,
+            columns,
+            decode_device,
+            decoder_cache_size,
+            not return_uint8,
+            tolerance_s,
+            image_transforms,
+        )
+
+    @property
+    def num_frames(self) -> int:
+        return len(self)
 
     def __len__(self) -> int:
-        return self.meta.num_frames
+        return self.meta.num_frames if self._rows is None else len(self._rows)
 
     def __getitem__(self, idx: int) -> dict:
         if not 0 <= idx < len(self):
             raise IndexError(idx)
-        return self.builder.build(int(idx))
-
+        return self.builder.build(int(idx if self._rows is None else self._rows[idx]))

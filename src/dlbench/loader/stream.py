@@ -20,7 +20,7 @@ decoding).
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -28,7 +28,7 @@ import torch
 from ..errors import UserError
 from ..video import DEFAULT_TOLERANCE_S
 from .map import BuilderViews, ItemBuilder, data_columns, read_columns
-from .meta import DatasetMeta, resolve_windows
+from .meta import DatasetMeta, dataset_root, episode_rows, resolve_windows
 
 SHARD_KEY = "_shard"
 POS_KEY = "_pos"
@@ -59,9 +59,19 @@ def split_episodes(lengths: np.ndarray, parts: int) -> list[range]:
     return [range(int(cuts[k]), int(cuts[k + 1])) for k in range(parts)]
 
 
-def shard_order(ep_from: np.ndarray, ep_to: np.ndarray, episodes: range, seed: int, epoch: int, shard: int,
-                pool_size: int, buffer_size: int, read_ahead: int, shuffle: bool = True,
-                max_blocks: int | None = None) -> Iterator[tuple[str, tuple[list[int], int] | int]]:
+def shard_order(
+    ep_from: np.ndarray,
+    ep_to: np.ndarray,
+    episodes: range,
+    seed: int,
+    epoch: int,
+    shard: int,
+    pool_size: int,
+    buffer_size: int,
+    read_ahead: int,
+    shuffle: bool = True,
+    max_blocks: int | None = None,
+) -> Iterator[tuple[str, tuple[list[int], int] | int]]:
     """The deterministic event stream of one shard: ("decode", (rows, slot)) and ("emit", row), no I/O.
 
     Every row of the shard's episodes is decoded once and emitted once. `slot` (0..pool_size-1) is the place in the
@@ -131,8 +141,9 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
     """Stream a v3.0 dataset, split by rank and DataLoader worker, shuffled through an episode pool and a buffer.
 
     Args:
-        root: dataset root, a local path or an fsspec URL (s3://, http(s)://, hf://...).
-        mode, delta_timestamps, cameras, decode_device, return_float, tolerance_s: as for `LeRobotMapDataset`.
+        repo_id, root, episodes, image_transforms, delta_timestamps, tolerance_s, revision, return_uint8, mode,
+            cameras, decode_device, data_files_root: as for `LeRobotMapDataset` (root: a local path or an fsspec
+            URL, s3://, http(s)://, hf://...).
         rank, world_size: this process's place among the ranks; default from RANK/WORLD_SIZE, then
             SLURM_PROCID/SLURM_NTASKS, then a single rank.
         seed: with the epoch, decides every random choice. Call `set_epoch(e)` before each epoch.
@@ -145,19 +156,40 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         decoder_cache_size: open decoders per worker (on the CPU one per pool slot, camera and file); the default,
             cameras x (pool_size + 2), keeps every live episode's decoders open plus a few of another file.
         shuffle: False streams every shard's episodes in order (still disjoint across shards).
-        tag_items: add `_shard` and `_pos` to each item (needed by `observe` for resumable state under workers).
-        data_files_root: where data/ and videos/ are, if not under `root` (which then holds only meta/).
+        tag_items: add `_shard`, `_pos` and `_shards` to each item, for `observe` (resumable state under
+            DataLoader workers); off by default, so items hold LeRobot's keys only.
     """
 
-    def __init__(self, root: str, mode: str = "single", delta_timestamps: dict | None = None,
-                 cameras: list[str] | None = None, decode_device: str = "cpu", decoder_cache_size: int | None = None,
-                 rank: int | None = None, world_size: int | None = None, seed: int = 0, pool_size: int = 8,
-                 buffer_size: int = 256, read_ahead: int = 8, shuffle: bool = True, return_float: bool = False,
-                 buffer_mb: float = 256.0,
-                 tolerance_s: float = DEFAULT_TOLERANCE_S, tag_items: bool = True, data_files_root: str | None = None):
+    def __init__(
+        self,
+        repo_id: str | None = None,
+        root: str | None = None,
+        episodes: list[int] | None = None,
+        image_transforms=None,
+        delta_timestamps: dict | None = None,
+        tolerance_s: float = DEFAULT_TOLERANCE_S,
+        revision: str | None = None,
+        return_uint8: bool = False,
+        *,
+        mode: str = "single",
+        cameras: list[str] | None = None,
+        decode_device: str = "cpu",
+        decoder_cache_size: int | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        seed: int = 0,
+        pool_size: int = 8,
+        buffer_size: int = 256,
+        read_ahead: int = 8,
+        shuffle: bool = True,
+        buffer_mb: float = 256.0,
+        tag_items: bool = False,
+        data_files_root: str | None = None,
+    ):
         if pool_size < 1 or buffer_size < 1 or read_ahead < 1:
             raise UserError("pool_size, buffer_size and read_ahead must be >= 1")
-        self.meta = DatasetMeta.load(root, cameras, data_files_root)
+        self.meta = DatasetMeta.load(dataset_root(repo_id, root, revision), cameras, data_files_root)
+        self.episodes, _ = episode_rows(self.meta, episodes)
         self.rank, self.world_size = rank_and_world(rank, world_size)
         windows = resolve_windows(mode, delta_timestamps, self.meta)
         cache = decoder_cache_size or len(self.meta.cameras) * (pool_size + 2)
@@ -165,7 +197,9 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         # live episodes are read in turn: on the CPU each pool slot gets its own decoder per file (a seek back to a
         # keyframe costs more than decoding on); NVDEC decoders cost 50-70 ms and GPU memory to create, so there one
         # per file seeks
-        self.builder = ItemBuilder(self.meta, windows, {}, decode_device, cache, return_float, tolerance_s)
+        self.builder = ItemBuilder(
+            self.meta, windows, {}, decode_device, cache, not return_uint8, tolerance_s, image_transforms
+        )
         self._slot_cursors = decode_device == "cpu"
         self.seed, self.epoch = seed, 0
         self._iters = 0  # __iter__ calls since set_epoch: persistent DataLoader workers advance their own epoch
@@ -191,13 +225,20 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             self._num_shards = int(torch.as_tensor(batch[SHARDS_KEY]).reshape(-1)[0])
 
     def state_dict(self) -> dict:
-        return {"seed": self.seed, "epoch": self.epoch, "world_size": self.world_size, "num_shards": self._num_shards,
-                "consumed": {int(k): int(v) for k, v in self._consumed.items()}}
+        return {
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "world_size": self.world_size,
+            "num_shards": self._num_shards,
+            "consumed": {int(k): int(v) for k, v in self._consumed.items()},
+        }
 
     def load_state_dict(self, state: dict) -> None:
         if state["world_size"] != self.world_size:
-            raise UserError(f"cannot resume: the state was saved with world size {state['world_size']}, "
-                            f"this run has {self.world_size}")
+            raise UserError(
+                f"cannot resume: the state was saved with world size {state['world_size']}, "
+                f"this run has {self.world_size}"
+            )
         self.seed, self.epoch, self._iters = state["seed"], state["epoch"], 0
         self._resume_shards = state.get("num_shards")
         self._skip = {int(k): int(v) for k, v in state["consumed"].items()}
@@ -213,9 +254,14 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         """Shard ids this rank reads, one per worker."""
         return [self.rank * num_workers + w for w in range(num_workers)]
 
-    def shard_episodes(self, shard: int, num_shards: int, epoch: int) -> range:
+    def _split(self, parts: int) -> tuple[np.ndarray, list[np.ndarray]]:
+        """The episodes read (all, or `episodes=`), cut into `parts` runs of about equal frames: (lengths, runs)."""
+        chosen = np.arange(self.meta.num_episodes) if self.episodes is None else np.asarray(self.episodes, np.int64)
         lengths = self.meta.ep_to - self.meta.ep_from
-        parts = split_episodes(lengths, num_shards)
+        return lengths, [chosen[list(r)] for r in split_episodes(lengths[chosen], parts)]
+
+    def shard_episodes(self, shard: int, num_shards: int, epoch: int) -> np.ndarray:
+        _, parts = self._split(num_shards)
         per_rank = num_shards // max(1, self.world_size)
         # rotate whole ranks with the epoch, so a rank does not read the same episodes every epoch
         rotated = (shard + per_rank * epoch) % num_shards
@@ -223,9 +269,8 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
 
     def __len__(self) -> int:
         """Frames this rank yields in one epoch (all its workers together)."""
-        lengths = self.meta.ep_to - self.meta.ep_from
-        parts = split_episodes(lengths, self.world_size)
-        return int(sum(lengths[e] for e in parts[(self.rank + self.epoch) % self.world_size]))
+        lengths, parts = self._split(self.world_size)
+        return int(lengths[parts[(self.rank + self.epoch) % self.world_size]].sum())
 
     # --------------------------------------------------------------------------------------------- iteration
     def __iter__(self):
@@ -234,8 +279,10 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         shard = self.rank * num_workers + worker
         num_shards = self.world_size * num_workers
         if self._iters == 0 and self._skip and self._resume_shards not in (None, num_shards):
-            raise UserError(f"cannot resume: the state was saved with {self._resume_shards} shards (ranks x DataLoader "
-                            f"workers), this run has {num_shards}; resume with the same num_workers")
+            raise UserError(
+                f"cannot resume: the state was saved with {self._resume_shards} shards (ranks x DataLoader "
+                f"workers), this run has {num_shards}; resume with the same num_workers"
+            )
         epoch = self.epoch + self._iters
         # only the first pass after load_state_dict resumes; later epochs (persistent workers) start from the top
         skip = self._skip.get(shard, 0) if self._iters == 0 else 0
@@ -248,9 +295,19 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         rows = slice(int(self.meta.ep_from[episodes[0]]), int(self.meta.ep_to[episodes[-1]]))
         if self._loaded != (rows.start, rows.stop):
             self._load_rows(rows)
-        events = shard_order(self.meta.ep_from, self.meta.ep_to, episodes, self.seed, epoch, shard,
-                             self.pool_size, self.buffer_size, self.read_ahead, self.shuffle,
-                             self.max_blocks(num_workers))
+        events = shard_order(
+            self.meta.ep_from,
+            self.meta.ep_to,
+            episodes,
+            self.seed,
+            epoch,
+            shard,
+            self.pool_size,
+            self.buffer_size,
+            self.read_ahead,
+            self.shuffle,
+            self.max_blocks(num_workers),
+        )
         ready: dict[int, dict] = {}
         pending: set[int] = set()
         pos = 0

@@ -33,22 +33,28 @@ import numpy as np
 import torch
 
 from ..aggregate import VERIFIED_STATUSES
-from . import datasets
 from ..loader.collate import DataLoader
 from ..loader.map import read_columns
 from ..loader.meta import DatasetMeta, resolve_windows
 from ..loader.stream import LeRobotStreamingDataset, shard_order, split_episodes
+from . import datasets
 
 LOADER_ORDER = ("dlbench_map", "dlbench_stream", "lerobot_map", "lerobot_stream")
 # the ratios the loaders are held to: (numerator, denominator, how the denominator is printed, format, target)
-RATIOS = (("dlbench_stream", "lerobot_stream", "lerobot_stream", "{:.2f}x", 2.0),
-          ("dlbench_map", "lerobot_map", "lerobot_map", "{:.2f}x", 1.5),
-          ("dlbench_map", "ceiling (random access)", "ceiling (random)", "{:.0%}", 0.95),
-          ("dlbench_stream", "ceiling (stream access)", "ceiling (stream)", "{:.0%}", 0.85))
+RATIOS = (
+    ("dlbench_stream", "lerobot_stream", "lerobot_stream", "{:.2f}x", 2.0),
+    ("dlbench_map", "lerobot_map", "lerobot_map", "{:.2f}x", 1.5),
+    ("dlbench_map", "ceiling (random access)", "ceiling (random)", "{:.0%}", 0.95),
+    ("dlbench_stream", "ceiling (stream access)", "ceiling (stream)", "{:.0%}", 0.85),
+)
 # not targets: the loaders against the bound of decoding plus handing items over (see `handover`), and the most a
 # loader that decodes exactly these frames can gain over LeRobot's
-BOUND_RATIOS = (("dlbench_map", "bound (random)"), ("dlbench_stream", "bound (stream)"),
-                ("ceiling (random access)", "lerobot_map"), ("ceiling (stream access)", "lerobot_stream"))
+BOUND_RATIOS = (
+    ("dlbench_map", "bound (random)"),
+    ("dlbench_stream", "bound (stream)"),
+    ("ceiling (random access)", "lerobot_map"),
+    ("ceiling (stream access)", "lerobot_stream"),
+)
 
 
 def requests_for(root: str, mode: str, pattern: str, workers: int, seed: int = 0) -> list[list[list[tuple]]]:
@@ -78,11 +84,24 @@ def requests_for(root: str, mode: str, pattern: str, workers: int, seed: int = 0
         for w in range(workers):
             per_proc.append([group([int(r)]) for r in order[w::workers]])
     else:
-        ds = LeRobotStreamingDataset(root, mode=mode, rank=0, world_size=1)  # its defaults: pool, buffer, blocks
+        ds = LeRobotStreamingDataset(
+            root, mode=mode, rank=0, world_size=1, return_uint8=True
+        )  # its defaults: pool, buffer, blocks
         parts = split_episodes(dmeta.ep_to - dmeta.ep_from, workers)
         for w in range(workers):
-            events = shard_order(dmeta.ep_from, dmeta.ep_to, parts[w], seed, 0, w, ds.pool_size, ds.buffer_size,
-                                 ds.read_ahead, True, ds.max_blocks(workers))
+            events = shard_order(
+                dmeta.ep_from,
+                dmeta.ep_to,
+                parts[w],
+                seed,
+                0,
+                w,
+                ds.pool_size,
+                ds.buffer_size,
+                ds.read_ahead,
+                True,
+                ds.max_blocks(workers),
+            )
             per_proc.append([group(*value) for kind, value in events if kind == "decode"])
     return per_proc
 
@@ -114,8 +133,9 @@ def _ceiling_worker(args) -> list[tuple[int, float]]:
     return windows[1:]  # the first is the warm-up
 
 
-def ceiling(root: str, mode: str, pattern: str, workers: int, duration_s: float, warmup_s: float = 0.0,
-            repeats: int = 1) -> float:
+def ceiling(
+    root: str, mode: str, pattern: str, workers: int, duration_s: float, warmup_s: float = 0.0, repeats: int = 1
+) -> float:
     """Decoded frames/s of torchcodec alone on the loader's requests, in `workers` processes: the median of
     `repeats` windows after `warmup_s`, as the bench harness measures the loaders."""
     per_proc = requests_for(root, mode, pattern, max(1, workers))
@@ -140,13 +160,14 @@ class _Replay(torch.utils.data.IterableDataset):
             yield items[rng.randrange(len(items))]
 
 
-def handover(root: str, mode: str, pattern: str, batch_size: int, workers: int, duration_s: float,
-             warmup_s: float) -> float:
+def handover(
+    root: str, mode: str, pattern: str, batch_size: int, workers: int, duration_s: float, warmup_s: float
+) -> float:
     """Frames/s of dlbench's DataLoader handing over real items without decoding them: each worker decodes a pool
     of items once (the streaming loader's shuffle buffer for "stream", one batch for "random", whose items are
     batched as soon as they are decoded) and yields them in random order, so every batch still writes its frames
     from the pool's decoded blocks, carries the small fields, and crosses to the consumer as the loaders' do."""
-    ds = LeRobotStreamingDataset(root, mode=mode, rank=0, world_size=1)
+    ds = LeRobotStreamingDataset(root, mode=mode, rank=0, world_size=1, return_uint8=True)
     # the items the streaming loader keeps alive: its buffer, bounded by `max_blocks` blocks of decoded frames
     pool = min(ds.buffer_size, ds.max_blocks(workers) * ds.read_ahead) if pattern == "stream" else batch_size
     loader = DataLoader(_Replay(ds, pool), batch_size=batch_size, num_workers=workers, in_order=False)
@@ -163,10 +184,34 @@ def handover(root: str, mode: str, pattern: str, batch_size: int, workers: int, 
 
 
 def bench(root: str, loader: str, mode: str, args, out: Path, duration_s: float) -> dict:
-    cmd = [sys.executable, "-m", "dlbench", "-q", "bench-run", "--root", root, "--loader", loader, "--mode", mode,
-           "--batch-size", str(args.batch_size), "--num-workers", str(args.workers), "--duration-s",
-           str(duration_s), "--warmup-s", str(args.warmup_s), "--repeats", str(args.repeats), "--out-dir", str(out),
-           "--on-unavailable", "skip", "--no-verify"]  # the ceiling checks nothing either; verification costs main-process CPU
+    cmd = [
+        sys.executable,
+        "-m",
+        "dlbench",
+        "-q",
+        "bench-run",
+        "--root",
+        root,
+        "--loader",
+        loader,
+        "--mode",
+        mode,
+        "--batch-size",
+        str(args.batch_size),
+        "--num-workers",
+        str(args.workers),
+        "--duration-s",
+        str(duration_s),
+        "--warmup-s",
+        str(args.warmup_s),
+        "--repeats",
+        str(args.repeats),
+        "--out-dir",
+        str(out),
+        "--on-unavailable",
+        "skip",
+        "--no-verify",
+    ]  # the ceiling checks nothing either; verification costs main-process CPU
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return json.loads((out / "rank0of1.json").read_text())
 
@@ -174,10 +219,15 @@ def bench(root: str, loader: str, mode: str, args, out: Path, duration_s: float)
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", default=None, help="a v3.0 dataset (default: synthesize and convert one)")
-    ap.add_argument("--realistic", action="store_true",
-                    help="synthesize the realistic dataset (480x640 AV1, camera-like, 10-20 s episodes) instead of the "
-                         "quick 96x128 one")
-    ap.add_argument("--episodes", type=int, default=None, help="episodes to synthesize (default: 24 quick, 10 realistic)")
+    ap.add_argument(
+        "--realistic",
+        action="store_true",
+        help="synthesize the realistic dataset (480x640 AV1, camera-like, 10-20 s episodes) instead of the "
+        "quick 96x128 one",
+    )
+    ap.add_argument(
+        "--episodes", type=int, default=None, help="episodes to synthesize (default: 24 quick, 10 realistic)"
+    )
     ap.add_argument("--workdir", default=None, help="keeps the synthesized dataset between runs")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=16)
@@ -220,8 +270,10 @@ def main(argv=None) -> None:
         pss = {k: v[1] for k, v in rows.items() if v[1] is not None}
         if "dlbench_stream" in pss and "lerobot_stream" in pss:
             ok = "meets" if pss["dlbench_stream"] <= pss["lerobot_stream"] else "MISSES"
-            print(f"peak PSS dlbench_stream / lerobot_stream: {pss['dlbench_stream'] / pss['lerobot_stream']:.2f} "
-                  f"({ok} the target <= 1)")
+            print(
+                f"peak PSS dlbench_stream / lerobot_stream: {pss['dlbench_stream'] / pss['lerobot_stream']:.2f} "
+                f"({ok} the target <= 1)"
+            )
     if a.memory_s > 0:
         print(f"\nmemory: peak PSS after {a.memory_s / 10:.0f} s and {a.memory_s:.0f} s (mode sarm)")
         for loader in ("dlbench_stream", "dlbench_map"):
