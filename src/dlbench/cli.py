@@ -18,14 +18,17 @@ def _camera(spec: str):
         h, w = size.lower().split("x")
         return Camera(key, int(h), int(w))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"camera {spec!r}: expected KEY=HEIGHTxWIDTH, e.g. observation.images.front=96x128")
+        raise argparse.ArgumentTypeError(
+            f"camera {spec!r}: expected KEY=HEIGHTxWIDTH, e.g. observation.images.front=96x128"
+        ) from None
 
 
 def _source_report(spec: str) -> tuple[str, str]:
     source, sep, report = spec.partition("=")
     if not sep or not source or not report:
-        raise argparse.ArgumentTypeError(f"--prewarm {spec!r}: expected SOURCE=REPORT, e.g. "
-                                         f"stream_bucket=results/prewarm/stream_bucket.json")
+        raise argparse.ArgumentTypeError(
+            f"--prewarm {spec!r}: expected SOURCE=REPORT, e.g. stream_bucket=results/prewarm/stream_bucket.json"
+        )
     return source, report
 
 
@@ -34,11 +37,22 @@ def cmd_synth(a) -> None:
     from .synth import Camera, SynthConfig, synthesize
 
     cfg = SynthConfig(
-        episodes=a.episodes, length_min=a.length_min, length_max=a.length_max,
-        cameras=tuple(a.camera) if a.camera else tuple(Camera(c["key"], c["height"], c["width"])
-                                                       for c in synth_defaults()["cameras"]),
-        fps=a.fps, codec=a.codec, content=a.content, gop=a.gop,
-        crf=a.crf, preset=a.preset, tasks=a.tasks, state_dim=a.state_dim, action_dim=a.action_dim, seed=a.seed,
+        episodes=a.episodes,
+        length_min=a.length_min,
+        length_max=a.length_max,
+        cameras=tuple(a.camera)
+        if a.camera
+        else tuple(Camera(c["key"], c["height"], c["width"]) for c in synth_defaults()["cameras"]),
+        fps=a.fps,
+        codec=a.codec,
+        content=a.content,
+        gop=a.gop,
+        crf=a.crf,
+        preset=a.preset,
+        tasks=a.tasks,
+        state_dim=a.state_dim,
+        action_dim=a.action_dim,
+        seed=a.seed,
         chunks_size=a.chunks_size,
     )
     out = synthesize(cfg, a.out, overwrite=a.overwrite, workers=a.workers, progress=not a.quiet)
@@ -48,8 +62,12 @@ def cmd_synth(a) -> None:
 def _plan_options(a):
     from .convert.plan import PlanOptions
 
-    return PlanOptions(episodes_per_batch=a.episodes_per_batch, data_file_size_in_mb=a.data_file_size_in_mb,
-                       video_file_size_in_mb=a.video_file_size_in_mb, chunks_size=a.chunks_size)
+    return PlanOptions(
+        episodes_per_batch=a.episodes_per_batch,
+        data_file_size_in_mb=a.data_file_size_in_mb,
+        video_file_size_in_mb=a.video_file_size_in_mb,
+        chunks_size=a.chunks_size,
+    )
 
 
 def cmd_convert_plan(a) -> None:
@@ -62,8 +80,11 @@ def cmd_convert_plan(a) -> None:
 def cmd_convert_work(a) -> None:
     from .convert.work import work
 
-    ran = work(a.work, lease_timeout_s=a.lease_timeout_s,
-               progress=(lambda u: print(f"unit {u} done", flush=True)) if not a.quiet else None)
+    ran = work(
+        a.work,
+        lease_timeout_s=a.lease_timeout_s,
+        progress=(lambda u: print(f"unit {u} done", flush=True)) if not a.quiet else None,
+    )
     print(f"this worker ran {ran} units; all units of {a.work} are done")
     if a.done_marker:
         from . import io
@@ -89,8 +110,16 @@ def cmd_convert_run(a) -> None:
     t0, start_unix = time.perf_counter(), time.time()
     rss = MemorySampler(every_s=0.05)  # this process and its worker processes
     try:  # the sampler thread starts once the workers are forked (forking beside a live thread is unsafe)
-        out = run(a.src, a.dst, workers=a.workers, work_dir=a.work, options=_plan_options(a),
-                  lease_timeout_s=a.lease_timeout_s, progress=not a.quiet, on_workers_started=rss.start)
+        out = run(
+            a.src,
+            a.dst,
+            workers=a.workers,
+            work_dir=a.work,
+            options=_plan_options(a),
+            lease_timeout_s=a.lease_timeout_s,
+            progress=not a.quiet,
+            on_workers_started=rss.start,
+        )
     finally:
         rss.stop()
     seconds = time.perf_counter() - t0
@@ -100,12 +129,22 @@ def cmd_convert_run(a) -> None:
         def tree_bytes(root):
             return sum(p.stat().st_size for p in Path(root).rglob("*") if p.is_file())
 
-        io.write_json(a.record, {
-            "dataset": a.name or Path(a.src).resolve().parent.name, "src": str(a.src), "workers": a.workers,
-            "seconds": seconds, "episodes": read_info(str(out))["total_episodes"],
-            "input_bytes": tree_bytes(a.src), "output_bytes": tree_bytes(out), "peak_pss_mb": rss.peak / 2**20,
-            "host": socket.gethostname(), "window_start_unix": start_unix, "window_end_unix": start_unix + seconds,
-        })
+        io.write_json(
+            a.record,
+            {
+                "dataset": a.name or Path(a.src).resolve().parent.name,
+                "src": str(a.src),
+                "workers": a.workers,
+                "seconds": seconds,
+                "episodes": read_info(str(out))["total_episodes"],
+                "input_bytes": tree_bytes(a.src),
+                "output_bytes": tree_bytes(out),
+                "peak_pss_mb": rss.peak / 2**20,
+                "host": socket.gethostname(),
+                "window_start_unix": start_unix,
+                "window_end_unix": start_unix + seconds,
+            },
+        )
 
 
 def cmd_validate(a) -> None:
@@ -125,8 +164,10 @@ def cmd_validate(a) -> None:
     report = validate(a.dataset, sample_episodes=a.sample_episodes)
     if a.report:
         io.write_json(a.report, report)
-    print(f"{a.dataset}: valid v3.0 ({report['episodes']} episodes, {report['frames']} frames, "
-          f"{report['frames_decoded']} edge frames decoded, {report['frames_wrong']} wrong)")
+    print(
+        f"{a.dataset}: valid v3.0 ({report['episodes']} episodes, {report['frames']} frames, "
+        f"{report['frames_decoded']} edge frames decoded, {report['frames_wrong']} wrong)"
+    )
 
 
 def _run_from_args(a) -> dict:
@@ -154,7 +195,7 @@ def cmd_bench(a) -> None:
         import subprocess
 
         cmd, env = rank_command(run["loader"], run["root"])
-        code = subprocess.run([*cmd, *sys.argv[sys.argv.index("bench") + 1:]], env=env).returncode
+        code = subprocess.run([*cmd, *sys.argv[sys.argv.index("bench") + 1 :]], env=env).returncode
         if code:
             raise UserError(f"bench rank in the LeRobot peer environment failed (exit {code}); see the messages above")
         return
@@ -168,8 +209,10 @@ def cmd_bench(a) -> None:
         print(f"rank {rank} of {world}: {rec['status']}: {rec['reason']}")
         return
     m = rec["metrics"]
-    print(f"rank {rank} of {world}: {m['frames_per_s_node']:.1f} frames/s, {m['samples_per_s']:.1f} samples/s, "
-          f"p99 {m['latency_p99_ms']:.1f} ms, {m['frames_wrong']} wrong of {m['frames_verified']} verified")
+    print(
+        f"rank {rank} of {world}: {m['frames_per_s_node']:.1f} frames/s, {m['samples_per_s']:.1f} samples/s, "
+        f"p99 {m['latency_p99_ms']:.1f} ms, {m['frames_wrong']} wrong of {m['frames_verified']} verified"
+    )
 
 
 def cmd_bench_run(a) -> None:
@@ -192,18 +235,33 @@ def cmd_prewarm(a) -> None:
     from .sources import apply_env
 
     apply_env(a.source_spec)
-    report = prewarm.check(a.url, files=a.files, range_mb=a.range_mb, ttfb_p50_ms_max=a.ttfb_ms_max,
-                           throughput_mbps_min=a.mbps_min)
+    report = prewarm.check(
+        a.url, files=a.files, range_mb=a.range_mb, ttfb_p50_ms_max=a.ttfb_ms_max, throughput_mbps_min=a.mbps_min
+    )
     prewarm.write(report, a.out)
     print(f"{prewarm.explain(report)} (check took {report['check_seconds']:.1f} s)")
+
+
+def _mode_target(text: str) -> tuple[str, float]:
+    mode, _, fps = text.partition("=")
+    try:
+        return mode, float(fps)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"target {text!r}: expected MODE=FRAMES_PER_S, e.g. sarm=320") from None
 
 
 def cmd_aggregate(a) -> None:
     from .aggregate import aggregate
 
     prewarm = dict(a.prewarm)
-    df = aggregate(a.runs, a.out, targets=json.loads(a.targets) if a.targets else None, baseline=a.baseline,
-                   thrash=json.loads(a.thrash) if a.thrash else None, prewarm=prewarm)
+    df = aggregate(
+        a.runs,
+        a.out,
+        targets=dict(a.target) or None,
+        baseline=a.baseline,
+        thrash={"hit_rate_below": a.thrash_hit_rate_below, "p99_ms_above": a.thrash_p99_ms_above},
+        prewarm=prewarm,
+    )
     print(f"wrote {a.out} ({len(df)} runs, {int(df['pass'].sum())} pass their target)")
 
 
@@ -231,15 +289,50 @@ def _add_plan_args(p) -> None:
     from .format import paths
 
     p.add_argument("--episodes-per-batch", type=int, default=50, help="episodes per work unit (whole files)")
-    p.add_argument("--data-file-size-in-mb", type=_megabytes, default=paths.DEFAULT_DATA_FILE_SIZE_IN_MB)
-    p.add_argument("--video-file-size-in-mb", type=_megabytes, default=paths.DEFAULT_VIDEO_FILE_SIZE_IN_MB)
+    p.add_argument(
+        "--data-file-size-in-mb",
+        type=_megabytes,
+        default=paths.DEFAULT_DATA_FILE_SIZE_IN_MB,
+        help="a data file is closed before it grows past this",
+    )
+    p.add_argument(
+        "--video-file-size-in-mb",
+        type=_megabytes,
+        default=paths.DEFAULT_VIDEO_FILE_SIZE_IN_MB,
+        help="a video file is closed before it grows past this",
+    )
     p.add_argument("--chunks-size", type=int, default=paths.DEFAULT_CHUNK_SIZE, help="files per chunk directory")
 
 
-RUN_OPTIONS = ("root", "dataset", "scenario", "source", "loader", "mode", "batch_size", "num_workers",
-               "decode_device", "duration_s", "warmup_s", "repeats", "num_batches", "decoder_cache_size", "pool_size",
-               "buffer_size", "probe_samples", "check_frames", "seed", "ranks", "nodes", "data_files_root",
-               "on_unavailable", "on_unreachable", "require_warm", "on_cold", "source_spec")
+RUN_OPTIONS = (
+    "root",
+    "dataset",
+    "scenario",
+    "source",
+    "loader",
+    "mode",
+    "batch_size",
+    "num_workers",
+    "decode_device",
+    "duration_s",
+    "warmup_s",
+    "repeats",
+    "num_batches",
+    "decoder_cache_size",
+    "pool_size",
+    "buffer_size",
+    "probe_samples",
+    "check_frames",
+    "seed",
+    "ranks",
+    "nodes",
+    "data_files_root",
+    "on_unavailable",
+    "on_unreachable",
+    "require_warm",
+    "on_cold",
+    "source_spec",
+)
 
 
 def _workers(text: str) -> int | str:
@@ -256,8 +349,9 @@ def _add_run_options(p) -> None:
     def opt(name, type_=str, choices=None, help_=None):
         text = help_ or run.get(name, {}).get("description", "")
         shown = f" (default: {d[name]})" if name in d else ""
-        p.add_argument(f"--{name.replace('_', '-')}", type=type_, choices=choices, default=None,
-                       help=f"{text}{shown}".strip())
+        p.add_argument(
+            f"--{name.replace('_', '-')}", type=type_, choices=choices, default=None, help=f"{text}{shown}".strip()
+        )
 
     opt("root", help_="the v3.0 dataset: local path or URL (s3://, hf://datasets/ORG/NAME@REV)")
     opt("dataset", help_="the dataset's name in records (default: the root's last path component)")
@@ -282,34 +376,71 @@ def _add_run_options(p) -> None:
     opt("nodes", int)
     opt("data_files_root", help_="where data/ and videos/ are when not under --root (which then holds meta/)")
     opt("on_unavailable", choices=["skip", "error"])
-    opt("on_unreachable", choices=["error", "skip"], help_="a remote dataset that cannot be reached: fail, or write "
-                                                          "skipped records (default: error)")
+    opt(
+        "on_unreachable",
+        choices=["error", "skip"],
+        help_="a remote dataset that cannot be reached: fail, or write skipped records (default: error)",
+    )
     opt("require_warm", help_="a prewarm report (dlbench prewarm-check) that must say warm")
     opt("on_cold", choices=["error", "warn"], help_="a cold prewarm report: stop, or measure anyway (default: error)")
     opt("source_spec", json.loads, help_="the source's config as JSON (sets its fsspec settings, e.g. endpoint_url)")
     p.add_argument("--no-verify", action="store_true", help="check no frame (the run is then 'unverified')")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from .config import synth_defaults
+class _Help(argparse.HelpFormatter):
+    """Every option's default in its help, unless the help already says it."""
 
-    parser = argparse.ArgumentParser(prog="dlbench", description="Prepare LeRobot datasets and benchmark loading them.")
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "%(default)" in text or "default:" in text or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        if action.option_strings or action.nargs in ("?", "*"):
+            return f"{text} (default: %(default)s)".strip()
+        return text
+
+
+# -q is taken before or after the subcommand; SUPPRESS keeps a subcommand from resetting what the top level set
+_QUIET = argparse.ArgumentParser(add_help=False)
+_QUIET.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bars")
+
+
+def _command(sub, name: str, **kw) -> argparse.ArgumentParser:
+    return sub.add_parser(name, formatter_class=_Help, parents=[_QUIET], **kw)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+    from .config import defaults, synth_defaults
+
+    parser = argparse.ArgumentParser(
+        prog="dlbench", description="Prepare LeRobot datasets and benchmark loading them.", formatter_class=_Help
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"dlbench {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="one step; COMMAND --help")
 
     sd = synth_defaults()
-    p = sub.add_parser("synth", help="write a synthetic LeRobot v2.1 dataset with barcoded video")
+    p = _command(sub, "synth", help="write a synthetic LeRobot v2.1 dataset with barcoded video")
     p.add_argument("out", help="directory to write (must be empty unless --overwrite)")
     p.add_argument("--episodes", type=int, default=sd["episodes"], help="(default: %(default)s)")
     p.add_argument("--length-min", type=int, default=sd["length_min"], help="frames (default: %(default)s)")
     p.add_argument("--length-max", type=int, default=sd["length_max"], help="frames (default: %(default)s)")
-    p.add_argument("--camera", type=_camera, action="append",
-                   help="KEY=HEIGHTxWIDTH, repeat for more cameras (default: " +
-                        ", ".join(f"{c['key']}={c['height']}x{c['width']}" for c in sd["cameras"]) + ")")
+    p.add_argument(
+        "--camera",
+        type=_camera,
+        action="append",
+        help="KEY=HEIGHTxWIDTH, repeat for more cameras (default: "
+        + ", ".join(f"{c['key']}={c['height']}x{c['width']}" for c in sd["cameras"])
+        + ")",
+    )
     p.add_argument("--fps", type=int, default=sd["fps"], help="(default: %(default)s)")
     p.add_argument("--codec", default=sd["codec"], choices=["h264", "hevc", "av1"], help="(default: %(default)s)")
-    p.add_argument("--content", default=sd["content"], choices=["stripes", "camera"],
-                   help="stripes: quick flat content; camera: texture, motion and sensor noise (default: %(default)s)")
+    p.add_argument(
+        "--content",
+        default=sd["content"],
+        choices=["stripes", "camera"],
+        help="stripes: quick flat content; camera: texture, motion and sensor noise (default: %(default)s)",
+    )
     p.add_argument("--gop", type=int, default=None, help="keyframe interval (default: 30; av1: 2)")
     p.add_argument("--crf", type=int, default=None, help="(default: per codec: h264 23, hevc 28, av1 30)")
     p.add_argument("--preset", default=None, help="encoder preset (default: the encoder's)")
@@ -322,96 +453,137 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty output directory")
     p.set_defaults(func=cmd_synth)
 
-    conv = sub.add_parser("convert", help="convert v2.1 to v3.0").add_subparsers(dest="step", required=True)
-    p = conv.add_parser("plan", help="write the manifest of work units")
-    p.add_argument("src")
-    p.add_argument("work")
+    conv = _command(sub, "convert", help="convert v2.1 to v3.0").add_subparsers(
+        dest="step", required=True, help="plan, work and finalize run on any hosts sharing WORK; run does all three"
+    )
+    p = _command(conv, "plan", help="write the manifest of work units")
+    p.add_argument("src", help="the v2.1 dataset: local path or URL")
+    p.add_argument("work", help="work directory, shared by every worker (a path all hosts see)")
     _add_plan_args(p)
     p.set_defaults(func=cmd_convert_plan)
-    p = conv.add_parser("work", help="lease and run units until all are done")
-    p.add_argument("work")
-    p.add_argument("--lease-timeout-s", type=float, default=60.0)
+    p = _command(conv, "work", help="lease and run units until all are done")
+    p.add_argument("work", help="the work directory `convert plan` wrote")
+    p.add_argument(
+        "--lease-timeout-s", type=float, default=60.0, help="a lease not renewed for this long is taken over"
+    )
     p.add_argument("--done-marker", default=None, help="file to write when this worker returns")
     p.set_defaults(func=cmd_convert_work)
-    p = conv.add_parser("finalize", help="write v3.0 metadata and publish")
-    p.add_argument("work")
-    p.add_argument("dst")
+    p = _command(conv, "finalize", help="write v3.0 metadata and publish")
+    p.add_argument("work", help="the work directory, every unit done")
+    p.add_argument("dst", help="where the v3.0 dataset is published (must not exist or be empty)")
     p.set_defaults(func=cmd_convert_finalize)
-    p = conv.add_parser("run", help="plan, work with a local pool, finalize")
-    p.add_argument("src")
-    p.add_argument("dst")
-    p.add_argument("--workers", type=int, default=1)
+    p = _command(conv, "run", help="plan, work with a local pool, finalize")
+    p.add_argument("src", help="the v2.1 dataset: local path or URL")
+    p.add_argument("dst", help="where the v3.0 dataset is published (must not exist or be empty)")
+    p.add_argument("--workers", type=int, default=1, help="worker processes on this machine")
     p.add_argument("--work", default=None, help="work directory (default: hidden sibling of DST, removed at the end)")
-    p.add_argument("--lease-timeout-s", type=float, default=60.0)
+    p.add_argument(
+        "--lease-timeout-s", type=float, default=60.0, help="a lease not renewed for this long is taken over"
+    )
     p.add_argument("--record", default=None, help="write the timing (seconds, bytes, peak PSS) as JSON here")
     p.add_argument("--name", default=None, help="dataset name in the record (default: SRC's parent directory)")
     _add_plan_args(p)
     p.set_defaults(func=cmd_convert_run)
 
-    p = sub.add_parser("validate", help="check a v3.0 dataset (metadata, and frames decoded at episode edges)")
+    p = _command(sub, "validate", help="check a v3.0 dataset (metadata, and frames decoded at episode edges)")
     p.add_argument("dataset", help="the dataset root: local path or URL")
     p.add_argument("--report", default=None, help="write the report as JSON here")
-    p.add_argument("--sample-episodes", type=int, default=0,
-                   help="decode the edges of this many episodes spread over the dataset (default: 0, every episode)")
-    p.add_argument("--on-unreachable", choices=("error", "skip"), default="error",
-                   help="a URL that cannot be reached: fail, or write a report saying so (default: %(default)s)")
+    p.add_argument(
+        "--sample-episodes",
+        type=int,
+        default=0,
+        help="decode the edges of this many episodes spread over the dataset (default: 0, every episode)",
+    )
+    p.add_argument(
+        "--on-unreachable",
+        choices=("error", "skip"),
+        default="error",
+        help="a URL that cannot be reached: fail, or write a report saying so (default: %(default)s)",
+    )
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("bench-run", help="run all ranks of one benchmark run at once, check them, write run.json")
-    p.add_argument("--spec", default=None, help="run spec JSON (the workflow's results/specs/...); options given "
-                                                "here override its values")
+    p = _command(sub, "bench-run", help="run all ranks of one benchmark run at once, check them, write run.json")
+    p.add_argument(
+        "--spec",
+        default=None,
+        help="run spec JSON (the workflow's results/specs/...); options given here override its values",
+    )
     p.add_argument("--out-dir", required=True, help="writes rank{r}of{W}.json/.csv/.samples.npy and run.json here")
     _add_run_options(p)
     p.set_defaults(func=cmd_bench_run)
 
-    p = sub.add_parser("bench", help="(internal) one rank of a run; bench-run starts them")
+    p = _command(sub, "bench", help="(internal) one rank of a run; bench-run starts them")
     p.add_argument("--spec", required=True, help="run spec JSON, the same for every rank")
-    p.add_argument("--out-dir", required=True)
+    p.add_argument("--out-dir", required=True, help="writes this rank's record here")
     p.add_argument("--rank", type=int, default=None, help="default: RANK, then SLURM_PROCID, then 0")
     p.set_defaults(func=cmd_bench)
+    sub._choices_actions = [a for a in sub._choices_actions if a.dest != "bench"]  # internal: not listed
 
-    p = sub.add_parser("stage", help="upload a local dataset to a source URL (s3://, ...)")
-    p.add_argument("local")
-    p.add_argument("url")
+    p = _command(sub, "stage", help="upload a local dataset to a source URL (s3://, ...)")
+    p.add_argument("local", help="the local dataset directory")
+    p.add_argument("url", help="where to upload it (s3://bucket/prefix/name, ...)")
     p.add_argument("--marker", required=True, help="written when the upload is complete")
-    p.add_argument("--source-spec", default=None)
+    p.add_argument("--source-spec", default=None, help="the source's config as JSON (endpoint_url, ...)")
     p.set_defaults(func=cmd_stage)
 
-    p = sub.add_parser("prewarm-check", help="measure whether a remote source behaves warm")
-    p.add_argument("url")
-    p.add_argument("--out", required=True)
-    p.add_argument("--files", type=int, default=8)
-    p.add_argument("--range-mb", type=float, default=4.0)
-    p.add_argument("--ttfb-ms-max", type=float, default=50.0)
-    p.add_argument("--mbps-min", type=float, default=400.0)
-    p.add_argument("--source-spec", default=None)
+    p = _command(sub, "prewarm-check", help="measure whether a remote source behaves warm")
+    p.add_argument("url", help="the dataset on the source (s3://, hf://buckets/..., https://)")
+    p.add_argument("--out", required=True, help="the report (JSON)")
+    p.add_argument("--files", type=int, default=8, help="files read, spread over the dataset")
+    p.add_argument("--range-mb", type=float, default=4.0, help="bytes per range read (MB)")
+    p.add_argument("--ttfb-ms-max", type=float, default=50.0, help="warm: median time to first byte at most this")
+    p.add_argument("--mbps-min", type=float, default=400.0, help="warm: range-read throughput at least this")
+    p.add_argument("--source-spec", default=None, help="the source's config as JSON (endpoint_url, ...)")
     p.set_defaults(func=cmd_prewarm)
 
-    p = sub.add_parser("aggregate", help="rank records -> summary CSV")
+    p = _command(sub, "aggregate", help="rank records -> summary CSV")
     p.add_argument("runs", nargs="+", help="run directories (with run.json) or rank record JSON files")
-    p.add_argument("--out", required=True)
-    p.add_argument("--targets", default=None, help='JSON, e.g. {"single": 120, "sarm": 320} frames/s/node')
+    p.add_argument("--out", required=True, help="summary CSV to write")
+    p.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="MODE=FPS",
+        type=_mode_target,
+        help="frames/s per node a run of MODE must reach to pass, e.g. sarm=320 (repeatable)",
+    )
     p.add_argument("--baseline", default="lerobot_stream", help="loader the ratio_to_baseline column compares with")
-    p.add_argument("--thrash", default=None, help='JSON, e.g. {"hit_rate_below": 0.5, "p99_ms_above": 100}')
-    p.add_argument("--prewarm", action="append", default=[], metavar="SOURCE=REPORT", type=_source_report,
-                   help="a source's prewarm check report: its runs get source_verdict (repeatable)")
+    thrash = defaults("thrash")
+    p.add_argument(
+        "--thrash-hit-rate-below",
+        type=float,
+        default=thrash["hit_rate_below"],
+        help="decoder thrash: cache hit rate under this...",
+    )
+    p.add_argument(
+        "--thrash-p99-ms-above", type=float, default=thrash["p99_ms_above"], help="...and p99 item latency over this"
+    )
+    p.add_argument(
+        "--prewarm",
+        action="append",
+        default=[],
+        metavar="SOURCE=REPORT",
+        type=_source_report,
+        help="a source's prewarm check report: its runs get source_verdict (repeatable)",
+    )
     p.set_defaults(func=cmd_aggregate)
 
-    p = sub.add_parser("conversion-table", help="conversion records (convert run --record) -> CSV")
-    p.add_argument("records", nargs="+")
-    p.add_argument("--out", required=True)
+    p = _command(sub, "conversion-table", help="conversion records (convert run --record) -> CSV")
+    p.add_argument("records", nargs="+", help="JSON records of `convert run --record`")
+    p.add_argument("--out", required=True, help="CSV to write")
     p.set_defaults(func=cmd_conversion_table)
 
-    p = sub.add_parser("plot", help="summary CSV -> PNG plots")
+    p = _command(sub, "plot", help="summary CSV -> PNG plots")
     p.add_argument("summary", nargs="?", default=None, help="summary.csv (omit to draw only --conversion)")
     p.add_argument("--conversion", default=None, help="conversion table CSV: adds conversion.png")
-    p.add_argument("--outdir", required=True)
+    p.add_argument("--outdir", required=True, help="directory for the PNG files")
     p.set_defaults(func=cmd_plot)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.quiet = args.quiet or not sys.stderr.isatty()  # progress bars only on a terminal: logs stay readable
     try:
         args.func(args)
     except UserError as e:

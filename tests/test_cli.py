@@ -1,0 +1,45 @@
+"""The command line: help on every argument with its default, -q anywhere, --version, the internal command hidden."""
+
+import argparse
+
+import pytest
+
+from dlbench import __version__
+from dlbench.cli import build_parser
+
+
+def _parsers(parser, path=()):
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _parsers(sub, (*path, name))
+
+
+def test_every_argument_has_help_and_defaults_are_shown():
+    for path, parser in _parsers(build_parser()):
+        for action in parser._actions:
+            assert action.help, f"dlbench {' '.join(path)}: {action.dest} has no help"
+    text = dict(_parsers(build_parser()))[("prewarm-check",)].format_help()
+    assert "(default: 8)" in text  # --files
+
+
+@pytest.mark.parametrize("argv", [["-q", "validate", "x"], ["validate", "x", "-q"], ["validate", "-q", "x"]])
+def test_quiet_is_taken_anywhere(argv):
+    assert build_parser().parse_args(argv).quiet is True
+    assert getattr(build_parser().parse_args(["validate", "x"]), "quiet", False) is False
+
+
+def test_version_and_the_hidden_internal_command(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--version"])
+    assert capsys.readouterr().out.strip() == f"dlbench {__version__}"
+    listing = build_parser().format_help()
+    assert "bench-run" in listing and "one rank of a run" not in listing
+    assert build_parser().parse_args(["bench", "--spec", "s.json", "--out-dir", "o"]).command == "bench"
+
+
+def test_choices_are_enforced(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench-run", "--out-dir", "o", "--loader", "nope"])
+    assert "invalid choice" in capsys.readouterr().err
