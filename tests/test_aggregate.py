@@ -12,28 +12,63 @@ from dlbench.errors import UserError
 
 
 def metrics(fps, p99=10.0, hit=0.99, wrong=0, verified=100):
-    return {"frames_per_s_node": fps, "samples_per_s": fps / 2, "first_batch_latency_s": 0.5,
-            "latency_p50_ms": p99 / 4, "latency_p95_ms": p99 / 2, "latency_p99_ms": p99, "peak_pss_mb": 100.0 + fps,
-            "cache_hit_rate": hit, "frames_verified": verified, "frames_wrong": wrong,
-            "frames_barcode_checked": verified - 32 if verified else 0, "frames_decode_checked": 32 if verified else 0}
+    return {
+        "frames_per_s_node": fps,
+        "samples_per_s": fps / 2,
+        "first_batch_latency_s": 0.5,
+        "latency_p50_ms": p99 / 4,
+        "latency_p95_ms": p99 / 2,
+        "latency_p99_ms": p99,
+        "peak_pss_mb": 100.0 + fps,
+        "cache_hit_rate": hit,
+        "frames_verified": verified,
+        "frames_wrong": wrong,
+        "frames_barcode_checked": verified - 32 if verified else 0,
+        "frames_decode_checked": 32 if verified else 0,
+    }
 
 
-def write_run(root, scenario, loader, fps_by_rank, mode="single", source="local", workers=2, device="cpu",
-              status="ok", nodes=None, hosts=None, **kw):
+def write_run(
+    root,
+    scenario,
+    loader,
+    fps_by_rank,
+    mode="single",
+    source="local",
+    workers=2,
+    device="cpu",
+    status="ok",
+    nodes=None,
+    hosts=None,
+    **kw,
+):
     """A run directory as bench-run writes it: rank records and run.json. Rank r runs on host `hosts[r]` (default:
     the configured `nodes` hosts, one rank per node unless `nodes` is smaller)."""
     world = len(fps_by_rank)
-    cfg = {"scenario": scenario, "dataset": "synthetic", "root": "results/datasets/synthetic/v30", "source": source,
-           "loader": loader, "mode": mode, "batch_size": 8, "num_workers": workers, "decode_device": device,
-           "world_size": world, "nodes": nodes or world}
+    cfg = {
+        "scenario": scenario,
+        "dataset": "synthetic",
+        "root": "results/datasets/synthetic/v30",
+        "source": source,
+        "loader": loader,
+        "mode": mode,
+        "batch_size": 8,
+        "num_workers": workers,
+        "decode_device": device,
+        "world_size": world,
+        "nodes": nodes or world,
+    }
     cfg["run_id"] = agg.run_id(cfg)
     run = root / scenario / cfg["run_id"]
     run.mkdir(parents=True)
     names = []
     for rank, fps in enumerate(fps_by_rank):
-        rec = recordmod.make_record({**cfg, "rank": rank}, metrics(fps, **kw) if status == "ok" else {},
-                                    status=status if kw.get("verified", 1) else "unverified",
-                                    reason="" if status == "ok" else "no CUDA device")
+        rec = recordmod.make_record(
+            {**cfg, "rank": rank},
+            metrics(fps, **kw) if status == "ok" else {},
+            status=status if kw.get("verified", 1) else "unverified",
+            reason="" if status == "ok" else "no CUDA device",
+        )
         rec["host"] = hosts[rank] if hosts else f"node{rank % (nodes or world)}"
         recordmod.write(rec, run / f"rank{rank}of{world}.json")
         names.append(f"rank{rank}of{world}.json")
@@ -60,8 +95,9 @@ def summary(tmp_path):
 
 
 def row(df, scenario, run_id_prefix, mode="single"):
-    hit = df[(df["scenario"] == scenario) & df["run_id"].str.startswith(f"synthetic-{run_id_prefix}")
-             & (df["mode"] == mode)]
+    hit = df[
+        (df["scenario"] == scenario) & df["run_id"].str.startswith(f"synthetic-{run_id_prefix}") & (df["mode"] == mode)
+    ]
     assert len(hit) == 1
     return hit.iloc[0]
 
@@ -88,9 +124,13 @@ def test_repeats_give_the_median_window_and_its_spread(tmp_path):
     for rank, rates in enumerate(([100.0, 300.0, 200.0], [110.0, 90.0, 100.0])):  # samples/s per window
         path = run / f"rank{rank}of2.json"
         rec = json.loads(path.read_text())
-        rec["metrics"].update(frames_per_sample=2, windows=[
-            {"start_unix": 10.0 * i, "end_unix": 10.0 * i + 2, "samples": int(r * 2), "seconds": 2.0}
-            for i, r in enumerate(rates)])
+        rec["metrics"].update(
+            frames_per_sample=2,
+            windows=[
+                {"start_unix": 10.0 * i, "end_unix": 10.0 * i + 2, "samples": int(r * 2), "seconds": 2.0}
+                for i, r in enumerate(rates)
+            ],
+        )
         recordmod.write(rec, path)
     df = agg.aggregate([run], tmp_path / "summary.csv")
     # per window, frames/s summed over ranks: 420, 780, 600; over 2 hosts: 210, 390, 300
@@ -160,9 +200,19 @@ def test_conversion_table(tmp_path):
     recs = []
     for workers, seconds in ((1, 10.0), (2, 6.0), (4, 4.0)):
         recs.append(tmp_path / f"w{workers}.json")
-        recs[-1].write_text(json.dumps({"dataset": "d", "workers": workers, "seconds": seconds, "episodes": 10,
-                                        "input_bytes": 40 * 2**20, "output_bytes": 39 * 2**20,
-                                        "peak_pss_mb": 100.0 * workers}))
+        recs[-1].write_text(
+            json.dumps(
+                {
+                    "dataset": "d",
+                    "workers": workers,
+                    "seconds": seconds,
+                    "episodes": 10,
+                    "input_bytes": 40 * 2**20,
+                    "output_bytes": 39 * 2**20,
+                    "peak_pss_mb": 100.0 * workers,
+                }
+            )
+        )
     table = agg.conversion_table(recs, tmp_path / "conversion.csv")
     assert table["speedup_vs_1_worker"].tolist() == [1.0, pytest.approx(1.667), 2.5]
     assert table["input_mb_per_s"].tolist() == [4.0, pytest.approx(6.667), 10.0]
@@ -179,6 +229,20 @@ def test_every_plot_is_written_and_opens_as_an_image(summary, tmp_path):
     for png in written:
         image = matplotlib.image.imread(png)
         assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+
+
+def test_baseline_plot_pairs_each_dlbench_run_with_lerobot_of_the_same_kind(summary):
+    table = plots.against_lerobot(summary)
+    # only stream_local's single-mode dlbench_stream has a lerobot_stream run beside it (300 against 100)
+    assert table["ratio"].tolist() == [pytest.approx(3.0)]
+    assert "dlbench_stream" in table["label"].iloc[0]
+
+
+def test_throughput_plot_lists_the_runs_it_leaves_off(summary):
+    missing = sorted(plots._not_run(summary))
+    assert len(missing) == 2
+    assert missing[0].startswith("gpu") and "skipped" in missing[0]
+    assert missing[1].startswith("unchecked") and "unverified" in missing[1]
 
 
 def test_cli_prewarm_without_a_report_says_what_it_expects(tmp_path, capsys):

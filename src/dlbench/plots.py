@@ -43,16 +43,34 @@ def _label(row) -> str:
     return f"{row['scenario']} · {row['run_id']}"
 
 
+def _not_run(df: pd.DataFrame) -> list[str]:
+    """One line per run left off the plots (skipped, incomplete, or unverified: no frame checked), with its reason."""
+    rows = df[df["status"] != "ok"]
+    return [f"{_label(r)}: {r['status']}, {str(r.get('reason', '') or '')[:110]}" for _, r in rows.iterrows()]
+
+
 def plot_throughput(df: pd.DataFrame, path: Path) -> Path:
-    """Decoded frames/s per node for every run, one panel per mode, with the mode's target as a dashed line."""
+    """Decoded frames/s per node for every run, one panel per mode, with the mode's target as a dashed line; runs
+    left off (`_not_run`) are listed under the panels with their reason."""
     title = "Dataloading throughput per node (green: meets its target, red: misses it)"
+    missing = _not_run(df)
     df = _ok(df).sort_values(["mode", "frames_per_s_node"])
     if df.empty:
-        return _nothing(path, title, "no run finished; see the status and reason columns of summary.csv")
+        why = "no run finished; see the status and reason columns of summary.csv"
+        return _nothing(path, title, "\n".join([why, *missing[:12]]))
     modes = list(dict.fromkeys(df["mode"]))
     counts = [int((df["mode"] == m).sum()) for m in modes]
-    fig, axes = plt.subplots(len(modes), 1, figsize=(9, 1.2 + 0.38 * sum(counts) + 0.8 * len(modes)),
-                             gridspec_kw={"height_ratios": counts}, squeeze=False)
+    fig, axes = plt.subplots(
+        len(modes) + bool(missing),
+        1,
+        figsize=(9, 1.2 + 0.38 * sum(counts) + 0.8 * len(modes) + 0.25 * len(missing)),
+        gridspec_kw={"height_ratios": counts + ([max(1, len(missing) * 0.6)] if missing else [])},
+        squeeze=False,
+    )
+    if missing:
+        note = axes[-1, 0]
+        note.axis("off")
+        note.text(0, 1, "Not on the plot:\n" + "\n".join(missing), va="top", fontsize=7, family="monospace")
     for ax, mode in zip(axes[:, 0], modes):
         d = df[df["mode"] == mode]
         ax.barh(range(len(d)), d["frames_per_s_node"], color=["tab:green" if p else "tab:red" for p in d["pass"]])
@@ -81,8 +99,10 @@ def plot_latency(df: pd.DataFrame, path: Path) -> Path:
         return _nothing(path, title, "no run finished")
     fig, axes = plt.subplots(1, 2, figsize=(13, 1.4 + 0.45 * len(df)), sharey=True)
     y = range(len(df))
-    for ax, prefix, xlabel in ((axes[0], "batch_interval", "time between batches at the consumer (ms, log)"),
-                               (axes[1], "latency", "time to produce one item (ms, log)")):
+    for ax, prefix, xlabel in (
+        (axes[0], "batch_interval", "time between batches at the consumer (ms, log)"),
+        (axes[1], "latency", "time to produce one item (ms, log)"),
+    ):
         for k, name in enumerate(("p50", "p95", "p99")):
             col = f"{prefix}_{name}_ms"
             if col in df:
@@ -100,15 +120,19 @@ def plot_decode_device(df: pd.DataFrame, path: Path) -> Path:
     """CPU vs CUDA (NVDEC) decode: frames/s per node side by side for runs that differ only by decode device."""
     title = "Decode device: CPU vs CUDA (NVDEC)"
     ok = _ok(df)
-    groups = [(k, g) for k, g in ok.groupby(GROUP + ["num_workers", "world_size"])
-              if set(g["decode_device"]) >= {"cpu", "cuda"}]
+    groups = [
+        (k, g)
+        for k, g in ok.groupby(GROUP + ["num_workers", "world_size"])
+        if set(g["decode_device"]) >= {"cpu", "cuda"}
+    ]
     if not groups:
         skipped = df[(df["decode_device"] == "cuda") & (df["status"] != "ok")]
-        why = ("no run with both decode devices finished" + (f"; cuda runs skipped: {skipped['reason'].iloc[0]}"
-                                                               if len(skipped) else "; add a cuda scenario"))
+        why = "no run with both decode devices finished" + (
+            f"; cuda runs skipped: {skipped['reason'].iloc[0]}" if len(skipped) else "; add a cuda scenario"
+        )
         return _nothing(path, title, why)
     fig, ax = plt.subplots(figsize=(8, 1.2 + 0.6 * len(groups)))
-    for i, (key, g) in enumerate(groups):
+    for i, (_key, g) in enumerate(groups):
         for j, dev in enumerate(("cpu", "cuda")):
             v = g[g["decode_device"] == dev]["frames_per_s_node"].max()
             ax.barh(i + (j - 0.5) * 0.4, v, 0.4, color=("tab:blue", "tab:orange")[j], label=dev if i == 0 else None)
@@ -139,21 +163,39 @@ def _lines(df: pd.DataFrame, x: str, y: str, path: Path, title: str, xlabel: str
 
 def plot_workers(df: pd.DataFrame, path: Path) -> Path:
     """Decoded frames/s per node against DataLoader workers."""
-    return _lines(df[df["world_size"] == 1], "num_workers", "frames_per_s_node", path,
-                  "Worker scaling (one rank)", "DataLoader workers per rank", "decoded frames/s per node",
-                  "needs runs that differ only by num_workers (e.g. mmap_local and mmap_local_maxworkers)")
+    return _lines(
+        df[df["world_size"] == 1],
+        "num_workers",
+        "frames_per_s_node",
+        path,
+        "Worker scaling (one rank)",
+        "DataLoader workers per rank",
+        "decoded frames/s per node",
+        "needs runs that differ only by num_workers (e.g. mmap_local and mmap_local_maxworkers)",
+    )
 
 
 def plot_nodes(df: pd.DataFrame, path: Path) -> Path:
     """Total decoded frames/s against world size; the ideal is the 1-rank figure times the world size."""
-    out = _lines(df, "world_size", "frames_per_s_total", path, "Node scaling (total over ranks; "
-                 "summary.csv has scaling_efficiency)", "ranks (nodes on SLURM)", "decoded frames/s, all ranks",
-                 "needs runs that differ only by their number of ranks (e.g. stream_bucket and stream_bucket_2node)")
+    out = _lines(
+        df,
+        "world_size",
+        "frames_per_s_total",
+        path,
+        "Node scaling (total over ranks; summary.csv has scaling_efficiency)",
+        "ranks (nodes on SLURM)",
+        "decoded frames/s, all ranks",
+        "needs runs that differ only by their number of ranks (e.g. stream_bucket and stream_bucket_2node)",
+    )
     return out
 
 
-def plot_cache(df: pd.DataFrame, path: Path) -> Path:
-    """Decoder cache hit rate against p99 latency, one marker per run; runs flagged as decoder thrash are crosses."""
+def plot_cache(df: pd.DataFrame, path: Path, thrash: dict | None = None) -> Path:
+    """Decoder cache hit rate against p99 latency, one marker per run; runs flagged as decoder thrash are crosses,
+    and the thresholds that flag them (`thrash` in config.yaml) are drawn."""
+    from .aggregate import DEFAULT_THRASH
+
+    thrash = {**DEFAULT_THRASH, **(thrash or {})}
     title = "Decoder cache hit rate vs p99 latency (x: flagged decoder thrash)"
     ok = _ok(df).dropna(subset=["cache_hit_rate"])
     if ok.empty:
@@ -161,9 +203,25 @@ def plot_cache(df: pd.DataFrame, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     colors = plt.get_cmap("tab20").colors
     for i, (_, r) in enumerate(ok.iterrows()):
-        thrash = bool(r.get("decoder_thrash", False))
-        ax.scatter(r["cache_hit_rate"], r["latency_p99_ms"], color=colors[i % len(colors)],
-                   marker="X" if thrash else "o", s=70 if thrash else 40, label=_label(r))
+        flagged = bool(r.get("decoder_thrash", False))
+        ax.scatter(
+            r["cache_hit_rate"],
+            r["latency_p99_ms"],
+            color=colors[i % len(colors)],
+            marker="X" if flagged else "o",
+            s=70 if flagged else 40,
+            label=_label(r),
+        )
+    ax.axvline(thrash["hit_rate_below"], ls="--", color="grey", lw=1)
+    ax.axhline(thrash["p99_ms_above"], ls="--", color="grey", lw=1)
+    ax.text(
+        0.0,
+        thrash["p99_ms_above"],
+        f" thrash: hit rate < {thrash['hit_rate_below']:g}, p99 > {thrash['p99_ms_above']:g} ms",
+        fontsize=7,
+        va="bottom",
+        color="grey",
+    )
     ax.set_xlim(-0.05, 1.05)
     ax.set_yscale("log")
     ax.set_xlabel("decoder cache hit rate")
@@ -182,23 +240,93 @@ def plot_conversion(table: pd.DataFrame, path: Path) -> Path:
     for name, g in table.groupby("dataset"):
         ax.plot(g["workers"], g["seconds"], marker="o", label=name)
         for _, r in g.iterrows():
-            ax.annotate(f"{r['speedup_vs_1_worker']:.2f}x", (r["workers"], r["seconds"]), fontsize=8,
-                        xytext=(4, 4), textcoords="offset points")
+            ax.annotate(
+                f"{r['speedup_vs_1_worker']:.2f}x",
+                (r["workers"], r["seconds"]),
+                fontsize=8,
+                xytext=(4, 4),
+                textcoords="offset points",
+            )
     ax.set_xticks(sorted(table["workers"].unique()))
     ax.set_ylim(bottom=0)
     ax.set_xlabel("convert workers")
     ax.set_ylabel("wall time (s)")
-    ax.set_title(title + " (labels: speed-up over 1 worker)")
-    ax.legend(fontsize=8)
+    ax.set_title(title, pad=12)
+    ax.legend(fontsize=8, title="dataset (labels: speed-up over 1 worker)", title_fontsize=8)
     return _save(fig, path)
 
 
-PLOTS = {"throughput.png": plot_throughput, "latency.png": plot_latency, "decode_device.png": plot_decode_device,
-         "workers.png": plot_workers, "nodes.png": plot_nodes, "cache_vs_p99.png": plot_cache}
+# each dlbench loader and the LeRobot loader of the same kind
+PEERS = {"dlbench_map": "lerobot_map", "dlbench_stream": "lerobot_stream"}
 
 
-def plot_all(summary: str | Path | None, outdir: str | Path, conversion: str | Path | None = None) -> list[Path]:
-    """The summary plots (PLOTS) from `summary`, and conversion.png from `conversion`; either may be None."""
+def against_lerobot(df: pd.DataFrame) -> pd.DataFrame:
+    """Each dlbench run's frames/s per node over that of LeRobot's loader of the same kind (map-style or streaming)
+    on the same dataset, source, mode and ranks (same batch size and workers where such a run exists):
+    columns mode, label, ratio."""
+    ok = _ok(df)
+    keys = ["dataset", "source", "mode", "world_size"]
+    rows = []
+    for _, r in ok[ok["loader"].isin(list(PEERS))].iterrows():
+        peer = ok[(ok["loader"] == PEERS[r["loader"]]) & (ok[keys] == r[keys]).all(axis=1)]
+        same = peer[(peer["batch_size"] == r["batch_size"]) & (peer["num_workers"] == r["num_workers"])]
+        peer = same if len(same) else peer
+        if len(peer):
+            ratio = r["frames_per_s_node"] / peer["frames_per_s_node"].iloc[0]
+            rows.append((r["mode"], f"{r['dataset']} · {r['source']} · {r['loader']} (w{r['num_workers']})", ratio))
+    return pd.DataFrame(rows, columns=["mode", "label", "ratio"]).sort_values(["mode", "ratio"])
+
+
+def plot_baseline(df: pd.DataFrame, path: Path) -> Path:
+    """dlbench against LeRobot (`against_lerobot`), one panel per mode."""
+    title = "dlbench against LeRobot (frames/s per node over LeRobot's loader of the same kind; 1 = as fast)"
+    table = against_lerobot(df)
+    if table.empty:
+        return _nothing(
+            path,
+            title,
+            "needs a dlbench run and LeRobot's run of the same kind (dlbench_map with lerobot_map, dlbench_stream\n"
+            "with lerobot_stream) on the same dataset, source and mode; LeRobot's need the peer environment",
+        )
+    modes = list(dict.fromkeys(table["mode"]))
+    counts = [int((table["mode"] == m).sum()) for m in modes]
+    fig, axes = plt.subplots(
+        len(modes),
+        1,
+        figsize=(9, 1.2 + 0.4 * sum(counts) + 0.8 * len(modes)),
+        gridspec_kw={"height_ratios": counts},
+        squeeze=False,
+    )
+    for ax, mode in zip(axes[:, 0], modes):
+        d = table[table["mode"] == mode]
+        ax.barh(range(len(d)), d["ratio"], color=["tab:blue" if v >= 1 else "tab:orange" for v in d["ratio"]])
+        ax.set_yticks(range(len(d)), list(d["label"]), fontsize=8)
+        for i, v in enumerate(d["ratio"]):
+            ax.text(v, i, f" {v:.2f}x", va="center", fontsize=7)
+        ax.axvline(1.0, ls="--", color="black")
+        ax.set_title(f"mode: {mode}", fontsize=10)
+        ax.set_xlabel("dlbench frames/s over LeRobot's")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+PLOTS = {
+    "throughput.png": plot_throughput,
+    "baseline.png": plot_baseline,
+    "latency.png": plot_latency,
+    "decode_device.png": plot_decode_device,
+    "workers.png": plot_workers,
+    "nodes.png": plot_nodes,
+    "cache_vs_p99.png": plot_cache,
+}
+
+
+def plot_all(
+    summary: str | Path | None, outdir: str | Path, conversion: str | Path | None = None, thrash: dict | None = None
+) -> list[Path]:
+    """The summary plots (PLOTS) from `summary`, and conversion.png from `conversion`; either may be None.
+    `thrash`: the thresholds of config.yaml, drawn on the cache plot."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     written = []
@@ -209,7 +337,10 @@ def plot_all(summary: str | Path | None, outdir: str | Path, conversion: str | P
         df = pd.read_csv(summary)
         if df.empty:
             raise UserError(f"{summary}: no runs to plot")
-        written = [plot(df, outdir / name) for name, plot in PLOTS.items()]
+        written = [
+            plot(df, outdir / name, thrash) if plot is plot_cache else plot(df, outdir / name)
+            for name, plot in PLOTS.items()
+        ]
     if conversion is not None:
         written.append(plot_conversion(pd.read_csv(conversion), outdir / "conversion.png"))
     return written

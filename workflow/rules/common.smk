@@ -39,8 +39,10 @@ def _scaling_datasets():
         named = [d for d in READ_DATASETS if runspec.dataset_kind(config, d) == "synth"]
     for d in named:
         if d not in config["datasets"] or runspec.dataset_kind(config, d) == "v30":
-            raise WorkflowError(f"invalid configuration: convert.scaling_datasets: {d!r} is not a synth or v21 "
-                                f"dataset; datasets: {sorted(config['datasets'])}")
+            raise WorkflowError(
+                f"invalid configuration: convert.scaling_datasets: {d!r} is not a synth or v21 "
+                f"dataset; datasets: {sorted(config['datasets'])}"
+            )
     return named if SCALING_WORKERS else []
 
 
@@ -59,14 +61,20 @@ SYNTH_DATASETS = _names(("synth",))
 CONVERTED_DATASETS = _names(("synth", "v21"))
 
 # dlbench.plots.PLOTS, spelled out so parsing the workflow does not import matplotlib
-PLOTS = [f"results/plots/{name}.png" for name in ("throughput", "latency", "decode_device", "workers", "nodes",
-                                                   "cache_vs_p99")]
+PLOTS = [
+    f"results/plots/{name}.png"
+    for name in ("throughput", "baseline", "latency", "decode_device", "workers", "nodes", "cache_vs_p99")
+]
 CONVERSION_TABLE = ["results/tables/conversion.csv"] if SCALING_DATASETS else []
 CONVERSION_PLOT = ["results/plots/conversion.png"] if SCALING_DATASETS else []
 
-LOOPBACK_PROXIES = sorted({(s["loopback"]["port"], s["loopback"]["latency_ms"], s["loopback"]["bandwidth_mbps"])
-                           for s in config["sources"].values()
-                           if s.get("loopback") and (s["loopback"]["latency_ms"] or s["loopback"]["bandwidth_mbps"])})
+LOOPBACK_PROXIES = sorted(
+    {
+        (s["loopback"]["port"], s["loopback"]["latency_ms"], s["loopback"]["bandwidth_mbps"])
+        for s in config["sources"].values()
+        if s.get("loopback") and (s["loopback"]["latency_ms"] or s["loopback"]["bandwidth_mbps"])
+    }
+)
 USES_LOOPBACK = any(config["sources"][r["source"]].get("loopback") is not None for r in RUNS.values())
 
 
@@ -95,8 +103,10 @@ def bench_inputs(wildcards):
     report."""
     r = run_of(wildcards)
     spec = source_spec(r["source"])
-    inputs = {"spec": f"results/specs/{r['scenario']}/{r['run_id']}.json",
-              "valid": f"results/validate/{r['dataset']}.json"}
+    inputs = {
+        "spec": f"results/specs/{r['scenario']}/{r['run_id']}.json",
+        "valid": f"results/validate/{r['dataset']}.json",
+    }
     if spec.get("stage"):
         inputs["staged"] = runspec.staged_marker(r["source"], r["dataset"])
     if r["require_warm"]:
@@ -170,9 +180,18 @@ def prewarm_reports():
 
 def synth_args(wildcards):
     s = config["datasets"][wildcards.dataset]["synth"]
-    args = [f"--episodes {s['episodes']}", f"--length-min {s['length_min']}", f"--length-max {s['length_max']}",
-            f"--fps {s['fps']}", f"--codec {s['codec']}", f"--tasks {s['tasks']}", f"--seed {s['seed']}",
-            f"--state-dim {s['state_dim']}", f"--action-dim {s['action_dim']}", f"--content {s['content']}"]
+    args = [
+        f"--episodes {s['episodes']}",
+        f"--length-min {s['length_min']}",
+        f"--length-max {s['length_max']}",
+        f"--fps {s['fps']}",
+        f"--codec {s['codec']}",
+        f"--tasks {s['tasks']}",
+        f"--seed {s['seed']}",
+        f"--state-dim {s['state_dim']}",
+        f"--action-dim {s['action_dim']}",
+        f"--content {s['content']}",
+    ]
     args += [f"--camera {c['key']}={c['height']}x{c['width']}" for c in s["cameras"]]
     args += [f"--{k} {s[k]}" for k in ("gop", "crf") if k in s]
     return " ".join(args)
@@ -180,8 +199,10 @@ def synth_args(wildcards):
 
 def plan_args():
     c = config["convert"]
-    return (f"--episodes-per-batch {c['episodes_per_batch']} --data-file-size-in-mb {c['data_file_size_in_mb']} "
-            f"--video-file-size-in-mb {c['video_file_size_in_mb']}")
+    return (
+        f"--episodes-per-batch {c['episodes_per_batch']} --data-file-size-in-mb {c['data_file_size_in_mb']} "
+        f"--video-file-size-in-mb {c['video_file_size_in_mb']}"
+    )
 
 
 def validate_args(wildcards):

@@ -51,6 +51,7 @@ rule plots:
         "../envs/cpu.yaml"
     params:
         conversion=None,
+        thrash=config.get("thrash"),
     script:
         "../scripts/plots.py"
 

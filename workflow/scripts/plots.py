@@ -11,6 +11,6 @@ with script_log(sm.log[0]) as log:
     if sm.params.conversion:
         written = plot_all(None, outdir, conversion=sm.input[0])
     else:
-        written = plot_all(sm.input[0], outdir)
+        written = plot_all(sm.input[0], outdir, thrash=sm.params.thrash)
     for p in written:
         print(f"wrote {p}", file=log)
