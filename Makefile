@@ -1,17 +1,24 @@
-# The two commands of the README: `make run` (default pipeline) and `make test` (test suite).
+# The two commands of the README: `make run` (default pipeline) and `make test` (lint, then the test suite).
 # Both install what they need first: FFmpeg (apt, where possible), a venv in .venv, and dlbench into it.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 CORES ?= all
 
-.PHONY: run test install system-deps peer clean
+.PHONY: run test lint install system-deps peer clean
 
 run: install peer
 	$(BIN)/snakemake -c $(CORES)
 
-test: install peer
+test: install peer lint
 	$(BIN)/python -m pytest -q tests
+
+# formatting and lint, as configured in pyproject.toml: ruff (Python), snakefmt and Snakemake's own linter
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/snakefmt --check Snakefile workflow/rules
+	$(BIN)/snakemake --lint
 
 install: system-deps $(VENV)/.installed
 

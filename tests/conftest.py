@@ -43,8 +43,9 @@ def v21_h264(tmp_path_factory):
 @pytest.fixture(scope="session")
 def v30_h264(v21_h264, tmp_path_factory):
     """The h264 dataset converted with small thresholds: several files per stream."""
-    return convert_run(str(v21_h264), tmp_path_factory.mktemp("h264v30") / "v30", workers=2, options=SMALL_FILES,
-                       progress=False)
+    return convert_run(
+        str(v21_h264), tmp_path_factory.mktemp("h264v30") / "v30", workers=2, options=SMALL_FILES, progress=False
+    )
 
 
 @pytest.fixture(scope="session")
@@ -63,5 +64,6 @@ def lerobot_recorded_v30(tmp_path_factory):
     64x96, 6-dim state and action), made in the peer environment; skips without it."""
     if peer.peer_python() is None:
         pytest.skip(f"LeRobot peer environment missing or incomplete; create it with {peer.CREATE_COMMAND}")
-    return peer.lerobot_record(tmp_path_factory.mktemp("lerobot_rec") / "v30", episodes=3, cameras=RECORDED_CAMERAS,
-                               seed=0, timeout=600)
+    return peer.lerobot_record(
+        tmp_path_factory.mktemp("lerobot_rec") / "v30", episodes=3, cameras=RECORDED_CAMERAS, seed=0, timeout=600
+    )

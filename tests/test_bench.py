@@ -147,8 +147,8 @@ def test_the_independent_check_catches_frames_that_are_not_the_files(v30_h264, t
     """Frames delivered from one file are compared with a fresh decode of the file at their timestamps: once the
     camera file is swapped for another of the same length and time base, every sampled frame is wrong."""
     from dlbench.bench.verify import DecodeCheck
+    from dlbench.loader.dataset_meta import DatasetMeta
     from dlbench.loader.map import LeRobotMapDataset
-    from dlbench.loader.meta import DatasetMeta
 
     root = _without_barcodes(v30_h264, tmp_path / "plain")
     ds = LeRobotMapDataset(str(root), return_uint8=True)

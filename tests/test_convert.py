@@ -30,7 +30,9 @@ def test_every_frame_is_at_from_timestamp_plus_timestamp(v30_h264, v21_h264):
     cache = VideoDecoderCache(4)
     for cam_index, cam in enumerate(meta.video_keys(info)):
         for e in eps:
-            url = str(v30_h264 / paths.v30_video_path(cam, e[f"videos/{cam}/chunk_index"], e[f"videos/{cam}/file_index"]))
+            url = str(
+                v30_h264 / paths.v30_video_path(cam, e[f"videos/{cam}/chunk_index"], e[f"videos/{cam}/file_index"])
+            )
             start = e[f"videos/{cam}/from_timestamp"]
             times = [start + k / info["fps"] for k in range(e["length"])]
             ep, fr, c, valid = barcode.read_batch(cache.decode(url, times, info["fps"]))
@@ -79,11 +81,14 @@ def test_convert_does_not_import_pandas(v21_h264, tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys\nfrom dlbench.convert import plan, work, finalize\nplan.plan(sys.argv[1], sys.argv[2])\n"
-            "assert work.work(sys.argv[2]) > 0\nfinalize.finalize(sys.argv[2], sys.argv[3])\n"
-            "assert 'pandas' not in sys.modules, 'the converter imported pandas'")
-    subprocess.run([sys.executable, "-c", code, str(v21_h264), str(tmp_path / "work"), str(tmp_path / "dst")],
-                   check=True)
+    code = (
+        "import sys\nfrom dlbench.convert import plan, work, finalize\nplan.plan(sys.argv[1], sys.argv[2])\n"
+        "assert work.work(sys.argv[2]) > 0\nfinalize.finalize(sys.argv[2], sys.argv[3])\n"
+        "assert 'pandas' not in sys.modules, 'the converter imported pandas'"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code, str(v21_h264), str(tmp_path / "work"), str(tmp_path / "dst")], check=True
+    )
 
 
 def test_metadata_tables_built_without_pandas_equal_pandas_own(v30_h264):
@@ -91,11 +96,12 @@ def test_metadata_tables_built_without_pandas_equal_pandas_own(v30_h264):
     import pandas as pd
     import pyarrow as pa
 
-    tasks = ["pick the cube", "place it: ünïcode, \"quotes\""]
+    tasks = ["pick the cube", 'place it: ünïcode, "quotes"']
     df = pd.DataFrame({"task_index": np.arange(len(tasks), dtype=np.int64)}, index=pd.Index(tasks, name="task"))
     ours = meta.tasks_table_v30(tasks)
-    assert ours.equals(pa.Table.from_pandas(df)) and ours.schema.equals(pa.Table.from_pandas(df).schema,
-                                                                       check_metadata=True)
+    assert ours.equals(pa.Table.from_pandas(df)) and ours.schema.equals(
+        pa.Table.from_pandas(df).schema, check_metadata=True
+    )
     pd.testing.assert_frame_equal(ours.to_pandas(), df)
     rows = pq.read_table(next((v30_h264 / "meta" / "episodes").rglob("*.parquet"))).to_pylist()
     expected = pa.Table.from_pylist(rows)

@@ -29,9 +29,13 @@ BIG_UNITS = planmod.PlanOptions(episodes_per_batch=100, data_file_size_in_mb=0.0
 
 def worker(work: Path, host: str, pause: float = 0.0, lease_timeout: float = 60.0) -> subprocess.Popen:
     env = {**os.environ, "DLBENCH_HOST": host, "DLBENCH_CONVERT_PAUSE_S": str(pause)}
-    return subprocess.Popen([sys.executable, "-m", "dlbench", "convert", "work", str(work),
-                             "--lease-timeout-s", str(lease_timeout)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "dlbench", "convert", "work", str(work), "--lease-timeout-s", str(lease_timeout)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def tree_bytes(root: Path) -> dict:
@@ -48,8 +52,9 @@ def test_lease_is_exclusive_and_stale_leases_are_taken_over(tmp_path):
     taken = a.try_acquire("u1")
     assert taken is not None  # expired: taken over
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    (tmp_path / "u2.0.lease").write_text(json.dumps({"host": __import__("dlbench.convert.lease").convert.lease.HOST,
-                                                      "pid": int(dead.stdout)}))
+    (tmp_path / "u2.0.lease").write_text(
+        json.dumps({"host": __import__("dlbench.convert.lease").convert.lease.HOST, "pid": int(dead.stdout)})
+    )
     b = LeaseDir(tmp_path, timeout_s=600)
     orphan = b.try_acquire("u2")
     assert orphan is not None  # its owner on this host is gone: stale at once
@@ -64,13 +69,17 @@ def test_lease_is_exclusive_and_stale_leases_are_taken_over(tmp_path):
 def test_concurrent_takeover_of_a_stale_lease_has_one_winner(tmp_path):
     first = LeaseDir(tmp_path, timeout_s=0.2, heartbeat_s=10).try_acquire("u")
     time.sleep(0.3)  # its owner stopped beating: stale
-    code = ("import sys, time; from dlbench.convert.lease import LeaseDir\n"
-            "d = LeaseDir(sys.argv[1], timeout_s=0.2, heartbeat_s=0.05)\n"
-            "while time.time() < float(sys.argv[2]): pass\n"
-            "print(d.try_acquire('u') is not None, flush=True); time.sleep(0.5)")
+    code = (
+        "import sys, time; from dlbench.convert.lease import LeaseDir\n"
+        "d = LeaseDir(sys.argv[1], timeout_s=0.2, heartbeat_s=0.05)\n"
+        "while time.time() < float(sys.argv[2]): pass\n"
+        "print(d.try_acquire('u') is not None, flush=True); time.sleep(0.5)"
+    )
     start = str(time.time() + 1.0)  # contenders spin until the same instant, then race
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), start], stdout=subprocess.PIPE, text=True)
-             for _ in range(6)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, str(tmp_path), start], stdout=subprocess.PIPE, text=True)
+        for _ in range(6)
+    ]
     won = [p.communicate(timeout=60)[0].strip() == "True" for p in procs]
     assert sum(won) == 1, won
     first.release()
@@ -174,8 +183,12 @@ def test_different_plan_into_a_used_work_dir_is_refused(v21_h264, tmp_path):
 
 def test_three_cameras_av1_and_uneven_lengths(tmp_path):
     cams = tuple(Camera(f"observation.images.c{i}", 64, 64) for i in range(3))
-    src = synthesize(tiny_config(codec="av1", episodes=5, length_min=3, length_max=70, cameras=cams, chunks_size=2),
-                     tmp_path / "v21", workers=2, progress=False)
+    src = synthesize(
+        tiny_config(codec="av1", episodes=5, length_min=3, length_max=70, cameras=cams, chunks_size=2),
+        tmp_path / "v21",
+        workers=2,
+        progress=False,
+    )
     from dlbench.convert.run import run
 
     dst = run(str(src), tmp_path / "v30", workers=2, options=SMALL_FILES, progress=False)

@@ -88,7 +88,7 @@ def test_frame_gather_equals_indexing_and_keeps_the_memory_order(layout):
 
 def test_lerobot_arguments_repo_id_episodes_transforms_and_meta(v30_h264):
     from dlbench.loader import LeRobotStreamingDataset
-    from dlbench.loader.meta import dataset_root
+    from dlbench.loader.dataset_meta import dataset_root
 
     assert dataset_root("lerobot/pusht", None, None) == "hf://datasets/lerobot/pusht@v3.0"
     assert dataset_root("lerobot/pusht", None, "main") == "hf://datasets/lerobot/pusht@main"

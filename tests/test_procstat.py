@@ -10,9 +10,15 @@ def test_peak_pss_counts_a_child_and_reads_pss_only_when_rss_grows(monkeypatch):
     reads = []
     real_pss = procstat._pss
     monkeypatch.setattr(procstat, "_pss", lambda p: reads.append(p.pid) or real_pss(p))
-    child = subprocess.Popen([sys.executable, "-c", "import sys, time; b = bytearray(300 * 2**20); "
-                              "b[::4096] = b'x' * len(b[::4096]); print(flush=True); time.sleep(60)"],
-                             stdout=subprocess.PIPE)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; b = bytearray(300 * 2**20); "
+            "b[::4096] = b'x' * len(b[::4096]); print(flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+    )
     try:
         child.stdout.readline()  # the child's 300 MB are touched
         sampler = procstat.MemorySampler(every_s=0.05, pss_every_s=60)

@@ -31,10 +31,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(_why_not() is not None, reaso
 
 SLURM_TINY = {
     **TINY,
-    "bench": {"defaults": {**TINY["bench"]["defaults"], "warmup_s": 0, "num_batches": 6, "buffer_size": 8},
-              "scenarios": {"mmap_local": {},
-                            # 1 + 3 windows x 2 batches: both ranks stay inside their first epoch
-                            "stream_2rank": {"loader": "dlbench_stream", "ranks": 2, "num_batches": 2}}},
+    "bench": {
+        "defaults": {**TINY["bench"]["defaults"], "warmup_s": 0, "num_batches": 6, "buffer_size": 8},
+        "scenarios": {
+            "mmap_local": {},
+            # 1 + 3 windows x 2 batches: both ranks stay inside their first epoch
+            "stream_2rank": {"loader": "dlbench_stream", "ranks": 2, "num_batches": 2},
+        },
+    },
 }
 
 
@@ -46,8 +50,14 @@ def _profile_resources() -> list[str]:
     return [f"{rule}:{key}={value}" for rule, res in profile.items() for key, value in res.items()]
 
 
-FIT_NODE = ["--slurm-init-seconds-before-status-checks", "2", "--set-threads", "synth=2",
-            "--set-resources", *_profile_resources()]
+FIT_NODE = [
+    "--slurm-init-seconds-before-status-checks",
+    "2",
+    "--set-threads",
+    "synth=2",
+    "--set-resources",
+    *_profile_resources(),
+]
 
 
 @pytest.fixture(scope="module")
@@ -64,9 +74,23 @@ def cluster(tmp_path_factory):
 
 def snakemake_slurm(workdir: Path, config: dict, env: dict, *args: str, timeout: float = 900):
     (workdir / "tiny.yaml").write_text(json.dumps(config))
-    return subprocess.run([*SNAKEMAKE, "-d", str(workdir), "--configfile", str(workdir / "tiny.yaml"),
-                           "--profile", str(REPO / "profiles/slurm"), *args, *FIT_NODE],  # FIT_NODE ends in nargs="+"
-                          env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [
+            *SNAKEMAKE,
+            "-d",
+            str(workdir),
+            "--configfile",
+            str(workdir / "tiny.yaml"),
+            "--profile",
+            str(REPO / "profiles/slurm"),
+            *args,
+            *FIT_NODE,
+        ],  # FIT_NODE ends in nargs="+"
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 # compute nodes reach the S3 server by the submit host's routable address; without one the bucket scenario cannot run
@@ -120,13 +144,36 @@ def _job_running(rule: str, env: dict, timeout: float = 180) -> str:
 
 def test_scancel_a_convert_worker_then_rerun_completes(cluster, tmp_path):
     env = {**cluster, "DLBENCH_CONVERT_PAUSE_S": "4"}  # units take a while: time to cancel one mid-unit
-    config = {**SLURM_TINY, "convert": {"workers": 2, "episodes_per_batch": 100, "data_file_size_in_mb": 0.004,
-                                        "video_file_size_in_mb": 0.004}}
+    config = {
+        **SLURM_TINY,
+        "convert": {
+            "workers": 2,
+            "episodes_per_batch": 100,
+            "data_file_size_in_mb": 0.004,
+            "video_file_size_in_mb": 0.004,
+        },
+    }
     target = "results/validate/synthetic.json"
     (tmp_path / "tiny.yaml").write_text(json.dumps(config))
-    first = subprocess.Popen([*SNAKEMAKE, "-d", str(tmp_path), "--configfile", str(tmp_path / "tiny.yaml"),
-                              "--profile", str(REPO / "profiles/slurm"), *FIT_NODE, "--retries", "0", target],
-                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [
+            *SNAKEMAKE,
+            "-d",
+            str(tmp_path),
+            "--configfile",
+            str(tmp_path / "tiny.yaml"),
+            "--profile",
+            str(REPO / "profiles/slurm"),
+            *FIT_NODE,
+            "--retries",
+            "0",
+            target,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     jobid = _job_running("convert_work", env)
     work = tmp_path / "results/convert/synthetic/work"
     deadline = time.time() + 120
@@ -150,8 +197,9 @@ def test_scancel_a_convert_worker_then_rerun_completes(cluster, tmp_path):
 def test_a_server_compute_nodes_cannot_reach_stops_before_submitting(cluster, tmp_path):
     config = with_buckets(SLURM_TINY, scenarios=("bucket",))
     config["loopback_server"]["host"] = "127.0.0.1"
-    proc = snakemake_slurm(tmp_path, config, cluster, "results/runs/stream_bucket/"
-                           "synthetic-dlbench_stream-single-b4-w1-cpu")
+    proc = snakemake_slurm(
+        tmp_path, config, cluster, "results/runs/stream_bucket/synthetic-dlbench_stream-single-b4-w1-cpu"
+    )
     assert proc.returncode != 0
     assert "loopback_server.host is 127.0.0.1, which compute nodes cannot reach" in proc.stderr
     assert not (tmp_path / "results/logs/slurm").exists() and not (tmp_path / "results/datasets").exists()

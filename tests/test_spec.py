@@ -34,8 +34,18 @@ def test_library_defaults_are_the_schemas():
 def test_synth_cli_defaults_are_the_schemas():
     args = build_parser().parse_args(["synth", "out"])
     sd = synth_defaults()
-    for key in ("episodes", "length_min", "length_max", "fps", "codec", "content", "tasks", "state_dim",
-                "action_dim", "seed"):
+    for key in (
+        "episodes",
+        "length_min",
+        "length_max",
+        "fps",
+        "codec",
+        "content",
+        "tasks",
+        "state_dim",
+        "action_dim",
+        "seed",
+    ):
         assert getattr(args, key) == sd[key], key
 
 
@@ -56,10 +66,13 @@ def test_a_spec_with_an_unknown_key_is_refused():
 
 
 def test_remote_sources_hold_datasets_by_name():
-    config = validate_config({
-        "datasets": {"a": {"synth": {}}, "hubset": {"v30": "hf://datasets/org/name@v3.0"}},
-        "sources": {"local": {"type": "local"}, "b": {"type": "s3", "url": "s3://bkt/pre/", "stage": True}},
-        "bench": {"scenarios": {"s": {"dataset": "a", "source": ["b"][0]}, "h": {"dataset": "hubset"}}}})
+    config = validate_config(
+        {
+            "datasets": {"a": {"synth": {}}, "hubset": {"v30": "hf://datasets/org/name@v3.0"}},
+            "sources": {"local": {"type": "local"}, "b": {"type": "s3", "url": "s3://bkt/pre/", "stage": True}},
+            "bench": {"scenarios": {"s": {"dataset": "a", "source": ["b"][0]}, "h": {"dataset": "hubset"}}},
+        }
+    )
     spec.complete_sources(config)
     runs = {r["scenario"]: r for r in spec.expand_runs(config)}
     assert runs["s"]["root"] == "s3://bkt/pre/a" and runs["s"]["source_spec"]["url"] == "s3://bkt/pre/"

@@ -81,7 +81,6 @@ def test_noise_makes_real_sized_files_with_readable_barcodes(tmp_path):
         tiny_config(noise=200).validate()
 
 
-
 def test_camera_content_reads_back_and_costs_real_bytes(tmp_path):
     """content="camera" (a textured scene with motion and sensor noise): every barcode still reads back after
     encoding, the frames change from one to the next, and the files are far bigger than flat stripes."""
@@ -104,6 +103,7 @@ def test_unknown_content_is_refused(tmp_path):
     with pytest.raises(UserError, match=r"content 'video' is unknown; choose one of \['stripes', 'camera'\]"):
         synthesize(tiny_config(content="video"), tmp_path / "x", progress=False)
     assert not (tmp_path / "x").exists()
+
 
 def test_same_seed_same_bytes(tmp_path):
     cfg = tiny_config(episodes=3, cameras=(Camera("observation.images.front", 32, 32),))
@@ -144,7 +144,7 @@ def test_barcode_reads_back_and_rejects_any_single_wrong_cell():
     for cell in range(barcode.GRID * barcode.GRID):
         r, k = divmod(cell, barcode.GRID)
         damaged = frame.copy()
-        block = damaged[r * c:(r + 1) * c, k * c:(k + 1) * c]
+        block = damaged[r * c : (r + 1) * c, k * c : (k + 1) * c]
         block[...] = 255 - block
         assert barcode.read(damaged, channels_last=True) is None, f"cell {cell} flipped and still accepted"
 

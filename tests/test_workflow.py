@@ -1,8 +1,6 @@
 """The whole Snakemake workflow on a tiny config, in a temporary working directory."""
 
 import json
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -20,15 +18,26 @@ REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile")]
 
 TINY = {
-    "datasets": {"synthetic": {"synth": {"episodes": 8, "length_min": 10, "length_max": 20,
-                                         "cameras": [{"key": "observation.images.front", "height": 32, "width": 32}]}}},
+    "datasets": {
+        "synthetic": {
+            "synth": {
+                "episodes": 8,
+                "length_min": 10,
+                "length_max": 20,
+                "cameras": [{"key": "observation.images.front", "height": 32, "width": 32}],
+            }
+        }
+    },
     "convert": {"workers": 2, "episodes_per_batch": 2},
-    "bench": {"defaults": {"batch_size": 4, "num_workers": 1, "duration_s": 2, "warmup_s": 0.5, "probe_samples": 4},
-              "scenarios": {"mmap_local": {"mode": ["single", "sarm"]},
-                            # short windows (1 + 3 x 2 batches): both ranks stay inside their first epoch
-                            "stream_2rank": {"loader": "dlbench_stream", "ranks": 2, "num_batches": 2,
-                                             "buffer_size": 8, "warmup_s": 0},
-                            "gpu": {"loader": "dlbench_stream", "decode_device": "cuda"}}},
+    "bench": {
+        "defaults": {"batch_size": 4, "num_workers": 1, "duration_s": 2, "warmup_s": 0.5, "probe_samples": 4},
+        "scenarios": {
+            "mmap_local": {"mode": ["single", "sarm"]},
+            # short windows (1 + 3 x 2 batches): both ranks stay inside their first epoch
+            "stream_2rank": {"loader": "dlbench_stream", "ranks": 2, "num_batches": 2, "buffer_size": 8, "warmup_s": 0},
+            "gpu": {"loader": "dlbench_stream", "decode_device": "cuda"},
+        },
+    },
 }
 
 
@@ -41,17 +50,33 @@ def free_port() -> int:
 def with_buckets(config: dict, scenarios=("bucket", "warm"), on_cold: str = "warn") -> dict:
     """`config` plus two bucket sources on the loopback S3 server (SeaweedFS) and a streaming scenario on each named
     in `scenarios`: `bucket` behind a shaping proxy, `warm` gated on the prewarm check."""
-    sources = {"local": {"type": "local"},
-               "bucket": {"type": "s3", "url": "s3://dlbench/bucket", "stage": True,
-                          "loopback": {"port": free_port(), "latency_ms": 5, "bandwidth_mbps": 400}},
-               "warm": {"type": "s3", "url": "s3://dlbench/warm", "stage": True, "loopback": {},
-                        "require_warm": True, "on_cold": on_cold,
-                        "prewarm": {"files": 4, "range_mb": 1, "ttfb_ms_max": 50, "mbps_min": 50}}}
+    sources = {
+        "local": {"type": "local"},
+        "bucket": {
+            "type": "s3",
+            "url": "s3://dlbench/bucket",
+            "stage": True,
+            "loopback": {"port": free_port(), "latency_ms": 5, "bandwidth_mbps": 400},
+        },
+        "warm": {
+            "type": "s3",
+            "url": "s3://dlbench/warm",
+            "stage": True,
+            "loopback": {},
+            "require_warm": True,
+            "on_cold": on_cold,
+            "prewarm": {"files": 4, "range_mb": 1, "ttfb_ms_max": 50, "mbps_min": 50},
+        },
+    }
     stream = {"loader": "dlbench_stream", "num_batches": 6, "buffer_size": 8}
     bench = config["bench"]
     added = {f"stream_{name}": {**stream, "source": name} for name in scenarios}
-    return {**config, "loopback_server": {"port": free_port()}, "sources": sources,
-            "bench": {**bench, "scenarios": {**bench["scenarios"], **added}}}
+    return {
+        **config,
+        "loopback_server": {"port": free_port()},
+        "sources": sources,
+        "bench": {**bench, "scenarios": {**bench["scenarios"], **added}},
+    }
 
 
 def measuring_windows(results: Path) -> list[tuple[float, float, str]]:
@@ -62,8 +87,13 @@ def measuring_windows(results: Path) -> list[tuple[float, float, str]]:
         recs = [json.loads(p.read_text()) for p in run.glob("rank*of*.json")]
         recs = [r for r in recs if r["status"] in ("ok", "unverified")]
         if recs:
-            windows.append((min(r["metrics"]["window_start_unix"] for r in recs),
-                            max(r["metrics"]["window_end_unix"] for r in recs), str(run)))
+            windows.append(
+                (
+                    min(r["metrics"]["window_start_unix"] for r in recs),
+                    max(r["metrics"]["window_end_unix"] for r in recs),
+                    str(run),
+                )
+            )
     for path in [*results.glob("convert/*/scaling/w*.json"), *results.glob("prewarm/*/*.json")]:
         rec = json.loads(path.read_text())
         windows.append((rec["window_start_unix"], rec["window_end_unix"], str(path)))
@@ -73,8 +103,9 @@ def measuring_windows(results: Path) -> list[tuple[float, float, str]]:
 def snakemake(workdir: Path, config: dict, *args: str) -> subprocess.CompletedProcess:
     cfg = workdir / "tiny.yaml"
     cfg.write_text(yaml.safe_dump(config))
-    return subprocess.run([*SNAKEMAKE, "-d", str(workdir), "--configfile", str(cfg), *args],
-                          capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [*SNAKEMAKE, "-d", str(workdir), "--configfile", str(cfg), *args], capture_output=True, text=True, timeout=900
+    )
 
 
 @pytest.mark.slow
@@ -82,21 +113,43 @@ def test_default_dag_end_to_end(tmp_path):
     config = with_buckets(TINY)
     dry = snakemake(tmp_path, config, "-n", "-c", "2")
     assert dry.returncode == 0, dry.stderr
-    for rule in ("synth", "convert_plan", "convert_work", "convert_finalize", "validate_dataset", "bench",
-                 "bench_cuda", "stage_source", "prewarm_check", "aggregate", "plots"):
+    for rule in (
+        "synth",
+        "convert_plan",
+        "convert_work",
+        "convert_finalize",
+        "validate_dataset",
+        "bench",
+        "bench_cuda",
+        "stage_source",
+        "prewarm_check",
+        "aggregate",
+        "plots",
+    ):
         assert rule in dry.stdout
     proc = snakemake(tmp_path, config, "-c", "64")  # more cores than the machine has: measurements still queue
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = pd.read_csv(tmp_path / "results/summary.csv")
     assert sorted(zip(summary["scenario"], summary["run_id"])) == [
-        ("gpu", "synthetic-dlbench_stream-single-b4-w1-cuda"), ("mmap_local", "synthetic-dlbench_map-sarm-b4-w1-cpu"),
+        ("gpu", "synthetic-dlbench_stream-single-b4-w1-cuda"),
+        ("mmap_local", "synthetic-dlbench_map-sarm-b4-w1-cpu"),
         ("mmap_local", "synthetic-dlbench_map-single-b4-w1-cpu"),
         ("stream_2rank", "synthetic-dlbench_stream-single-b4-w1-cpu"),
         ("stream_bucket", "synthetic-dlbench_stream-single-b4-w1-cpu"),
-        ("stream_warm", "synthetic-dlbench_stream-single-b4-w1-cpu")]
+        ("stream_warm", "synthetic-dlbench_stream-single-b4-w1-cpu"),
+    ]
     assert set(summary["dataset"]) == {"synthetic"}
-    for col in ("frames_per_s_node", "samples_per_s_node", "latency_p99_ms", "peak_pss_mb", "pass",
-                "frames_per_s_min", "frames_per_s_max", "batch_interval_p99_ms", "hosts"):
+    for col in (
+        "frames_per_s_node",
+        "samples_per_s_node",
+        "latency_p99_ms",
+        "peak_pss_mb",
+        "pass",
+        "frames_per_s_min",
+        "frames_per_s_max",
+        "batch_interval_p99_ms",
+        "hosts",
+    ):
         assert col in summary.columns
     ok = summary[summary["status"] == "ok"]
     gpu_runs = int(torch.cuda.is_available())  # the cuda run measures where there is a GPU
@@ -152,15 +205,17 @@ def check_two_ranks(run_dir: Path) -> None:
 
 @pytest.mark.slow
 def test_killed_bench_job_leaves_no_result_and_rerun_produces_it(tmp_path):
-    config = {**TINY, "bench": {"defaults": {**TINY["bench"]["defaults"], "duration_s": 30},
-                                "scenarios": {"long": {}}}}
+    config = {**TINY, "bench": {"defaults": {**TINY["bench"]["defaults"], "duration_s": 30}, "scenarios": {"long": {}}}}
     proc = snakemake(tmp_path, config, "-c", "2", "results/validate/synthetic.json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     target = "results/runs/long/synthetic-dlbench_map-single-b4-w1-cpu"
     run_dir = tmp_path / target
     cfg = tmp_path / "tiny.yaml"
-    job = subprocess.Popen([*SNAKEMAKE, "-d", str(tmp_path), "--configfile", str(cfg), "-c", "2", target],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    job = subprocess.Popen(
+        [*SNAKEMAKE, "-d", str(tmp_path), "--configfile", str(cfg), "-c", "2", target],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 120
     while not run_dir.exists() and time.time() < deadline:  # the launcher creates it as the job starts
         time.sleep(0.2)
@@ -171,9 +226,14 @@ def test_killed_bench_job_leaves_no_result_and_rerun_produces_it(tmp_path):
         p.kill()
     assert job.wait(timeout=120) != 0  # Snakemake reports the failed job
     assert not (run_dir / "rank0of1.json").exists() and not (run_dir / "run.json").exists()
-    proc = snakemake(tmp_path, {**config, "bench": {**config["bench"], "defaults": {**config["bench"]["defaults"],
-                                                                                    "duration_s": 2}}},
-                     "-c", "2", "--rerun-incomplete", target)
+    proc = snakemake(
+        tmp_path,
+        {**config, "bench": {**config["bench"], "defaults": {**config["bench"]["defaults"], "duration_s": 2}}},
+        "-c",
+        "2",
+        "--rerun-incomplete",
+        target,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (run_dir / "rank0of1.json").exists() and (run_dir / "run.json").exists()
 
@@ -184,31 +244,61 @@ def test_a_loopback_server_that_cannot_start_stops_the_run_before_any_job(tmp_pa
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", port))
         taken.listen()
-        proc = snakemake(tmp_path, config, "-c", "2", "results/runs/stream_bucket/synthetic-dlbench_stream-single-b4-w1-cpu")
+        proc = snakemake(
+            tmp_path, config, "-c", "2", "results/runs/stream_bucket/synthetic-dlbench_stream-single-b4-w1-cpu"
+        )
     assert proc.returncode != 0
     assert f"port {port} on 127.0.0.1 is taken; pick another port in config.yaml" in proc.stderr
     assert not (tmp_path / "results/datasets").exists() and not (tmp_path / "results/specs").exists()
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({"bench": {"scenarios": {"s": {"mode": "fast"}}}}, r"bench.scenarios.s.mode: 'fast' is not allowed; choose one of \['single', 'sarm'\]"),
-    ({"convert": {"wrokers": 2}}, r"convert: unknown key\(s\) \['wrokers'\]; allowed keys: .*workers"),
-    ({"datasets": {"d": {"synth": {"codec": "vp9"}}}}, r"datasets.d.synth.codec: 'vp9' is not allowed"),
-    ({"dataset": {"synth": {}}}, r"dataset: replaced by `datasets:`"),
-    ({"datasets": {"d": {"synth": {}, "v21": "/x"}}}, r"datasets.d: give exactly one of synth, v21, v30 \(found synth, v21\)"),
-    ({"datasets": {"d": {"v30": "/no/such/dataset"}}}, r"datasets.d.v30: /no/such/dataset does not exist"),
-    ({"bench": {"scenarios": {"s": {"dataset": "nope"}}}}, r"bench.scenarios.s.dataset: 'nope' is not a configured dataset"),
-    ({"sources": {"local": {"type": "local", "url": "/data/mine"}}},
-     r"sources.local.url: a local source does not use url \(it reads each dataset where it lives; to benchmark your own"),
-    ({"sources": {"hub": {"type": "hub", "repo_id": "a/b"}}}, r"sources.hub.type: hub: a Hub repo is a dataset"),
-    ({"bench": {"scenarios": {"s": {"loader": "torch_magic"}}}}, r"bench.scenarios.s.loader: 'torch_magic' is not allowed"),
-    ({"bench": {"scenarios": {"s": {"source": "ftp"}}}}, r"bench.scenarios.s.source: 'ftp' is not a configured source"),
-    ({"bench": {"scenarios": {"s": {"loader": "lerobot_map", "decode_device": "cuda"}}}},
-     r"bench.scenarios.s: loader lerobot_map decodes on the CPU only"),
-    ({"bench": {"scenarios": {"s": {"loader": "lerobot_stream", "ranks": 2}}}},
-     r"bench.scenarios.s: loader lerobot_stream does not split its stream by rank"),
-    ({"bench": {"scenarios": {"s": {"ranks": 2, "nodes": 3}}}}, r"bench.scenarios.s: nodes \(3\) must not exceed ranks"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (
+            {"bench": {"scenarios": {"s": {"mode": "fast"}}}},
+            r"bench.scenarios.s.mode: 'fast' is not allowed; choose one of \['single', 'sarm'\]",
+        ),
+        ({"convert": {"wrokers": 2}}, r"convert: unknown key\(s\) \['wrokers'\]; allowed keys: .*workers"),
+        ({"datasets": {"d": {"synth": {"codec": "vp9"}}}}, r"datasets.d.synth.codec: 'vp9' is not allowed"),
+        ({"dataset": {"synth": {}}}, r"dataset: replaced by `datasets:`"),
+        (
+            {"datasets": {"d": {"synth": {}, "v21": "/x"}}},
+            r"datasets.d: give exactly one of synth, v21, v30 \(found synth, v21\)",
+        ),
+        ({"datasets": {"d": {"v30": "/no/such/dataset"}}}, r"datasets.d.v30: /no/such/dataset does not exist"),
+        (
+            {"bench": {"scenarios": {"s": {"dataset": "nope"}}}},
+            r"bench.scenarios.s.dataset: 'nope' is not a configured dataset",
+        ),
+        (
+            {"sources": {"local": {"type": "local", "url": "/data/mine"}}},
+            r"sources.local.url: a local source does not use url \(it reads each dataset where it lives; "
+            r"to benchmark your own",
+        ),
+        ({"sources": {"hub": {"type": "hub", "repo_id": "a/b"}}}, r"sources.hub.type: hub: a Hub repo is a dataset"),
+        (
+            {"bench": {"scenarios": {"s": {"loader": "torch_magic"}}}},
+            r"bench.scenarios.s.loader: 'torch_magic' is not allowed",
+        ),
+        (
+            {"bench": {"scenarios": {"s": {"source": "ftp"}}}},
+            r"bench.scenarios.s.source: 'ftp' is not a configured source",
+        ),
+        (
+            {"bench": {"scenarios": {"s": {"loader": "lerobot_map", "decode_device": "cuda"}}}},
+            r"bench.scenarios.s: loader lerobot_map decodes on the CPU only",
+        ),
+        (
+            {"bench": {"scenarios": {"s": {"loader": "lerobot_stream", "ranks": 2}}}},
+            r"bench.scenarios.s: loader lerobot_stream does not split its stream by rank",
+        ),
+        (
+            {"bench": {"scenarios": {"s": {"ranks": 2, "nodes": 3}}}},
+            r"bench.scenarios.s: nodes \(3\) must not exceed ranks",
+        ),
+    ],
+)
 def test_invalid_config_names_the_key(tmp_path, bad, message):
     import re
 
@@ -232,10 +322,13 @@ def test_a_specific_target_plans_only_what_it_needs(tmp_path):
     assert "convert_scaling" in proc.stdout and "rule bench:" not in proc.stdout
 
 
-@pytest.mark.parametrize("kind, fixture, message", [
-    ("v21", "v30_h264", r"datasets.mine.v21: .* holds a 'v3.0' dataset, not v2.1; list it as v30: "),
-    ("v30", "v21_h264", r"datasets.mine.v30: .* holds a 'v2.1' dataset, not v3.0; list it as v21: "),
-])
+@pytest.mark.parametrize(
+    "kind, fixture, message",
+    [
+        ("v21", "v30_h264", r"datasets.mine.v21: .* holds a 'v3.0' dataset, not v2.1; list it as v30: "),
+        ("v30", "v21_h264", r"datasets.mine.v30: .* holds a 'v2.1' dataset, not v3.0; list it as v21: "),
+    ],
+)
 def test_a_dataset_of_the_wrong_version_names_the_key(tmp_path, request, kind, fixture, message):
     import re
 
@@ -260,17 +353,29 @@ def test_your_own_datasets_through_the_dag(tmp_path, v21_h264, lerobot_recorded_
     config = {
         "datasets": {"mine21": {"v21": str(v21)}, "recorded": {"v30": str(lerobot_recorded_v30)}},
         "convert": {"workers": 1, "episodes_per_batch": 4},
-        "bench": {"defaults": {"batch_size": 4, "num_workers": 1, "duration_s": 1.5, "warmup_s": 0.3,
-                               "probe_samples": 2, "check_frames": 8},
-                  "scenarios": {"mine": {"dataset": ["mine21", "recorded"], "loader": ["dlbench_map", "lerobot_map"]}}},
+        "bench": {
+            "defaults": {
+                "batch_size": 4,
+                "num_workers": 1,
+                "duration_s": 1.5,
+                "warmup_s": 0.3,
+                "probe_samples": 2,
+                "check_frames": 8,
+            },
+            "scenarios": {"mine": {"dataset": ["mine21", "recorded"], "loader": ["dlbench_map", "lerobot_map"]}},
+        },
         "baseline_loader": "lerobot_map",
     }
     (tmp_path / "wd").mkdir()
     proc = snakemake(tmp_path / "wd", config, "-c", "2", "results/summary.csv")
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = pd.read_csv(tmp_path / "wd/results/summary.csv")
-    assert sorted(summary["run_id"]) == ["mine21-dlbench_map-single-b4-w1-cpu", "mine21-lerobot_map-single-b4-w1-cpu",
-                                         "recorded-dlbench_map-single-b4-w1-cpu", "recorded-lerobot_map-single-b4-w1-cpu"]
+    assert sorted(summary["run_id"]) == [
+        "mine21-dlbench_map-single-b4-w1-cpu",
+        "mine21-lerobot_map-single-b4-w1-cpu",
+        "recorded-dlbench_map-single-b4-w1-cpu",
+        "recorded-lerobot_map-single-b4-w1-cpu",
+    ]
     assert (summary["status"] == "ok").all(), summary[["run_id", "status", "reason"]]
     assert (summary["frames_decode_checked"] >= 16).all() and (summary["frames_barcode_checked"] == 0).all()
     assert (summary["frames_wrong"] == 0).all()

@@ -31,7 +31,7 @@ import jsonschema
 import numpy as np
 import pandas as pd
 
-from . import io
+from . import atomic
 from .bench import record as recordmod
 from .errors import UserError
 
@@ -64,8 +64,9 @@ def load_record(path: str | Path) -> dict:
     error = jsonschema.exceptions.best_match(_record_validator().iter_errors(rec))
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "the record"
-        raise UserError(f"{path}: {where}: {error.message} (schema {RECORD_SCHEMA.name}); delete it and rerun its "
-                        f"bench job")
+        raise UserError(
+            f"{path}: {where}: {error.message} (schema {RECORD_SCHEMA.name}); delete it and rerun its bench job"
+        )
     return rec
 
 
@@ -89,9 +90,14 @@ def rank_files(path: str | Path) -> list[Path]:
     return [path / name for name in ranks]
 
 
-def aggregate(paths: list[str | Path], out: str | Path, targets: dict | None = None,
-              baseline: str = DEFAULT_BASELINE, thrash: dict | None = None,
-              prewarm: dict[str, str | Path] | None = None) -> pd.DataFrame:
+def aggregate(
+    paths: list[str | Path],
+    out: str | Path,
+    targets: dict | None = None,
+    baseline: str = DEFAULT_BASELINE,
+    thrash: dict | None = None,
+    prewarm: dict[str, str | Path] | None = None,
+) -> pd.DataFrame:
     """One summary row per run from run directories (or rank record files); writes `out` (CSV).
 
     `prewarm` maps "source/dataset" to its prewarm check report; runs on that pair get `source_verdict`."""
@@ -119,20 +125,33 @@ def aggregate(paths: list[str | Path], out: str | Path, targets: dict | None = N
             status = "skipped" if statuses == {"skipped"} else "incomplete"
         hosts = sorted({r["host"] for r in ok if r.get("host")})
         configured = cfg.get("nodes") or world
-        row = {"scenario": scenario, "run_id": rid, **{k: cfg.get(k) for k in RUN_KEYS[1:]},
-               "world_size": world, "nodes": configured, "hosts": ";".join(hosts), "ranks": len(recs),
-               "status": status, "source_verdict": verdicts.get(f"{cfg.get('source')}/{cfg.get('dataset')}", ""),
-               "reason": "; ".join(sorted({r.get("reason", "") for r in recs if r.get("reason")}))}
+        row = {
+            "scenario": scenario,
+            "run_id": rid,
+            **{k: cfg.get(k) for k in RUN_KEYS[1:]},
+            "world_size": world,
+            "nodes": configured,
+            "hosts": ";".join(hosts),
+            "ranks": len(recs),
+            "status": status,
+            "source_verdict": verdicts.get(f"{cfg.get('source')}/{cfg.get('dataset')}", ""),
+            "reason": "; ".join(sorted({r.get("reason", "") for r in recs if r.get("reason")})),
+        }
         if ok:
             nodes = len(hosts) or configured
             row.update(_measured(ok, nodes), nodes_used=nodes)
         target = targets.get(cfg.get("mode"))
         row["target_frames_per_s_node"] = target
-        row["pass"] = bool(status == "ok" and target is not None and row["frames_per_s_node"] >= target
-                           and row["frames_verified"] > 0 and row["frames_wrong"] == 0)
+        row["pass"] = bool(
+            status == "ok"
+            and target is not None
+            and row["frames_per_s_node"] >= target
+            and row["frames_verified"] > 0
+            and row["frames_wrong"] == 0
+        )
         rows.append(row)
     df = derive(pd.DataFrame(rows), baseline, {**DEFAULT_THRASH, **(thrash or {})})
-    with io.atomic_path(out) as tmp:
+    with atomic.atomic_path(out) as tmp:
         df.to_csv(tmp, index=False)
     return df
 
@@ -151,8 +170,9 @@ def _window_totals(recs: list[dict]) -> np.ndarray | None:
 
 def _measured(ok: list[dict], nodes: int) -> dict:
     """A run's measured columns from its rank records; per-node figures over `nodes` hosts."""
-    m = pd.DataFrame([r["metrics"] for r in ok]).drop(columns=["image_shape", "worker_start_method", "windows",
-                                                               "consumer_device"], errors="ignore")
+    m = pd.DataFrame([r["metrics"] for r in ok]).drop(
+        columns=["image_shape", "worker_start_method", "windows", "consumer_device"], errors="ignore"
+    )
     m = m.apply(pd.to_numeric, errors="coerce")  # None (a loader without cache counters) -> NaN
     samples = _window_totals(ok)
     fpi = ok[0]["metrics"].get("frames_per_sample", 1)
@@ -206,9 +226,14 @@ def derive(df: pd.DataFrame, baseline: str, thrash: dict) -> pd.DataFrame:
 
     ratios, names = [], []
     for _, row in df.iterrows():
-        base = df[ok & (df["loader"] == baseline) & (df["dataset"] == row["dataset"])
-                  & (df["source"] == row["source"]) & (df["mode"] == row["mode"])
-                  & (df["world_size"] == row["world_size"])]
+        base = df[
+            ok
+            & (df["loader"] == baseline)
+            & (df["dataset"] == row["dataset"])
+            & (df["source"] == row["source"])
+            & (df["mode"] == row["mode"])
+            & (df["world_size"] == row["world_size"])
+        ]
         same_knobs = base[(base["batch_size"] == row["batch_size"]) & (base["num_workers"] == row["num_workers"])]
         base = same_knobs if len(same_knobs) else base
         if row["status"] not in VERIFIED_STATUSES or base.empty:
@@ -219,8 +244,9 @@ def derive(df: pd.DataFrame, baseline: str, thrash: dict) -> pd.DataFrame:
         names.append(f"{base['scenario'].iloc[0]}/{base['run_id'].iloc[0]}")
     df["ratio_to_baseline"], df["baseline_run"] = ratios, names
 
-    df["decoder_thrash"] = (ok & (df["cache_hit_rate"] < thrash["hit_rate_below"])
-                            & (df["latency_p99_ms"] > thrash["p99_ms_above"]))
+    df["decoder_thrash"] = (
+        ok & (df["cache_hit_rate"] < thrash["hit_rate_below"]) & (df["latency_p99_ms"] > thrash["p99_ms_above"])
+    )
     per_rank = df["samples_per_s_total"] / df["ranks"] if "samples_per_s_total" in df else float("nan")
     probe = df["probe_samples_per_s"] if "probe_samples_per_s" in df else float("nan")
     df["worker_bound"] = ok & (per_rank >= WORKER_BOUND_FRAC * df["num_workers"].clip(lower=1) * probe)
@@ -238,14 +264,19 @@ def derive(df: pd.DataFrame, baseline: str, thrash: dict) -> pd.DataFrame:
             if row["frames_wrong"]:
                 why.append(f"{int(row['frames_wrong'])} wrong frames")
             if row["decoder_thrash"]:
-                why.append(f"decoder thrash (cache hit rate {row['cache_hit_rate']:.2f}, "
-                           f"p99 {row['latency_p99_ms']:.0f} ms)")
+                why.append(
+                    f"decoder thrash (cache hit rate {row['cache_hit_rate']:.2f}, p99 {row['latency_p99_ms']:.0f} ms)"
+                )
             if row["worker_bound"]:
-                why.append(f"worker-bound ({row['num_workers']} workers each at their single-process rate of "
-                           f"{row['probe_samples_per_s']:.0f} samples/s; add workers if cores allow)")
+                why.append(
+                    f"worker-bound ({row['num_workers']} workers each at their single-process rate of "
+                    f"{row['probe_samples_per_s']:.0f} samples/s; add workers if cores allow)"
+                )
             if pd.notna(row.get("nodes_used")) and row["nodes_used"] < row["nodes"]:
-                why.append(f"ran on {int(row['nodes_used'])} host(s), not the {row['nodes']} nodes configured: "
-                           f"per-node figures are per host")
+                why.append(
+                    f"ran on {int(row['nodes_used'])} host(s), not the {row['nodes']} nodes configured: "
+                    f"per-node figures are per host"
+                )
             if row.get("source_verdict") == "cold":
                 why.append("measured on a cold source (prewarm check said cold)")
         notes.append("; ".join(why))
@@ -274,6 +305,6 @@ def conversion_table(paths: list[str | Path], out: str | Path) -> pd.DataFrame:
     one = df[df["workers"] == 1].drop_duplicates("dataset").set_index("dataset")["seconds"]
     df["speedup_vs_1_worker"] = (df["dataset"].map(one) / df["seconds"]).round(3)
     df["input_mb_per_s"] = (df["input_bytes"] / 2**20 / df["seconds"]).round(3)
-    with io.atomic_path(out) as tmp:
+    with atomic.atomic_path(out) as tmp:
         df.to_csv(tmp, index=False)
     return df

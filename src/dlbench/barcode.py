@@ -35,7 +35,9 @@ def cell_px(height: int, width: int) -> int:
     """Cell size in pixels for a frame of this size (the barcode is GRID cells on a side)."""
     cell = min(MAX_CELL_PX, min(height, width) // GRID)
     if cell < MIN_CELL_PX:
-        raise ValueError(f"frames of {height}x{width} are too small for a barcode; use at least {GRID * MIN_CELL_PX} px")
+        raise ValueError(
+            f"frames of {height}x{width} are too small for a barcode; use at least {GRID * MIN_CELL_PX} px"
+        )
     return cell
 
 
@@ -74,8 +76,9 @@ def _decode_bits(bits: np.ndarray):
             weights_cache[width] = (1 << np.arange(width, dtype=np.int64)).astype(np.int64)
         out[name] = bits[:, pos : pos + width].astype(np.int64) @ weights_cache[width]
         pos += width
-    expected = np.array([_check(int(e), int(f), int(c)) for e, f, c in zip(out["episode"], out["frame"], out["camera"])],
-                        dtype=np.int64)
+    expected = np.array(
+        [_check(int(e), int(f), int(c)) for e, f, c in zip(out["episode"], out["frame"], out["camera"])], dtype=np.int64
+    )
     valid = out["check"] == expected
     return out["episode"], out["frame"], out["camera"], valid
 
@@ -100,8 +103,11 @@ def read_batch(frames, channels_last: bool = False):
     lo, hi = c // 4, c - c // 4
     # a few pixels spread over the centre half of every cell (strided views: only they are read), averaged
     offsets = range(lo, hi, max(1, (hi - lo) // 3))
-    centres = sum(frames[:, :, dy : GRID * c : c, dx : GRID * c : c].astype(np.float32).sum(axis=1)
-                  for dy in offsets for dx in offsets) / (channels * len(offsets) ** 2)
+    centres = sum(
+        frames[:, :, dy : GRID * c : c, dx : GRID * c : c].astype(np.float32).sum(axis=1)
+        for dy in offsets
+        for dx in offsets
+    ) / (channels * len(offsets) ** 2)
     if not np.issubdtype(frames.dtype, np.integer):
         centres = centres * 255.0
     bits = (centres > 127.5).reshape(n, GRID * GRID)
@@ -110,6 +116,7 @@ def read_batch(frames, channels_last: bool = False):
 
 def read(frame, channels_last: bool = False) -> Barcode | None:
     """Read one frame's barcode ((C, H, W) or (H, W, C)); None if it does not hold an intact barcode."""
-    ep, fr, cam, valid = read_batch(np.asarray(frame)[None] if not hasattr(frame, "unsqueeze") else frame.unsqueeze(0),
-                                    channels_last=channels_last)
+    ep, fr, cam, valid = read_batch(
+        np.asarray(frame)[None] if not hasattr(frame, "unsqueeze") else frame.unsqueeze(0), channels_last=channels_last
+    )
     return Barcode(int(ep[0]), int(fr[0]), int(cam[0])) if valid[0] else None

@@ -87,9 +87,9 @@ def cmd_convert_work(a) -> None:
     )
     print(f"this worker ran {ran} units; all units of {a.work} are done")
     if a.done_marker:
-        from . import io
+        from . import atomic
 
-        io.write_json(a.done_marker, {"units_run": ran})
+        atomic.write_json(a.done_marker, {"units_run": ran})
 
 
 def cmd_convert_finalize(a) -> None:
@@ -102,7 +102,7 @@ def cmd_convert_run(a) -> None:
     import socket
     import time
 
-    from . import io
+    from . import atomic
     from .convert.run import run
     from .format.meta import read_info
     from .procstat import MemorySampler
@@ -129,7 +129,7 @@ def cmd_convert_run(a) -> None:
         def tree_bytes(root):
             return sum(p.stat().st_size for p in Path(root).rglob("*") if p.is_file())
 
-        io.write_json(
+        atomic.write_json(
             a.record,
             {
                 "dataset": a.name or Path(a.src).resolve().parent.name,
@@ -148,7 +148,7 @@ def cmd_convert_run(a) -> None:
 
 
 def cmd_validate(a) -> None:
-    from . import io
+    from . import atomic
     from .validate import validate
 
     if a.on_unreachable == "skip" and "://" in a.dataset:
@@ -158,12 +158,12 @@ def cmd_validate(a) -> None:
             check_reachable(a.dataset)
         except UserError as e:
             if a.report:
-                io.write_json(a.report, {"dataset": a.dataset, "ok": False, "reachable": False, "reason": str(e)})
+                atomic.write_json(a.report, {"dataset": a.dataset, "ok": False, "reachable": False, "reason": str(e)})
             print(f"{a.dataset}: not reachable, validation skipped: {e}")
             return
     report = validate(a.dataset, sample_episodes=a.sample_episodes)
     if a.report:
-        io.write_json(a.report, report)
+        atomic.write_json(a.report, report)
     print(
         f"{a.dataset}: valid v3.0 ({report['episodes']} episodes, {report['frames']} frames, "
         f"{report['frames_decoded']} edge frames decoded, {report['frames_wrong']} wrong)"

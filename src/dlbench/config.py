@@ -43,8 +43,11 @@ def defaults(*path: str) -> dict:
 
 
 def synth_defaults() -> dict:
-    return {k: copy.deepcopy(v["default"]) for k, v in _resolve("#/definitions/synth")["properties"].items()
-            if "default" in v}
+    return {
+        k: copy.deepcopy(v["default"])
+        for k, v in _resolve("#/definitions/synth")["properties"].items()
+        if "default" in v
+    }
 
 
 def _resolve(ref: str) -> dict:
@@ -92,8 +95,10 @@ def _explain(error) -> str:
 def _check_shape(config: dict) -> None:
     """What the schema cannot say well, checked on the config as written (before defaults are filled in)."""
     if "dataset" in config:
-        raise UserError("dataset: replaced by `datasets:`, a map from a name to one of synth: {...}, v21: PATH_OR_URL "
-                        "or v30: PATH_OR_URL (e.g. datasets: {synthetic: {synth: {episodes: 24}}})")
+        raise UserError(
+            "dataset: replaced by `datasets:`, a map from a name to one of synth: {...}, v21: PATH_OR_URL "
+            "or v30: PATH_OR_URL (e.g. datasets: {synthetic: {synth: {episodes: 24}}})"
+        )
     for name, ds in (config.get("datasets") or {}).items():
         if not isinstance(ds, dict):
             continue  # the schema names it
@@ -104,17 +109,25 @@ def _check_shape(config: dict) -> None:
     for name, src in (config.get("sources") or {}).items():
         if not isinstance(src, dict) or src.get("type") not in SOURCE_KEYS:
             if isinstance(src, dict) and src.get("type") == "hub":
-                raise UserError(f"sources.{name}.type: hub: a Hub repo is a dataset, not a source; list it as "
-                                f"datasets: {{NAME: {{v30: hf://datasets/ORG/NAME@REVISION}}}} and read it with "
-                                f"source: local")
+                raise UserError(
+                    f"sources.{name}.type: hub: a Hub repo is a dataset, not a source; list it as "
+                    f"datasets: {{NAME: {{v30: hf://datasets/ORG/NAME@REVISION}}}} and read it with "
+                    f"source: local"
+                )
             continue  # the schema names it
         allowed = SOURCE_KEYS[src["type"]]
         for key in src:
             if key not in allowed:
-                hint = (" (it reads each dataset where it lives; to benchmark your own dataset, add it under "
-                        "datasets:, e.g. datasets: {mine: {v30: /data/my_dataset}})" if src["type"] == "local" else "")
-                raise UserError(f"sources.{name}.{key}: a {src['type']} source does not use {key}{hint}; "
-                                f"its keys: {', '.join(sorted(allowed))}")
+                hint = (
+                    " (it reads each dataset where it lives; to benchmark your own dataset, add it under "
+                    "datasets:, e.g. datasets: {mine: {v30: /data/my_dataset}})"
+                    if src["type"] == "local"
+                    else ""
+                )
+                raise UserError(
+                    f"sources.{name}.{key}: a {src['type']} source does not use {key}{hint}; "
+                    f"its keys: {', '.join(sorted(allowed))}"
+                )
 
 
 def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH, source: str = "config.yaml") -> dict:

@@ -6,7 +6,8 @@ what to do. The CLI prints it on one line without a traceback; anything else is 
 
 import contextlib
 import sys
-from typing import Iterator, TextIO
+from collections.abc import Iterator
+from typing import TextIO
 
 
 class UserError(Exception):

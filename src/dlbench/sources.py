@@ -8,8 +8,8 @@ Source specs (config.yaml `sources:`); a remote source holds each dataset under 
     {type: bucket, bucket: owner/name, prefix: path}  hf://buckets/owner/name/path/<dataset> (HF storage buckets)
 A dataset on the Hub is a dataset, not a source: datasets: {name: {v30: hf://datasets/org/name@revision}}.
 Optional keys: `stage: true` (upload the converted dataset there first), `loopback: {latency_ms, bandwidth_mbps}`
-(serve it from the S3 server the workflow
-starts, shaped like remote storage; jobs find its address in results/sources/loopback.json), `require_warm: true` (gate on the prewarm check),
+(serve it from the S3 server the workflow starts, shaped like remote storage; jobs find its address in
+results/sources/loopback.json), `require_warm: true` (gate on the prewarm check),
 `data_files_root: URL` (data/ and videos/ live there, meta/ at the source), `on_unreachable: skip|error`.
 """
 
@@ -21,11 +21,14 @@ from pathlib import Path
 
 import fsspec
 
-from . import io
+from . import atomic
 from .errors import UserError
 
-LOOPBACK_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "dlbench", "AWS_SECRET_ACCESS_KEY": "dlbench",
-                        "AWS_DEFAULT_REGION": "us-east-1"}
+LOOPBACK_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "dlbench",
+    "AWS_SECRET_ACCESS_KEY": "dlbench",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
 
 
 def endpoint_url(spec: dict) -> str | None:
@@ -63,8 +66,10 @@ def apply_env(spec: dict | str | None) -> None:
 def _friendly(url: str, e: Exception) -> UserError:
     text = str(e) or type(e).__name__
     if isinstance(e, PermissionError) or "credential" in text.lower() or "AccessDenied" in text:
-        return UserError(f"{url}: access denied or no credentials ({text}); set AWS_ACCESS_KEY_ID and "
-                         f"AWS_SECRET_ACCESS_KEY (or HF_TOKEN for hf://) for this source")
+        return UserError(
+            f"{url}: access denied or no credentials ({text}); set AWS_ACCESS_KEY_ID and "
+            f"AWS_SECRET_ACCESS_KEY (or HF_TOKEN for hf://) for this source"
+        )
     if isinstance(e, FileNotFoundError) or "NoSuchBucket" in text:
         return UserError(f"{url}: bucket or path not found; create it, or check the source's url in config.yaml")
     return UserError(f"{url}: unreachable ({text}); check the endpoint and that the server is running")
@@ -86,7 +91,7 @@ def stage(local_root: str | Path, url: str, marker: str | Path) -> dict:
     except Exception as e:  # fsspec back-ends raise many types; name the source and what to check
         raise _friendly(url, e) from None
     info = {"url": url, "files": len(files), "bytes": sum(p.stat().st_size for p in files)}
-    io.write_json(marker, info)
+    atomic.write_json(marker, info)
     return info
 
 

@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from . import io
+from . import atomic
 from .config import DATASET_KINDS, defaults
 from .errors import UserError
 
@@ -25,8 +25,10 @@ UNSET = {"num_batches": None, "decoder_cache_size": None}  # run keys without a 
 
 def run_id(run: dict) -> str:
     """`<dataset>-<loader>-<mode>-b<batch>-w<workers>-<decode device>`: unique within a scenario."""
-    return (f"{run['dataset']}-{run['loader']}-{run['mode']}-b{run['batch_size']}-w{run['num_workers']}-"
-            f"{run['decode_device']}")
+    return (
+        f"{run['dataset']}-{run['loader']}-{run['mode']}-b{run['batch_size']}-w{run['num_workers']}-"
+        f"{run['decode_device']}"
+    )
 
 
 def is_url(path: str) -> bool:
@@ -74,8 +76,10 @@ def check_local_dataset(config: dict, name: str) -> None:
     want = "v2.1" if kind == "v21" else "v3.0"
     if not (Path(path) / "meta" / "info.json").exists():
         what = "does not exist" if not Path(path).exists() else "has no meta/info.json"
-        raise UserError(f"{key}: {path} {what}; give the root of a LeRobot {want} dataset (the directory holding "
-                        f"meta/, data/ and videos/)")
+        raise UserError(
+            f"{key}: {path} {what}; give the root of a LeRobot {want} dataset (the directory holding "
+            f"meta/, data/ and videos/)"
+        )
     found = meta.read_info(path).get("codebase_version")
     if found != want:
         other = {"v2.1": "v21", "v3.0": "v30"}.get(found)
@@ -149,25 +153,35 @@ def resolve(config: dict, run: dict, scenario: str) -> dict:
     """One run's spec: its values plus where it reads from and how it treats an unreachable or cold source."""
     where = f"bench.scenarios.{scenario}"
     if run["dataset"] not in config["datasets"]:
-        raise UserError(f"{where}.dataset: {run['dataset']!r} is not a configured dataset; datasets: "
-                        f"{sorted(config['datasets'])}")
+        raise UserError(
+            f"{where}.dataset: {run['dataset']!r} is not a configured dataset; datasets: {sorted(config['datasets'])}"
+        )
     if run["source"] not in config["sources"]:
-        raise UserError(f"{where}.source: {run['source']!r} is not a configured source; sources: "
-                        f"{sorted(config['sources'])}")
+        raise UserError(
+            f"{where}.source: {run['source']!r} is not a configured source; sources: {sorted(config['sources'])}"
+        )
     src = config["sources"][run["source"]]
     ds = config["datasets"][run["dataset"]]
     remote = src["type"] != "local"
     if src.get("stage") and is_url(dataset_root(config, run["dataset"])):
-        raise UserError(f"{where}: source {run['source']} stages datasets from local disk, but dataset "
-                        f"{run['dataset']} is at {ds['v30']}; read it with source: local (where it lives)")
+        raise UserError(
+            f"{where}: source {run['source']} stages datasets from local disk, but dataset "
+            f"{run['dataset']} is at {ds['v30']}; read it with source: local (where it lives)"
+        )
     root = source_url(config, run["source"], run["dataset"])
-    spec = {**UNSET, **run, "scenario": scenario, "root": root,
-            "data_files_root": f"{src['data_files_root'].rstrip('/')}/{run['dataset']}" if src.get("data_files_root")
-            else None,
-            "source_spec": src if remote else None,
-            "on_unreachable": ds.get("on_unreachable") or (src["on_unreachable"] if remote else "error"),
-            "require_warm": prewarm_report(run["source"], run["dataset"]) if src.get("require_warm") else None,
-            "on_cold": src.get("on_cold", "error")}
+    spec = {
+        **UNSET,
+        **run,
+        "scenario": scenario,
+        "root": root,
+        "data_files_root": f"{src['data_files_root'].rstrip('/')}/{run['dataset']}"
+        if src.get("data_files_root")
+        else None,
+        "source_spec": src if remote else None,
+        "on_unreachable": ds.get("on_unreachable") or (src["on_unreachable"] if remote else "error"),
+        "require_warm": prewarm_report(run["source"], run["dataset"]) if src.get("require_warm") else None,
+        "on_cold": src.get("on_cold", "error"),
+    }
     spec["run_id"] = run_id(spec)
     _check_run(spec, where)
     return spec
@@ -176,30 +190,48 @@ def resolve(config: dict, run: dict, scenario: str) -> dict:
 def _check_run(run: dict, where: str) -> None:
     """Combinations no loader can measure honestly stop the workflow with one line naming the scenario."""
     if run["loader"] in LEROBOT_LOADERS and run["decode_device"] != "cpu":
-        raise UserError(f"{where}: loader {run['loader']} decodes on the CPU only (LeRobot 0.6.1); use "
-                        f"decode_device: cpu, or loader dlbench_map / dlbench_stream for cuda")
+        raise UserError(
+            f"{where}: loader {run['loader']} decodes on the CPU only (LeRobot 0.6.1); use "
+            f"decode_device: cpu, or loader dlbench_map / dlbench_stream for cuda"
+        )
     if run["loader"] == "lerobot_stream" and run["ranks"] > 1:
-        raise UserError(f"{where}: loader lerobot_stream does not split its stream by rank, so {run['ranks']} ranks "
-                        f"would read the same frames; use ranks: 1 (or loader dlbench_stream)")
+        raise UserError(
+            f"{where}: loader lerobot_stream does not split its stream by rank, so {run['ranks']} ranks "
+            f"would read the same frames; use ranks: 1 (or loader dlbench_stream)"
+        )
     remote = is_url(run["root"]) and not str(run["root"]).startswith("hf://datasets/")
     if run["loader"] in LEROBOT_LOADERS and remote:
-        raise UserError(f"{where}: loader {run['loader']} reads local datasets and Hub repos only, not "
-                        f"{run['root']}; use dlbench_map or dlbench_stream there")
+        raise UserError(
+            f"{where}: loader {run['loader']} reads local datasets and Hub repos only, not "
+            f"{run['root']}; use dlbench_map or dlbench_stream there"
+        )
     if run["loader"] in LEROBOT_LOADERS and run["data_files_root"]:
-        raise UserError(f"{where}: loader {run['loader']} reads data files under its root only; data_files_root "
-                        f"needs a dlbench loader")
+        raise UserError(
+            f"{where}: loader {run['loader']} reads data files under its root only; data_files_root "
+            f"needs a dlbench loader"
+        )
     if run["repeats"] < 1 or run["duration_s"] <= 0:
-        raise UserError(f"{where}: repeats ({run['repeats']}) must be at least 1 and duration_s ({run['duration_s']}) "
-                        f"above 0")
+        raise UserError(
+            f"{where}: repeats ({run['repeats']}) must be at least 1 and duration_s ({run['duration_s']}) above 0"
+        )
     if run["nodes"] > run["ranks"]:
-        raise UserError(f"{where}: nodes ({run['nodes']}) must not exceed ranks ({run['ranks']}): every node runs "
-                        f"at least one rank")
+        raise UserError(
+            f"{where}: nodes ({run['nodes']}) must not exceed ranks ({run['ranks']}): every node runs at least one rank"
+        )
 
 
 def make_run(values: dict, scenario: str = "adhoc") -> dict:
     """A run spec by hand (the CLI, the library): the schema's run defaults under `values`, which needs `root`."""
-    spec = {**defaults("bench", "defaults"), **UNSET, "data_files_root": None, "source_spec": None, "on_unreachable": "error", "require_warm": None,
-            "on_cold": "error", **{k: v for k, v in values.items() if v is not None}}
+    spec = {
+        **defaults("bench", "defaults"),
+        **UNSET,
+        "data_files_root": None,
+        "source_spec": None,
+        "on_unreachable": "error",
+        "require_warm": None,
+        "on_cold": "error",
+        **{k: v for k, v in values.items() if v is not None},
+    }
     if not spec.get("root"):
         raise UserError("a run needs the dataset's root (--root PATH_OR_URL)")
     spec.setdefault("dataset", Path(str(spec["root"]).rstrip("/").split("@")[0]).name or "dataset")
@@ -218,14 +250,16 @@ def resolve_workers(num_workers: int | str, cameras: int, ranks_here: int = 1) -
 
 
 def write(spec: dict, path: str | Path) -> None:
-    io.write_json(path, spec)
+    atomic.write_json(path, spec)
 
 
 def read(path: str | Path) -> dict:
     try:
         return json.loads(Path(path).read_text())
     except FileNotFoundError:
-        raise UserError(f"{path}: run spec not found; build it with the workflow (results/specs/...) or pass the "
-                        f"run's options instead") from None
+        raise UserError(
+            f"{path}: run spec not found; build it with the workflow (results/specs/...) or pass the "
+            f"run's options instead"
+        ) from None
     except json.JSONDecodeError as e:
         raise UserError(f"{path}: not a valid run spec ({e}); delete it and rerun") from None

@@ -20,9 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from . import barcode, io
+from . import atomic, barcode
 from .errors import UserError
 from .format import meta, paths
 
@@ -54,7 +53,10 @@ class SynthConfig:
     length_min: int = 30
     length_max: int = 90
     cameras: tuple[Camera, ...] = field(
-        default_factory=lambda: (Camera("observation.images.front", 96, 128), Camera("observation.images.wrist", 96, 128))
+        default_factory=lambda: (
+            Camera("observation.images.front", 96, 128),
+            Camera("observation.images.wrist", 96, 128),
+        )
     )
     fps: int = 30
     codec: str = "h264"
@@ -76,7 +78,9 @@ class SynthConfig:
         if self.episodes < 1:
             raise UserError("synth episodes must be >= 1")
         if not 1 <= self.length_min <= self.length_max:
-            raise UserError(f"synth lengths must satisfy 1 <= length_min <= length_max (got {self.length_min}, {self.length_max})")
+            raise UserError(
+                f"synth lengths must satisfy 1 <= length_min <= length_max (got {self.length_min}, {self.length_max})"
+            )
         if not self.cameras:
             raise UserError("synth needs at least one camera")
         if len({c.key for c in self.cameras}) != len(self.cameras):
@@ -123,8 +127,16 @@ def camera_keys(cfg: SynthConfig) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------------- video
-def render_frames(cam: Camera, camera_index: int, episode: int, length: int, noise: int = 0, *,
-                  content: str = "stripes", seed: int = 0) -> np.ndarray:
+def render_frames(
+    cam: Camera,
+    camera_index: int,
+    episode: int,
+    length: int,
+    noise: int = 0,
+    *,
+    content: str = "stripes",
+    seed: int = 0,
+) -> np.ndarray:
     """(T, H, W, 3) uint8: the `content` (see CONTENTS), `noise` (fixed per pixel, seeded by episode and camera),
     plus the barcode. "stripes" is moving colour stripes (so the encoder has some work); it ignores `seed`.
     "camera" is a workspace scene (see `_render_camera`), seeded by `seed`, episode and camera."""
@@ -136,9 +148,7 @@ def render_frames(cam: Camera, camera_index: int, episode: int, length: int, noi
     y = np.arange(cam.height, dtype=np.float32)[None, :, None]
     x = np.arange(cam.width, dtype=np.float32)[None, None, :]
     phase = (episode * 0.7 + camera_index * 1.3) % (2 * np.pi)
-    chans = [
-        128 + 90 * np.sin((x + 0.5 * y + 3.0 * t) / (7.0 + k) + phase + k) for k in range(3)
-    ]
+    chans = [128 + 90 * np.sin((x + 0.5 * y + 3.0 * t) / (7.0 + k) + phase + k) for k in range(3)]
     frames = np.stack(chans, axis=-1)
     if noise:
         rng = np.random.default_rng([episode, camera_index])
@@ -228,7 +238,7 @@ def _camera_background(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
         bh, bw = (rng.uniform(0.04, 0.22, 2) * s).astype(int) + 2
         y0 = int(rng.integers(max(0, horizon - bh // 2), max(horizon - bh // 2 + 1, h - bh)))
         x0 = int(rng.integers(0, max(1, w - bw)))
-        patch = img[y0:y0 + bh, x0:x0 + bw]
+        patch = img[y0 : y0 + bh, x0 : x0 + bw]
         pix, mask = _sprite(rng, *patch.shape[:2], round_=bool(rng.random() < 0.5), dtype=np.float32)
         np.copyto(patch, pix, where=mask[..., None])
     # thin dark cables: smooth curves across the table
@@ -246,12 +256,12 @@ def _sprite(rng: np.random.Generator, h: int, w: int, round_: bool, dtype=np.uin
     colour = rng.uniform(30, 230, 3).astype(np.float32)
     yy = (np.arange(h, dtype=np.float32)[:, None] - (h - 1) / 2) / (h / 2)
     xx = (np.arange(w, dtype=np.float32)[None] - (w - 1) / 2) / (w / 2)
-    mask = (yy ** 2 + xx ** 2 < 1) if round_ else np.ones((h, w), bool)
-    shade = 1.1 - 0.3 * (yy + 0.5 * xx) - (0.25 * (yy ** 2 + xx ** 2) if round_ else 0)
+    mask = (yy**2 + xx**2 < 1) if round_ else np.ones((h, w), bool)
+    shade = 1.1 - 0.3 * (yy + 0.5 * xx) - (0.25 * (yy**2 + xx**2) if round_ else 0)
     pix = colour * shade[..., None] + CAMERA_TEXTURE * _texture(rng, h, w, fine=CAMERA_FINE)[..., None]
     if not round_:  # a lit top edge and a printed label
         pix[: max(1, h // 12)] *= 1.25
-        pix[h // 3: h // 3 + max(1, h // 5), w // 5: w - w // 5] = rng.uniform(0, 255, 3)
+        pix[h // 3 : h // 3 + max(1, h // 5), w // 5 : w - w // 5] = rng.uniform(0, 255, 3)
     if dtype == np.float32:
         return pix, mask
     return pix.clip(_LO, _HI).astype(np.uint8), mask
@@ -261,10 +271,10 @@ def _arm_sprite(rng: np.random.Generator, length: int, width: int) -> np.ndarray
     """A horizontal arm link (width x length x 3 uint8) shaded like a cylinder, with a few seams."""
     colour = rng.uniform(50, 210, 3).astype(np.float32)
     v = (np.arange(width, dtype=np.float32) - (width - 1) / 2) / (width / 2)
-    shade = (1.15 - 0.55 * v ** 2 - 0.2 * v)[:, None] * np.ones((1, length), np.float32)
+    shade = (1.15 - 0.55 * v**2 - 0.2 * v)[:, None] * np.ones((1, length), np.float32)
     pix = colour * shade[..., None] + 5 * _texture(rng, width, length, fine=0.4)[..., None]
     for x in rng.integers(width, max(width + 1, length - width), 3):
-        pix[:, x: x + 2] *= 0.6
+        pix[:, x : x + 2] *= 0.6
     return pix.clip(_LO, _HI).astype(np.uint8)
 
 
@@ -313,8 +323,11 @@ def _paste(frame: np.ndarray, pix: np.ndarray, mask3: np.ndarray, y: int, x: int
     fy0, fx0, fy1, fx1 = max(y, 0), max(x, 0), min(y + sh, h), min(x + sw, w)
     if fy0 >= fy1 or fx0 >= fx1:
         return
-    np.copyto(frame[fy0:fy1, fx0:fx1], pix[fy0 - y: fy1 - y, fx0 - x: fx1 - x],
-              where=mask3[fy0 - y: fy1 - y, fx0 - x: fx1 - x])
+    np.copyto(
+        frame[fy0:fy1, fx0:fx1],
+        pix[fy0 - y : fy1 - y, fx0 - x : fx1 - x],
+        where=mask3[fy0 - y : fy1 - y, fx0 - x : fx1 - x],
+    )
 
 
 def _smooth_path(rng: np.random.Generator, length: int, amplitude: float, period_frames: float) -> np.ndarray:
@@ -362,22 +375,27 @@ def _render_camera(cam: Camera, camera_index: int, episode: int, length: int, no
     grip_pix, grip_mask = _sprite(rng, max(3, int(0.1 * s)), max(3, int(0.14 * s)), round_=False)
     grip_mask = np.repeat(grip_mask[..., None], 3, axis=-1)
     # flicker: a per-frame brightness offset (two's complement bytes, like the noise)
-    flicker = CAMERA_FLICKER * (0.8 * np.sin(2 * np.pi * np.arange(length) / rng.uniform(6, 14) + rng.uniform(0, 6.3))
-                                + 0.2 * rng.uniform(-1, 1, length))
+    flicker = CAMERA_FLICKER * (
+        0.8 * np.sin(2 * np.pi * np.arange(length) / rng.uniform(6, 14) + rng.uniform(0, 6.3))
+        + 0.2 * rng.uniform(-1, 1, length)
+    )
     flicker = flicker.round().clip(-CAMERA_FLICKER, CAMERA_FLICKER).astype(np.int8).view(np.uint8)
     # fresh sensor noise every frame: a slice of a pool at a random offset (drawing it anew would cost more than all
     # the rest of a frame)
     n = h * w * 3
     pool = _sensor_noise_pool(rng, 2 * n)
     offsets = rng.integers(0, n, size=length)
-    fixed = (np.random.default_rng([episode, camera_index]).integers(-noise, noise + 1, size=(h, w, 3), dtype=np.int16)
-             if noise else None)
+    fixed = (
+        np.random.default_rng([episode, camera_index]).integers(-noise, noise + 1, size=(h, w, 3), dtype=np.int16)
+        if noise
+        else None
+    )
 
     frames = np.empty((length, h, w, 3), np.uint8)
     for i in range(length):
         frame = frames[i]
         shift_y, shift_x = pan_y[i] - my, pan_x[i] - mx  # the view moves by this; the world, the other way
-        np.copyto(frame, bg[pan_y[i]: pan_y[i] + h, pan_x[i]: pan_x[i] + w])
+        np.copyto(frame, bg[pan_y[i] : pan_y[i] + h, pan_x[i] : pan_x[i] + w])
         for pix, mask, top, left in objects:
             _paste(frame, pix, mask, top[i] - shift_y, left[i] - shift_x)
         joint = (base[0] - shift_y, base[1] - shift_x)
@@ -386,7 +404,7 @@ def _render_camera(cam: Camera, camera_index: int, episode: int, length: int, no
         gh, gw = grip_mask.shape[:2]
         _paste(frame, grip_pix, grip_mask, int(joint[0]) - gh // 2, int(joint[1]) - gw // 2)
         np.add(frame, flicker[i], out=frame)  # wraps like int8 arithmetic; stays within 0..255 (see _LO, _HI)
-        np.add(frame, pool[offsets[i]: offsets[i] + n].reshape(h, w, 3), out=frame)
+        np.add(frame, pool[offsets[i] : offsets[i] + n].reshape(h, w, 3), out=frame)
         if fixed is not None:
             frame[...] = (frame + fixed).clip(0, 255)
         barcode.paint(frame, episode, i, camera_index)
@@ -403,11 +421,15 @@ def encode_video(frames_thwc: np.ndarray, path: Path, cfg: SynthConfig) -> None:
     options = {"g": cfg.effective_gop}
     if cfg.codec == "hevc":
         options["x265-params"] = "log-level=error"
-    with io.atomic_path(path.with_suffix(".mp4")) as tmp, _own_scheduling():
+    with atomic.atomic_path(path.with_suffix(".mp4")) as tmp, _own_scheduling():
         tmp_mp4 = tmp.with_name(tmp.name + ".mp4")  # the container is chosen from the extension
         try:
             VideoEncoder(tensor, frame_rate=cfg.fps).to_file(
-                tmp_mp4, codec=cfg.encoder, pixel_format="yuv420p", crf=cfg.effective_crf, preset=cfg.effective_preset,
+                tmp_mp4,
+                codec=cfg.encoder,
+                pixel_format="yuv420p",
+                crf=cfg.effective_crf,
+                preset=cfg.effective_preset,
                 extra_options=options,
             )
             os.replace(tmp_mp4, tmp)
@@ -429,7 +451,7 @@ def _own_scheduling():
             os.sched_setscheduler(0, policy, param)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def encoder_works(codec: str) -> bool:
     """True if this machine's FFmpeg (as torchcodec sees it) can encode `codec`; tried on a tiny clip."""
     with tempfile.TemporaryDirectory() as d:
@@ -448,15 +470,23 @@ def check_encoder(codec: str) -> None:
         available = [c for c in sorted(CODECS) if encoder_works(c)]
         raise UserError(
             f"codec {codec!r} needs the FFmpeg encoder {CODECS[codec][0]}, which this FFmpeg cannot use; "
-            f"codecs that work here: {available or 'none (is FFmpeg installed? see README)'}"
+            f"codecs that work here: {available or 'none (is FFmpeg installed? run scripts/install-system-deps.sh)'}"
         )
 
 
 # ---------------------------------------------------------------------------------------------------- data
 def _features(cfg: SynthConfig) -> dict:
     feats = {
-        "observation.state": {"dtype": "float32", "shape": [cfg.state_dim], "names": [f"joint_{i}" for i in range(cfg.state_dim)]},
-        "action": {"dtype": "float32", "shape": [cfg.action_dim], "names": [f"joint_{i}" for i in range(cfg.action_dim)]},
+        "observation.state": {
+            "dtype": "float32",
+            "shape": [cfg.state_dim],
+            "names": [f"joint_{i}" for i in range(cfg.state_dim)],
+        },
+        "action": {
+            "dtype": "float32",
+            "shape": [cfg.action_dim],
+            "names": [f"joint_{i}" for i in range(cfg.action_dim)],
+        },
     }
     for cam in sorted(cfg.cameras, key=lambda c: c.key):
         feats[cam.key] = {
@@ -464,13 +494,23 @@ def _features(cfg: SynthConfig) -> dict:
             "shape": [cam.height, cam.width, 3],
             "names": ["height", "width", "channels"],
             "info": {
-                "video.fps": float(cfg.fps), "video.height": cam.height, "video.width": cam.width,
-                "video.channels": 3, "video.codec": CODECS[cfg.codec][1], "video.pix_fmt": "yuv420p",
-                "video.is_depth_map": False, "has_audio": False,
+                "video.fps": float(cfg.fps),
+                "video.height": cam.height,
+                "video.width": cam.width,
+                "video.channels": 3,
+                "video.codec": CODECS[cfg.codec][1],
+                "video.pix_fmt": "yuv420p",
+                "video.is_depth_map": False,
+                "has_audio": False,
             },
         }
-    for name, dtype in (("timestamp", "float32"), ("frame_index", "int64"), ("episode_index", "int64"),
-                        ("index", "int64"), ("task_index", "int64")):
+    for name, dtype in (
+        ("timestamp", "float32"),
+        ("frame_index", "int64"),
+        ("episode_index", "int64"),
+        ("index", "int64"),
+        ("task_index", "int64"),
+    ):
         feats[name] = {"dtype": dtype, "shape": [1], "names": None}
     return feats
 
@@ -478,15 +518,17 @@ def _features(cfg: SynthConfig) -> dict:
 def _arrow_schema(cfg: SynthConfig) -> pa.Schema:
     from datasets import Features, List, Value
 
-    return Features({
-        "observation.state": List(Value("float32"), length=cfg.state_dim),
-        "action": List(Value("float32"), length=cfg.action_dim),
-        "timestamp": Value("float32"),
-        "frame_index": Value("int64"),
-        "episode_index": Value("int64"),
-        "index": Value("int64"),
-        "task_index": Value("int64"),
-    }).arrow_schema
+    return Features(
+        {
+            "observation.state": List(Value("float32"), length=cfg.state_dim),
+            "action": List(Value("float32"), length=cfg.action_dim),
+            "timestamp": Value("float32"),
+            "frame_index": Value("int64"),
+            "episode_index": Value("int64"),
+            "index": Value("int64"),
+            "task_index": Value("int64"),
+        }
+    ).arrow_schema
 
 
 def _vector_stats(x: np.ndarray) -> dict:
@@ -499,16 +541,24 @@ def _image_stats(frames_thwc: np.ndarray) -> dict:
     """Per-channel stats of frames scaled to [0, 1], shaped (3, 1, 1) as LeRobot stores them."""
     f = frames_thwc.reshape(-1, 3).astype(np.float64) / 255.0
     shape = lambda v: np.asarray(v).reshape(3, 1, 1)  # noqa: E731
-    return {"min": shape(f.min(0)), "max": shape(f.max(0)), "mean": shape(f.mean(0)), "std": shape(f.std(0)),
-            "count": [len(frames_thwc)]}
+    return {
+        "min": shape(f.min(0)),
+        "max": shape(f.max(0)),
+        "mean": shape(f.mean(0)),
+        "std": shape(f.std(0)),
+        "count": [len(frames_thwc)],
+    }
 
 
 def _write_episode(cfg: SynthConfig, root: Path, episode: int, length: int, start_index: int, task_index: int) -> dict:
     """Write one episode's parquet and videos; return its stats (JSON-ready)."""
     rng = np.random.default_rng([cfg.seed, episode])
     state = np.cumsum(rng.normal(0, 0.05, size=(length, cfg.state_dim)), axis=0).astype(np.float32)
-    action = (np.roll(state, -1, axis=0)[:, : cfg.action_dim] if cfg.action_dim <= cfg.state_dim
-              else rng.normal(0, 0.05, size=(length, cfg.action_dim))).astype(np.float32)
+    action = (
+        np.roll(state, -1, axis=0)[:, : cfg.action_dim]
+        if cfg.action_dim <= cfg.state_dim
+        else rng.normal(0, 0.05, size=(length, cfg.action_dim))
+    ).astype(np.float32)
     action += rng.normal(0, 0.01, size=action.shape).astype(np.float32)
     frame_index = np.arange(length, dtype=np.int64)
     columns = {
@@ -546,8 +596,9 @@ def _episode_job(args):
     return _write_episode(*args)
 
 
-def synthesize(cfg: SynthConfig, out_dir: str | Path, overwrite: bool = False, workers: int | None = None,
-               progress: bool = True) -> Path:
+def synthesize(
+    cfg: SynthConfig, out_dir: str | Path, overwrite: bool = False, workers: int | None = None, progress: bool = True
+) -> Path:
     """Write a v2.1 dataset to `out_dir`, published with one rename when complete.
 
     Refuses a non-empty `out_dir` unless `overwrite`; with `overwrite` the old content is replaced only after the
@@ -579,16 +630,20 @@ def synthesize(cfg: SynthConfig, out_dir: str | Path, overwrite: bool = False, w
         "features": _features(cfg),
     }
     workers = workers or os.cpu_count() or 1
-    with io.atomic_dir(out_dir, replace=overwrite) as tmp:
+    with atomic.atomic_dir(out_dir, replace=overwrite) as tmp:
         jobs = [(cfg, tmp, ep, int(lengths[ep]), int(starts[ep]), int(task_of[ep])) for ep in range(cfg.episodes)]
         if workers > 1 and cfg.episodes > 1:
             # spawn: FFmpeg encoder threads started in this process (the probe) do not survive a fork
-            with ProcessPoolExecutor(min(workers, cfg.episodes), mp_context=multiprocessing.get_context("spawn")) as pool:
+            with ProcessPoolExecutor(
+                min(workers, cfg.episodes), mp_context=multiprocessing.get_context("spawn")
+            ) as pool:
                 stats = list(_progress(pool.map(_episode_job, jobs), cfg.episodes, progress))
         else:
             stats = list(_progress(map(_episode_job, jobs), cfg.episodes, progress))
-        episodes = [{"episode_index": ep, "tasks": [tasks[task_of[ep]]], "length": int(lengths[ep])}
-                    for ep in range(cfg.episodes)]
+        episodes = [
+            {"episode_index": ep, "tasks": [tasks[task_of[ep]]], "length": int(lengths[ep])}
+            for ep in range(cfg.episodes)
+        ]
         ep_stats = [{"episode_index": ep, "stats": s} for ep, s in enumerate(stats)]
         meta.write_v21_meta(tmp, info, episodes, tasks, ep_stats)
     return out_dir

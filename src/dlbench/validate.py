@@ -50,7 +50,9 @@ def validate(root: str, check_barcodes: bool | None = None, sample_episodes: int
     for i in range(n):
         f, t = eps["dataset_from_index"][i], eps["dataset_to_index"][i]
         if f != expect or t - f != eps["length"][i]:
-            problems.append(f"episode {i}: rows [{f}, {t}) do not follow on from {expect} with length {eps['length'][i]}")
+            problems.append(
+                f"episode {i}: rows [{f}, {t}) do not follow on from {expect} with length {eps['length'][i]}"
+            )
         expect = t
     if expect != info.get("total_frames"):
         problems.append(f"info.json total_frames={info.get('total_frames')} but the episodes cover {expect} rows")
@@ -92,7 +94,9 @@ def validate(root: str, check_barcodes: bool | None = None, sample_episodes: int
             start = eps[f"videos/{cam}/from_timestamp"][i]
             span = eps[f"videos/{cam}/to_timestamp"][i] - start
             if abs(span - eps["length"][i] / fps) > 1e-4:
-                problems.append(f"episode {i} {cam}: to-from = {span:.6f} s but length/fps = {eps['length'][i] / fps:.6f} s")
+                problems.append(
+                    f"episode {i} {cam}: to-from = {span:.6f} s but length/fps = {eps['length'][i] / fps:.6f} s"
+                )
             last = eps["length"][i] - 1
             requests[rel] += [(i, 0, start), (i, last, start + last / fps)]
         for rel, reqs in requests.items():
@@ -109,13 +113,24 @@ def validate(root: str, check_barcodes: bool | None = None, sample_episodes: int
                 for k, (i, frame, _) in enumerate(reqs):
                     if not (valid[k] and ep[k] == i and fr[k] == frame and cam_read[k] == cam_index):
                         wrong += 1
-                        problems.append(f"{rel}: episode {i} frame {frame} decodes as "
-                                        f"{(int(ep[k]), int(fr[k]), int(cam_read[k])) if valid[k] else 'no barcode'}")
+                        problems.append(
+                            f"{rel}: episode {i} frame {frame} decodes as "
+                            f"{(int(ep[k]), int(fr[k]), int(cam_read[k])) if valid[k] else 'no barcode'}"
+                        )
     cache.close()
-    report = {"dataset": root, "episodes": n, "episodes_checked": len(sample), "frames": expect, "cameras": cams,
-              "data_files": len(by_file),
-              "frames_decoded": decoded, "barcodes_checked": check_barcodes, "frames_wrong": wrong,
-              "problems": problems, "ok": not problems}
+    report = {
+        "dataset": root,
+        "episodes": n,
+        "episodes_checked": len(sample),
+        "frames": expect,
+        "cameras": cams,
+        "data_files": len(by_file),
+        "frames_decoded": decoded,
+        "barcodes_checked": check_barcodes,
+        "frames_wrong": wrong,
+        "problems": problems,
+        "ok": not problems,
+    }
     if problems:
         listed = "\n  ".join(problems[:MAX_LISTED])
         more = f"\n  ... and {len(problems) - MAX_LISTED} more" if len(problems) > MAX_LISTED else ""

@@ -11,7 +11,7 @@ import contextlib
 import os
 import threading
 from collections import OrderedDict
-from typing import Sequence
+from collections.abc import Sequence
 
 import fsspec
 import numpy as np
@@ -23,7 +23,7 @@ DEFAULT_TOLERANCE_S = 1e-4
 # torchcodec's NVDEC implementation: "ffmpeg" (FFmpeg's NVDEC hardware decoding) or "beta" (torchcodec's own, on
 # NVIDIA's Video Codec SDK; torchcodec's default from 0.14). "ffmpeg" is the default here because torchcodec
 # 0.14.0's "beta" returned, for about 2 in 1000 frames of x264 files with B-frames, the frame 3 later under the
-# requested frame's timestamp (measured on an H200: see README, "Decoding on the GPU").
+# requested frame's timestamp (measured on an H200: docs/gpu.md).
 CUDA_BACKEND = os.environ.get("DLBENCH_CUDA_BACKEND", "ffmpeg")
 
 
@@ -105,8 +105,11 @@ class FrameGather:
         """The frames as a tensor of their own, in the source's memory order."""
         n, (c, h, w) = len(self.index), self.source.shape[1:]
         like = dict(dtype=self.source.dtype, device=self.source.device)
-        out = (torch.empty((n, h, w, c), **like).permute(0, 3, 1, 2) if is_channels_last(self.source)
-               else torch.empty((n, c, h, w), **like))
+        out = (
+            torch.empty((n, h, w, c), **like).permute(0, 3, 1, 2)
+            if is_channels_last(self.source)
+            else torch.empty((n, c, h, w), **like)
+        )
         self.gather_into(out)
         return out
 
@@ -165,8 +168,14 @@ class VideoDecoderCache:
     One cache belongs to one process; DataLoader workers each build their own (see the loaders).
     """
 
-    def __init__(self, capacity: int = 16, device: str = "cpu", seek_mode: str = "approximate",
-                 num_ffmpeg_threads: int = 1, block_size: int = 4 * 1024 * 1024):
+    def __init__(
+        self,
+        capacity: int = 16,
+        device: str = "cpu",
+        seek_mode: str = "approximate",
+        num_ffmpeg_threads: int = 1,
+        block_size: int = 4 * 1024 * 1024,
+    ):
         if capacity < 1:
             raise UserError(f"decoder cache capacity must be >= 1 (got {capacity})")
         if device not in ("cpu", "cuda") and not str(device).startswith("cuda:"):
@@ -227,8 +236,15 @@ class VideoDecoderCache:
                     old.handle.close()
         return entry
 
-    def decode(self, url: str, times_s: Sequence[float], fps: float, tolerance_s: float = DEFAULT_TOLERANCE_S,
-               cursor: int | None = None, gather: bool = True) -> torch.Tensor | FrameGather:
+    def decode(
+        self,
+        url: str,
+        times_s: Sequence[float],
+        fps: float,
+        tolerance_s: float = DEFAULT_TOLERANCE_S,
+        cursor: int | None = None,
+        gather: bool = True,
+    ) -> torch.Tensor | FrameGather:
         """Frames at `times_s` (seconds in the file), in request order, as uint8 (N, C, H, W).
 
         `cursor` names a sequential reader of the file (for example an episode): see the class docstring. With
@@ -245,8 +261,10 @@ class VideoDecoderCache:
         in_order = bool(np.all(indices[1:] > indices[:-1]))  # the common case: no repeats, already sorted
         unique = indices if in_order else np.unique(indices)
         if entry.num_frames is not None and (unique[0] < 0 or unique[-1] >= entry.num_frames):
-            raise UserError(f"{url}: frame at {requested.max():.4f} s is outside the video ({entry.num_frames} "
-                            f"frames); the dataset's metadata does not match its videos")
+            raise UserError(
+                f"{url}: frame at {requested.max():.4f} s is outside the video ({entry.num_frames} "
+                f"frames); the dataset's metadata does not match its videos"
+            )
         try:
             try:
                 batch = entry.decoder.get_frames_at(torch.from_numpy(unique))
@@ -288,9 +306,14 @@ class VideoDecoderCache:
 
     def stats(self) -> dict:
         lookups = self.hits + self.misses
-        return {"hits": self.hits, "misses": self.misses, "evictions": self.evictions,
-                "hit_rate": self.hits / lookups if lookups else 0.0, "size": len(self._entries),
-                "cpu_fallbacks": self.fallbacks}
+        return {
+            "hits": self.hits,
+            "misses": self.misses,
+            "evictions": self.evictions,
+            "hit_rate": self.hits / lookups if lookups else 0.0,
+            "size": len(self._entries),
+            "cpu_fallbacks": self.fallbacks,
+        }
 
     def close(self) -> None:
         with self._lock:

@@ -30,11 +30,11 @@ rule bench:
         "results/benchmarks/bench/{scenario}/{run_id}.tsv"
     wildcard_constraints:
         run_id=".*-cpu",
+    conda:
+        "../envs/cpu.yaml"
     threads: measuring(bench_threads)
     resources:
         **BENCH_RESOURCES,
-    conda:
-        "../envs/cpu.yaml"
     shell:
         "dlbench -q bench-run --spec {input.spec} --out-dir {output} > {log} 2>&1"
 
@@ -42,8 +42,8 @@ rule bench:
 use rule bench as bench_cuda with:
     wildcard_constraints:
         run_id=".*-cuda",
+    conda:
+        "../envs/cuda.yaml"
     resources:
         **BENCH_RESOURCES,
         gpu=1,
-    conda:
-        "../envs/cuda.yaml"

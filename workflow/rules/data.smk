@@ -9,11 +9,11 @@ rule synth:
         "results/logs/synth/{dataset}.log",
     wildcard_constraints:
         dataset=SYNTH_DATASETS,
-    params:
-        args=synth_args,
-    threads: 8  # encoding processes; a local run caps it at --cores
     conda:
         "../envs/cpu.yaml"
+    threads: 8  # encoding processes; a local run caps it at --cores
+    params:
+        args=synth_args,
     shell:
         "dlbench synth {output} {params.args} --workers {threads} > {log} 2>&1"
 
@@ -27,12 +27,12 @@ rule convert_plan:
         "results/logs/convert/{dataset}/plan.log",
     wildcard_constraints:
         dataset=CONVERTED_DATASETS,
+    conda:
+        "../envs/cpu.yaml"
     params:
         src=lambda wildcards: runspec.dataset_source(config, wildcards.dataset),
         work=subpath(output[0], parent=True),
         args=plan_args(),
-    conda:
-        "../envs/cpu.yaml"
     shell:
         "dlbench convert plan {params.src:q} {params.work} {params.args} > {log} 2>&1"
 
@@ -44,11 +44,11 @@ rule convert_work:
         "results/convert/{dataset}/workers/worker-{i}.json",
     log:
         "results/logs/convert/{dataset}/work-{i}.log",
+    conda:
+        "../envs/cpu.yaml"
     params:
         work=subpath(input[0], parent=True),
         lease=config["convert"]["lease_timeout_s"],
-    conda:
-        "../envs/cpu.yaml"
     shell:
         "dlbench convert work {params.work} --lease-timeout-s {params.lease} --done-marker {output} > {log} 2>&1"
 
@@ -66,10 +66,10 @@ rule convert_finalize:
         "results/logs/convert/{dataset}/finalize.log",
     wildcard_constraints:
         dataset=CONVERTED_DATASETS,
-    params:
-        work=subpath(input.manifest, parent=True),
     conda:
         "../envs/cpu.yaml"
+    params:
+        work=subpath(input.manifest, parent=True),
     shell:
         "dlbench convert finalize {params.work} {output} > {log} 2>&1"
 
@@ -81,11 +81,11 @@ rule validate_dataset:
         "results/validate/{dataset}.json",
     log:
         "results/logs/validate/{dataset}.log",
+    conda:
+        "../envs/cpu.yaml"
     params:
         root=lambda wildcards: runspec.dataset_root(config, wildcards.dataset),
         args=validate_args,
-    conda:
-        "../envs/cpu.yaml"
     shell:
         "dlbench validate {params.root:q} --report {output} {params.args} > {log} 2>&1"
 
@@ -100,15 +100,15 @@ rule convert_scaling:
         "results/logs/convert/{dataset}/scaling-w{n}.log",
     wildcard_constraints:
         dataset=CONVERTED_DATASETS,
+    conda:
+        "../envs/cpu.yaml"
+    threads: measuring(lambda wildcards: int(wildcards.n))  # the workers; the coordinator mostly waits
+    resources:
+        measure=measure,
     params:
         src=lambda wildcards: runspec.dataset_source(config, wildcards.dataset),
         dst="results/convert/{dataset}/scaling/tmp-w{n}",
         args=plan_args(),
-    threads: measuring(lambda wildcards: int(wildcards.n))  # the workers; the coordinator mostly waits
-    resources:
-        measure=measure,
-    conda:
-        "../envs/cpu.yaml"
     shell:
         "(rm -rf {params.dst} {params.dst}-work && dlbench convert run {params.src:q} {params.dst} "
         "--work {params.dst}-work --workers {wildcards.n} --record {output} --name {wildcards.dataset} "

@@ -8,14 +8,14 @@ rule stage_source:
         temp("results/sources/{source}/{dataset}.staged.json"),
     log:
         "results/logs/sources/stage-{source}-{dataset}.log",
-    params:
-        url=lambda wildcards: runspec.source_url(config, wildcards.source, wildcards.dataset),
-        spec=lambda wildcards: json.dumps(source_spec(wildcards.source)),
+    conda:
+        "../envs/cpu.yaml"
     resources:
         measure=measure,  # uploading loads the server and the network that runs measure
         loopback=lambda wildcards: loopback_jobs(wildcards.source),
-    conda:
-        "../envs/cpu.yaml"
+    params:
+        url=lambda wildcards: runspec.source_url(config, wildcards.source, wildcards.dataset),
+        spec=lambda wildcards: json.dumps(source_spec(wildcards.source)),
     shell:
         "dlbench stage {input} {params.url} --marker {output} --source-spec {params.spec:q} > {log} 2>&1"
 
@@ -27,16 +27,16 @@ rule prewarm_check:
         "results/prewarm/{source}/{dataset}.json",
     log:
         "results/logs/sources/prewarm-{source}-{dataset}.log",
-    params:
-        url=lambda wildcards: runspec.source_url(config, wildcards.source, wildcards.dataset),
-        spec=lambda wildcards: json.dumps(source_spec(wildcards.source)),
-        p=lambda wildcards: source_spec(wildcards.source)["prewarm"],
+    conda:
+        "../envs/cpu.yaml"
     threads: measuring(1)
     resources:
         measure=measure,
         loopback=lambda wildcards: loopback_jobs(wildcards.source),
-    conda:
-        "../envs/cpu.yaml"
+    params:
+        url=lambda wildcards: runspec.source_url(config, wildcards.source, wildcards.dataset),
+        spec=lambda wildcards: json.dumps(source_spec(wildcards.source)),
+        p=lambda wildcards: source_spec(wildcards.source)["prewarm"],
     shell:
         "dlbench prewarm-check {params.url} --out {output} --source-spec {params.spec:q} --files {params.p[files]} "
         "--range-mb {params.p[range_mb]} --ttfb-ms-max {params.p[ttfb_ms_max]} --mbps-min {params.p[mbps_min]} "

@@ -17,7 +17,7 @@ import torch
 
 from ..errors import UserError
 from ..loader.collate import collate
-from ..loader.meta import DatasetMeta, resolve_windows
+from ..loader.dataset_meta import DatasetMeta, resolve_windows
 
 DLBENCH_LOADERS = ("dlbench_map", "dlbench_stream")
 LEROBOT_LOADERS = ("lerobot_map", "lerobot_stream")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import io
+from .. import atomic
 from ..errors import UserError
 from ..peer import CREATE_COMMAND, REPO_ROOT, peer_python, require_peer
 from . import record as recordmod
@@ -49,8 +49,11 @@ def needs_peer(loader: str) -> bool:
 
 
 def _peer_env(root: str) -> dict:
-    env = {**os.environ, IN_PEER_ENV: "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        IN_PEER_ENV: "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH")])),
+    }
     if not str(root).startswith("hf://"):  # a local dataset: LeRobot must not reach for the Hub
         env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     return env
@@ -81,12 +84,14 @@ class FileBarrier:
 
     def __call__(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        io.write_text(self.dir / str(self.rank), repr(time.time()))  # atomic: others never read a partial time
+        atomic.write_text(self.dir / str(self.rank), repr(time.time()))  # atomic: others never read a partial time
         deadline = time.time() + self.timeout_s
         while len(arrivals := self._arrivals()) < self.world:
             if time.time() > deadline:
-                raise UserError(f"rank {self.rank}: the other ranks did not reach the start barrier in "
-                                f"{self.timeout_s:.0f} s ({self.dir}); check their logs")
+                raise UserError(
+                    f"rank {self.rank}: the other ranks did not reach the start barrier in "
+                    f"{self.timeout_s:.0f} s ({self.dir}); check their logs"
+                )
             time.sleep(0.005)
         time.sleep(max(0.0, max(arrivals) + self.START_DELAY_S - time.time()))
 
@@ -111,7 +116,7 @@ def run_rank(cfg, out_dir: str | Path) -> dict:
         samples: list[int] = []
         barrier = FileBarrier(out_dir, cfg.rank, cfg.world_size) if cfg.world_size > 1 else None
         rec = run(cfg, samples_out=samples, barrier=barrier)
-        with io.atomic_path(rank_file(out_dir, cfg.rank, cfg.world_size, ".samples.npy")) as tmp:
+        with atomic.atomic_path(rank_file(out_dir, cfg.rank, cfg.world_size, ".samples.npy")) as tmp:
             with open(tmp, "wb") as f:
                 np.save(f, np.asarray(samples, dtype=np.int64))
     rec["config_digest"] = config_digest(rec["config"])
@@ -143,8 +148,11 @@ def bench_run(run: dict, out_dir: str | Path) -> dict:
 
         cameras = len(meta.video_keys(meta.read_info(run["root"])))
         ranks_here = -(-run["ranks"] // run["nodes"])
-        run = {**run, "num_workers": runspec.resolve_workers("auto", cameras, ranks_here),
-               "num_workers_requested": "auto"}
+        run = {
+            **run,
+            "num_workers": runspec.resolve_workers("auto", cameras, ranks_here),
+            "num_workers_requested": "auto",
+        }
     return launch(run, out_dir)
 
 
@@ -161,8 +169,10 @@ def _gate_on_prewarm(run: dict) -> None:
         raise UserError(f"{report_path}: prewarm report unreadable ({e}); rerun the prewarm check") from None
     if report["verdict"] == "warm":
         return
-    message = (f"{explain(report)}. Prewarm the bucket near this compute (hf.co/storage) and rerun the check "
-               f"(delete {report_path}), or set on_cold: warn for this source to measure anyway")
+    message = (
+        f"{explain(report)}. Prewarm the bucket near this compute (hf.co/storage) and rerun the check "
+        f"(delete {report_path}), or set on_cold: warn for this source to measure anyway"
+    )
     if run.get("on_cold", "error") == "error":
         raise UserError(message)
     print(f"warning: {message}", file=sys.stderr)
@@ -179,8 +189,9 @@ def launch(run: dict, out_dir: str | Path) -> dict:
     cfg = BenchConfig.from_spec(run)
     world = cfg.world_size
     if needs_peer(cfg.loader) and peer_python() is None:
-        reason = (f"loader {cfg.loader} needs the LeRobot peer environment, which is missing; create it with "
-                  f"{CREATE_COMMAND}")
+        reason = (
+            f"loader {cfg.loader} needs the LeRobot peer environment, which is missing; create it with {CREATE_COMMAND}"
+        )
         if cfg.on_unavailable != "skip":
             raise UserError(reason)
         return skip_run(cfg, out_dir, reason)
@@ -188,7 +199,7 @@ def launch(run: dict, out_dir: str | Path) -> dict:
         run_rank(cfg, out_dir)
         return _finish(out_dir, world, "in-process")
     spec_path = out_dir / SPEC_FILE
-    io.write_json(spec_path, run)
+    atomic.write_json(spec_path, run)
     cmd, env = rank_command(cfg.loader, cfg.root)
     args = [*cmd, "--spec", str(spec_path), "--out-dir", str(out_dir)]
     use_srun = world > 1 and "SLURM_JOB_ID" in os.environ and shutil.which("srun")
@@ -223,9 +234,16 @@ def _finish(out_dir: Path, world: int, launcher: str) -> dict:
     records = [recordmod.read(f) for f in files]
     digests = {r["config_digest"] for r in records}
     if len(digests) != 1:
-        raise UserError(f"{out_dir}: the ranks ran different configurations ({sorted(digests)}); "
-                        f"rerun the job so that every rank gets the same arguments")
-    manifest = {"world_size": world, "ranks": [f.name for f in files], "config_digest": digests.pop(),
-                "launcher": launcher, "status": records[0].get("status", "ok")}
-    io.write_json(out_dir / RUN_MANIFEST, manifest)
+        raise UserError(
+            f"{out_dir}: the ranks ran different configurations ({sorted(digests)}); "
+            f"rerun the job so that every rank gets the same arguments"
+        )
+    manifest = {
+        "world_size": world,
+        "ranks": [f.name for f in files],
+        "config_digest": digests.pop(),
+        "launcher": launcher,
+        "status": records[0].get("status", "ok"),
+    }
+    atomic.write_json(out_dir / RUN_MANIFEST, manifest)
     return manifest

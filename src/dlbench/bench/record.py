@@ -12,15 +12,15 @@ import platform
 import socket
 import subprocess
 import time
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
-from .. import __version__, io
+from .. import __version__, atomic
 
 SCHEMA_VERSION = 2  # 2: repeats (windows), PSS, batch intervals, normalized shuffle
 
 
-@lru_cache(maxsize=None)
+@cache
 def versions() -> dict:
     import torch
     import torchcodec
@@ -31,8 +31,13 @@ def versions() -> dict:
         ffmpeg = out.stdout.split()[2] if out.returncode == 0 else ""
     except (OSError, subprocess.TimeoutExpired, IndexError):
         pass
-    return {"dlbench": __version__, "torch": torch.__version__, "torchcodec": torchcodec.__version__,
-            "ffmpeg": ffmpeg, "python": platform.python_version()}
+    return {
+        "dlbench": __version__,
+        "torch": torch.__version__,
+        "torchcodec": torchcodec.__version__,
+        "ffmpeg": ffmpeg,
+        "python": platform.python_version(),
+    }
 
 
 def make_record(config: dict, metrics: dict, status: str = "ok", reason: str = "") -> dict:
@@ -66,8 +71,8 @@ def write(record: dict, json_path: str | Path) -> None:
     writer = csv.DictWriter(buf, fieldnames=list(flat))
     writer.writeheader()
     writer.writerow(flat)
-    io.write_text(json_path.with_suffix(".csv"), buf.getvalue())
-    io.write_json(json_path, record)
+    atomic.write_text(json_path.with_suffix(".csv"), buf.getvalue())
+    atomic.write_json(json_path, record)
 
 
 def read(path: str | Path) -> dict:

@@ -19,7 +19,7 @@ import torch
 from ..config import defaults
 from ..errors import UserError
 from ..loader.collate import CollateWorkerInit, collate, make_ring, to_torch
-from ..loader.meta import DatasetMeta
+from ..loader.dataset_meta import DatasetMeta
 from ..procstat import MemorySampler
 from ..validate import is_synthetic
 from ..workers import start_method
@@ -27,7 +27,6 @@ from . import record as recordmod
 from .adapters import make_adapter
 from .shuffle import shuffle_score
 from .verify import BarcodeCheck, DecodeCheck
-
 
 _RUN = defaults("bench", "defaults")  # the config schema's run defaults: one source for workflow, CLI and library
 
@@ -73,7 +72,7 @@ class BenchConfig:
     extra: dict = field(default_factory=dict)
 
     @classmethod
-    def from_spec(cls, spec: dict, rank: int = 0) -> "BenchConfig":
+    def from_spec(cls, spec: dict, rank: int = 0) -> BenchConfig:
         """The config of `rank` for a run spec (its `ranks` is the world size)."""
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(spec) - names - {"ranks"})
@@ -88,8 +87,18 @@ def _info(t0: float, stats) -> np.ndarray:
     ms = (time.perf_counter() - t0) * 1000.0
     w = torch.utils.data.get_worker_info()
     s = stats() if stats else {}
-    return np.array([ms, w.id if w else -1, s.get("hits", -1), s.get("misses", -1), s.get("evictions", -1),
-                     s.get("size", -1), s.get("cpu_fallbacks", -1)], dtype=np.float64)
+    return np.array(
+        [
+            ms,
+            w.id if w else -1,
+            s.get("hits", -1),
+            s.get("misses", -1),
+            s.get("evictions", -1),
+            s.get("size", -1),
+            s.get("cpu_fallbacks", -1),
+        ],
+        dtype=np.float64,
+    )
 
 
 def _collate(samples, collate_items=torch.utils.data.default_collate):
@@ -161,8 +170,11 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
     dmeta = DatasetMeta.load(cfg.root, data_files_root=cfg.data_files_root)
     adapter = make_adapter(cfg)
     barcodes = BarcodeCheck(dmeta, cfg.mode) if cfg.verify and is_synthetic(dmeta.info) else None
-    decoded = (DecodeCheck(dmeta, cfg.mode, cfg.check_frames, gpu=device.type == "cuda", seed=cfg.seed + cfg.rank)
-               if cfg.verify else None)
+    decoded = (
+        DecodeCheck(dmeta, cfg.mode, cfg.check_frames, gpu=device.type == "cuda", seed=cfg.seed + cfg.rank)
+        if cfg.verify
+        else None
+    )
     workers = cfg.num_workers
     # every batch goes to the GPU where there is one, as training moves it; frames decoded on the CPU travel from
     # pinned memory, frames decoded on the GPU are there already
@@ -178,16 +190,24 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
         worker_init = CollateWorkerInit()
         if ring is not None and pin:
             ring.pin()  # batches in ring slots reach the GPU by DMA, uncopied
-    common = dict(batch_size=cfg.batch_size, num_workers=workers, persistent_workers=workers > 0,
-                  collate_fn=partial(_collate, collate_items=collate_items), prefetch_factor=prefetch,
-                  pin_memory=pin, multiprocessing_context=context, worker_init_fn=worker_init,
-                  in_order=cfg.in_order)
+    common = dict(
+        batch_size=cfg.batch_size,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+        collate_fn=partial(_collate, collate_items=collate_items),
+        prefetch_factor=prefetch,
+        pin_memory=pin,
+        multiprocessing_context=context,
+        worker_init_fn=worker_init,
+        in_order=cfg.in_order,
+    )
     if adapter.iterable:
         loader = torch.utils.data.DataLoader(_TimedIterable(adapter.dataset, adapter.cache_stats), **common)
     else:
         # map-style: every rank shuffles its own disjoint part of the dataset (as DistributedSampler does in training)
         sampler = torch.utils.data.distributed.DistributedSampler(
-            adapter.dataset, num_replicas=cfg.world_size, rank=cfg.rank, shuffle=True, seed=cfg.seed, drop_last=True)
+            adapter.dataset, num_replicas=cfg.world_size, rank=cfg.rank, shuffle=True, seed=cfg.seed, drop_last=True
+        )
         loader = torch.utils.data.DataLoader(_Timed(adapter.dataset, adapter.cache_stats), sampler=sampler, **common)
     t_start = time.perf_counter()
     it = iter(loader)  # forks the workers before the sampler thread exists: never fork beside a live thread
@@ -247,12 +267,19 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
                 if decoded is not None:
                     decoded.offer(batch)
             elapsed = time.perf_counter() - w0
-            windows.append({"start_unix": window_start_unix, "end_unix": window_start_unix + elapsed,
-                            "samples": samples, "batches": batches, "seconds": elapsed})
+            windows.append(
+                {
+                    "start_unix": window_start_unix,
+                    "end_unix": window_start_unix + elapsed,
+                    "samples": samples,
+                    "batches": batches,
+                    "seconds": elapsed,
+                }
+            )
     finally:
         memory.stop()
     wallclock = time.perf_counter() - t_start
-    del it, loader
+    it = loader = None  # shuts the workers down before the figures are computed
     samples = sum(w["samples"] for w in windows)
     if samples == 0:
         raise UserError(
@@ -321,7 +348,11 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
     metrics["frames_verified"] = metrics["frames_barcode_checked"] + metrics["frames_decode_checked"]
     metrics["frames_wrong"] = metrics["frames_barcode_wrong"] + metrics["frames_decode_wrong"]
     if metrics["frames_verified"] == 0:
-        why = "verify is off" if not cfg.verify else "no frame was checked (check_frames: 0 on a dataset without barcodes)"
+        why = (
+            "verify is off"
+            if not cfg.verify
+            else "no frame was checked (check_frames: 0 on a dataset without barcodes)"
+        )
         return recordmod.make_record(asdict(cfg), metrics, status="unverified", reason=f"unverified: {why}")
     reason = f"wrong frames: {'; '.join(decoded.problems)}" if decoded is not None and decoded.problems else ""
     return recordmod.make_record(asdict(cfg), metrics, reason=reason)

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from .. import barcode
-from ..loader.meta import DatasetMeta, resolve_windows
+from ..loader.dataset_meta import DatasetMeta, resolve_windows
 
 NVDEC_TOLERANCE = 8.0  # mean absolute difference, grey levels, of an NVDEC frame from FFmpeg's CPU decode
 TIMESTAMP_TOLERANCE_S = 1e-4  # LeRobot's tolerance_s: a frame's pts may differ from its timestamp by this much

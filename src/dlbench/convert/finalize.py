@@ -11,14 +11,13 @@ import errno
 import itertools
 import os
 import shutil
+from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
-from typing import Iterator
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .. import io
+from .. import atomic
 from ..errors import UserError
 from ..format import meta, paths
 from . import plan as planmod
@@ -61,22 +60,37 @@ def _episode_rows(work: Path, manifest: dict) -> Iterator[dict]:
     streams = manifest["streams"]
     entries = {s: _stream_entries(work, manifest, s) for s in streams}
     get_ep = _aligned(src, meta.iter_episodes_v21(src), lambda: meta.iter_episodes_v21(src), paths.EPISODES_JSONL_PATH)
-    get_stats = _aligned(src, meta.iter_episodes_stats_v21(src), lambda: meta.iter_episodes_stats_v21(src),
-                         paths.EPISODES_STATS_JSONL_PATH)
+    get_stats = _aligned(
+        src,
+        meta.iter_episodes_stats_v21(src),
+        lambda: meta.iter_episodes_stats_v21(src),
+        paths.EPISODES_STATS_JSONL_PATH,
+    )
     for line in meta.iter_jsonl(str(work), planmod.EPISODES):
         src_ep = line["source_episode_index"]
         legacy = get_ep(src_ep)
         row = {k: v for k, v in legacy.items() if k not in ("episode_index", "tasks", "length")}
         row.update({"episode_index": line["episode_index"], "tasks": list(legacy["tasks"]), "length": line["length"]})
         d = next(entries[planmod.DATA_STREAM])
-        row.update({"data/chunk_index": d["chunk_index"], "data/file_index": d["file_index"],
-                    "dataset_from_index": d["dataset_from_index"], "dataset_to_index": d["dataset_to_index"]})
+        row.update(
+            {
+                "data/chunk_index": d["chunk_index"],
+                "data/file_index": d["file_index"],
+                "dataset_from_index": d["dataset_from_index"],
+                "dataset_to_index": d["dataset_to_index"],
+            }
+        )
         for cam in streams[1:]:
             v = next(entries[cam])
             tb = Fraction(*v["time_base"])
-            row.update({f"videos/{cam}/chunk_index": v["chunk_index"], f"videos/{cam}/file_index": v["file_index"],
-                        f"videos/{cam}/from_timestamp": float(v["from_ticks"] * tb),
-                        f"videos/{cam}/to_timestamp": float(v["to_ticks"] * tb)})
+            row.update(
+                {
+                    f"videos/{cam}/chunk_index": v["chunk_index"],
+                    f"videos/{cam}/file_index": v["file_index"],
+                    f"videos/{cam}/from_timestamp": float(v["from_ticks"] * tb),
+                    f"videos/{cam}/to_timestamp": float(v["to_ticks"] * tb),
+                }
+            )
         stats = get_stats(src_ep)["stats"]
         row.update(meta.flatten_stats(stats, plain=True))  # parsed from episodes_stats.jsonl
         row["_stats"] = stats
@@ -114,7 +128,7 @@ def _write_episodes(out: Path, rows: Iterator[dict], limit_bytes: int, chunks_si
         schema = schema or table.schema
         if writer is None:
             target = out / paths.v30_episodes_path(chunk, file)
-            tmp = io.tmp_path_for(target)
+            tmp = atomic.tmp_path_for(target)
             writer = pq.ParquetWriter(tmp, schema)
         writer.write_table(table)
         written += table.nbytes
@@ -130,8 +144,10 @@ def finalize(work_dir: str | Path, dst: str | Path) -> Path:
     manifest = planmod.load_manifest(work)
     missing = [u for u in range(manifest["units"]) if not workmod.is_done(work, u)]
     if missing:
-        raise UserError(f"{work}: {len(missing)} of {manifest['units']} units are not done (first: {missing[0]}); "
-                        f"run `dlbench convert work {work}` until it returns, then finalize again")
+        raise UserError(
+            f"{work}: {len(missing)} of {manifest['units']} units are not done (first: {missing[0]}); "
+            f"run `dlbench convert work {work}` until it returns, then finalize again"
+        )
     if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
         raise UserError(f"{dst} is not empty; choose an empty destination (the converted data is kept in {work})")
     out = work / workmod.OUT_DIR
@@ -147,14 +163,26 @@ def finalize(work_dir: str | Path, dst: str | Path) -> Path:
             stats_acc.clear()
             stats_acc.append(merged)
 
-    n = _write_episodes(out, _episode_rows(work, manifest), manifest["data_files_size_in_mb"] * 1024 * 1024,
-                        manifest["chunks_size"], on_stats)
+    n = _write_episodes(
+        out,
+        _episode_rows(work, manifest),
+        manifest["data_files_size_in_mb"] * 1024 * 1024,
+        manifest["chunks_size"],
+        on_stats,
+    )
     tasks = meta.read_tasks_v21(src)
     meta.write_tasks_v30(out, tasks)
     meta.write_stats(out, meta.aggregate_stats(stats_acc))
     new_info = meta.v21_info_to_v30(info, manifest["data_files_size_in_mb"], manifest["video_files_size_in_mb"])
-    new_info.update({"total_episodes": n, "total_frames": manifest["total_frames"], "total_tasks": len(tasks),
-                     "chunks_size": manifest["chunks_size"], "splits": {"train": f"0:{n}"}})
+    new_info.update(
+        {
+            "total_episodes": n,
+            "total_frames": manifest["total_frames"],
+            "total_tasks": len(tasks),
+            "chunks_size": manifest["chunks_size"],
+            "splits": {"train": f"0:{n}"},
+        }
+    )
     meta.write_info(out, new_info)
     _publish(out, dst)
     return dst

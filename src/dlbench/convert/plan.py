@@ -23,7 +23,7 @@ from pathlib import Path
 
 import fsspec
 
-from .. import io
+from .. import atomic
 from ..errors import UserError
 from ..format import meta, paths
 
@@ -53,12 +53,16 @@ def load_manifest(work: str | Path) -> dict:
     try:
         manifest = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{path}: corrupt manifest ({e}); plan again with `dlbench convert plan SRC {work}` "
-                        f"(units already done are redone)") from None
+        raise UserError(
+            f"{path}: corrupt manifest ({e}); plan again with `dlbench convert plan SRC {work}` "
+            f"(units already done are redone)"
+        ) from None
     if manifest.get("version") != MANIFEST_VERSION:
-        raise UserError(f"{path}: written by another dlbench version (manifest version {manifest.get('version')}, "
-                        f"this one reads {MANIFEST_VERSION}); finish it with that version, or plan into a new work "
-                        f"directory")
+        raise UserError(
+            f"{path}: written by another dlbench version (manifest version {manifest.get('version')}, "
+            f"this one reads {MANIFEST_VERSION}); finish it with that version, or plan into a new work "
+            f"directory"
+        )
     return manifest
 
 
@@ -96,8 +100,14 @@ class _StreamPacker:
             self._close_file()
         if self.current is None:
             chunk, file = paths.chunk_file_of(self.file_ordinal, self.chunks_size)
-            self.current = {"chunk_index": chunk, "file_index": file, "first_episode": new_index,
-                            "start_row": start_row, "source_episodes": [], "lengths": []}
+            self.current = {
+                "chunk_index": chunk,
+                "file_index": file,
+                "first_episode": new_index,
+                "start_row": start_row,
+                "source_episodes": [],
+                "lengths": [],
+            }
             self.acc = 0
         self.current["source_episodes"].append(src_index)
         self.current["lengths"].append(length)
@@ -142,7 +152,9 @@ def plan(src: str, work: str | Path, options: PlanOptions = PlanOptions()) -> di
         probe.write_text("")
         probe.unlink()
     except OSError as e:
-        raise UserError(f"{work}: the work directory is not writable ({e.strerror}); choose another --work directory") from None
+        raise UserError(
+            f"{work}: the work directory is not writable ({e.strerror}); choose another --work directory"
+        ) from None
 
     chunks_size = int(info.get("chunks_size", paths.DEFAULT_CHUNK_SIZE))
     cameras = meta.video_keys(info)
@@ -152,10 +164,15 @@ def plan(src: str, work: str | Path, options: PlanOptions = PlanOptions()) -> di
     )
     if not episodes:
         raise UserError(f"{paths.join(src, paths.EPISODES_JSONL_PATH)}: no episodes")
-    packers = [_StreamPacker(DATA_STREAM, options.data_file_size_in_mb * 1024 * 1024, options.episodes_per_batch,
-                             options.chunks_size)]
-    packers += [_StreamPacker(cam, options.video_file_size_in_mb * 1024 * 1024, options.episodes_per_batch,
-                              options.chunks_size) for cam in cameras]
+    packers = [
+        _StreamPacker(
+            DATA_STREAM, options.data_file_size_in_mb * 1024 * 1024, options.episodes_per_batch, options.chunks_size
+        )
+    ]
+    packers += [
+        _StreamPacker(cam, options.video_file_size_in_mb * 1024 * 1024, options.episodes_per_batch, options.chunks_size)
+        for cam in cameras
+    ]
 
     def size_of(relpath: str) -> int:
         url = paths.join(src, relpath)
@@ -164,20 +181,34 @@ def plan(src: str, work: str | Path, options: PlanOptions = PlanOptions()) -> di
         except FileNotFoundError:
             raise UserError(
                 f"{url}: missing; every episode in meta/episodes.jsonl needs its parquet file and one video per "
-                f"camera ({', '.join(cameras) or 'no cameras'}). Restore the file or remove the episode, then plan again"
+                f"camera ({', '.join(cameras) or 'no cameras'}). Restore the file or remove the episode, "
+                f"then plan again"
             ) from None
 
     row = 0
-    episodes_tmp = io.tmp_path_for(work / EPISODES)
+    episodes_tmp = atomic.tmp_path_for(work / EPISODES)
     with open(episodes_tmp, "w") as ep_file:
         for new_index, (src_index, length) in enumerate(episodes):
-            ep_file.write(json.dumps({"episode_index": new_index, "source_episode_index": src_index,
-                                      "length": length, "dataset_from_index": row}) + "\n")
-            packers[0].add(new_index, src_index, length, row,
-                           size_of(paths.v21_data_path(src_index, chunks_size)))
+            ep_file.write(
+                json.dumps(
+                    {
+                        "episode_index": new_index,
+                        "source_episode_index": src_index,
+                        "length": length,
+                        "dataset_from_index": row,
+                    }
+                )
+                + "\n"
+            )
+            packers[0].add(new_index, src_index, length, row, size_of(paths.v21_data_path(src_index, chunks_size)))
             for packer in packers[1:]:
-                packer.add(new_index, src_index, length, row,
-                           size_of(paths.v21_video_path(src_index, packer.stream, chunks_size)))
+                packer.add(
+                    new_index,
+                    src_index,
+                    length,
+                    row,
+                    size_of(paths.v21_video_path(src_index, packer.stream, chunks_size)),
+                )
             row += length
     for packer in packers:
         packer.finish()
@@ -213,6 +244,6 @@ def plan(src: str, work: str | Path, options: PlanOptions = PlanOptions()) -> di
     os.replace(episodes_tmp, work / EPISODES)
     (work / UNITS_DIR).mkdir(exist_ok=True)
     for i, unit in enumerate(units):
-        io.write_json(unit_path(work, i), {"unit": i, **unit}, indent=None)
-    io.write_json(existing, manifest)  # last: a manifest on disk means the plan is complete
+        atomic.write_json(unit_path(work, i), {"unit": i, **unit}, indent=None)
+    atomic.write_json(existing, manifest)  # last: a manifest on disk means the plan is complete
     return manifest

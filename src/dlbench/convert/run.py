@@ -25,9 +25,16 @@ def _worker(work_dir: str, lease_timeout_s: float) -> None:
         sys.exit(2)
 
 
-def run(src: str, dst: str | Path, workers: int = 1, work_dir: str | Path | None = None,
-        options: planmod.PlanOptions = planmod.PlanOptions(), lease_timeout_s: float = 60.0,
-        progress: bool = True, on_workers_started=None) -> Path:
+def run(
+    src: str,
+    dst: str | Path,
+    workers: int = 1,
+    work_dir: str | Path | None = None,
+    options: planmod.PlanOptions = planmod.PlanOptions(),
+    lease_timeout_s: float = 60.0,
+    progress: bool = True,
+    on_workers_started=None,
+) -> Path:
     """Convert `src` (v2.1) to `dst` (v3.0) on this machine with `workers` processes.
 
     The work directory defaults to a hidden sibling of `dst`, so a rerun after an interruption resumes; it is
@@ -46,8 +53,7 @@ def run(src: str, dst: str | Path, workers: int = 1, work_dir: str | Path | None
     if method == "fork":
         import av  # noqa: F401  (imported once here rather than in every worker)
     ctx = multiprocessing.get_context(method)
-    procs = [ctx.Process(target=_worker, args=(str(work), lease_timeout_s))
-             for _ in range(max(1, workers))]
+    procs = [ctx.Process(target=_worker, args=(str(work), lease_timeout_s)) for _ in range(max(1, workers))]
     for p in procs:
         p.start()
     if on_workers_started is not None:
@@ -75,8 +81,10 @@ def run(src: str, dst: str | Path, workers: int = 1, work_dir: str | Path | None
     failed = [p.exitcode for p in procs if p.exitcode != 0]
     if failed:
         # a worker's UserError has been printed by it; the plan and finished units are kept for a rerun
-        raise UserError(f"{len(failed)} convert worker(s) failed (see the messages above); fix the cause and rerun "
-                        f"the same command to resume from {work}")
+        raise UserError(
+            f"{len(failed)} convert worker(s) failed (see the messages above); fix the cause and rerun "
+            f"the same command to resume from {work}"
+        )
     # units still held elsewhere (a `convert work` on another host sharing the work directory): wait for them, and
     # take over any whose owner dies
     workmod.work(work, lease_timeout_s=lease_timeout_s)
@@ -84,4 +92,3 @@ def run(src: str, dst: str | Path, workers: int = 1, work_dir: str | Path | None
     if default_work:
         shutil.rmtree(work, ignore_errors=True)
     return out
-

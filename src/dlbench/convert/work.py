@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .. import io
+from .. import atomic
 from ..errors import UserError
 from ..format import meta, paths
 from . import plan as planmod
@@ -48,7 +48,7 @@ def _write_data_file(manifest: dict, f: dict, out: Path) -> list[dict]:
     entries = []
     row = f["start_row"]
     target = out / paths.v30_data_path(f["chunk_index"], f["file_index"])
-    with io.atomic_path(target) as tmp:
+    with atomic.atomic_path(target) as tmp:
         try:
             for k, (src_ep, length) in enumerate(zip(f["source_episodes"], f["lengths"])):
                 rel = paths.v21_data_path(src_ep, manifest["source_chunks_size"])
@@ -56,9 +56,13 @@ def _write_data_file(manifest: dict, f: dict, out: Path) -> list[dict]:
                     with _open_source(src, rel) as fh:
                         table = pq.ParquetFile(fh).read()
                 except (pa.ArrowInvalid, OSError) as e:
-                    raise UserError(f"{paths.join(src, rel)}: unreadable parquet ({e}); restore the file and rerun") from None
+                    raise UserError(
+                        f"{paths.join(src, rel)}: unreadable parquet ({e}); restore the file and rerun"
+                    ) from None
                 if table.num_rows != length:
-                    raise UserError(f"{paths.join(src, rel)}: {table.num_rows} rows but meta/episodes.jsonl says {length}")
+                    raise UserError(
+                        f"{paths.join(src, rel)}: {table.num_rows} rows but meta/episodes.jsonl says {length}"
+                    )
                 new_ep = f["first_episode"] + k
                 table = _set_column(table, "episode_index", meta.int64_array(np.full(length, new_ep)))
                 table = _set_column(table, "index", meta.int64_array(np.arange(row, row + length)))
@@ -107,7 +111,7 @@ def _write_video_file(manifest: dict, camera: str, f: dict, out: Path) -> list[d
     fps = Fraction(manifest["fps"]).limit_denominator(1001)
     target = out / paths.v30_video_path(camera, f["chunk_index"], f["file_index"])
     entries = []
-    with io.atomic_path(target) as tmp:
+    with atomic.atomic_path(target) as tmp:
         with av.open(str(tmp), "w", format="mp4", buffer_size=BUFFER_BYTES) as out_c:
             out_s = None
             tb = codec = None
@@ -127,8 +131,10 @@ def _write_video_file(manifest: dict, camera: str, f: dict, out: Path) -> list[d
                             tb, codec = in_s.time_base, in_s.codec_context.name
                             out_s.time_base = tb
                         elif in_s.time_base != tb or in_s.codec_context.name != codec:
-                            raise UserError(f"{url}: codec or time base differs from the episodes before it in "
-                                            f"this camera; all episodes of a camera must share them")
+                            raise UserError(
+                                f"{url}: codec or time base differs from the episodes before it in "
+                                f"this camera; all episodes of a camera must share them"
+                            )
                         packets = [p for p in in_c.demux(in_s) if p.dts is not None]
                 except av.error.FFmpegError as e:
                     raise UserError(f"{url}: unreadable video ({e}); restore the file and rerun") from None
@@ -166,14 +172,27 @@ def run_unit(work: Path, manifest: dict, unit: dict) -> None:
             entries = _write_data_file(manifest, f, out)
         else:
             entries = _write_video_file(manifest, unit["stream"], f, out)
-        files.append({"chunk_index": f["chunk_index"], "file_index": f["file_index"],
-                      "first_episode": f["first_episode"], "episodes": entries})
-    io.write_json(done_path(work, unit["unit"]), {"unit": unit["unit"], "stream": unit["stream"], "files": files},
-                  indent=None)
+        files.append(
+            {
+                "chunk_index": f["chunk_index"],
+                "file_index": f["file_index"],
+                "first_episode": f["first_episode"],
+                "episodes": entries,
+            }
+        )
+    atomic.write_json(
+        done_path(work, unit["unit"]), {"unit": unit["unit"], "stream": unit["stream"], "files": files}, indent=None
+    )
 
 
-def work(work_dir: str | Path, lease_timeout_s: float = 60.0, poll_s: float = 1.0, progress=None,
-         max_units: int | None = None, wait_for_others: bool = True) -> int:
+def work(
+    work_dir: str | Path,
+    lease_timeout_s: float = 60.0,
+    poll_s: float = 1.0,
+    progress=None,
+    max_units: int | None = None,
+    wait_for_others: bool = True,
+) -> int:
     """Lease and run units until every unit is done; return how many this worker ran.
 
     Waits while other live workers hold the last units, and takes over a unit whose lease went stale, so when this

@@ -7,15 +7,16 @@ atomically. `info` stays a plain dict so that keys dlbench does not know survive
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .. import io
+from .. import atomic
 from ..errors import UserError
 from . import paths
 
@@ -76,7 +77,7 @@ def read_info(root: str) -> dict:
 
 
 def write_info(root: str | Path, info: dict) -> None:
-    io.write_json(Path(root) / paths.INFO_PATH, to_jsonable(info), indent=4)
+    atomic.write_json(Path(root) / paths.INFO_PATH, to_jsonable(info), indent=4)
 
 
 def require_version(root: str, expected: str) -> dict:
@@ -142,9 +143,9 @@ def write_v21_meta(
 ) -> None:
     root = Path(root)
     write_info(root, info)
-    io.write_jsonl(root / paths.EPISODES_JSONL_PATH, (to_jsonable(e) for e in episodes))
-    io.write_jsonl(root / paths.TASKS_JSONL_PATH, ({"task_index": i, "task": t} for i, t in enumerate(tasks)))
-    io.write_jsonl(root / paths.EPISODES_STATS_JSONL_PATH, (to_jsonable(s) for s in episodes_stats))
+    atomic.write_jsonl(root / paths.EPISODES_JSONL_PATH, (to_jsonable(e) for e in episodes))
+    atomic.write_jsonl(root / paths.TASKS_JSONL_PATH, ({"task_index": i, "task": t} for i, t in enumerate(tasks)))
+    atomic.write_jsonl(root / paths.EPISODES_STATS_JSONL_PATH, (to_jsonable(s) for s in episodes_stats))
 
 
 # ---------------------------------------------------------------------------------------------------- v3.0
@@ -158,8 +159,9 @@ def int64_array(values: np.ndarray) -> pa.Array:
 def large_string_array(values: list[str]) -> pa.Array:
     data = [v.encode() for v in values]
     offsets = np.concatenate([[0], np.cumsum([len(d) for d in data], dtype=np.int64)]).astype(np.int64)
-    return pa.Array.from_buffers(pa.large_string(), len(values), [None, pa.py_buffer(offsets),
-                                                                 pa.py_buffer(b"".join(data))])
+    return pa.Array.from_buffers(
+        pa.large_string(), len(values), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))]
+    )
 
 
 def table_from_rows(rows: list[dict], schema: pa.Schema | None = None) -> pa.Table:
@@ -188,23 +190,37 @@ def tasks_table_v30(tasks: list[str]) -> pa.Table:
     `task`), i.e. what `pa.Table.from_pandas` makes of it, pandas metadata included, built without pandas."""
     pandas_meta = {
         "index_columns": ["task"],
-        "column_indexes": [{"name": None, "field_name": None, "pandas_type": "unicode", "numpy_type": "str",
-                            "metadata": {"encoding": "UTF-8"}}],
-        "columns": [{"name": "task_index", "field_name": "task_index", "pandas_type": "int64",
-                     "numpy_type": "int64", "metadata": None},
-                    {"name": "task", "field_name": "task", "pandas_type": "object", "numpy_type": "str",
-                     "metadata": None}],
+        "column_indexes": [
+            {
+                "name": None,
+                "field_name": None,
+                "pandas_type": "unicode",
+                "numpy_type": "str",
+                "metadata": {"encoding": "UTF-8"},
+            }
+        ],
+        "columns": [
+            {
+                "name": "task_index",
+                "field_name": "task_index",
+                "pandas_type": "int64",
+                "numpy_type": "int64",
+                "metadata": None,
+            },
+            {"name": "task", "field_name": "task", "pandas_type": "object", "numpy_type": "str", "metadata": None},
+        ],
         "attributes": {},
         "creator": {"library": "pyarrow", "version": pa.__version__},
         "pandas_version": _pandas_version(),
     }
-    table = pa.Table.from_arrays([int64_array(np.arange(len(tasks))), large_string_array(tasks)],
-                                 names=["task_index", "task"])
+    table = pa.Table.from_arrays(
+        [int64_array(np.arange(len(tasks))), large_string_array(tasks)], names=["task_index", "task"]
+    )
     return table.replace_schema_metadata({"pandas": json.dumps(pandas_meta)})
 
 
 def write_tasks_v30(root: str | Path, tasks: list[str]) -> None:
-    with io.atomic_path(Path(root) / paths.TASKS_PARQUET_PATH) as tmp:
+    with atomic.atomic_path(Path(root) / paths.TASKS_PARQUET_PATH) as tmp:
         pq.write_table(tasks_table_v30(tasks), tmp)
 
 
@@ -219,7 +235,7 @@ def read_tasks_v30(root: str) -> list[str]:
 
 
 def write_stats(root: str | Path, stats: dict) -> None:
-    io.write_json(Path(root) / paths.STATS_PATH, to_jsonable(stats), indent=4)
+    atomic.write_json(Path(root) / paths.STATS_PATH, to_jsonable(stats), indent=4)
 
 
 def read_stats(root: str) -> dict:
@@ -254,7 +270,7 @@ def read_episodes_v30(root: str, columns: list[str] | None = None) -> pa.Table:
 
 
 def write_parquet(path: str | Path, table: pa.Table, **kwargs) -> None:
-    with io.atomic_path(path) as tmp:
+    with atomic.atomic_path(path) as tmp:
         pq.write_table(table, tmp, **kwargs)
 
 

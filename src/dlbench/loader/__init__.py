@@ -5,8 +5,8 @@ streaming, like `StreamingLeRobotDataset`) and `DataLoader` (torch's, with a che
 """
 
 from .collate import DataLoader
+from .dataset_meta import DatasetMeta
 from .map import LeRobotMapDataset
-from .meta import DatasetMeta
 from .stream import LeRobotStreamingDataset
 
 __all__ = ["DataLoader", "DatasetMeta", "LeRobotMapDataset", "LeRobotStreamingDataset"]

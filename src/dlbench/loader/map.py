@@ -19,7 +19,7 @@ from ..format import meta, paths
 from ..video import DEFAULT_TOLERANCE_S, VideoDecoderCache, is_remote, split_runs
 from ..workers import keep_freed_blocks
 from .collate import collating_worker
-from .meta import DatasetMeta, dataset_root, episode_rows, resolve_windows
+from .dataset_meta import DatasetMeta, dataset_root, episode_rows, resolve_windows
 
 INDEX_COLUMNS = ("index", "episode_index", "frame_index", "timestamp", "task_index")
 

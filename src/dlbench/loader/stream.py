@@ -27,8 +27,8 @@ import torch
 
 from ..errors import UserError
 from ..video import DEFAULT_TOLERANCE_S
+from .dataset_meta import DatasetMeta, dataset_root, episode_rows, resolve_windows
 from .map import BuilderViews, ItemBuilder, data_columns, read_columns
-from .meta import DatasetMeta, dataset_root, episode_rows, resolve_windows
 
 SHARD_KEY = "_shard"
 POS_KEY = "_pos"

@@ -34,8 +34,10 @@ def peer_python() -> Path | None:
 def require_peer() -> Path:
     py = peer_python()
     if py is None:
-        raise UserError(f"the LeRobot peer environment is missing or incomplete; create it with: {CREATE_COMMAND} "
-                        f"(or point DLBENCH_PEER_PYTHON at a Python with lerobot[dataset]==0.6.1)")
+        raise UserError(
+            f"the LeRobot peer environment is missing or incomplete; create it with: {CREATE_COMMAND} "
+            f"(or point DLBENCH_PEER_PYTHON at a Python with lerobot[dataset]==0.6.1)"
+        )
     return py
 
 
@@ -43,8 +45,9 @@ def run_peer(module: str, *args: str, timeout: float | None = None) -> subproces
     """Run `python -m dlbench.peer.<module> args...` in the peer environment (offline: no Hub access)."""
     py = require_peer()
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    proc = subprocess.run([str(py), "-m", f"dlbench.peer.{module}", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(
+        [str(py), "-m", f"dlbench.peer.{module}", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
     if proc.returncode != 0:
         raise UserError(f"LeRobot peer `{module}` failed:\n{proc.stderr[-4000:]}")
     return proc
@@ -53,16 +56,33 @@ def run_peer(module: str, *args: str, timeout: float | None = None) -> subproces
 RECORD_CAMERAS = "front=64x96,wrist=64x96"  # NAME=HEIGHTxWIDTH; cameras are `observation.images.NAME`
 
 
-def lerobot_record(root: str | Path, episodes: int = 3, cameras: str | Mapping[str, tuple[int, int]] = RECORD_CAMERAS,
-                   fps: int = 30, seed: int = 0, timeout: float | None = None) -> Path:
+def lerobot_record(
+    root: str | Path,
+    episodes: int = 3,
+    cameras: str | Mapping[str, tuple[int, int]] = RECORD_CAMERAS,
+    fps: int = 30,
+    seed: int = 0,
+    timeout: float | None = None,
+) -> Path:
     """A v3.0 dataset at `root` (which must not exist yet) written by LeRobot 0.6.1's own recorder
     (`LeRobotDataset.create` / `add_frame` / `save_episode` / `finalize`, videos in LeRobot's default codec, AV1):
     `episodes` episodes of 10 to 25 frames with 6-dim float32 state and action and one camera-like video per
     camera. `cameras` is "NAME=HxW,..." or {NAME: (height, width)}. See `lerobot_record.py`."""
     if isinstance(cameras, Mapping):
         cameras = ",".join(f"{name}={h}x{w}" for name, (h, w) in cameras.items())
-    run_peer("lerobot_record", str(root), "--episodes", str(episodes), "--cameras", cameras, "--fps", str(fps),
-             "--seed", str(seed), timeout=timeout)
+    run_peer(
+        "lerobot_record",
+        str(root),
+        "--episodes",
+        str(episodes),
+        "--cameras",
+        cameras,
+        "--fps",
+        str(fps),
+        "--seed",
+        str(seed),
+        timeout=timeout,
+    )
     return Path(root)
 
 
@@ -70,9 +90,23 @@ def lerobot_convert(src_copy: str | Path, timeout: float | None = None) -> subpr
     """LeRobot 0.6.1's own converter, in place on `src_copy` (it moves the v2.1 tree to `<root>_old`)."""
     py = require_peer()
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([str(py), "-m", "lerobot.scripts.convert_dataset_v21_to_v30", "--repo-id", "local/peer",
-                           "--root", str(src_copy), "--push-to-hub", "false"], env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        [
+            str(py),
+            "-m",
+            "lerobot.scripts.convert_dataset_v21_to_v30",
+            "--repo-id",
+            "local/peer",
+            "--root",
+            str(src_copy),
+            "--push-to-hub",
+            "false",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if proc.returncode != 0:
         raise UserError(f"LeRobot's converter failed on {src_copy}:\n{proc.stderr[-4000:]}")
     return proc

@@ -28,7 +28,7 @@ JOINTS = [f"joint_{i}" for i in range(STATE_DIM)]
 
 
 def parse_cameras(spec: str) -> dict[str, tuple[int, int]]:
-    """"front=64x96,wrist=64x96" -> {"observation.images.front": (64, 96), ...} (height x width)."""
+    """ "front=64x96,wrist=64x96" -> {"observation.images.front": (64, 96), ...} (height x width)."""
     cams = {}
     for part in filter(None, (p.strip() for p in spec.split(","))):
         name, _, size = part.partition("=")
@@ -74,7 +74,7 @@ def render_episode(rng: np.random.Generator, h: int, w: int, length: int) -> np.
     for t in range(length):
         img = background.copy()
         y, x = (start + (end - start) * (t / max(1, length - 1))).round().astype(int)
-        img[y:y + side, x:x + side] = color
+        img[y : y + side, x : x + side] = color
         img += rng.normal(0, 4, size=img.shape).astype(np.float32)
         frames[t] = img.clip(0, 255).astype(np.uint8)
     return frames
@@ -86,8 +86,9 @@ def record(root: str, episodes: int, fps: int, cameras: dict[str, tuple[int, int
     if Path(root).exists():
         raise SystemExit(f"{root} exists; LeRobot creates the dataset root itself")
     rng = np.random.default_rng(seed)
-    ds = LeRobotDataset.create(repo_id=REPO_ID, fps=fps, root=root, robot_type=ROBOT_TYPE,
-                               features=features(cameras), use_videos=True)
+    ds = LeRobotDataset.create(
+        repo_id=REPO_ID, fps=fps, root=root, robot_type=ROBOT_TYPE, features=features(cameras), use_videos=True
+    )
     lengths = rng.integers(LENGTH_MIN, LENGTH_MAX + 1, size=episodes)
     for ep, length in enumerate(lengths):
         length = int(length)
@@ -95,7 +96,7 @@ def record(root: str, episodes: int, fps: int, cameras: dict[str, tuple[int, int
         # a smooth joint trajectory; the action leads the state by one step
         phase = rng.uniform(0, 2 * np.pi, size=STATE_DIM)
         t = np.arange(length + 1, dtype=np.float32)[:, None] / fps
-        traj = (np.sin(2 * np.pi * 0.5 * t + phase) + 0.01 * rng.normal(size=(length + 1, STATE_DIM)))
+        traj = np.sin(2 * np.pi * 0.5 * t + phase) + 0.01 * rng.normal(size=(length + 1, STATE_DIM))
         traj = traj.astype(np.float32)
         for i in range(length):
             frame = {"observation.state": traj[i], "action": traj[i + 1], "task": TASKS[ep % len(TASKS)]}
@@ -103,9 +104,14 @@ def record(root: str, episodes: int, fps: int, cameras: dict[str, tuple[int, int
             ds.add_frame(frame)
         ds.save_episode()
     ds.finalize()
-    return {"root": str(root), "episodes": episodes, "frames": int(lengths.sum()),
-            "lengths": [int(n) for n in lengths], "fps": fps,
-            "cameras": {key: [h, w, 3] for key, (h, w) in cameras.items()}}
+    return {
+        "root": str(root),
+        "episodes": episodes,
+        "frames": int(lengths.sum()),
+        "lengths": [int(n) for n in lengths],
+        "fps": fps,
+        "cameras": {key: [h, w, 3] for key, (h, w) in cameras.items()},
+    }
 
 
 def main(argv: list[str]) -> None:

@@ -116,11 +116,29 @@ def ffmpeg_remux(src: Path, work: Path, n: int) -> float | None:
         for f in unit["files"]:
             name = f"{unit['stream']}-{f['chunk_index']}-{f['file_index']}"
             listing = out / f"{name}.txt"
-            listing.write_text("".join(
-                f"file '{src / paths.v21_video_path(e, unit['stream'], manifest['source_chunks_size'])}'\n"
-                for e in f["source_episodes"]))
-            cmds.append(["ffmpeg", "-loglevel", "error", "-y", "-f", "concat", "-safe", "0", "-i", str(listing),
-                         "-c", "copy", str(out / f"{name}.mp4")])
+            listing.write_text(
+                "".join(
+                    f"file '{src / paths.v21_video_path(e, unit['stream'], manifest['source_chunks_size'])}'\n"
+                    for e in f["source_episodes"]
+                )
+            )
+            cmds.append(
+                [
+                    "ffmpeg",
+                    "-loglevel",
+                    "error",
+                    "-y",
+                    "-f",
+                    "concat",
+                    "-safe",
+                    "0",
+                    "-i",
+                    str(listing),
+                    "-c",
+                    "copy",
+                    str(out / f"{name}.mp4"),
+                ]
+            )
     from concurrent.futures import ThreadPoolExecutor
 
     os.sync()
@@ -134,8 +152,9 @@ def ffmpeg_remux(src: Path, work: Path, n: int) -> float | None:
 
 def dlbench_convert(src: Path, dst: Path, workers: int, extra: list[str] = ()) -> tuple[float, float]:
     shutil.rmtree(dst, ignore_errors=True)
-    return timed([sys.executable, "-m", "dlbench", "-q", "convert", "run", str(src), str(dst), "--workers",
-                  str(workers), *extra])
+    return timed(
+        [sys.executable, "-m", "dlbench", "-q", "convert", "run", str(src), str(dst), "--workers", str(workers), *extra]
+    )
 
 
 def main(argv=None) -> None:
@@ -147,23 +166,34 @@ def main(argv=None) -> None:
     ap.add_argument("--length-min", type=int, default=30)
     ap.add_argument("--length-max", type=int, default=90)
     ap.add_argument("--crf", type=int, default=None, help="lower: bigger files (more bytes per episode)")
-    ap.add_argument("--noise", type=int, default=0,
-                    help="per-pixel noise (0..127): files of real-world size (tens of KB per frame) instead of ~0.2 KB")
+    ap.add_argument(
+        "--noise",
+        type=int,
+        default=0,
+        help="per-pixel noise (0..127): files of real-world size (tens of KB per frame) instead of ~0.2 KB",
+    )
     ap.add_argument("--data-file-size-in-mb", type=float, default=100)
     ap.add_argument("--video-file-size-in-mb", type=float, default=200)
     ap.add_argument("--workdir", default=None, help="keeps the synthetic source between runs")
     ap.add_argument("--source", default=None, help="convert this v2.1 dataset instead of a synthetic one")
-    ap.add_argument("--realistic", action="store_true",
-                    help="synthesize the realistic dataset (480x640 AV1 episodes of 10-20 s, a few MB per video file) "
-                         "instead of --episodes tiny ones")
+    ap.add_argument(
+        "--realistic",
+        action="store_true",
+        help="synthesize the realistic dataset (480x640 AV1 episodes of 10-20 s, a few MB per video file) "
+        "instead of --episodes tiny ones",
+    )
     ap.add_argument("--skip-memory", action="store_true", help="skip the 1x/5x memory comparison")
     ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds of cp and dlbench (median)")
     a = ap.parse_args(argv)
     work = Path(a.workdir or tempfile.mkdtemp(prefix="dlbench-perf-convert-"))
     work.mkdir(parents=True, exist_ok=True)
     cams = tuple(Camera(f"observation.images.cam{i}", a.height, a.width) for i in range(a.cameras))
-    sizes = ["--data-file-size-in-mb", f"{a.data_file_size_in_mb:g}", "--video-file-size-in-mb",
-             f"{a.video_file_size_in_mb:g}"]  # both converters get the same thresholds
+    sizes = [
+        "--data-file-size-in-mb",
+        f"{a.data_file_size_in_mb:g}",
+        "--video-file-size-in-mb",
+        f"{a.video_file_size_in_mb:g}",
+    ]  # both converters get the same thresholds
     if a.source:
         src = Path(a.source)
     elif a.realistic:
@@ -172,19 +202,33 @@ def main(argv=None) -> None:
         src = work / "v21"
         if not (src / "meta/info.json").exists():
             t0 = time.perf_counter()
-            synthesize(SynthConfig(episodes=a.episodes, length_min=a.length_min, length_max=a.length_max,
-                                   cameras=cams, crf=a.crf, noise=a.noise), src, overwrite=True, progress=False)
+            synthesize(
+                SynthConfig(
+                    episodes=a.episodes,
+                    length_min=a.length_min,
+                    length_max=a.length_max,
+                    cameras=cams,
+                    crf=a.crf,
+                    noise=a.noise,
+                ),
+                src,
+                overwrite=True,
+                progress=False,
+            )
             print(f"synthesized {a.episodes} episodes x {a.cameras} cameras in {time.perf_counter() - t0:.1f} s")
     size_mb = sum(p.stat().st_size for p in src.rglob("*") if p.is_file()) / 2**20
-    print(f"source: {src} ({size_mb:.1f} MB, {sum(1 for p in src.rglob('*') if p.is_file())} files); "
-          f"thresholds: data {a.data_file_size_in_mb} MB, video {a.video_file_size_in_mb} MB")
+    print(
+        f"source: {src} ({size_mb:.1f} MB, {sum(1 for p in src.rglob('*') if p.is_file())} files); "
+        f"thresholds: data {a.data_file_size_in_mb} MB, video {a.video_file_size_in_mb} MB"
+    )
     runs: dict[str, list[tuple[float, float]]] = {}
     for _ in range(a.repeats):  # interleaved: drift on a noisy machine hits every contender alike
         shutil.rmtree(work / "cp", ignore_errors=True)
         runs.setdefault("cp -r (I/O floor)", []).append(timed(["cp", "-r", str(src), str(work / "cp")]))
         for w in (1, 2):
             runs.setdefault(f"dlbench convert, {w} worker{'s' if w > 1 else ''}", []).append(
-                dlbench_convert(src, work / f"d{w}", w, sizes))
+                dlbench_convert(src, work / f"d{w}", w, sizes)
+            )
         for w in (1, 2):
             secs = ffmpeg_remux(src, work, w)
             if secs is not None:
@@ -200,10 +244,26 @@ def main(argv=None) -> None:
         for p in (copy, work / "lerobot_old"):
             shutil.rmtree(p, ignore_errors=True)
         shutil.copytree(src, copy)
-        rows.append(("LeRobot 0.6.1 converter", *timed([str(peer), "-m", "lerobot.scripts.convert_dataset_v21_to_v30",
-                                                         "--repo-id", "local/perf", "--root", str(copy),
-                                                         "--push-to-hub", "false", *sizes], env={"HF_HUB_OFFLINE": "1",
-                                                                                          "PATH": "/usr/bin:/bin"})))
+        rows.append(
+            (
+                "LeRobot 0.6.1 converter",
+                *timed(
+                    [
+                        str(peer),
+                        "-m",
+                        "lerobot.scripts.convert_dataset_v21_to_v30",
+                        "--repo-id",
+                        "local/perf",
+                        "--root",
+                        str(copy),
+                        "--push-to-hub",
+                        "false",
+                        *sizes,
+                    ],
+                    env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+                ),
+            )
+        )
     print(f"\n{'contender':<32} {'seconds':>9} {'peak PSS MB':>12}")
     for name, secs, mb in rows:
         print(f"{name:<32} {secs:>9.2f} {f'{mb:.1f}' if mb else '-':>12}")  # PSS of ffmpeg is not sampled
@@ -211,11 +271,15 @@ def main(argv=None) -> None:
     one, two = t["dlbench convert, 1 worker"], t["dlbench convert, 2 workers"]
     cp_one, cp_two, io_ceiling = copy_scaling(src, work)
     cpu_ceiling = machine_scaling()
-    print(f"\n2 workers vs 1 worker: {one / two:.2f}x faster; this machine's 2-process ceilings measured now: "
-          f"copying these files {io_ceiling:.2f}x ({cp_one:.2f} s in one cp, {cp_two:.2f} s in two), pure CPU "
-          f"{cpu_ceiling:.2f}x")
-    print(f"  2 workers reach {one / two / io_ceiling:.0%} of the copy ceiling "
-          f"({verdict(one / two >= 0.9 * io_ceiling)} the target >= 90%)")
+    print(
+        f"\n2 workers vs 1 worker: {one / two:.2f}x faster; this machine's 2-process ceilings measured now: "
+        f"copying these files {io_ceiling:.2f}x ({cp_one:.2f} s in one cp, {cp_two:.2f} s in two), pure CPU "
+        f"{cpu_ceiling:.2f}x"
+    )
+    print(
+        f"  2 workers reach {one / two / io_ceiling:.0%} of the copy ceiling "
+        f"({verdict(one / two >= 0.9 * io_ceiling)} the target >= 90%)"
+    )
     ratio = two / t["cp -r (I/O floor)"]
     print(f"dlbench 2 workers vs cp -r: {ratio:.2f}x the cp time ({verdict(ratio <= 2)} the target <= 2x)")
     if "LeRobot 0.6.1 converter" in t:
@@ -223,20 +287,28 @@ def main(argv=None) -> None:
         print(f"dlbench 2 workers vs LeRobot: {speedup:.2f}x faster ({verdict(speedup >= 5)} the target >= 5x)")
     if "FFmpeg remux (videos), 2 procs" in t:
         ff_one, ff_two = t["FFmpeg remux (videos), 1 proc"], t["FFmpeg remux (videos), 2 procs"]
-        print(f"FFmpeg's C remuxer, videos only: {ff_two / t['cp -r (I/O floor)']:.2f}x the cp time with 2 processes, "
-              f"{ff_one / ff_two:.2f}x faster than 1; dlbench 2 workers take {two / ff_two:.2f}x its time")
+        print(
+            f"FFmpeg's C remuxer, videos only: {ff_two / t['cp -r (I/O floor)']:.2f}x the cp time with 2 processes, "
+            f"{ff_one / ff_two:.2f}x faster than 1; dlbench 2 workers take {two / ff_two:.2f}x its time"
+        )
     if not a.skip_memory:
         small = (Camera("observation.images.cam0", 32, 32),)
         peaks = []
         for n in (a.episodes, 5 * a.episodes):
             s = work / f"mem{n}"
             if not (s / "meta/info.json").exists():
-                synthesize(SynthConfig(episodes=n, length_min=5, length_max=10, cameras=small), s, overwrite=True,
-                           progress=False)
+                synthesize(
+                    SynthConfig(episodes=n, length_min=5, length_max=10, cameras=small),
+                    s,
+                    overwrite=True,
+                    progress=False,
+                )
             peaks.append(dlbench_convert(s, work / f"mem{n}_v30", 1)[1])
         flat = peaks[1] <= 1.2 * peaks[0] and peaks[1] < 500
-        print(f"peak PSS, 1 worker, {a.episodes} vs {5 * a.episodes} small episodes: {peaks[0]:.1f} MB vs "
-              f"{peaks[1]:.1f} MB ({verdict(flat)} the target: < 500 MB and within 20%)")
+        print(
+            f"peak PSS, 1 worker, {a.episodes} vs {5 * a.episodes} small episodes: {peaks[0]:.1f} MB vs "
+            f"{peaks[1]:.1f} MB ({verdict(flat)} the target: < 500 MB and within 20%)"
+        )
     print(f"\nwork directory: {work}")
 
 

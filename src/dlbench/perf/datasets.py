@@ -9,11 +9,21 @@ from pathlib import Path
 
 from ..synth import Camera, SynthConfig, synthesize
 
-QUICK = SynthConfig(episodes=24, length_min=60, length_max=150,
-                    cameras=(Camera("observation.images.front", 96, 128), Camera("observation.images.wrist", 96, 128)))
-REALISTIC = SynthConfig(episodes=10, length_min=300, length_max=600, codec="av1", content="camera", tasks=3,
-                        cameras=(Camera("observation.images.front", 480, 640),
-                                 Camera("observation.images.wrist", 480, 640)))
+QUICK = SynthConfig(
+    episodes=24,
+    length_min=60,
+    length_max=150,
+    cameras=(Camera("observation.images.front", 96, 128), Camera("observation.images.wrist", 96, 128)),
+)
+REALISTIC = SynthConfig(
+    episodes=10,
+    length_min=300,
+    length_max=600,
+    codec="av1",
+    content="camera",
+    tasks=3,
+    cameras=(Camera("observation.images.front", 480, 640), Camera("observation.images.wrist", 480, 640)),
+)
 
 
 def v21(work: Path, realistic: bool, episodes: int | None = None) -> Path:

@@ -22,15 +22,20 @@ from dataclasses import replace
 import torch
 
 from ..bench.adapters import make_adapter
-from ..loader.collate import DataLoader
 from ..bench.runner import BenchConfig, run
+from ..loader.collate import DataLoader
 
 
 def bare(cfg: BenchConfig) -> float:
     """Decoded frames/s of the plain loop over the same window as the harness."""
     adapter = make_adapter(cfg)
-    kwargs = dict(batch_size=cfg.batch_size, num_workers=cfg.num_workers, persistent_workers=cfg.num_workers > 0,
-                  prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None, in_order=cfg.in_order)
+    kwargs = dict(
+        batch_size=cfg.batch_size,
+        num_workers=cfg.num_workers,
+        persistent_workers=cfg.num_workers > 0,
+        prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None,
+        in_order=cfg.in_order,
+    )
     if not adapter.iterable:
         kwargs.update(shuffle=True, generator=torch.Generator().manual_seed(cfg.seed + 1000003 * cfg.rank))
     loader = DataLoader(adapter.dataset, collate_fn=adapter.collate, **kwargs)  # batches as the loader's users get
@@ -56,8 +61,9 @@ def bare(cfg: BenchConfig) -> float:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m dlbench.perf.harness", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m dlbench.perf.harness", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--dataset", default="results/datasets/synthetic/v30")
     ap.add_argument("--loaders", nargs="+", default=["dlbench_stream", "dlbench_map"])
     ap.add_argument("--mode", default="single")
@@ -68,12 +74,23 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args(argv)
 
-    print(f"dataset {a.dataset}, mode {a.mode}, batch {a.batch_size}, {a.workers} workers, {a.duration_s:g} s "
-          f"windows, {a.repeats} interleaved repeats; decoded frames/s")
+    print(
+        f"dataset {a.dataset}, mode {a.mode}, batch {a.batch_size}, {a.workers} workers, {a.duration_s:g} s "
+        f"windows, {a.repeats} interleaved repeats; decoded frames/s"
+    )
     print(f"{'loader':<16}{'bare':>10}{'harness':>10}{'h+verify':>10}{'harness cost':>14}{'with verify':>13}")
     for loader in a.loaders:
-        cfg = BenchConfig(root=a.dataset, loader=loader, mode=a.mode, batch_size=a.batch_size, repeats=1,
-                          num_workers=a.workers, duration_s=a.duration_s, warmup_s=a.warmup_s, probe_samples=1)
+        cfg = BenchConfig(
+            root=a.dataset,
+            loader=loader,
+            mode=a.mode,
+            batch_size=a.batch_size,
+            repeats=1,
+            num_workers=a.workers,
+            duration_s=a.duration_s,
+            warmup_s=a.warmup_s,
+            probe_samples=1,
+        )
         figures: dict[str, list[float]] = {"bare": [], "harness": [], "verify": []}
         for _ in range(a.repeats):
             figures["bare"].append(bare(cfg))
@@ -82,10 +99,13 @@ def main(argv=None) -> None:
         med = {k: statistics.median(v) for k, v in figures.items()}
         cost = 1 - med["harness"] / med["bare"]
         cost_v = 1 - med["verify"] / med["bare"]
-        print(f"{loader:<16}{med['bare']:>10.0f}{med['harness']:>10.0f}{med['verify']:>10.0f}{cost:>13.1%}"
-              f"{cost_v:>13.1%}")
-        print(f"{'':<16}runs: bare {[round(v) for v in figures['bare']]}, harness "
-              f"{[round(v) for v in figures['harness']]}, h+verify {[round(v) for v in figures['verify']]}")
+        print(
+            f"{loader:<16}{med['bare']:>10.0f}{med['harness']:>10.0f}{med['verify']:>10.0f}{cost:>13.1%}{cost_v:>13.1%}"
+        )
+        print(
+            f"{'':<16}runs: bare {[round(v) for v in figures['bare']]}, harness "
+            f"{[round(v) for v in figures['harness']]}, h+verify {[round(v) for v in figures['verify']]}"
+        )
     print("target: harness cost < 3% of the bare loop's throughput")
 
 

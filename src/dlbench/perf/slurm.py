@@ -31,8 +31,12 @@ def matrix_config(jobs: int) -> dict:
     per_scenario = len(batch) * 2 * 2 * 5  # modes x loaders x workers
     scenarios = {}
     for k in range(max(1, -(-jobs // per_scenario))):
-        scenarios[f"s{k}"] = {"loader": ["dlbench_map", "dlbench_stream"], "mode": ["single", "sarm"],
-                              "batch_size": batch, "num_workers": [0, 1, 2, 4, 8]}
+        scenarios[f"s{k}"] = {
+            "loader": ["dlbench_map", "dlbench_stream"],
+            "mode": ["single", "sarm"],
+            "batch_size": batch,
+            "num_workers": [0, 1, 2, 4, 8],
+        }
     # trim the last scenario so the total is exact
     extra = len(scenarios) * per_scenario - jobs
     if extra:
@@ -46,9 +50,24 @@ def dry_run(jobs: int) -> tuple[float, int]:
         cfg = Path(d) / "big.yaml"
         cfg.write_text(json.dumps(matrix_config(jobs)))
         t0 = time.perf_counter()
-        proc = subprocess.run([*SNAKEMAKE, "-s", str(REPO_ROOT / "Snakefile"), "-d", d, "--configfile", str(cfg),
-                               "--profile", str(REPO_ROOT / "profiles/slurm"), "-n", "--quiet", "rules"],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                *SNAKEMAKE,
+                "-s",
+                str(REPO_ROOT / "Snakefile"),
+                "-d",
+                d,
+                "--configfile",
+                str(cfg),
+                "--profile",
+                str(REPO_ROOT / "profiles/slurm"),
+                "-n",
+                "--quiet",
+                "rules",
+            ],
+            capture_output=True,
+            text=True,
+        )
         secs = time.perf_counter() - t0
         if proc.returncode != 0:
             raise RuntimeError(proc.stderr[-3000:])
@@ -69,20 +88,43 @@ def overhead(n: int) -> None:
     times.sort()
     print(f"sbatch --wait of an empty job: median {times[len(times) // 2]:.2f} s over {n}")
     with tempfile.TemporaryDirectory() as d:
-        (Path(d) / "Snakefile").write_text('rule empty:\n    output: "done"\n    log: "empty.log"\n'
-                                           '    shell: "touch {output} 2> {log}"\n')
+        (Path(d) / "Snakefile").write_text(
+            'rule empty:\n    output: "done"\n    log: "empty.log"\n    shell: "touch {output} 2> {log}"\n'
+        )
         times = []
         for _ in range(n):
             (Path(d) / "done").unlink(missing_ok=True)
             t0 = time.perf_counter()
-            subprocess.run([*SNAKEMAKE, "-d", d, "-s", str(Path(d) / "Snakefile"), "--executor", "slurm", "-j", "1",
-                            "--slurm-init-seconds-before-status-checks", "1", "--slurm-status-command", "squeue",
-                            "--default-resources", "mem_mb=100", "runtime=5", "--quiet", "all"],
-                           check=True, capture_output=True)
+            subprocess.run(
+                [
+                    *SNAKEMAKE,
+                    "-d",
+                    d,
+                    "-s",
+                    str(Path(d) / "Snakefile"),
+                    "--executor",
+                    "slurm",
+                    "-j",
+                    "1",
+                    "--slurm-init-seconds-before-status-checks",
+                    "1",
+                    "--slurm-status-command",
+                    "squeue",
+                    "--default-resources",
+                    "mem_mb=100",
+                    "runtime=5",
+                    "--quiet",
+                    "all",
+                ],
+                check=True,
+                capture_output=True,
+            )
             times.append(time.perf_counter() - t0)
         times.sort()
-        print(f"one empty Snakemake job through the slurm executor: median {times[len(times) // 2]:.2f} s over {n} "
-              f"(Snakemake start-up on both sides, sbatch, status polls)")
+        print(
+            f"one empty Snakemake job through the slurm executor: median {times[len(times) // 2]:.2f} s over {n} "
+            f"(Snakemake start-up on both sides, sbatch, status polls)"
+        )
 
 
 def main(argv=None) -> None:

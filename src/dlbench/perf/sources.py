@@ -33,9 +33,32 @@ def _free_port() -> int:
 
 def _bench(url: str, spec: dict | None, out: Path, a) -> float:
     """Decoded frames/s of one bench run (its own process, as in the workflow)."""
-    cmd = [sys.executable, "-m", "dlbench", "-q", "bench-run", "--root", url, "--out-dir", str(out),
-           "--loader", "dlbench_stream", "--mode", a.mode, "--batch-size", str(a.batch_size), "--num-workers",
-           str(a.workers), "--duration-s", str(a.duration_s), "--warmup-s", str(a.warmup_s), "--repeats", "1", "--no-verify"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dlbench",
+        "-q",
+        "bench-run",
+        "--root",
+        url,
+        "--out-dir",
+        str(out),
+        "--loader",
+        "dlbench_stream",
+        "--mode",
+        a.mode,
+        "--batch-size",
+        str(a.batch_size),
+        "--num-workers",
+        str(a.workers),
+        "--duration-s",
+        str(a.duration_s),
+        "--warmup-s",
+        str(a.warmup_s),
+        "--repeats",
+        "1",
+        "--no-verify",
+    ]
     if spec is not None:
         cmd += ["--source-spec", json.dumps(spec)]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
@@ -59,34 +82,56 @@ def main(argv=None) -> None:
     home = Path(tempfile.mkdtemp(prefix="dlbench-perf-sources-"))
     port, shaped_port = _free_port(), _free_port()
     state = home / "loopback.json"
-    loopback.start(port, [(shaped_port, a.latency_ms, a.bandwidth_mbps)], state, home / "logs",
-                   data_dir=home / "data")
+    loopback.start(port, [(shaped_port, a.latency_ms, a.bandwidth_mbps)], state, home / "logs", data_dir=home / "data")
     try:
         url = "s3://dlbench-perf/v30"
         plain = {"type": "s3", "url": url, "endpoint_url": f"http://127.0.0.1:{port}", "loopback": {}}
         shaped = {**plain, "endpoint_url": f"http://127.0.0.1:{shaped_port}"}
-        subprocess.run([sys.executable, "-m", "dlbench", "-q", "stage", a.dataset, url, "--marker",
-                        str(home / "staged.json"), "--source-spec", json.dumps(plain)], check=True)
-        contenders = {"local disk": (a.dataset, None), "loopback S3": (url, plain),
-                      f"loopback S3 +{a.latency_ms:g} ms, {a.bandwidth_mbps:g} Mbit/s": (url, shaped)}
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "dlbench",
+                "-q",
+                "stage",
+                a.dataset,
+                url,
+                "--marker",
+                str(home / "staged.json"),
+                "--source-spec",
+                json.dumps(plain),
+            ],
+            check=True,
+        )
+        contenders = {
+            "local disk": (a.dataset, None),
+            "loopback S3": (url, plain),
+            f"loopback S3 +{a.latency_ms:g} ms, {a.bandwidth_mbps:g} Mbit/s": (url, shaped),
+        }
         fps: dict[str, list[float]] = {name: [] for name in contenders}
         for r in range(a.repeats):  # interleaved, so drift on a noisy machine hits every contender alike
             for k, (name, (u, spec)) in enumerate(contenders.items()):
                 fps[name].append(_bench(u, spec, home / f"run{r}-{k}", a))
-        print(f"\ndlbench_stream, mode {a.mode}, batch {a.batch_size}, {a.workers} workers, {a.duration_s:g} s "
-              f"windows, median of {a.repeats}:")
+        print(
+            f"\ndlbench_stream, mode {a.mode}, batch {a.batch_size}, {a.workers} workers, {a.duration_s:g} s "
+            f"windows, median of {a.repeats}:"
+        )
         local = statistics.median(fps["local disk"])
         for name, values in fps.items():
             med = statistics.median(values)
-            print(f"  {name:<40} {med:8.1f} frames/s  ({100 * med / local:5.1f}% of local)  "
-                  f"runs: {', '.join(f'{v:.0f}' for v in values)}")
-        print(f"\nprewarm check (8 files, 4 MB ranges; warm: TTFB p50 <= {a.ttfb_ms_max:g} ms, >= {a.mbps_min:g} "
-              f"Mbit/s):")
+            print(
+                f"  {name:<40} {med:8.1f} frames/s  ({100 * med / local:5.1f}% of local)  "
+                f"runs: {', '.join(f'{v:.0f}' for v in values)}"
+            )
+        print(
+            f"\nprewarm check (8 files, 4 MB ranges; warm: TTFB p50 <= {a.ttfb_ms_max:g} ms, >= {a.mbps_min:g} Mbit/s):"
+        )
         for name, spec in (("loopback S3", plain), ("shaped", shaped)):
             apply_env(json.dumps(spec))
             t0 = time.perf_counter()
-            report = prewarm.check(url, files=8, range_mb=4, ttfb_p50_ms_max=a.ttfb_ms_max,
-                                   throughput_mbps_min=a.mbps_min)
+            report = prewarm.check(
+                url, files=8, range_mb=4, ttfb_p50_ms_max=a.ttfb_ms_max, throughput_mbps_min=a.mbps_min
+            )
             print(f"  {name:<12} {prewarm.explain(report)}; took {time.perf_counter() - t0:.2f} s")
     finally:
         loopback.stop(state)
