@@ -94,7 +94,7 @@ def test_killed_worker_mid_unit_resumes_to_identical_result(v21_h264, tmp_path):
     work = tmp_path / "work"
     manifest = planmod.plan(str(v21_h264), work, BIG_UNITS)
     assert any(len(planmod.load_unit(work, u)["files"]) > 1 for u in range(manifest["units"]))
-    victim = worker(work, "host-a", pause=30)
+    victim = worker(work, "host-a", pause=3)  # a file, then 3 s before the next: killed in between
     deadline = time.time() + 60
     while not list((work / workmod.OUT_DIR).rglob("*.*")) and time.time() < deadline:
         time.sleep(0.05)

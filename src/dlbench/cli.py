@@ -55,7 +55,7 @@ def cmd_synth(a) -> None:
         seed=a.seed,
         chunks_size=a.chunks_size,
     )
-    out = synthesize(cfg, a.out, overwrite=a.overwrite, workers=a.workers, progress=not a.quiet)
+    out = synthesize(cfg, a.out, overwrite=a.overwrite, workers=a.workers, progress=a.bars)
     print(f"wrote v2.1 dataset {out}")
 
 
@@ -117,7 +117,7 @@ def cmd_convert_run(a) -> None:
             work_dir=a.work,
             options=_plan_options(a),
             lease_timeout_s=a.lease_timeout_s,
-            progress=not a.quiet,
+            progress=a.bars,
             on_workers_started=rss.start,
         )
     finally:
@@ -401,7 +401,9 @@ class _Help(argparse.HelpFormatter):
 
 # -q is taken before or after the subcommand; SUPPRESS keeps a subcommand from resetting what the top level set
 _QUIET = argparse.ArgumentParser(add_help=False)
-_QUIET.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bars")
+_QUIET.add_argument(
+    "-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bars or per-unit lines"
+)
 
 
 def _command(sub, name: str, **kw) -> argparse.ArgumentParser:
@@ -415,7 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dlbench", description="Prepare LeRobot datasets and benchmark loading them.", formatter_class=_Help
     )
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars or per-unit lines")
     parser.add_argument("--version", action="version", version=f"dlbench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="one step; COMMAND --help")
 
@@ -583,7 +585,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    args.quiet = args.quiet or not sys.stderr.isatty()  # progress bars only on a terminal: logs stay readable
+    args.bars = not args.quiet and sys.stderr.isatty()  # progress bars only on a terminal: logs stay readable
     try:
         args.func(args)
     except UserError as e:

@@ -165,8 +165,8 @@ def run_unit(work: Path, manifest: dict, unit: dict) -> None:
     out = work / OUT_DIR
     files = []
     pause = float(os.environ.get("DLBENCH_CONVERT_PAUSE_S", "0"))  # fault-injection tests: time to kill mid-unit
-    for k, f in enumerate(unit["files"]):
-        if pause and k:
+    for f in unit["files"]:
+        if pause:
             time.sleep(pause)
         if unit["stream"] == planmod.DATA_STREAM:
             entries = _write_data_file(manifest, f, out)
