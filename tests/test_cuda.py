@@ -12,7 +12,7 @@ import torch
 from dlbench import barcode
 from dlbench.bench.launch import run_rank
 from dlbench.bench.runner import BenchConfig
-from dlbench.loader.collate import DataLoader
+from dlbench.loader import DataLoader
 from dlbench.loader.map import LeRobotMapDataset
 from dlbench.loader.stream import LeRobotStreamingDataset
 from dlbench.synth import Camera, synthesize

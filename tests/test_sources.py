@@ -13,7 +13,7 @@ import pytest
 
 from dlbench import loopback
 from dlbench.errors import UserError
-from dlbench.loader.collate import DataLoader
+from dlbench.loader import DataLoader
 from dlbench.loader.stream import LeRobotStreamingDataset
 from dlbench.sources import apply_env
 

@@ -185,9 +185,9 @@ def test_metadata_here_data_files_elsewhere(v30_h264, tmp_path):
 
 
 def test_dlbench_dataloader_batches_equal_torch_default_batches(v30_h264):
-    """dlbench.loader.collate.DataLoader moves small fields pickled, not through shared memory; the batches it
+    """dlbench.loader.DataLoader moves small fields pickled, not through shared memory; the batches it
     returns must be exactly what torch's default collate gives."""
-    from dlbench.loader.collate import DataLoader
+    from dlbench.loader import DataLoader
 
     kw = dict(mode="sarm", seed=3, pool_size=2, buffer_size=4)
     ours = DataLoader(LeRobotStreamingDataset(str(v30_h264), return_uint8=True, **kw), batch_size=4, num_workers=1)
@@ -332,7 +332,7 @@ def test_batch_ring_reuses_slots_and_never_overwrites_a_held_batch(v30_h264, con
     started by the fork server map it through the descriptor they receive (None: as `start_method` picks)."""
     import gc
 
-    from dlbench.loader.collate import DataLoader
+    from dlbench.loader import DataLoader
 
     ds = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, mode="single", pool_size=2, buffer_size=8)
     loader = DataLoader(ds, batch_size=4, num_workers=2, persistent_workers=True, multiprocessing_context=context)

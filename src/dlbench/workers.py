@@ -6,7 +6,7 @@ import multiprocessing
 import threading
 
 # imported once by the fork server, so that each worker it forks starts with the loaders already loaded
-FORKSERVER_PRELOAD = ["dlbench.loader.map", "dlbench.loader.stream", "dlbench.loader.collate"]
+FORKSERVER_PRELOAD = ["dlbench.loader.map", "dlbench.loader.stream", "dlbench.loader.dataloader"]
 
 
 def start_method(cuda: bool = False) -> str:

@@ -52,7 +52,7 @@ def _dlbench_adapter(ds, iterable: bool) -> Adapter:
     # partials of module functions, not lambdas: spawned DataLoader workers (cuda decode) pickle the dataset wrapper
     return Adapter(
         ds, iterable, ds.frames_per_item, partial(_cache_stats, ds), partial(_decode_seconds, ds), collate=collate
-    )  # dlbench.loader.collate.DataLoader's batching
+    )  # dlbench.loader.DataLoader's batching
 
 
 def make_adapter(cfg) -> Adapter:

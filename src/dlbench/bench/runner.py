@@ -18,7 +18,8 @@ import torch
 
 from ..config import defaults
 from ..errors import UserError
-from ..loader.collate import CollateWorkerInit, collate, make_ring, to_torch
+from ..loader.collate import CollateWorkerInit, collate, to_torch
+from ..loader.dataloader import make_ring
 from ..loader.dataset_meta import DatasetMeta
 from ..procstat import MemorySampler
 from ..validate import is_synthetic
@@ -184,7 +185,7 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
     context = start_method(cuda=device.type == "cuda") if workers > 0 else None
     prefetch = cfg.prefetch_factor if workers > 0 else None
     collate_items, worker_init, ring = adapter.collate, None, None
-    if collate_items is collate:  # as dlbench.loader.collate.DataLoader batches: through a ring of shared slots
+    if collate_items is collate:  # as dlbench.loader.DataLoader batches: through a ring of shared slots
         ring = make_ring(adapter.dataset, cfg.batch_size, workers, prefetch)
         collate_items = partial(collate, ring=ring)
         worker_init = CollateWorkerInit()

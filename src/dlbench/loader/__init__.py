@@ -4,7 +4,7 @@
 streaming, like `StreamingLeRobotDataset`) and `DataLoader` (torch's, with a cheaper worker -> main hand-off).
 """
 
-from .collate import DataLoader
+from .dataloader import DataLoader
 from .dataset_meta import DatasetMeta
 from .map import LeRobotMapDataset
 from .stream import LeRobotStreamingDataset

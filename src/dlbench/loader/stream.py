@@ -28,7 +28,7 @@ import torch
 from ..errors import UserError
 from ..video import DEFAULT_TOLERANCE_S
 from .dataset_meta import DatasetMeta, dataset_root, episode_rows, resolve_windows
-from .map import BuilderViews, ItemBuilder, data_columns, read_columns
+from .items import BuilderViews, ItemBuilder, data_columns, read_columns
 
 SHARD_KEY = "_shard"
 POS_KEY = "_pos"

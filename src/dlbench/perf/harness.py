@@ -23,7 +23,7 @@ import torch
 
 from ..bench.adapters import make_adapter
 from ..bench.runner import BenchConfig, run
-from ..loader.collate import DataLoader
+from ..loader import DataLoader
 
 
 def bare(cfg: BenchConfig) -> float:

@@ -33,9 +33,9 @@ import numpy as np
 import torch
 
 from ..aggregate import VERIFIED_STATUSES
-from ..loader.collate import DataLoader
+from ..loader import DataLoader
 from ..loader.dataset_meta import DatasetMeta, resolve_windows
-from ..loader.map import read_columns
+from ..loader.items import read_columns
 from ..loader.stream import LeRobotStreamingDataset, shard_order, split_episodes
 from . import datasets
 

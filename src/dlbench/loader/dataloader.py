@@ -1,0 +1,76 @@
+"""`DataLoader`: torch's DataLoader batched by `collate` through a `BatchRing`, with a safe worker start method."""
+
+from __future__ import annotations
+
+import torch
+
+from ..workers import start_method
+from .collate import CollateWorkerInit, collate, to_torch
+from .ring import _ALIGN, BatchRing
+
+
+def decodes_on_gpu(dataset) -> bool:
+    """True for a dataset whose frames come out of the GPU's decoder (its `decode_device` is not "cpu")."""
+    return getattr(dataset, "decode_device", "cpu") != "cpu"
+
+
+def make_ring(dataset, batch_size: int | None, num_workers: int, prefetch_factor: int | None) -> BatchRing | None:
+    """A `BatchRing` for a DataLoader's workers, sized from the dataset's `frame_bytes_per_item`; None where one
+    cannot help (no workers, no batching, frames decoded on the GPU, a dataset that does not say its frame size)."""
+    item_bytes = getattr(dataset, "frame_bytes_per_item", None)
+    if num_workers <= 0 or not batch_size or not item_bytes or decodes_on_gpu(dataset):
+        return None
+    # a worker has prefetch_factor batches in flight, plus the one the consumer holds. (Once another worker's shard
+    # has ended torch lets it run up to prefetch_factor x num_workers ahead; those few batches take the fallback
+    # rather than every worker reserving that much memory.)
+    slots = (prefetch_factor or 2) + 1
+    return BatchRing(num_workers, slots, batch_size * item_bytes + 16 * _ALIGN)
+
+
+class _RingCollate:
+    """`collate` with the loader's current ring (the one the worker received as it started)."""
+
+    def __init__(self):
+        self.ring: BatchRing | None = None
+
+    def __call__(self, items):
+        return collate(items, self.ring)
+
+
+class DataLoader(torch.utils.data.DataLoader):
+    """torch's DataLoader with `collate` as the default collate_fn and its batches converted back by `to_torch`.
+
+    Use it like torch's; the batches hold tensors only (and lists of strings), as with the default collate. With a
+    dlbench dataset decoding on the CPU, batches travel through a `BatchRing`.
+
+    Unless a multiprocessing context is given, workers start as `dlbench.workers.start_method` says when they
+    start: forked where that is safe, else from the fork server; spawned for a dataset that decodes on the GPU
+    (`decode_device` "cuda"; CUDA cannot start in a forked process). Such a dataset also gets no pin_memory: its
+    frames are already in GPU memory, and torch cannot pin them. With `pin_memory=True` the ring's slots are
+    registered with CUDA, so frames arrive in pinned memory without the copy torch's pin thread would make.
+    """
+
+    def __init__(self, dataset, *args, collate_fn=None, **kwargs):
+        super().__init__(dataset, *args, collate_fn=collate_fn or _RingCollate(), **kwargs)
+        if collate_fn is None and self.batch_sampler is not None:
+            self.worker_init_fn = CollateWorkerInit(self.worker_init_fn)
+        self._gpu = decodes_on_gpu(dataset)
+        self._pick_start_method = self.num_workers > 0 and self.multiprocessing_context is None
+        if self._gpu:
+            self.pin_memory = False
+            if self._pick_start_method:
+                self.multiprocessing_context = "spawn"
+
+    def __iter__(self):
+        if self._pick_start_method and (self._iterator is None or not self.persistent_workers):
+            self.multiprocessing_context = start_method(cuda=self._gpu)  # workers start in super().__iter__()
+        if isinstance(self.collate_fn, _RingCollate) and (self.collate_fn.ring is None or not self.persistent_workers):
+            # workers fork in super().__iter__() and keep the ring they saw; new workers get a new ring, so slots
+            # left busy by batches of a shut-down iteration never reach them
+            self.collate_fn.ring = make_ring(self.dataset, self.batch_size, self.num_workers, self.prefetch_factor)
+            if self.collate_fn.ring is not None and self.pin_memory and torch.cuda.is_available():
+                self.collate_fn.ring.pin()  # torch's pin thread passes ring slots through: they are pinned already
+        ring = self.collate_fn.ring if isinstance(self.collate_fn, _RingCollate) else None  # alive while we yield
+        for batch in super().__iter__():
+            yield to_torch(batch)
+        del ring

@@ -1,0 +1,219 @@
+"""What both loaders share: reading parquet columns, building items from rows, and what a dataset exposes.
+
+`ItemBuilder` turns rows into LeRobot items (numeric fields, windows with pad masks, the task, decoded frames);
+`BuilderViews` is what the bench harness, `dlbench.loader.DataLoader` and training code read off a dataset.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from ..errors import UserError
+from ..format import meta, paths
+from ..video import VideoDecoderCache, is_remote, split_runs
+from ..workers import keep_freed_blocks
+from .collate import collating_worker
+from .dataset_meta import DatasetMeta
+
+INDEX_COLUMNS = ("index", "episode_index", "frame_index", "timestamp", "task_index")
+
+
+def read_columns(dmeta: DatasetMeta, rel_files: list[str], columns: list[str]) -> dict[str, np.ndarray]:
+    """Concatenate `columns` of the given data files into numpy arrays (fixed-size lists become 2-D)."""
+    tables = []
+    for rel in rel_files:
+        url = paths.join(dmeta.data_root, rel)
+        try:
+            if is_remote(url):
+                with meta.open_file(dmeta.data_root, rel) as f:
+                    tables.append(pq.read_table(f, columns=columns))
+            else:
+                tables.append(pq.read_table(url.removeprefix("file://"), columns=columns, memory_map=True))
+        except (pa.ArrowInvalid, OSError) as e:
+            raise UserError(f"{url}: cannot read parquet ({e})") from None
+    table = pa.concat_tables(tables)
+    out = {}
+    for name in columns:
+        col = table.column(name).combine_chunks()
+        if pa.types.is_fixed_size_list(col.type) or pa.types.is_list(col.type):
+            width = col.type.list_size if pa.types.is_fixed_size_list(col.type) else None
+            flat = col.flatten().to_numpy()
+            out[name] = flat.reshape(len(col), width if width else -1)
+        else:
+            out[name] = col.to_numpy()
+    return out
+
+
+def data_columns(dmeta: DatasetMeta) -> list[str]:
+    """Parquet columns an item carries: the numeric features plus the index columns."""
+    cols = [
+        k
+        for k, ft in dmeta.info["features"].items()
+        if ft.get("dtype") not in ("video", "image", "string") and k not in INDEX_COLUMNS
+    ]
+    return cols + list(INDEX_COLUMNS)
+
+
+class ItemBuilder:
+    """Turns a row (and its episode) into an item; shared by the map-style and streaming datasets."""
+
+    def __init__(
+        self,
+        dmeta: DatasetMeta,
+        windows: dict[str, np.ndarray],
+        columns: dict[str, np.ndarray],
+        decode_device: str,
+        cache_size: int,
+        return_float: bool,
+        tolerance_s: float,
+        image_transforms=None,
+    ):
+        self.image_transforms = image_transforms  # applied to each camera's frames of an item, as LeRobot does
+        self.dmeta, self.windows, self.cols = dmeta, windows, columns
+        self.decode_device, self.cache_size = decode_device, cache_size
+        self.return_float, self.tolerance_s = return_float, tolerance_s
+        self.row_offset = 0  # global row of position 0 in `columns` (a shard may hold only part of the rows)
+        self._cache: VideoDecoderCache | None = None
+        self._pid = None
+        self.decode_s = 0.0  # time spent decoding in this process (for the fetch/decode split)
+
+    def __getstate__(self) -> dict:
+        # open decoders (and the cache's lock) stay in their process; a spawned worker builds its own cache
+        return {**self.__dict__, "_cache": None, "_pid": None}
+
+    @property
+    def cache(self) -> VideoDecoderCache:
+        if self._cache is None or self._pid != os.getpid():  # one cache per process: never share decoders across fork
+            if torch.utils.data.get_worker_info() is not None:  # a DataLoader worker: its allocator is ours to tune
+                keep_freed_blocks()
+            self._cache = VideoDecoderCache(self.cache_size, device=self.decode_device)
+            self._pid = os.getpid()
+        return self._cache
+
+    def build(self, row: int) -> dict:
+        """The item for global row `row`."""
+        return self.build_many([row])[0]
+
+    def build_many(self, rows: list[int], cursor: int | None = None) -> list[dict]:
+        """Items for several rows; each camera's frames are decoded with one sorted request per episode.
+
+        The parquet fields of all rows are gathered at once (one numpy take per column), and so are each episode's
+        frames; each item holds views of those blocks. `cursor` names the sequential reader the rows belong to (the
+        streaming loader's pool slot): each gets its own decoder per file (see `VideoDecoderCache`), so episodes
+        read in turn from one file do not make one decoder seek back and forth.
+        """
+        c, off, dm = self.cols, self.row_offset, self.dmeta
+        rows = np.asarray(rows, dtype=np.int64)
+        eps = c["episode_index"][rows - off].astype(np.int64)
+        lo, hi = dm.ep_from[eps][:, None], dm.ep_to[eps][:, None] - 1
+
+        def window(key: str) -> tuple[np.ndarray, np.ndarray]:  # clamped query rows (k, W) and pad mask (k, W)
+            q = rows[:, None] + self.windows[key][None, :]
+            return np.clip(q, lo, hi), (q < lo) | (q > hi)
+
+        fields: dict[str, torch.Tensor] = {}
+        for name, arr in c.items():
+            if name in self.windows:
+                q, pad = window(name)
+                fields[name] = torch.from_numpy(arr[q - off])
+                fields[f"{name}_is_pad"] = torch.from_numpy(pad)
+            else:
+                fields[name] = torch.from_numpy(arr[rows - off])
+        tasks = [dm.tasks[int(t)] for t in c["task_index"][rows - off]]
+        # one decode request per camera and episode: a streaming block is one episode, a map-style item one row.
+        # In a DataLoader worker batched by dlbench's collate, windows with repeated frames stay `FrameGather`s and
+        # are copied once, straight into the batch; everywhere else items hold plain tensors
+        gather = self.return_float or self.image_transforms is not None or not collating_worker()
+        if (eps == eps[0]).all():  # the common case; np.unique costs tens of microseconds
+            groups = [(int(eps[0]), None)]  # (episode, its rows' positions; None: all of them)
+        else:
+            episodes, which = np.unique(eps, return_inverse=True)
+            groups = [(int(ep), np.flatnonzero(which == u)) for u, ep in enumerate(episodes)]
+        per_item: dict[str, list] = {}  # camera -> its frames, item by item
+        for cam in dm.cameras:
+            if cam in self.windows:
+                q, pad = window(cam)
+                fields[f"{cam}_is_pad"] = torch.from_numpy(pad)
+            else:
+                q = rows[:, None]
+            times = dm.video_from[cam][eps][:, None] + c["timestamp"][q - off].astype(np.float64)
+            per_item[cam] = frames = [None] * len(rows)
+            for ep, member in groups:
+                wanted = times if member is None else times[member]
+                t0 = time.perf_counter()
+                got = self.cache.decode(
+                    dm.video_url(cam, ep), wanted.ravel(), dm.fps, self.tolerance_s, cursor=cursor, gather=gather
+                )
+                self.decode_s += time.perf_counter() - t0
+                if self.return_float:
+                    got = got.float() / 255.0
+                split = split_runs(got, len(wanted)) if cam in self.windows else got.unbind(0)
+                for i, f in zip(range(len(rows)) if member is None else member.tolist(), split):
+                    frames[i] = f
+        names = [*fields, "task", *per_item]
+        columns = [*(block.unbind(0) for block in fields.values()), tasks, *per_item.values()]
+        items = [dict(zip(names, values)) for values in zip(*columns)]
+        if self.image_transforms is not None:
+            for item in items:
+                for cam in per_item:
+                    item[cam] = self.image_transforms(item[cam])
+        return items
+
+    def frames_per_item(self) -> int:
+        return sum(len(self.windows[c]) if c in self.windows else 1 for c in self.dmeta.cameras)
+
+    def frame_bytes_per_item(self) -> int:
+        """Bytes of decoded frames in one item (all cameras and window steps)."""
+        per_frame = {c: int(np.prod(self.dmeta.info["features"][c]["shape"])) for c in self.dmeta.cameras}
+        steps = sum(per_frame[c] * (len(self.windows[c]) if c in self.windows else 1) for c in self.dmeta.cameras)
+        return steps * (4 if self.return_float else 1)
+
+
+class BuilderViews:
+    """What the bench harness, `loader.DataLoader` and LeRobot training code read off a dataset built on
+    an `ItemBuilder`."""
+
+    builder: ItemBuilder
+    meta: DatasetMeta
+
+    @property
+    def repo_id(self) -> str:
+        return self.meta.repo_id
+
+    @property
+    def root(self) -> str:
+        return self.meta.root
+
+    @property
+    def fps(self) -> int:
+        return self.meta.fps
+
+    @property
+    def features(self) -> dict:
+        return self.meta.features
+
+    @property
+    def num_episodes(self) -> int:
+        return self.meta.num_episodes if self.episodes is None else len(self.episodes)
+
+    @property
+    def cache(self) -> VideoDecoderCache:
+        return self.builder.cache
+
+    @property
+    def decode_device(self) -> str:
+        return self.builder.decode_device
+
+    @property
+    def frames_per_item(self) -> int:
+        return self.builder.frames_per_item()
+
+    @property
+    def frame_bytes_per_item(self) -> int:  # sizes the DataLoader's shared batch slots (`loader.ring`)
+        return self.builder.frame_bytes_per_item()
