@@ -60,6 +60,14 @@ def data_columns(dmeta: DatasetMeta) -> list[str]:
     return cols + list(INDEX_COLUMNS)
 
 
+def _episode_groups(eps: np.ndarray) -> list[tuple[int, np.ndarray | None]]:
+    """(episode, positions of its rows; None: all of them) for the episodes of a run of rows."""
+    if (eps == eps[0]).all():  # the common case; np.unique costs tens of microseconds
+        return [(int(eps[0]), None)]
+    episodes, which = np.unique(eps, return_inverse=True)
+    return [(int(ep), np.flatnonzero(which == u)) for u, ep in enumerate(episodes)]
+
+
 class ItemBuilder:
     """Turns a row (and its episode) into an item; shared by the map-style and streaming datasets."""
 
@@ -109,14 +117,7 @@ class ItemBuilder:
         read in turn from one file do not make one decoder seek back and forth.
         """
         c, off, dm = self.cols, self.row_offset, self.dmeta
-        rows = np.asarray(rows, dtype=np.int64)
-        eps = c["episode_index"][rows - off].astype(np.int64)
-        lo, hi = dm.ep_from[eps][:, None], dm.ep_to[eps][:, None] - 1
-
-        def window(key: str) -> tuple[np.ndarray, np.ndarray]:  # clamped query rows (k, W) and pad mask (k, W)
-            q = rows[:, None] + self.windows[key][None, :]
-            return np.clip(q, lo, hi), (q < lo) | (q > hi)
-
+        rows, eps, window = self._windows(rows)
         fields: dict[str, torch.Tensor] = {}
         for name, arr in c.items():
             if name in self.windows:
@@ -130,19 +131,12 @@ class ItemBuilder:
         # In a DataLoader worker batched by dlbench's collate, windows with repeated frames stay `FrameGather`s and
         # are copied once, straight into the batch; everywhere else items hold plain tensors
         gather = self.return_float or self.image_transforms is not None or not collating_worker()
-        if (eps == eps[0]).all():  # the common case; np.unique costs tens of microseconds
-            groups = [(int(eps[0]), None)]  # (episode, its rows' positions; None: all of them)
-        else:
-            episodes, which = np.unique(eps, return_inverse=True)
-            groups = [(int(ep), np.flatnonzero(which == u)) for u, ep in enumerate(episodes)]
+        groups = _episode_groups(eps)
         per_item: dict[str, list] = {}  # camera -> its frames, item by item
         for cam in dm.cameras:
-            if cam in self.windows:
-                q, pad = window(cam)
+            times, pad = self._frame_times(cam, rows, eps, window)
+            if pad is not None:
                 fields[f"{cam}_is_pad"] = torch.from_numpy(pad)
-            else:
-                q = rows[:, None]
-            times = dm.video_from[cam][eps][:, None] + c["timestamp"][q - off].astype(np.float64)
             per_item[cam] = frames = [None] * len(rows)
             for ep, member in groups:
                 wanted = times if member is None else times[member]
@@ -164,6 +158,35 @@ class ItemBuilder:
                 for cam in per_item:
                     item[cam] = self.image_transforms(item[cam])
         return items
+
+    def _windows(self, rows):
+        """(rows, their episodes, window): window(key) gives the clamped query rows (k, W) and the pad mask."""
+        rows = np.asarray(rows, dtype=np.int64)
+        eps = self.cols["episode_index"][rows - self.row_offset].astype(np.int64)
+        lo, hi = self.dmeta.ep_from[eps][:, None], self.dmeta.ep_to[eps][:, None] - 1
+
+        def window(key: str) -> tuple[np.ndarray, np.ndarray]:
+            q = rows[:, None] + self.windows[key][None, :]
+            return np.clip(q, lo, hi), (q < lo) | (q > hi)
+
+        return rows, eps, window
+
+    def _frame_times(self, cam: str, rows, eps, window) -> tuple[np.ndarray, np.ndarray | None]:
+        """Timestamps in `cam`'s video files of the frames the rows need (k, W), and the pad mask (None: no window)."""
+        q, pad = window(cam) if cam in self.windows else (rows[:, None], None)
+        ts = self.cols["timestamp"][q - self.row_offset].astype(np.float64)
+        return self.dmeta.video_from[cam][eps][:, None] + ts, pad
+
+    def decode_requests(self, rows) -> list[tuple[str, np.ndarray]]:
+        """The decode requests `build_many(rows)` makes, without decoding: (video URL, timestamps) per camera and
+        episode. Benchmarks time torchcodec alone on exactly these."""
+        rows, eps, window = self._windows(rows)
+        out = []
+        for cam in self.dmeta.cameras:
+            times, _ = self._frame_times(cam, rows, eps, window)
+            for ep, member in _episode_groups(eps):
+                out.append((self.dmeta.video_url(cam, ep), (times if member is None else times[member]).ravel()))
+        return out
 
     def frames_per_item(self) -> int:
         return sum(len(self.windows[c]) if c in self.windows else 1 for c in self.dmeta.cameras)

@@ -33,9 +33,8 @@ import numpy as np
 import torch
 
 from ..aggregate import VERIFIED_STATUSES
-from ..loader import DataLoader
-from ..loader.dataset_meta import DatasetMeta, resolve_windows
-from ..loader.items import read_columns
+from ..loader import DataLoader, LeRobotMapDataset
+from ..loader.dataset_meta import DatasetMeta
 from ..loader.stream import LeRobotStreamingDataset, shard_order, split_episodes
 from . import datasets
 
@@ -62,21 +61,11 @@ def requests_for(root: str, mode: str, pattern: str, workers: int, seed: int = 0
 
     The cursor is the pool slot for streaming (one decoder per live episode's slot and file, as the streaming loader
     keeps) and None for random access (one decoder per file)."""
-    dmeta = DatasetMeta.load(root)
-    windows = resolve_windows(mode, None, dmeta)
-    cols = read_columns(dmeta, dmeta.data_files(), ["episode_index", "timestamp"])
-    ep_of, ts = cols["episode_index"], cols["timestamp"].astype(np.float64)
+    builder = LeRobotMapDataset(root, mode=mode, return_uint8=True).builder  # every row's columns in memory
+    dmeta = builder.dmeta
 
-    def group(rows: list[int], cursor: int | None = None) -> list[tuple]:
-        reqs: dict[tuple, list[float]] = {}
-        for row in rows:
-            ep = int(ep_of[row])
-            lo, hi = dmeta.ep_from[ep], dmeta.ep_to[ep] - 1
-            for cam in dmeta.cameras:
-                q = np.clip(row + windows[cam], lo, hi) if cam in windows else np.asarray([row])
-                key = (dmeta.video_url(cam, ep), cursor)
-                reqs.setdefault(key, []).extend(dmeta.video_from[cam][ep] + ts[q])
-        return list(reqs.items())
+    def group(rows: list[int], cursor: int | None = None) -> list[tuple]:  # as the loader asks for them
+        return [((url, cursor), times) for url, times in builder.decode_requests(rows)]
 
     per_proc: list[list[list[tuple]]] = []
     if pattern == "random":
