@@ -157,6 +157,117 @@ def cuda_unavailable_reason(decode_device: str) -> str | None:
     return None
 
 
+def _dataloader(cfg: BenchConfig, adapter, device: torch.device, pin: bool):
+    """The DataLoader the run measures, batched as the loader's users batch it: (loader, worker start method)."""
+    workers = cfg.num_workers
+    # spawned for CUDA decoding, else forked unless a thread runs here (dlbench.workers)
+    context = start_method(cuda=device.type == "cuda") if workers > 0 else None
+    prefetch = cfg.prefetch_factor if workers > 0 else None
+    collate_items, worker_init = adapter.collate, None
+    if collate_items is collate:  # as dlbench.loader.DataLoader batches: through a ring of shared slots
+        ring = make_ring(adapter.dataset, cfg.batch_size, workers, prefetch)
+        collate_items = partial(collate, ring=ring)
+        worker_init = CollateWorkerInit()
+        if ring is not None and pin:
+            ring.pin()  # batches in ring slots reach the GPU by DMA, uncopied
+    common = dict(
+        batch_size=cfg.batch_size,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+        collate_fn=partial(_collate, collate_items=collate_items),
+        prefetch_factor=prefetch,
+        pin_memory=pin,
+        multiprocessing_context=context,
+        worker_init_fn=worker_init,
+        in_order=cfg.in_order,
+    )
+    if adapter.iterable:
+        return torch.utils.data.DataLoader(_TimedIterable(adapter.dataset, adapter.cache_stats), **common), context
+    # map-style: every rank shuffles its own disjoint part of the dataset (as DistributedSampler does in training)
+    sampler = torch.utils.data.distributed.DistributedSampler(
+        adapter.dataset, num_replicas=cfg.world_size, rank=cfg.rank, shuffle=True, seed=cfg.seed, drop_last=True
+    )
+    return torch.utils.data.DataLoader(_Timed(adapter.dataset, adapter.cache_stats), sampler=sampler, **common), context
+
+
+class _Epochs:
+    """Batches from a DataLoader without end: a short dataset starts its next epoch (set_epoch where there is one)."""
+
+    def __init__(self, loader, dataset):
+        self.loader, self.dataset, self.epoch = loader, dataset, 0
+        self.it = iter(loader)  # forks the workers: before any sampler thread exists (never fork beside a thread)
+
+    def next(self):
+        try:
+            return next(self.it)
+        except StopIteration:
+            self.epoch += 1
+            for epoch_aware in (self.dataset, self.loader.sampler):
+                if hasattr(epoch_aware, "set_epoch"):
+                    epoch_aware.set_epoch(self.epoch)
+            self.it = iter(self.loader)
+            return next(self.it)
+
+    def close(self) -> None:
+        self.it = self.loader = None  # shuts the workers down
+
+
+@dataclass
+class _Window:
+    """What the consumer saw over the measured windows."""
+
+    windows: list = field(default_factory=list)  # per window: start/end time, samples, batches, seconds
+    latencies: list = field(default_factory=list)  # per batch: each item's time to build inside its worker
+    intervals: list = field(default_factory=list)  # seconds between batches arriving
+    distinct: list = field(default_factory=list)  # distinct episodes per batch (shuffle randomness)
+    sizes: list = field(default_factory=list)
+    worker_stats: dict = field(default_factory=dict)  # worker id -> its latest decoder cache counters
+
+
+def _measure(cfg: BenchConfig, batches: _Epochs, consumer: torch.device, checks: list, samples_out) -> _Window:
+    """`repeats` windows of `duration_s` back to back (their spread is the run's noise), each batch moved to the
+    consumer as training moves it, then checked."""
+    seen = _Window()
+    for _ in range(cfg.repeats):
+        samples = count = 0
+        window_start_unix, w0 = time.time(), time.perf_counter()
+        last = w0
+        while True:
+            now = time.perf_counter()
+            if now - w0 >= cfg.duration_s or (cfg.num_batches is not None and count >= cfg.num_batches):
+                break
+            batch, info = batches.next()
+            batch = to_torch(batch)  # held until the copy is done: ring slots are reused once released
+            if consumer.type == "cuda":  # the copy training pays; the checks below read the host batch
+                _to_device(batch, consumer)
+                torch.cuda.synchronize()  # the batch is on the GPU before the clock is read
+            arrived = time.perf_counter()
+            seen.intervals.append(arrived - last)
+            last = arrived
+            samples += len(info)
+            count += 1
+            seen.latencies.append(info[:, 0])
+            for row in info:
+                seen.worker_stats[int(row[1])] = row[2:7]
+            seen.distinct.append(len(np.unique(batch["episode_index"].cpu().numpy())))
+            seen.sizes.append(len(info))
+            if samples_out is not None:
+                samples_out.extend(batch["index"].cpu().tolist())
+            for check in checks:
+                check(batch)
+        elapsed = time.perf_counter() - w0
+        seen.windows.append(
+            {
+                "start_unix": window_start_unix,
+                "end_unix": window_start_unix + elapsed,
+                "samples": samples,
+                "batches": count,
+                "seconds": elapsed,
+            }
+        )
+    return seen
+
+
 def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict:
     """Run one benchmark rank and return its record (see `record.py`).
 
@@ -176,123 +287,42 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
         if cfg.verify
         else None
     )
-    workers = cfg.num_workers
     # every batch goes to the GPU where there is one, as training moves it; frames decoded on the CPU travel from
     # pinned memory, frames decoded on the GPU are there already
     consumer = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     pin = consumer.type == "cuda" and device.type == "cpu"
-    # spawned for CUDA decoding, else forked unless a thread runs here (dlbench.workers)
-    context = start_method(cuda=device.type == "cuda") if workers > 0 else None
-    prefetch = cfg.prefetch_factor if workers > 0 else None
-    collate_items, worker_init, ring = adapter.collate, None, None
-    if collate_items is collate:  # as dlbench.loader.DataLoader batches: through a ring of shared slots
-        ring = make_ring(adapter.dataset, cfg.batch_size, workers, prefetch)
-        collate_items = partial(collate, ring=ring)
-        worker_init = CollateWorkerInit()
-        if ring is not None and pin:
-            ring.pin()  # batches in ring slots reach the GPU by DMA, uncopied
-    common = dict(
-        batch_size=cfg.batch_size,
-        num_workers=workers,
-        persistent_workers=workers > 0,
-        collate_fn=partial(_collate, collate_items=collate_items),
-        prefetch_factor=prefetch,
-        pin_memory=pin,
-        multiprocessing_context=context,
-        worker_init_fn=worker_init,
-        in_order=cfg.in_order,
-    )
-    if adapter.iterable:
-        loader = torch.utils.data.DataLoader(_TimedIterable(adapter.dataset, adapter.cache_stats), **common)
-    else:
-        # map-style: every rank shuffles its own disjoint part of the dataset (as DistributedSampler does in training)
-        sampler = torch.utils.data.distributed.DistributedSampler(
-            adapter.dataset, num_replicas=cfg.world_size, rank=cfg.rank, shuffle=True, seed=cfg.seed, drop_last=True
-        )
-        loader = torch.utils.data.DataLoader(_Timed(adapter.dataset, adapter.cache_stats), sampler=sampler, **common)
+    loader, context = _dataloader(cfg, adapter, device, pin)
     t_start = time.perf_counter()
-    it = iter(loader)  # forks the workers before the sampler thread exists: never fork beside a live thread
+    batches = _Epochs(loader, adapter.dataset)
     memory = MemorySampler(every_s=0.5)  # a few ms per sample: keep it off the measured cores
     memory.start()
     try:
-        epoch = 0
-
-        def next_batch():
-            nonlocal it, epoch
-            try:
-                return next(it)
-            except StopIteration:  # a short dataset: start the next epoch
-                epoch += 1
-                for epoch_aware in (adapter.dataset, loader.sampler):
-                    if hasattr(epoch_aware, "set_epoch"):
-                        epoch_aware.set_epoch(epoch)
-                it = iter(loader)
-                return next(it)
-
-        next_batch()
+        batches.next()
         first_batch_latency = time.perf_counter() - t_start
         while time.perf_counter() - t_start - first_batch_latency < cfg.warmup_s:
-            next_batch()
+            batches.next()
         if barrier is not None:
             barrier()
-
-        latencies, intervals, distinct, sizes, worker_stats, windows = [], [], [], [], {}, []
-        for _ in range(cfg.repeats):  # back to back: the spread of the windows is the run's noise
-            samples = batches = 0
-            window_start_unix, w0 = time.time(), time.perf_counter()
-            last = w0
-            while True:
-                now = time.perf_counter()
-                if now - w0 >= cfg.duration_s or (cfg.num_batches is not None and batches >= cfg.num_batches):
-                    break
-                batch, info = next_batch()
-                batch = to_torch(batch)  # held until the copy is done: ring slots are reused once released
-                if consumer.type == "cuda":  # the copy training pays; the checks below read the host batch
-                    _to_device(batch, consumer)
-                    torch.cuda.synchronize()  # the batch is on the GPU before the clock is read
-                arrived = time.perf_counter()
-                intervals.append(arrived - last)
-                last = arrived
-                n = len(info)
-                samples += n
-                batches += 1
-                latencies.append(info[:, 0])
-                for row in info:
-                    worker_stats[int(row[1])] = row[2:7]
-                distinct.append(len(np.unique(batch["episode_index"].cpu().numpy())))
-                sizes.append(n)
-                if samples_out is not None:
-                    samples_out.extend(batch["index"].cpu().tolist())
-                if barcodes is not None:
-                    barcodes.check(batch)
-                if decoded is not None:
-                    decoded.offer(batch)
-            elapsed = time.perf_counter() - w0
-            windows.append(
-                {
-                    "start_unix": window_start_unix,
-                    "end_unix": window_start_unix + elapsed,
-                    "samples": samples,
-                    "batches": batches,
-                    "seconds": elapsed,
-                }
-            )
+        checks = [c for c in (barcodes and barcodes.check, decoded and decoded.offer) if c]
+        seen = _measure(cfg, batches, consumer, checks, samples_out)
     finally:
         memory.stop()
     wallclock = time.perf_counter() - t_start
-    it = loader = None  # shuts the workers down before the figures are computed
+    batches.close()
+    loader = None
+    windows = seen.windows
     samples = sum(w["samples"] for w in windows)
     if samples == 0:
         raise UserError(
-            f"no samples arrived in the {cfg.duration_s} s window (loader {cfg.loader}, {workers} workers); rerun "
-            f"with --num-workers 0 to see the loader's own error in this process, and check the job's log"
+            f"no samples arrived in the {cfg.duration_s} s window (loader {cfg.loader}, {cfg.num_workers} workers); "
+            f"rerun with --num-workers 0 to see the loader's own error in this process, and check the job's log"
         )
 
     if decoded is not None:
         decoded.finish()
-    lat = np.concatenate(latencies)
-    gaps = np.asarray(intervals) * 1000.0
-    cache = np.sum(list(worker_stats.values()), axis=0)
+    lat = np.concatenate(seen.latencies)
+    gaps = np.asarray(seen.intervals) * 1000.0
+    cache = np.sum(list(seen.worker_stats.values()), axis=0)
     known = cache[0] >= 0
     lookups = cache[0] + cache[1]
     probe = _probe(cfg)
@@ -324,7 +354,7 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
         "consumer_device": consumer.type,
         "pin_memory": pin,
         "peak_pss_mb": memory.peak / 2**20,
-        "shuffle_randomness": shuffle_score(distinct, sizes, dmeta.ep_to - dmeta.ep_from),
+        "shuffle_randomness": shuffle_score(seen.distinct, seen.sizes, dmeta.ep_to - dmeta.ep_from),
         "probe_samples_per_s": probe["samples_per_s"],
         "probe_fetch_ms": probe["fetch_ms"],
         "probe_decode_ms": probe["decode_ms"],
