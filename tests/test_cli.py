@@ -43,3 +43,15 @@ def test_choices_are_enforced(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench-run", "--out-dir", "o", "--loader", "nope"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_log_lines_are_stamped_and_errors_are_one_plain_line(tmp_path, capsys):
+    import re
+
+    from dlbench.cli import main
+
+    assert main(["synth", str(tmp_path / "d"), "--episodes", "1", "--length-min", "3", "--length-max", "3"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d wrote v2\.1 dataset .*", out[-1]), out
+    assert main(["validate", str(tmp_path / "d")]) == 2
+    assert capsys.readouterr().err.startswith("dlbench validate: error: ")

@@ -5,9 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 from .errors import UserError
+
+
+def say(message: str) -> None:
+    """One line of the command's log, stamped with the local time (a workflow's logs are read long after)."""
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}", flush=True)
 
 
 def _camera(spec: str):
@@ -56,7 +62,7 @@ def cmd_synth(a) -> None:
         chunks_size=a.chunks_size,
     )
     out = synthesize(cfg, a.out, overwrite=a.overwrite, workers=a.workers, progress=a.bars)
-    print(f"wrote v2.1 dataset {out}")
+    say(f"wrote v2.1 dataset {out}")
 
 
 def _plan_options(a):
@@ -74,7 +80,7 @@ def cmd_convert_plan(a) -> None:
     from .convert.plan import plan
 
     m = plan(a.src, a.work, _plan_options(a))
-    print(f"planned {m['units']} units over {m['total_episodes']} episodes in {a.work}")
+    say(f"planned {m['units']} units over {m['total_episodes']} episodes in {a.work}")
 
 
 def cmd_convert_work(a) -> None:
@@ -83,9 +89,9 @@ def cmd_convert_work(a) -> None:
     ran = work(
         a.work,
         lease_timeout_s=a.lease_timeout_s,
-        progress=(lambda u: print(f"unit {u} done", flush=True)) if not a.quiet else None,
+        progress=(lambda u: say(f"unit {u} done")) if not a.quiet else None,
     )
-    print(f"this worker ran {ran} units; all units of {a.work} are done")
+    say(f"this worker ran {ran} units; all units of {a.work} are done")
     if a.done_marker:
         from . import atomic
 
@@ -95,7 +101,7 @@ def cmd_convert_work(a) -> None:
 def cmd_convert_finalize(a) -> None:
     from .convert.finalize import finalize
 
-    print(f"published v3.0 dataset {finalize(a.work, a.dst)}")
+    say(f"published v3.0 dataset {finalize(a.work, a.dst)}")
 
 
 def cmd_convert_run(a) -> None:
@@ -123,7 +129,7 @@ def cmd_convert_run(a) -> None:
     finally:
         rss.stop()
     seconds = time.perf_counter() - t0
-    print(f"published v3.0 dataset {out} in {seconds:.1f} s")
+    say(f"published v3.0 dataset {out} in {seconds:.1f} s")
     if a.record:
 
         def tree_bytes(root):
@@ -159,12 +165,12 @@ def cmd_validate(a) -> None:
         except UserError as e:
             if a.report:
                 atomic.write_json(a.report, {"dataset": a.dataset, "ok": False, "reachable": False, "reason": str(e)})
-            print(f"{a.dataset}: not reachable, validation skipped: {e}")
+            say(f"{a.dataset}: not reachable, validation skipped: {e}")
             return
     report = validate(a.dataset, sample_episodes=a.sample_episodes)
     if a.report:
         atomic.write_json(a.report, report)
-    print(
+    say(
         f"{a.dataset}: valid v3.0 ({report['episodes']} episodes, {report['frames']} frames, "
         f"{report['frames_decoded']} edge frames decoded, {report['frames_wrong']} wrong)"
     )
@@ -206,10 +212,10 @@ def cmd_bench(a) -> None:
     rank, world = rank_and_world(a.rank, run["ranks"])
     rec = run_rank(BenchConfig.from_spec(run, rank=rank), a.out_dir)
     if rec["status"] not in ("ok", "unverified"):
-        print(f"rank {rank} of {world}: {rec['status']}: {rec['reason']}")
+        say(f"rank {rank} of {world}: {rec['status']}: {rec['reason']}")
         return
     m = rec["metrics"]
-    print(
+    say(
         f"rank {rank} of {world}: {m['frames_per_s_node']:.1f} frames/s, {m['samples_per_s']:.1f} samples/s, "
         f"p99 {m['latency_p99_ms']:.1f} ms, {m['frames_wrong']} wrong of {m['frames_verified']} verified"
     )
@@ -219,15 +225,20 @@ def cmd_bench_run(a) -> None:
     from .bench.launch import bench_run
 
     m = bench_run(_run_from_args(a), a.out_dir)
-    print(f"{a.out_dir}: {m['world_size']} rank(s) via {m['launcher']}, status {m['status']}")
+    say(f"{a.out_dir}: {m['world_size']} rank(s) via {m['launcher']}, status {m['status']}")
 
 
 def cmd_stage(a) -> None:
     from .sources import apply_env, stage
 
     apply_env(a.source_spec)
-    info = stage(a.local, a.url, a.marker)
-    print(f"staged {info['files']} files ({info['bytes'] / 2**20:.1f} MB) to {a.url}")
+    bar = None
+    if a.bars:
+        from fsspec.callbacks import TqdmCallback
+
+        bar = TqdmCallback(tqdm_kwargs={"desc": "stage", "unit": "file"})
+    info = stage(a.local, a.url, a.marker, callback=bar)
+    say(f"staged {info['files']} files ({info['bytes'] / 2**20:.1f} MB) to {a.url}")
 
 
 def cmd_prewarm(a) -> None:
@@ -239,7 +250,7 @@ def cmd_prewarm(a) -> None:
         a.url, files=a.files, range_mb=a.range_mb, ttfb_p50_ms_max=a.ttfb_ms_max, throughput_mbps_min=a.mbps_min
     )
     prewarm.write(report, a.out)
-    print(f"{prewarm.explain(report)} (check took {report['check_seconds']:.1f} s)")
+    say(f"{prewarm.explain(report)} (check took {report['check_seconds']:.1f} s)")
 
 
 def _mode_target(text: str) -> tuple[str, float]:
@@ -262,21 +273,21 @@ def cmd_aggregate(a) -> None:
         thrash={"hit_rate_below": a.thrash_hit_rate_below, "p99_ms_above": a.thrash_p99_ms_above},
         prewarm=prewarm,
     )
-    print(f"wrote {a.out} ({len(df)} runs, {int(df['pass'].sum())} pass their target)")
+    say(f"wrote {a.out} ({len(df)} runs, {int(df['pass'].sum())} pass their target)")
 
 
 def cmd_conversion_table(a) -> None:
     from .aggregate import conversion_table
 
     df = conversion_table(a.records, a.out)
-    print(f"wrote {a.out} ({len(df)} conversions)")
+    say(f"wrote {a.out} ({len(df)} conversions)")
 
 
 def cmd_plot(a) -> None:
     from .plots import plot_all
 
     for p in plot_all(a.summary, a.outdir, conversion=a.conversion):
-        print(f"wrote {p}")
+        say(f"wrote {p}")
 
 
 def _megabytes(text: str) -> int | float:
@@ -589,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.func(args)
     except UserError as e:
-        print(f"dlbench {args.command}: error: {e}", file=sys.stderr)
+        sys.stderr.write(f"dlbench {args.command}: error: {e}\n")
         return 2
     return 0
 

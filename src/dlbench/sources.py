@@ -75,8 +75,11 @@ def _friendly(url: str, e: Exception) -> UserError:
     return UserError(f"{url}: unreachable ({text}); check the endpoint and that the server is running")
 
 
-def stage(local_root: str | Path, url: str, marker: str | Path) -> dict:
-    """Upload the dataset at `local_root` to `url` (replacing what is there); write `marker` when complete."""
+def stage(local_root: str | Path, url: str, marker: str | Path, callback=None) -> dict:
+    """Upload the dataset at `local_root` to `url` (replacing what is there); write `marker` when complete.
+
+    One fsspec `put` of every file (s3fs uploads them concurrently); `callback` is an fsspec Callback told of each
+    file done (a progress bar)."""
     local_root = Path(local_root)
     try:
         fs, path = fsspec.core.url_to_fs(url)
@@ -86,8 +89,8 @@ def stage(local_root: str | Path, url: str, marker: str | Path) -> dict:
         if fs.exists(path):
             fs.rm(path, recursive=True)
         files = sorted(p for p in local_root.rglob("*") if p.is_file())
-        for p in files:
-            fs.put_file(str(p), f"{path}/{p.relative_to(local_root).as_posix()}")
+        remote = [f"{path}/{p.relative_to(local_root).as_posix()}" for p in files]
+        fs.put([str(p) for p in files], remote, callback=callback or fsspec.callbacks.DEFAULT_CALLBACK)
     except Exception as e:  # fsspec back-ends raise many types; name the source and what to check
         raise _friendly(url, e) from None
     info = {"url": url, "files": len(files), "bytes": sum(p.stat().st_size for p in files)}
