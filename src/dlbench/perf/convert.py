@@ -11,7 +11,6 @@ memory stays flat. LeRobot is skipped, with the reason printed, when its peer en
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -19,8 +18,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ..convert import plan as planmod
+from ..format import paths
 from ..procstat import MemorySampler
 from ..synth import Camera, SynthConfig, synthesize
 from . import datasets
@@ -93,54 +95,36 @@ def copy_scaling(src: Path, work: Path, n: int = 2) -> tuple[float, float, float
     return one, many, one / many
 
 
-def ffmpeg_remux(src: Path, work: Path, n: int) -> float | None:
-    """Seconds for FFmpeg's own remuxer (C, one `ffmpeg -f concat -c copy` per output video file, `n` at a time) to
-    write the video files of dlbench's plan: the floor of any converter that parses every packet, as dlbench does to
-    check frame counts and timestamps. None where no `ffmpeg` executable is on PATH."""
-    from ..convert import plan as planmod
-    from ..format import paths
-
+def ffmpeg_remux_commands(src: Path, work: Path, options: planmod.PlanOptions) -> list[list[str]] | None:
+    """One `ffmpeg -f concat -c copy` per output video file of dlbench's plan for `src` (same thresholds): FFmpeg's
+    own remuxer (C) writing what dlbench writes, the floor of any converter that parses every packet, as dlbench
+    does to check frame counts and timestamps. None where no `ffmpeg` executable is on PATH."""
     if shutil.which("ffmpeg") is None:
         return None
-    plan_dir = work / "ffmpeg-plan"
-    shutil.rmtree(plan_dir, ignore_errors=True)
-    manifest = planmod.plan(str(src), plan_dir)
-    out = work / "ffmpeg-out"
-    shutil.rmtree(out, ignore_errors=True)
+    plan_dir, out = work / "ffmpeg-plan", work / "ffmpeg-out"
+    for d in (plan_dir, out):
+        shutil.rmtree(d, ignore_errors=True)
+    manifest = planmod.plan(str(src), plan_dir, options)
     out.mkdir(parents=True)
     cmds = []
     for u in range(manifest["units"]):
-        unit = json.loads(planmod.unit_path(plan_dir, u).read_text())
+        unit = planmod.load_unit(plan_dir, u)
         if unit["stream"] == planmod.DATA_STREAM:
             continue
         for f in unit["files"]:
             name = f"{unit['stream']}-{f['chunk_index']}-{f['file_index']}"
             listing = out / f"{name}.txt"
-            listing.write_text(
-                "".join(
-                    f"file '{src / paths.v21_video_path(e, unit['stream'], manifest['source_chunks_size'])}'\n"
-                    for e in f["source_episodes"]
-                )
-            )
-            cmds.append(
-                [
-                    "ffmpeg",
-                    "-loglevel",
-                    "error",
-                    "-y",
-                    "-f",
-                    "concat",
-                    "-safe",
-                    "0",
-                    "-i",
-                    str(listing),
-                    "-c",
-                    "copy",
-                    str(out / f"{name}.mp4"),
-                ]
-            )
-    from concurrent.futures import ThreadPoolExecutor
+            rel = [
+                paths.v21_video_path(e, unit["stream"], manifest["source_chunks_size"]) for e in f["source_episodes"]
+            ]
+            listing.write_text("".join(f"file '{src / r}'\n" for r in rel))
+            concat = ["ffmpeg", "-loglevel", "error", "-y", "-f", "concat", "-safe", "0", "-i", str(listing)]
+            cmds.append([*concat, "-c", "copy", str(out / f"{name}.mp4")])
+    return cmds
 
+
+def ffmpeg_remux(cmds: list[list[str]], n: int) -> float:
+    """Seconds for the remux commands, `n` at a time."""
     os.sync()
     t0 = time.perf_counter()
     with ThreadPoolExecutor(n) as pool:
@@ -221,6 +205,10 @@ def main(argv=None) -> None:
         f"source: {src} ({size_mb:.1f} MB, {sum(1 for p in src.rglob('*') if p.is_file())} files); "
         f"thresholds: data {a.data_file_size_in_mb} MB, video {a.video_file_size_in_mb} MB"
     )
+    options = planmod.PlanOptions(
+        data_file_size_in_mb=a.data_file_size_in_mb, video_file_size_in_mb=a.video_file_size_in_mb
+    )  # dlbench's plan, as the converter makes it from `sizes`
+    remux = ffmpeg_remux_commands(src, work, options)
     runs: dict[str, list[tuple[float, float]]] = {}
     for _ in range(a.repeats):  # interleaved: drift on a noisy machine hits every contender alike
         shutil.rmtree(work / "cp", ignore_errors=True)
@@ -229,10 +217,10 @@ def main(argv=None) -> None:
             runs.setdefault(f"dlbench convert, {w} worker{'s' if w > 1 else ''}", []).append(
                 dlbench_convert(src, work / f"d{w}", w, sizes)
             )
-        for w in (1, 2):
-            secs = ffmpeg_remux(src, work, w)
-            if secs is not None:
-                runs.setdefault(f"FFmpeg remux (videos), {w} proc{'s' if w > 1 else ''}", []).append((secs, 0.0))
+        for w in (1, 2) if remux else ():
+            runs.setdefault(f"FFmpeg remux (videos), {w} proc{'s' if w > 1 else ''}", []).append(
+                (ffmpeg_remux(remux, w), 0.0)
+            )
     rows = [(name, statistics.median(s for s, _ in r), max(mb for _, mb in r)) for name, r in runs.items()]
     from ..peer import peer_python
 
