@@ -106,7 +106,6 @@ def cmd_convert_finalize(a) -> None:
 
 def cmd_convert_run(a) -> None:
     import socket
-    import time
 
     from . import atomic
     from .convert.run import run

@@ -117,10 +117,9 @@ class DatasetMeta:
     @cached_property
     def stats(self) -> dict[str, dict[str, np.ndarray]]:
         """meta/stats.json as numpy arrays, as LeRobot loads it (empty where the dataset has none)."""
-        try:
-            raw = meta.read_json(self.root, paths.STATS_PATH)
-        except UserError:
+        if not meta.exists(self.root, paths.STATS_PATH):
             return {}
+        raw = meta.read_json(self.root, paths.STATS_PATH)  # a corrupt file is an error naming it, not "no stats"
         return {key: {name: np.asarray(v) for name, v in st.items()} for key, st in raw.items()}
 
     @cached_property
