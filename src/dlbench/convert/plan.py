@@ -70,7 +70,7 @@ def load_unit(work: str | Path, unit: int) -> dict:
     return json.loads(unit_path(Path(work), unit).read_text())
 
 
-# a rough cost model for the lease order, measured on 2 cores (`python -m dlbench.perf.convert`): each source file
+# a rough cost model for the lease order, measured on 2 cores (`python -m benchmarks.convert`): each source file
 # costs about 1 ms to open and rewrite (parquet) or 0.65 ms to open and remux (video); bytes stream at ~200 MB/s
 SOURCE_FILE_COST_S = {"data": 1.0e-3, "video": 0.65e-3}
 BYTES_PER_S = 200e6

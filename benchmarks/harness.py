@@ -1,6 +1,6 @@
 """Harness overhead: the benchmark harness against the same DataLoader loop without instrumentation, in one run.
 
-    python -m dlbench.perf.harness [--dataset V30] [--loaders dlbench_stream dlbench_map] [--workers 2]
+    python -m benchmarks.harness [--dataset V30] [--loaders dlbench_stream dlbench_map] [--workers 2]
                                    [--batch-size 16] [--duration-s 8] [--repeats 3]
 
 For each loader it alternates, `repeats` times:
@@ -21,9 +21,9 @@ from dataclasses import replace
 
 import torch
 
-from ..bench.adapters import make_adapter
-from ..bench.runner import BenchConfig, run
-from ..loader import DataLoader
+from dlbench.bench.adapters import make_adapter
+from dlbench.bench.runner import BenchConfig, run
+from dlbench.loader import DataLoader
 
 
 def bare(cfg: BenchConfig) -> float:
@@ -62,7 +62,7 @@ def bare(cfg: BenchConfig) -> float:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(
-        prog="python -m dlbench.perf.harness", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m benchmarks.harness", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--dataset", default="results/datasets/synthetic/v30")
     ap.add_argument("--loaders", nargs="+", default=["dlbench_stream", "dlbench_map"])

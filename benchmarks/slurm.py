@@ -1,6 +1,6 @@
 """SLURM scale figures: dry-run time of a large matrix, and per-job overhead on the cluster at hand.
 
-    python -m dlbench.perf.slurm [--jobs 1000] [--overhead-jobs 3]
+    python -m benchmarks.slurm [--jobs 1000] [--overhead-jobs 3]
 
 1. Writes a config whose matrix expands to `--jobs` bench runs and times `snakemake --profile profiles/slurm -n`
    on it (DAG building, config validation and the executor's checks; nothing is submitted).
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..peer import REPO_ROOT
+from dlbench.peer import REPO_ROOT
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 

@@ -1,6 +1,6 @@
 """Loader benchmark: dlbench and LeRobot loaders against the decode ceiling, side by side in one run.
 
-    python -m dlbench.perf.loaders [--dataset V30 | --realistic] [--workers 2] [--batch-size 16] [--duration-s 10]
+    python -m benchmarks.loaders [--dataset V30 | --realistic] [--workers 2] [--batch-size 16] [--duration-s 10]
 
 For each mode (single, sarm) it measures, with the same batch size, workers and window:
   - the decode ceiling: torchcodec alone decoding exactly the (file, time) requests a loader makes, with cached
@@ -32,10 +32,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..aggregate import VERIFIED_STATUSES
-from ..loader import DataLoader, LeRobotMapDataset
-from ..loader.dataset_meta import DatasetMeta
-from ..loader.stream import LeRobotStreamingDataset, shard_order, split_episodes
+from dlbench.aggregate import VERIFIED_STATUSES
+from dlbench.loader import DataLoader, LeRobotMapDataset
+from dlbench.loader.dataset_meta import DatasetMeta
+from dlbench.loader.stream import LeRobotStreamingDataset, shard_order, split_episodes
+
 from . import datasets
 
 LOADER_ORDER = ("dlbench_map", "dlbench_stream", "lerobot_map", "lerobot_stream")

@@ -1,4 +1,4 @@
-"""The datasets the perf commands measure on: the quick default and the realistic one (config/realistic.yaml's
+"""The datasets the benchmark commands measure on: the quick default and the realistic one (config/realistic.yaml's
 frames: 2 cameras at 480x640, AV1 g=2 crf=30 as LeRobot records, camera-like content, episodes of 10-20 s)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ..synth import Camera, SynthConfig, synthesize
+from dlbench.synth import Camera, SynthConfig, synthesize
 
 QUICK = SynthConfig(
     episodes=24,
@@ -42,7 +42,7 @@ def v21(work: Path, realistic: bool, episodes: int | None = None) -> Path:
 
 def v30(work: Path, realistic: bool, episodes: int | None = None) -> Path:
     """The same dataset converted to v3.0 (also reused)."""
-    from ..convert.run import run as convert
+    from dlbench.convert.run import run as convert
 
     src = v21(work, realistic, episodes)
     out = src.with_name(src.name.replace("v21", "v30"))

@@ -1,6 +1,6 @@
 """Source benchmark: streaming from a loopback S3 server against streaming from local disk, in one run.
 
-    python -m dlbench.perf.sources --dataset results/datasets/synthetic/v30 [--repeats 3] [--duration-s 8]
+    python -m benchmarks.sources --dataset results/datasets/synthetic/v30 [--repeats 3] [--duration-s 8]
 
 Starts a real S3-compatible server on loopback (SeaweedFS, read through s3fs), plain and behind the shaping proxy
 (`--latency-ms`, `--bandwidth-mbps`: remote, cold-looking storage), stages the dataset there, then alternates bench
@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from .. import loopback, prewarm
-from ..sources import apply_env
+from dlbench import loopback, prewarm
+from dlbench.sources import apply_env
 
 
 def _free_port() -> int:

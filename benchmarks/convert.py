@@ -1,6 +1,6 @@
 """Conversion benchmark: dlbench with 1 and 2 workers, LeRobot 0.6.1's converter and `cp -r`, side by side.
 
-    python -m dlbench.perf.convert [--episodes 400] [--cameras 3] [--workdir DIR] [--repeats 3]
+    python -m benchmarks.convert [--episodes 400] [--cameras 3] [--workdir DIR] [--repeats 3]
 
 Prints the median wall time (over `repeats` interleaved rounds; LeRobot's converter runs once) and peak PSS
 (process tree) of each contender on the same synthetic v2.1 dataset, the ratios the converter targets are stated
@@ -21,10 +21,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ..convert import plan as planmod
-from ..format import paths
-from ..procstat import MemorySampler
-from ..synth import Camera, SynthConfig, synthesize
+from dlbench.convert import plan as planmod
+from dlbench.format import paths
+from dlbench.procstat import MemorySampler
+from dlbench.synth import Camera, SynthConfig, synthesize
+
 from . import datasets
 
 
@@ -222,7 +223,7 @@ def main(argv=None) -> None:
                 (ffmpeg_remux(remux, w), 0.0)
             )
     rows = [(name, statistics.median(s for s, _ in r), max(mb for _, mb in r)) for name, r in runs.items()]
-    from ..peer import peer_python
+    from dlbench.peer import peer_python
 
     peer = peer_python()
     if peer is None:
