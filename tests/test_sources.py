@@ -15,7 +15,7 @@ from dlbench import loopback
 from dlbench.errors import UserError
 from dlbench.loader import DataLoader
 from dlbench.loader.stream import LeRobotStreamingDataset
-from dlbench.sources import apply_env
+from dlbench.sources import LOOPBACK_CREDENTIALS, apply_env, endpoint_option, spec_from_endpoint
 
 from .test_stream import check_item, unbatch
 
@@ -29,7 +29,10 @@ def free_port() -> int:
 
 
 def dlbench(*args: str, spec: dict | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
-    extra = ["--source-spec", json.dumps(spec)] if spec is not None else []
+    """The dlbench command, reading `spec`'s server; a loopback server accepts any key, a real bucket needs them."""
+    extra = ["--endpoint-url", spec["endpoint_url"]] if spec is not None else []
+    if spec is not None and "loopback" in spec:
+        env = {**LOOPBACK_CREDENTIALS, **(os.environ if env is None else env)}
     return subprocess.run(
         [sys.executable, "-m", "dlbench", *args, *extra], capture_output=True, text=True, timeout=300, env=env
     )
@@ -138,7 +141,7 @@ def test_streaming_from_loopback_s3_verifies_every_frame(s3, monkeypatch):
     monkeypatch.setattr("fsspec.config.conf", {})  # apply_env writes the endpoint here; keep it to this test
     for key in ("FSSPEC_S3_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
         monkeypatch.delenv(key, raising=False)  # restored after the test
-    apply_env(json.dumps(s3["fast"]))
+    apply_env(s3["fast"])
     ds = LeRobotStreamingDataset(BUCKET_URL, return_uint8=True, pool_size=2, buffer_size=8)
     seen = []
     # reading the metadata through s3fs left its I/O loop thread running here: forking now is unsafe (a fork beside
@@ -250,3 +253,20 @@ def test_jobs_find_the_server_in_its_state_file(tmp_path):
     assert loopback.endpoint({"port": 9771, "latency_ms": 20}, state) == "http://10.1.2.3:9771"
     with pytest.raises(UserError, match="the loopback server's address is missing"):
         loopback.endpoint({}, tmp_path / "none.json")
+
+
+def test_endpoint_option_names_a_source_in_one_plain_value(tmp_path, monkeypatch):
+    assert endpoint_option({"type": "s3", "endpoint_url": "http://h:9000"}) == "http://h:9000"
+    assert endpoint_option({"type": "s3", "loopback": {"port": 9771, "latency_ms": 20}}) == "loopback:9771"
+    assert endpoint_option({"type": "s3", "loopback": {}}) == "loopback"
+    assert endpoint_option({"type": "local"}) is None
+    assert spec_from_endpoint("http://h:9000") == {"type": "s3", "endpoint_url": "http://h:9000"}
+    state = tmp_path / "loopback.json"
+    state.write_text(json.dumps({"host": "10.0.0.5", "port": 8333}))
+    monkeypatch.setattr(loopback, "STATE", state)  # the running server's address, as the workflow records it
+    monkeypatch.setattr(loopback.address, "__defaults__", (None, state))
+    assert spec_from_endpoint("loopback")["endpoint_url"] == "http://10.0.0.5:8333"
+    assert spec_from_endpoint("loopback:9771")["endpoint_url"] == "http://10.0.0.5:9771"
+    for bad in ("loopback:x", "h:9000"):
+        with pytest.raises(UserError, match=f"--endpoint-url {bad}"):
+            spec_from_endpoint(bad)

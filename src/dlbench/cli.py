@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -183,6 +182,10 @@ def _run_from_args(a) -> dict:
     given = {k: getattr(a, k) for k in RUN_OPTIONS if getattr(a, k, None) is not None}
     if a.no_verify:
         given["verify"] = False
+    if a.endpoint_url:
+        from .sources import spec_from_endpoint
+
+        given["source_spec"] = spec_from_endpoint(a.endpoint_url)
     if a.spec:
         run = {**runspec.read(a.spec), **given}
         run["run_id"] = runspec.run_id(run) if given else run["run_id"]
@@ -228,9 +231,9 @@ def cmd_bench_run(a) -> None:
 
 
 def cmd_stage(a) -> None:
-    from .sources import apply_env, stage
+    from .sources import apply_env, spec_from_endpoint, stage
 
-    apply_env(a.source_spec)
+    apply_env(spec_from_endpoint(a.endpoint_url))
     bar = None
     if a.bars:
         from fsspec.callbacks import TqdmCallback
@@ -242,9 +245,9 @@ def cmd_stage(a) -> None:
 
 def cmd_prewarm(a) -> None:
     from . import prewarm
-    from .sources import apply_env
+    from .sources import apply_env, spec_from_endpoint
 
-    apply_env(a.source_spec)
+    apply_env(spec_from_endpoint(a.endpoint_url))
     report = prewarm.check(
         a.url, files=a.files, range_mb=a.range_mb, ttfb_p50_ms_max=a.ttfb_ms_max, throughput_mbps_min=a.mbps_min
     )
@@ -341,7 +344,10 @@ RUN_OPTIONS = (
     "on_unreachable",
     "require_warm",
     "on_cold",
-    "source_spec",
+)
+ENDPOINT_HELP = (
+    "the S3 endpoint of an s3:// source (e.g. http://host:9000), or loopback[:PORT] for the workflow's own S3 server "
+    "(through its shaping proxy on PORT)"
 )
 
 
@@ -393,7 +399,7 @@ def _add_run_options(p) -> None:
     )
     opt("require_warm", help_="a prewarm report (dlbench prewarm-check) that must say warm")
     opt("on_cold", choices=["error", "warn"], help_="a cold prewarm report: stop, or measure anyway (default: error)")
-    opt("source_spec", json.loads, help_="the source's config as JSON (sets its fsspec settings, e.g. endpoint_url)")
+    p.add_argument("--endpoint-url", default=None, help=ENDPOINT_HELP)
     p.add_argument("--no-verify", action="store_true", help="check no frame (the run is then 'unverified')")
 
 
@@ -535,7 +541,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("local", help="the local dataset directory")
     p.add_argument("url", help="where to upload it (s3://bucket/prefix/name, ...)")
     p.add_argument("--marker", required=True, help="written when the upload is complete")
-    p.add_argument("--source-spec", default=None, help="the source's config as JSON (endpoint_url, ...)")
+    p.add_argument("--endpoint-url", default=None, help=ENDPOINT_HELP)
     p.set_defaults(func=cmd_stage)
 
     p = _command(sub, "prewarm-check", help="measure whether a remote source behaves warm")
@@ -545,7 +551,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--range-mb", type=float, default=4.0, help="bytes per range read (MB)")
     p.add_argument("--ttfb-ms-max", type=float, default=50.0, help="warm: median time to first byte at most this")
     p.add_argument("--mbps-min", type=float, default=400.0, help="warm: range-read throughput at least this")
-    p.add_argument("--source-spec", default=None, help="the source's config as JSON (endpoint_url, ...)")
+    p.add_argument("--endpoint-url", default=None, help=ENDPOINT_HELP)
     p.set_defaults(func=cmd_prewarm)
 
     p = _command(sub, "aggregate", help="rank records -> summary CSV")

@@ -227,6 +227,12 @@ def start(
 
 def endpoint(loopback: dict, state: str | Path = STATE) -> str:
     """The endpoint URL of a loopback source (its `loopback:` settings) from the running server's state file."""
+    shaped = loopback.get("latency_ms") or loopback.get("bandwidth_mbps")
+    return address(loopback["port"] if shaped else None, state)
+
+
+def address(port: int | None = None, state: str | Path = STATE) -> str:
+    """The running server's URL, or that of its shaping proxy on `port`, from the server's state file."""
     try:
         info = json.loads(Path(state).read_text())
     except (OSError, ValueError):
@@ -234,8 +240,7 @@ def endpoint(loopback: dict, state: str | Path = STATE) -> str:
             f"{state}: the loopback server's address is missing; it is started by the Snakemake run "
             f"(onstart), so run this job through snakemake, from the workflow's directory"
         ) from None
-    shaped = loopback.get("latency_ms") or loopback.get("bandwidth_mbps")
-    return f"http://{info['host']}:{loopback['port'] if shaped else info['port']}"
+    return f"http://{info['host']}:{port or info['port']}"
 
 
 def _alive(pid: int) -> bool:

@@ -15,7 +15,6 @@ results/sources/loopback.json), `require_warm: true` (gate on the prewarm check)
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -50,13 +49,36 @@ def fsspec_env(spec: dict) -> dict[str, str]:
     return env
 
 
-def apply_env(spec: dict | str | None) -> None:
-    """Set the source's fsspec settings in this process and its children (a run spec's `source_spec`, or the
-    CLI's `--source-spec` JSON)."""
+def endpoint_option(spec: dict) -> str | None:
+    """The `--endpoint-url` value that gives a command this source's settings: its S3 endpoint, or `loopback[:PORT]`
+    for the workflow's own S3 server (through its shaping proxy on PORT), whose address is known only at run time."""
+    if spec.get("loopback") is not None and not spec.get("endpoint_url"):
+        lb = spec["loopback"]
+        return f"loopback:{lb['port']}" if lb.get("latency_ms") or lb.get("bandwidth_mbps") else "loopback"
+    return spec.get("endpoint_url")
+
+
+def spec_from_endpoint(text: str | None) -> dict | None:
+    """The source settings an `--endpoint-url` value stands for (`endpoint_option`'s inverse), resolved now."""
+    if not text:
+        return None
+    if text == "loopback" or text.startswith("loopback:"):
+        port = text.partition(":")[2]
+        if port and not port.isdigit():
+            raise UserError(f"--endpoint-url {text}: expected loopback or loopback:PORT (the shaping proxy's port)")
+        from .loopback import address
+
+        return {"type": "s3", "endpoint_url": address(int(port) if port else None), "loopback": {}}
+    if "://" not in text:
+        raise UserError(f"--endpoint-url {text}: expected a URL such as http://host:9000, or loopback[:PORT]")
+    return {"type": "s3", "endpoint_url": text}
+
+
+def apply_env(spec: dict | None) -> None:
+    """Set the source's fsspec settings in this process and its children (a run spec's `source_spec`, or what the
+    CLI's `--endpoint-url` stands for)."""
     if not spec:
         return
-    if isinstance(spec, str):
-        spec = json.loads(spec)
     env = fsspec_env(spec)
     os.environ.update(env)  # children (ranks) read it when they import fsspec
     if "FSSPEC_S3_ENDPOINT_URL" in env:  # this process imported fsspec already

@@ -1,13 +1,14 @@
 # Config validation (defaults come from the schema), the run specs, and the helpers that build target lists.
-import json
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
 import dlbench.loopback
+import dlbench.sources
 from dlbench import spec as runspec
 from dlbench.config import validate_config
 from dlbench.errors import UserError
@@ -96,6 +97,12 @@ def run_of(wildcards):
 
 def source_spec(name):
     return config["sources"][name]
+
+
+def endpoint_args(name):
+    """`--endpoint-url ...` giving a dlbench command this source's S3 settings, or nothing."""
+    value = dlbench.sources.endpoint_option(source_spec(name))
+    return f"--endpoint-url {shlex.quote(value)}" if value else ""
 
 
 def bench_inputs(wildcards):

@@ -15,9 +15,9 @@ rule stage_source:
         loopback=lambda wildcards: loopback_jobs(wildcards.source),
     params:
         url=lambda wildcards: runspec.source_url(config, wildcards.source, wildcards.dataset),
-        spec=lambda wildcards: json.dumps(source_spec(wildcards.source)),
+        endpoint=lambda wildcards: endpoint_args(wildcards.source),
     shell:
-        "dlbench stage {input} {params.url} --marker {output} --source-spec {params.spec:q} > {log} 2>&1"
+        "dlbench stage {input} {params.url} --marker {output} {params.endpoint} > {log} 2>&1"
 
 
 rule prewarm_check:
@@ -35,9 +35,9 @@ rule prewarm_check:
         loopback=lambda wildcards: loopback_jobs(wildcards.source),
     params:
         url=lambda wildcards: runspec.source_url(config, wildcards.source, wildcards.dataset),
-        spec=lambda wildcards: json.dumps(source_spec(wildcards.source)),
+        endpoint=lambda wildcards: endpoint_args(wildcards.source),
         p=lambda wildcards: source_spec(wildcards.source)["prewarm"],
     shell:
-        "dlbench prewarm-check {params.url} --out {output} --source-spec {params.spec:q} --files {params.p[files]} "
+        "dlbench prewarm-check {params.url} --out {output} {params.endpoint} --files {params.p[files]} "
         "--range-mb {params.p[range_mb]} --ttfb-ms-max {params.p[ttfb_ms_max]} --mbps-min {params.p[mbps_min]} "
         "> {log} 2>&1"
