@@ -80,3 +80,22 @@ def test_remote_sources_hold_datasets_by_name():
     config["bench"]["scenarios"] = {"x": {"dataset": "hubset", "source": "b"}}
     with pytest.raises(UserError, match="bench.scenarios.x: source b stages datasets from local disk"):
         spec.expand_runs(config)
+
+
+def test_modes_of_the_config_become_the_runs_delta_timestamps():
+    chunk = {"cameras": [-0.5, 0.0], "action": [0.0, 0.1]}
+    config = validate_config(
+        {
+            "datasets": {"d": {"synth": {}}},
+            "modes": {"chunk": chunk},
+            "bench": {"scenarios": {"s": {"mode": ["single", "chunk"]}}},
+        }
+    )
+    spec.complete_sources(config)
+    runs = {r["mode"]: r for r in spec.expand_runs(config)}
+    assert runs["chunk"]["delta_timestamps"] == chunk and runs["single"]["delta_timestamps"] is None
+    config["bench"]["scenarios"] = {"s": {"mode": "chunky"}}
+    with pytest.raises(UserError, match=r"bench.scenarios.s.mode: 'chunky' is neither single, sarm nor a key"):
+        spec.expand_runs(config)
+    with pytest.raises(UserError, match="modes.sarm: sarm is built in"):
+        validate_config({"datasets": {"d": {"synth": {}}}, "modes": {"sarm": chunk}})

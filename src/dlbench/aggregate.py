@@ -261,6 +261,8 @@ def derive(df: pd.DataFrame, baseline: str, thrash: dict) -> pd.DataFrame:
             target = row.get("target_frames_per_s_node")
             if pd.notna(target) and row["frames_per_s_node"] < target:
                 why.append(f"below target ({row['frames_per_s_node']:.0f} < {target:g} frames/s/node)")
+            elif pd.isna(target):
+                why.append(f"no target for mode {row['mode']} (config.yaml targets:)")
             if row["frames_wrong"]:
                 why.append(f"{int(row['frames_wrong'])} wrong frames")
             if row["decoder_thrash"]:

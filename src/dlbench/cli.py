@@ -182,6 +182,9 @@ def _run_from_args(a) -> dict:
     given = {k: getattr(a, k) for k in RUN_OPTIONS if getattr(a, k, None) is not None}
     if a.no_verify:
         given["verify"] = False
+    if a.delta_timestamps:
+        given["delta_timestamps"] = _read_deltas(a.delta_timestamps)
+        given.setdefault("mode", Path(a.delta_timestamps).stem)
     if a.endpoint_url:
         from .sources import spec_from_endpoint
 
@@ -191,6 +194,23 @@ def _run_from_args(a) -> dict:
         run["run_id"] = runspec.run_id(run) if given else run["run_id"]
         return run
     return runspec.make_run(given)
+
+
+def _read_deltas(path: str) -> dict:
+    """A delta_timestamps file (YAML or JSON): seconds per feature key, as a `modes:` entry of config.yaml."""
+    import yaml
+
+    try:
+        deltas = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise UserError(f"--delta-timestamps {path}: cannot read it ({e})") from None
+    if not isinstance(deltas, dict) or not all(
+        isinstance(v, list) and v and all(isinstance(x, int | float) for x in v) for v in deltas.values()
+    ):
+        raise UserError(
+            f"--delta-timestamps {path}: expected seconds per feature key, e.g. {{cameras: [-1.0, 0.0], action: [0.0]}}"
+        )
+    return deltas
 
 
 def cmd_bench(a) -> None:
@@ -400,6 +420,13 @@ def _add_run_options(p) -> None:
     opt("require_warm", help_="a prewarm report (dlbench prewarm-check) that must say warm")
     opt("on_cold", choices=["error", "warn"], help_="a cold prewarm report: stop, or measure anyway (default: error)")
     p.add_argument("--endpoint-url", default=None, help=ENDPOINT_HELP)
+    p.add_argument(
+        "--delta-timestamps",
+        metavar="FILE",
+        default=None,
+        help="a YAML/JSON file of LeRobot delta_timestamps (seconds per feature key; `cameras` means every camera), "
+        "in place of --mode; the records' mode is the file's name",
+    )
     p.add_argument("--no-verify", action="store_true", help="check no frame (the run is then 'unverified')")
 
 

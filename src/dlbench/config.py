@@ -106,6 +106,9 @@ def _check_shape(config: dict) -> None:
         if len(kinds) != 1:
             found = f"found {', '.join(kinds)}" if kinds else "found none"
             raise UserError(f"datasets.{name}: give exactly one of synth, v21, v30 ({found})")
+    for name in config.get("modes") or {}:
+        if name in ("single", "sarm"):
+            raise UserError(f"modes.{name}: {name} is built in; give your mode another name")
     for name, src in (config.get("sources") or {}).items():
         if not isinstance(src, dict) or src.get("type") not in SOURCE_KEYS:
             if isinstance(src, dict) and src.get("type") == "hub":

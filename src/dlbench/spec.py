@@ -20,6 +20,7 @@ from .errors import UserError
 
 AXES = ("dataset", "loader", "mode", "batch_size", "num_workers", "decode_device")
 LEROBOT_LOADERS = ("lerobot_map", "lerobot_stream")
+BUILTIN_MODES = ("single", "sarm")  # dlbench.loader.dataset_meta.MODES; others come from config.yaml's `modes:`
 UNSET = {"num_batches": None, "decoder_cache_size": None}  # run keys without a schema default: None is "not set"
 
 
@@ -168,6 +169,11 @@ def resolve(config: dict, run: dict, scenario: str) -> dict:
             f"{where}: source {run['source']} stages datasets from local disk, but dataset "
             f"{run['dataset']} is at {ds['v30']}; read it with source: local (where it lives)"
         )
+    if run["mode"] not in BUILTIN_MODES and run["mode"] not in config["modes"]:
+        raise UserError(
+            f"{where}.mode: {run['mode']!r} is neither single, sarm nor a key of modes: {sorted(config['modes'])}; "
+            f"define it under modes: as delta_timestamps (seconds per feature key)"
+        )
     root = source_url(config, run["source"], run["dataset"])
     spec = {
         **UNSET,
@@ -178,6 +184,7 @@ def resolve(config: dict, run: dict, scenario: str) -> dict:
         if src.get("data_files_root")
         else None,
         "source_spec": src if remote else None,
+        "delta_timestamps": config["modes"].get(run["mode"]),
         "on_unreachable": ds.get("on_unreachable") or (src["on_unreachable"] if remote else "error"),
         "require_warm": prewarm_report(run["source"], run["dataset"]) if src.get("require_warm") else None,
         "on_cold": src.get("on_cold", "error"),
@@ -227,6 +234,7 @@ def make_run(values: dict, scenario: str = "adhoc") -> dict:
         **UNSET,
         "data_files_root": None,
         "source_spec": None,
+        "delta_timestamps": None,
         "on_unreachable": "error",
         "require_warm": None,
         "on_cold": "error",

@@ -34,9 +34,9 @@ class Adapter:
     collate: Callable[[list], Any] = torch.utils.data.default_collate  # how the loader's users batch items
 
 
-def lerobot_delta_timestamps(dmeta: DatasetMeta, mode: str) -> dict | None:
-    """dlbench's frame mode as LeRobot `delta_timestamps` (seconds per feature key)."""
-    windows = resolve_windows(mode, None, dmeta)
+def lerobot_delta_timestamps(dmeta: DatasetMeta, mode: str, deltas: dict | None = None) -> dict | None:
+    """dlbench's frame mode (or `deltas`, whose key "cameras" means every camera) as LeRobot `delta_timestamps`."""
+    windows = resolve_windows(mode, deltas, dmeta)
     return {k: [float(o) / dmeta.fps for o in offs] for k, offs in windows.items()} or None
 
 
@@ -63,6 +63,7 @@ def make_adapter(cfg) -> Adapter:
         ds = LeRobotMapDataset(
             cfg.root,
             mode=cfg.mode,
+            delta_timestamps=cfg.delta_timestamps,
             decode_device=cfg.decode_device,
             decoder_cache_size=cfg.decoder_cache_size or 16,
             data_files_root=cfg.data_files_root,
@@ -75,6 +76,7 @@ def make_adapter(cfg) -> Adapter:
         ds = LeRobotStreamingDataset(
             cfg.root,
             mode=cfg.mode,
+            delta_timestamps=cfg.delta_timestamps,
             decode_device=cfg.decode_device,
             decoder_cache_size=cfg.decoder_cache_size,
             rank=cfg.rank,
@@ -109,7 +111,7 @@ def _lerobot(cfg) -> Adapter:
             f"loader {cfg.loader} reads data files under its root only; data_files_root needs a dlbench loader"
         )
     dmeta = DatasetMeta.load(cfg.root)
-    deltas = lerobot_delta_timestamps(dmeta, cfg.mode)
+    deltas = lerobot_delta_timestamps(dmeta, cfg.mode, cfg.delta_timestamps)
     fpi = sum(len(deltas.get(c, [0])) if deltas else 1 for c in dmeta.cameras)
     where = lerobot_location(cfg.root)
     if cfg.loader == "lerobot_map":

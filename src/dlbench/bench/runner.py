@@ -40,6 +40,7 @@ class BenchConfig:
     dataset: str = "adhoc"  # its name in config.yaml's `datasets`
     loader: str = _RUN["loader"]
     mode: str = _RUN["mode"]
+    delta_timestamps: dict | None = None  # a mode of config.yaml's `modes:` (seconds per key); overrides `mode`
     batch_size: int = _RUN["batch_size"]
     num_workers: int = _RUN["num_workers"]
     decode_device: str = _RUN["decode_device"]
@@ -281,9 +282,16 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
     device = torch.device("cuda" if cfg.decode_device.startswith("cuda") else "cpu")
     dmeta = DatasetMeta.load(cfg.root, data_files_root=cfg.data_files_root)
     adapter = make_adapter(cfg)
-    barcodes = BarcodeCheck(dmeta, cfg.mode) if cfg.verify and is_synthetic(dmeta.info) else None
+    barcodes = BarcodeCheck(dmeta, cfg.mode, cfg.delta_timestamps) if cfg.verify and is_synthetic(dmeta.info) else None
     decoded = (
-        DecodeCheck(dmeta, cfg.mode, cfg.check_frames, gpu=device.type == "cuda", seed=cfg.seed + cfg.rank)
+        DecodeCheck(
+            dmeta,
+            cfg.mode,
+            cfg.check_frames,
+            deltas=cfg.delta_timestamps,
+            gpu=device.type == "cuda",
+            seed=cfg.seed + cfg.rank,
+        )
         if cfg.verify
         else None
     )

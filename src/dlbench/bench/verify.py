@@ -30,9 +30,9 @@ def _as_uint8(frames: torch.Tensor) -> torch.Tensor:
 class _Expected:
     """For each camera of a batch: its frames as (N, C, H, W) and the (episode, frame in episode) each must be."""
 
-    def __init__(self, dmeta: DatasetMeta, mode: str):
+    def __init__(self, dmeta: DatasetMeta, mode: str, deltas: dict | None = None):
         self.meta = dmeta
-        self.windows = resolve_windows(mode, None, dmeta)
+        self.windows = resolve_windows(mode, deltas, dmeta)
 
     def frames(self, batch: dict, cam: str) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
         eps = batch["episode_index"].cpu().numpy().astype(np.int64)
@@ -50,8 +50,8 @@ class _Expected:
 class BarcodeCheck:
     """Checks every delivered frame's barcode (synthetic datasets only)."""
 
-    def __init__(self, dmeta: DatasetMeta, mode: str):
-        self.expected = _Expected(dmeta, mode)
+    def __init__(self, dmeta: DatasetMeta, mode: str, deltas: dict | None = None):
+        self.expected = _Expected(dmeta, mode, deltas)
         self.checked = self.wrong = 0
 
     def check(self, batch: dict) -> None:
@@ -70,8 +70,8 @@ class DecodeCheck:
     window; a frame is copied only when it enters the sample); `finish()` decodes and compares.
     """
 
-    def __init__(self, dmeta: DatasetMeta, mode: str, per_camera: int, gpu: bool = False, seed: int = 0):
-        self.expected = _Expected(dmeta, mode)
+    def __init__(self, dmeta: DatasetMeta, mode: str, per_camera: int, gpu: bool = False, seed: int = 0, deltas=None):
+        self.expected = _Expected(dmeta, mode, deltas)
         self.per_camera, self.gpu = per_camera, gpu
         self.rng = np.random.default_rng(seed)
         self.offered = {cam: 0 for cam in dmeta.cameras}
