@@ -13,12 +13,14 @@ run: install peer
 test: install peer lint
 	$(BIN)/python -m pytest -q tests
 
-# formatting and lint, as configured in pyproject.toml: ruff (Python), snakefmt and Snakemake's own linter
+# formatting and lint, as configured in pyproject.toml: ruff (Python), snakefmt and Snakemake's own linter; the
+# report caption of summary.csv must match its description in docs/configuration.md
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/snakefmt --check Snakefile workflow/rules
 	$(BIN)/snakemake --lint
+	$(BIN)/python scripts/captions.py --check
 
 install: system-deps $(VENV)/.installed
 
