@@ -3,6 +3,7 @@ import torch
 
 from dlbench import barcode
 from dlbench.errors import UserError
+from dlbench.loader import DataLoader
 from dlbench.loader.map import LeRobotMapDataset
 
 
@@ -49,6 +50,17 @@ def test_frames_are_float_by_default_and_uint8_on_request(v30_h264):
     assert raw_item[cam].dtype == torch.uint8
     torch.testing.assert_close(item[cam], raw_item[cam].float() / 255)
     assert item["task"].startswith("synthetic task")
+
+
+@pytest.mark.parametrize("mode", ["single", "sarm"])
+def test_float_batches_from_workers_equal_the_items(v30_h264, mode):
+    """Workers hand frames over as uint8 and the collate makes them float in the batch: the same values as the
+    dataset's own float items, bit for bit."""
+    ds = LeRobotMapDataset(str(v30_h264), mode=mode)
+    batch = next(iter(DataLoader(ds, batch_size=4, num_workers=2, shuffle=False)))
+    for cam in ds.meta.camera_keys:
+        expected = torch.stack([ds[i][cam] for i in range(4)])
+        assert batch[cam].dtype == torch.float32 and torch.equal(batch[cam], expected), cam
 
 
 def test_bad_inputs_get_clear_errors(v30_h264, v21_h264):

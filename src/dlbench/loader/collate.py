@@ -30,23 +30,27 @@ def _channels_last(t: torch.Tensor | FrameGather) -> bool:
     return is_channels_last(t.source if isinstance(t, FrameGather) else t)
 
 
-def _stack_into_one_block(fields: dict[str, list[torch.Tensor]], ring: BatchRing | None) -> dict:
+def _stack_into_one_block(
+    fields: dict[str, list[torch.Tensor]], ring: BatchRing | None, float_keys: frozenset = frozenset()
+) -> dict:
     """torch.stack of each field's values, all outputs views of one block: a ring slot if one is free (the result
     is then {"_ring": RingSlot}), else shared memory inside a worker, plain memory outside.
 
     Frames keep the memory order they were decoded in: stacked as (B, ..., H, W, C) and returned as a (B, ..., C, H,
     W) view, as torchcodec returns them. Stacking them into (C, H, W) memory would transpose every pixel (at 480x640
-    that costs several times more than the plain copy)."""
+    that costs several times more than the plain copy). Fields in `float_keys` (uint8 frames) become float32 in
+    [0, 1] on the way in."""
     layout, nbytes = {}, 0
     for key, values in fields.items():
         last, shape = _channels_last(values[0]), tuple(values[0].shape)
+        dtype = torch.float32 if key in float_keys else values[0].dtype
         layout[key] = (
             nbytes,
-            values[0].dtype,
+            dtype,
             (len(values), *shape[:-3], *shape[-2:], shape[-3]) if last else (len(values), *shape),
             last,
         )
-        nbytes += -(-len(values) * int(np.prod(shape)) * values[0].dtype.itemsize // _ALIGN) * _ALIGN
+        nbytes += -(-len(values) * int(np.prod(shape)) * dtype.itemsize // _ALIGN) * _ALIGN
     slot = ring.take(nbytes) if ring is not None else None
     if slot is not None:
         block = slot[1]
@@ -58,7 +62,14 @@ def _stack_into_one_block(fields: dict[str, list[torch.Tensor]], ring: BatchRing
     for key, field in layout.items():
         out[key] = field_view(block, *field)
         values = fields[key]
-        if any(isinstance(v, FrameGather) for v in values):  # each item's frames copied once, into the batch
+        if key in float_keys:  # each frame converted once, into the batch, as LeRobot does: x.float() / 255
+            for v, dst in zip(values, out[key]):
+                if isinstance(v, FrameGather):
+                    for src, d in zip(v.unbind(0), dst.unbind(0)):
+                        torch.div(src, 255.0, out=d)
+                else:
+                    torch.div(v, 255.0, out=dst)
+        elif any(isinstance(v, FrameGather) for v in values):  # each item's frames copied once, into the batch
             memory = field_view(block, *field[:3], False)  # (B, frames, ...) in memory order
             rows = memory.view(len(values), memory.shape[1], -1).unbind(0)  # per item: one row per frame
             for v, dst, dst_rows in zip(values, out[key], rows):
@@ -75,12 +86,15 @@ def _stack_into_one_block(fields: dict[str, list[torch.Tensor]], ring: BatchRing
     return {RING_KEY: RingSlot(ring.token, slot[0], nbytes, layout)}
 
 
-def collate(items: list[dict], ring: BatchRing | None = None) -> dict:
+def collate(items: list[dict], ring: BatchRing | None = None, float_keys: frozenset = frozenset()) -> dict:
     """Batch item dicts: large tensors stacked into one block (a slot of `ring` when given and free), small ones
-    and numbers as numpy arrays, strings as lists (as torch's default collate)."""
+    and numbers as numpy arrays, strings as lists (as torch's default collate). The uint8 frames of `float_keys`
+    come out float32 in [0, 1]."""
     out, large = {}, {}
     for key, first in items[0].items():
         values = [item[key] for item in items]
+        if key in float_keys and first.dtype != torch.uint8:  # already float (made outside a collating worker)
+            float_keys = float_keys - {key}
         if isinstance(first, (torch.Tensor, FrameGather)):
             small, on_cpu = first.numel() * len(items) < SMALL_NUMEL, first.device.type == "cpu"
             frames = isinstance(first, FrameGather) or first.dim() >= 3  # a field that may hold FrameGathers
@@ -89,7 +103,8 @@ def collate(items: list[dict], ring: BatchRing | None = None) -> dict:
             if not on_cpu:  # frames decoded on the GPU: stacked there
                 out[key] = torch.utils.data.default_collate(values)
             elif small:
-                out[key] = torch.stack(values).numpy()  # one call: ~4x faster than np.stack of 16 .numpy() views
+                stacked = torch.stack(values)  # one call: ~4x faster than np.stack of 16 .numpy() views
+                out[key] = (stacked.float().div_(255.0) if key in float_keys else stacked).numpy()
             else:
                 large[key] = values
                 out[key] = None  # keeps the item's key order
@@ -100,7 +115,7 @@ def collate(items: list[dict], ring: BatchRing | None = None) -> dict:
         else:
             out[key] = torch.utils.data.default_collate(values)
     if large:
-        out.update(_stack_into_one_block(large, ring))
+        out.update(_stack_into_one_block(large, ring, float_keys))
     return out
 
 

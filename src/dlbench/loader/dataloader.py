@@ -27,14 +27,21 @@ def make_ring(dataset, batch_size: int | None, num_workers: int, prefetch_factor
     return BatchRing(num_workers, slots, batch_size * item_bytes + 16 * _ALIGN)
 
 
+def float_frame_keys(dataset) -> frozenset:
+    """The cameras whose frames `collate` turns into floats for `dataset` (its workers hand them over as uint8)."""
+    builder = getattr(dataset, "builder", None)
+    return frozenset(builder.dmeta.cameras) if builder is not None and builder.floats_in_collate() else frozenset()
+
+
 class _RingCollate:
     """`collate` with the loader's current ring (the one the worker received as it started)."""
 
-    def __init__(self):
+    def __init__(self, float_keys: frozenset = frozenset()):
         self.ring: BatchRing | None = None
+        self.float_keys = float_keys
 
     def __call__(self, items):
-        return collate(items, self.ring)
+        return collate(items, self.ring, self.float_keys)
 
 
 class DataLoader(torch.utils.data.DataLoader):
@@ -51,7 +58,7 @@ class DataLoader(torch.utils.data.DataLoader):
     """
 
     def __init__(self, dataset, *args, collate_fn=None, **kwargs):
-        super().__init__(dataset, *args, collate_fn=collate_fn or _RingCollate(), **kwargs)
+        super().__init__(dataset, *args, collate_fn=collate_fn or _RingCollate(float_frame_keys(dataset)), **kwargs)
         if collate_fn is None and self.batch_sampler is not None:
             self.worker_init_fn = CollateWorkerInit(self.worker_init_fn)
         self._gpu = decodes_on_gpu(dataset)

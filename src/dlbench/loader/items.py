@@ -130,7 +130,9 @@ class ItemBuilder:
         # one decode request per camera and episode: a streaming block is one episode, a map-style item one row.
         # In a DataLoader worker batched by dlbench's collate, windows with repeated frames stay `FrameGather`s and
         # are copied once, straight into the batch; everywhere else items hold plain tensors
-        gather = self.return_float or self.image_transforms is not None or not collating_worker()
+        # float frames are made there too, in the batch (`floats_in_collate`)
+        defer_float = self.floats_in_collate() and collating_worker()
+        gather = (self.return_float and not defer_float) or self.image_transforms is not None or not collating_worker()
         groups = _episode_groups(eps)
         per_item: dict[str, list] = {}  # camera -> its frames, item by item
         for cam in dm.cameras:
@@ -145,7 +147,7 @@ class ItemBuilder:
                     dm.video_url(cam, ep), wanted.ravel(), dm.fps, self.tolerance_s, cursor=cursor, gather=gather
                 )
                 self.decode_s += time.perf_counter() - t0
-                if self.return_float:
+                if self.return_float and not defer_float:
                     got = got.float() / 255.0
                 split = split_runs(got, len(wanted)) if cam in self.windows else got.unbind(0)
                 for i, f in zip(range(len(rows)) if member is None else member.tolist(), split):
@@ -187,6 +189,11 @@ class ItemBuilder:
             for ep, member in _episode_groups(eps):
                 out.append((self.dmeta.video_url(cam, ep), (times if member is None else times[member]).ravel()))
         return out
+
+    def floats_in_collate(self) -> bool:
+        """Whether dlbench's collate turns this builder's frames into floats (dividing by 255 in the batch slot)
+        in a worker it batches: the worker then hands over uint8 frames, a quarter of the bytes."""
+        return self.return_float and self.image_transforms is None and self.cache.device == "cpu"
 
     def frames_per_item(self) -> int:
         return sum(len(self.windows[c]) if c in self.windows else 1 for c in self.dmeta.cameras)
@@ -234,6 +241,11 @@ class BuilderViews:
         return self.builder.decode_device
 
     @property
+    def floats_in_collate(self) -> bool:
+        """Whether dlbench's collate turns this builder's frames into floats (dividing by 255 in the batch slot)
+        in a worker it batches: the worker then hands over uint8 frames, a quarter of the bytes."""
+        return self.return_float and self.image_transforms is None and self.cache.device == "cpu"
+
     def frames_per_item(self) -> int:
         return self.builder.frames_per_item()
 
