@@ -46,7 +46,8 @@ def _label(row) -> str:
 def _not_run(df: pd.DataFrame) -> list[str]:
     """One line per run left off the plots (skipped, incomplete, or unverified: no frame checked), with its reason."""
     rows = df[df["status"] != "ok"]
-    return [f"{_label(r)}: {r['status']}, {str(r.get('reason', '') or '')[:110]}" for _, r in rows.iterrows()]
+    lines = [f"{_label(r)}: {r['status']}, {r.get('reason', '') or ''}" for _, r in rows.iterrows()]
+    return [line if len(line) <= 120 else line[:119] + "…" for line in lines]  # wider would squeeze the panels
 
 
 def plot_throughput(df: pd.DataFrame, path: Path) -> Path:
@@ -58,33 +59,59 @@ def plot_throughput(df: pd.DataFrame, path: Path) -> Path:
     if df.empty:
         why = "no run finished; see the status and reason columns of summary.csv"
         return _nothing(path, title, "\n".join([why, *missing[:12]]))
-    modes = list(dict.fromkeys(df["mode"]))
-    counts = [int((df["mode"] == m).sum()) for m in modes]
+    return _mode_bars(
+        df,
+        "frames_per_s_node",
+        labels=[_label(r) for _, r in df.iterrows()],
+        colors=["tab:green" if p else "tab:red" for p in df["pass"]],
+        text="{:.0f}",
+        xlabel="decoded frames/s per node",
+        title=title,
+        path=path,
+        line=_target,
+        notes=missing,
+    )
+
+
+def _target(d: pd.DataFrame) -> tuple[float, str] | None:
+    target = d["target_frames_per_s_node"].dropna()
+    return (target.iloc[0], f"target {target.iloc[0]:g}") if len(target) else None
+
+
+def _mode_bars(d, value, labels, colors, text, xlabel, title, path, line=None, notes=()) -> Path:
+    """Horizontal bars of `d[value]`, one panel per mode (rows in `d`'s order, `labels` and `colors` row by row,
+    each value written with `text`); `line(panel rows)` gives a reference line (x, legend or None); `notes` are
+    listed under the panels."""
+    d = d.assign(_label=labels, _color=colors)
+    modes = list(dict.fromkeys(d["mode"]))
+    counts = [int((d["mode"] == m).sum()) for m in modes]
     fig, axes = plt.subplots(
-        len(modes) + bool(missing),
+        len(modes) + bool(notes),
         1,
-        figsize=(9, 1.2 + 0.38 * sum(counts) + 0.8 * len(modes) + 0.25 * len(missing)),
-        gridspec_kw={"height_ratios": counts + ([max(1, len(missing) * 0.6)] if missing else [])},
+        figsize=(9, 1.2 + 0.4 * sum(counts) + 0.8 * len(modes) + 0.25 * len(notes)),
+        gridspec_kw={"height_ratios": counts + ([max(1, len(notes) * 0.6)] if notes else [])},
         squeeze=False,
     )
-    if missing:
-        note = axes[-1, 0]
-        note.axis("off")
-        note.text(0, 1, "Not on the plot:\n" + "\n".join(missing), va="top", fontsize=7, family="monospace")
+    if notes:
+        axes[-1, 0].axis("off")  # its place holds the listing, from the figure's left edge (under the labels too)
     for ax, mode in zip(axes[:, 0], modes):
-        d = df[df["mode"] == mode]
-        ax.barh(range(len(d)), d["frames_per_s_node"], color=["tab:green" if p else "tab:red" for p in d["pass"]])
-        ax.set_yticks(range(len(d)), [_label(r) for _, r in d.iterrows()], fontsize=8)
-        for i, v in enumerate(d["frames_per_s_node"]):
-            ax.text(v, i, f" {v:.0f}", va="center", fontsize=7)
-        target = d["target_frames_per_s_node"].dropna()
-        if len(target):
-            ax.axvline(target.iloc[0], ls="--", color="black", label=f"target {target.iloc[0]:g}")
-            ax.legend(loc="lower right", fontsize=8)
+        panel = d[d["mode"] == mode]
+        ax.barh(range(len(panel)), panel[value], color=list(panel["_color"]))
+        ax.set_yticks(range(len(panel)), list(panel["_label"]), fontsize=8)
+        for i, v in enumerate(panel[value]):
+            ax.text(v, i, " " + text.format(v), va="center", fontsize=7)
+        ref = line(panel) if line else None
+        if ref:
+            ax.axvline(ref[0], ls="--", color="black", label=ref[1])
+            if ref[1]:
+                ax.legend(loc="lower right", fontsize=8)
         ax.set_title(f"mode: {mode}", fontsize=10)
-        ax.set_xlabel("decoded frames/s per node")
-    fig.suptitle(title)
+        ax.set_xlabel(xlabel)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
+    if notes:
+        listing = "Not on the plot:\n" + "\n".join(notes)
+        fig.text(0.01, axes[-1, 0].get_position().y1, listing, va="top", fontsize=7, family="monospace")
     return _save(fig, path)
 
 
@@ -288,27 +315,17 @@ def plot_baseline(df: pd.DataFrame, path: Path) -> Path:
             "needs a dlbench run and LeRobot's run of the same kind (dlbench_map with lerobot_map, dlbench_stream\n"
             "with lerobot_stream) on the same dataset, source and mode; LeRobot's need the peer environment",
         )
-    modes = list(dict.fromkeys(table["mode"]))
-    counts = [int((table["mode"] == m).sum()) for m in modes]
-    fig, axes = plt.subplots(
-        len(modes),
-        1,
-        figsize=(9, 1.2 + 0.4 * sum(counts) + 0.8 * len(modes)),
-        gridspec_kw={"height_ratios": counts},
-        squeeze=False,
+    return _mode_bars(
+        table,
+        "ratio",
+        labels=list(table["label"]),
+        colors=["tab:blue" if v >= 1 else "tab:orange" for v in table["ratio"]],
+        text="{:.2f}x",
+        xlabel="dlbench frames/s over LeRobot's",
+        title=title,
+        path=path,
+        line=lambda _: (1.0, None),
     )
-    for ax, mode in zip(axes[:, 0], modes):
-        d = table[table["mode"] == mode]
-        ax.barh(range(len(d)), d["ratio"], color=["tab:blue" if v >= 1 else "tab:orange" for v in d["ratio"]])
-        ax.set_yticks(range(len(d)), list(d["label"]), fontsize=8)
-        for i, v in enumerate(d["ratio"]):
-            ax.text(v, i, f" {v:.2f}x", va="center", fontsize=7)
-        ax.axvline(1.0, ls="--", color="black")
-        ax.set_title(f"mode: {mode}", fontsize=10)
-        ax.set_xlabel("dlbench frames/s over LeRobot's")
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    return _save(fig, path)
 
 
 PLOTS = {
