@@ -89,7 +89,7 @@ def test_atomic_outputs_get_the_usual_mode(tmp_path):
     from dlbench import atomic
 
     atomic.write_text(tmp_path / "a.txt", "x")
-    with atomic.atomic_dir(tmp_path / "d") as d:
+    with atomic.directory(tmp_path / "d") as d:
         (d / "f").write_text("y")
     assert (tmp_path / "a.txt").stat().st_mode & 0o777 == 0o666 & ~atomic._UMASK
     assert (tmp_path / "d").stat().st_mode & 0o777 == 0o777 & ~atomic._UMASK

@@ -151,7 +151,7 @@ def aggregate(
         )
         rows.append(row)
     df = derive(pd.DataFrame(rows), baseline, {**DEFAULT_THRASH, **(thrash or {})})
-    with atomic.atomic_path(out) as tmp:
+    with atomic.file(out) as tmp:
         df.to_csv(tmp, index=False)
     return df
 
@@ -307,6 +307,6 @@ def conversion_table(paths: list[str | Path], out: str | Path) -> pd.DataFrame:
     one = df[df["workers"] == 1].drop_duplicates("dataset").set_index("dataset")["seconds"]
     df["speedup_vs_1_worker"] = (df["dataset"].map(one) / df["seconds"]).round(3)
     df["input_mb_per_s"] = (df["input_bytes"] / 2**20 / df["seconds"]).round(3)
-    with atomic.atomic_path(out) as tmp:
+    with atomic.file(out) as tmp:
         df.to_csv(tmp, index=False)
     return df

@@ -36,7 +36,7 @@ def tmp_path_for(path: str | os.PathLike) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+def file(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path to write; on success it is renamed to `path`, on error it is removed."""
     tmp = tmp_path_for(path)
     try:
@@ -49,7 +49,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
-    with atomic_path(path) as tmp:
+    with file(path) as tmp:
         tmp.write_text(text)
 
 
@@ -58,13 +58,13 @@ def write_json(path: str | os.PathLike, obj: Any, indent: int | None = 2) -> Non
 
 
 def write_jsonl(path: str | os.PathLike, rows) -> None:
-    with atomic_path(path) as tmp, open(tmp, "w") as f:
+    with file(path) as tmp, open(tmp, "w") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")
 
 
 @contextlib.contextmanager
-def atomic_dir(path: str | os.PathLike, replace: bool = False) -> Iterator[Path]:
+def directory(path: str | os.PathLike, replace: bool = False) -> Iterator[Path]:
     """Build a directory under a temporary name and publish it at `path` with a rename.
 
     Readers see the old `path` (or none) until the new one is complete. An existing non-empty `path` is replaced

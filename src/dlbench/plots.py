@@ -21,7 +21,7 @@ GROUP = ["source", "loader", "mode"]
 
 
 def _save(fig, path: Path) -> Path:
-    with atomic.atomic_path(path) as tmp:
+    with atomic.file(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path

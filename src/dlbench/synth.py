@@ -421,7 +421,7 @@ def encode_video(frames_thwc: np.ndarray, path: Path, cfg: SynthConfig) -> None:
     options = {"g": cfg.effective_gop}
     if cfg.codec == "hevc":
         options["x265-params"] = "log-level=error"
-    with atomic.atomic_path(path.with_suffix(".mp4")) as tmp, _own_scheduling():
+    with atomic.file(path.with_suffix(".mp4")) as tmp, _own_scheduling():
         tmp_mp4 = tmp.with_name(tmp.name + ".mp4")  # the container is chosen from the extension
         try:
             VideoEncoder(tensor, frame_rate=cfg.fps).to_file(
@@ -630,7 +630,7 @@ def synthesize(
         "features": _features(cfg),
     }
     workers = workers or os.cpu_count() or 1
-    with atomic.atomic_dir(out_dir, replace=overwrite) as tmp:
+    with atomic.directory(out_dir, replace=overwrite) as tmp:
         jobs = [(cfg, tmp, ep, int(lengths[ep]), int(starts[ep]), int(task_of[ep])) for ep in range(cfg.episodes)]
         if workers > 1 and cfg.episodes > 1:
             # spawn: FFmpeg encoder threads started in this process (the probe) do not survive a fork

@@ -116,7 +116,7 @@ def run_rank(cfg, out_dir: str | Path) -> dict:
         samples: list[int] = []
         barrier = FileBarrier(out_dir, cfg.rank, cfg.world_size) if cfg.world_size > 1 else None
         rec = run(cfg, samples_out=samples, barrier=barrier)
-        with atomic.atomic_path(rank_file(out_dir, cfg.rank, cfg.world_size, ".samples.npy")) as tmp:
+        with atomic.file(rank_file(out_dir, cfg.rank, cfg.world_size, ".samples.npy")) as tmp:
             with open(tmp, "wb") as f:
                 np.save(f, np.asarray(samples, dtype=np.int64))
     rec["config_digest"] = config_digest(rec["config"])

@@ -48,7 +48,7 @@ def _write_data_file(manifest: dict, f: dict, out: Path) -> list[dict]:
     entries = []
     row = f["start_row"]
     target = out / paths.v30_data_path(f["chunk_index"], f["file_index"])
-    with atomic.atomic_path(target) as tmp:
+    with atomic.file(target) as tmp:
         try:
             for k, (src_ep, length) in enumerate(zip(f["source_episodes"], f["lengths"])):
                 rel = paths.v21_data_path(src_ep, manifest["source_chunks_size"])
@@ -111,7 +111,7 @@ def _write_video_file(manifest: dict, camera: str, f: dict, out: Path) -> list[d
     fps = Fraction(manifest["fps"]).limit_denominator(1001)
     target = out / paths.v30_video_path(camera, f["chunk_index"], f["file_index"])
     entries = []
-    with atomic.atomic_path(target) as tmp:
+    with atomic.file(target) as tmp:
         with av.open(str(tmp), "w", format="mp4", buffer_size=BUFFER_BYTES) as out_c:
             out_s = None
             tb = codec = None

@@ -220,7 +220,7 @@ def tasks_table_v30(tasks: list[str]) -> pa.Table:
 
 
 def write_tasks_v30(root: str | Path, tasks: list[str]) -> None:
-    with atomic.atomic_path(Path(root) / paths.TASKS_PARQUET_PATH) as tmp:
+    with atomic.file(Path(root) / paths.TASKS_PARQUET_PATH) as tmp:
         pq.write_table(tasks_table_v30(tasks), tmp)
 
 
@@ -270,7 +270,7 @@ def read_episodes_v30(root: str, columns: list[str] | None = None) -> pa.Table:
 
 
 def write_parquet(path: str | Path, table: pa.Table, **kwargs) -> None:
-    with atomic.atomic_path(path) as tmp:
+    with atomic.file(path) as tmp:
         pq.write_table(table, tmp, **kwargs)
 
 
