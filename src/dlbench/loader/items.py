@@ -241,11 +241,6 @@ class BuilderViews:
         return self.builder.decode_device
 
     @property
-    def floats_in_collate(self) -> bool:
-        """Whether dlbench's collate turns this builder's frames into floats (dividing by 255 in the batch slot)
-        in a worker it batches: the worker then hands over uint8 frames, a quarter of the bytes."""
-        return self.return_float and self.image_transforms is None and self.cache.device == "cpu"
-
     def frames_per_item(self) -> int:
         return self.builder.frames_per_item()
 
