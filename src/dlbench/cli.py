@@ -200,16 +200,13 @@ def _read_deltas(path: str) -> dict:
     """A delta_timestamps file (YAML or JSON): seconds per feature key, as a `modes:` entry of config.yaml."""
     import yaml
 
+    from .config import check_deltas
+
     try:
         deltas = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as e:
         raise UserError(f"--delta-timestamps {path}: cannot read it ({e})") from None
-    if not isinstance(deltas, dict) or not all(
-        isinstance(v, list) and v and all(isinstance(x, int | float) for x in v) for v in deltas.values()
-    ):
-        raise UserError(
-            f"--delta-timestamps {path}: expected seconds per feature key, e.g. {{cameras: [-1.0, 0.0], action: [0.0]}}"
-        )
+    check_deltas(deltas, f"--delta-timestamps {path}")
     return deltas
 
 
@@ -377,7 +374,7 @@ def _workers(text: str) -> int | str:
 
 def _add_run_options(p) -> None:
     """A run's options; unset ones take the spec file's value, else the config schema's default (shown)."""
-    from .config import defaults, schema
+    from .config import BUILTIN_MODES, defaults, schema
 
     d = defaults("bench", "defaults")
     run = schema()["definitions"]["run"]["properties"]
@@ -394,7 +391,7 @@ def _add_run_options(p) -> None:
     opt("scenario", help_="scenario name in records (default: adhoc)")
     opt("source")
     opt("loader", choices=["dlbench_map", "dlbench_stream", "lerobot_map", "lerobot_stream"])
-    opt("mode", choices=["single", "sarm"])
+    opt("mode", choices=list(BUILTIN_MODES))
     opt("batch_size", int)
     opt("num_workers", _workers)
     opt("decode_device", choices=["cpu", "cuda"])

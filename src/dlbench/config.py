@@ -18,6 +18,7 @@ from .errors import UserError
 
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "config.schema.yaml"
 DATASET_KINDS = ("synth", "v21", "v30")
+BUILTIN_MODES = ("single", "sarm")  # dlbench.loader.dataset_meta.MODES; others come from config.yaml's `modes:`
 _REMOTE_COMMON = {"type", "stage", "require_warm", "on_cold", "on_unreachable", "prewarm", "data_files_root"}
 SOURCE_KEYS = {  # the keys each source type uses; any other is a mistake, never silently ignored
     "local": {"type", "data_files_root"},
@@ -48,6 +49,18 @@ def synth_defaults() -> dict:
         for k, v in _resolve("#/definitions/synth")["properties"].items()
         if "default" in v
     }
+
+
+def check_deltas(deltas, where: str) -> None:
+    """Raise `UserError` unless `deltas` is what a `modes:` entry holds (the schema's form: seconds per key)."""
+    import jsonschema
+
+    try:
+        jsonschema.validate(deltas, schema()["properties"]["modes"]["additionalProperties"])
+    except jsonschema.ValidationError:
+        raise UserError(
+            f"{where}: expected seconds per feature key, e.g. {{cameras: [-1.0, 0.0], action: [0.0]}}"
+        ) from None
 
 
 def _resolve(ref: str) -> dict:
@@ -107,7 +120,7 @@ def _check_shape(config: dict) -> None:
             found = f"found {', '.join(kinds)}" if kinds else "found none"
             raise UserError(f"datasets.{name}: give exactly one of synth, v21, v30 ({found})")
     for name in config.get("modes") or {}:
-        if name in ("single", "sarm"):
+        if name in BUILTIN_MODES:
             raise UserError(f"modes.{name}: {name} is built in; give your mode another name")
     for name, src in (config.get("sources") or {}).items():
         if not isinstance(src, dict) or src.get("type") not in SOURCE_KEYS:

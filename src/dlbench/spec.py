@@ -15,12 +15,11 @@ import os
 from pathlib import Path
 
 from . import atomic
-from .config import DATASET_KINDS, defaults
+from .config import BUILTIN_MODES, DATASET_KINDS, defaults
 from .errors import UserError
 
 AXES = ("dataset", "loader", "mode", "batch_size", "num_workers", "decode_device")
 LEROBOT_LOADERS = ("lerobot_map", "lerobot_stream")
-BUILTIN_MODES = ("single", "sarm")  # dlbench.loader.dataset_meta.MODES; others come from config.yaml's `modes:`
 UNSET = {"num_batches": None, "decoder_cache_size": None}  # run keys without a schema default: None is "not set"
 
 

@@ -70,7 +70,15 @@ class DecodeCheck:
     window; a frame is copied only when it enters the sample); `finish()` decodes and compares.
     """
 
-    def __init__(self, dmeta: DatasetMeta, mode: str, per_camera: int, gpu: bool = False, seed: int = 0, deltas=None):
+    def __init__(
+        self,
+        dmeta: DatasetMeta,
+        mode: str,
+        per_camera: int,
+        gpu: bool = False,
+        seed: int = 0,
+        deltas: dict | None = None,
+    ):
         self.expected = _Expected(dmeta, mode, deltas)
         self.per_camera, self.gpu = per_camera, gpu
         self.rng = np.random.default_rng(seed)
