@@ -93,6 +93,7 @@ def copy_scaling(src: Path, work: Path, n: int = 2) -> tuple[float, float, float
 
     one = statistics.median(copy([sum(shares, [])]) for _ in range(3))
     many = statistics.median(copy(shares) for _ in range(3))
+    shutil.rmtree(work / "cp-shares")
     return one, many, one / many
 
 
@@ -125,21 +126,31 @@ def ffmpeg_remux_commands(src: Path, work: Path, options: planmod.PlanOptions) -
 
 
 def ffmpeg_remux(cmds: list[list[str]], n: int) -> float:
-    """Seconds for the remux commands, `n` at a time."""
+    """Seconds for the remux commands, `n` at a time (their outputs are deleted afterwards)."""
     os.sync()
     t0 = time.perf_counter()
     with ThreadPoolExecutor(n) as pool:
         for proc in pool.map(lambda c: subprocess.run(c, capture_output=True, text=True), cmds):
             if proc.returncode:
                 raise RuntimeError(f"ffmpeg remux failed: {proc.stderr[-2000:]}")
-    return time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
+    for c in cmds:
+        Path(c[-1]).unlink()
+    return seconds
 
 
-def dlbench_convert(src: Path, dst: Path, workers: int, extra: list[str] = ()) -> tuple[float, float]:
+def dlbench_convert(
+    src: Path, dst: Path, workers: int, extra: list[str] = (), tree: Path | None = None
+) -> tuple[float, float]:
+    """Time `dlbench convert run`; from the source tree `tree` (its `src/`) instead of the installed one if given.
+    The output is deleted afterwards: many GB of contenders' outputs would crowd the page cache (or a tmpfs)."""
     shutil.rmtree(dst, ignore_errors=True)
-    return timed(
-        [sys.executable, "-m", "dlbench", "-q", "convert", "run", str(src), str(dst), "--workers", str(workers), *extra]
-    )
+    env = None if tree is None else {**os.environ, "PYTHONPATH": str(tree / "src")}
+    cmd = [sys.executable, "-m", "dlbench", "-q", "convert", "run", str(src), str(dst), "--workers", str(workers)]
+    try:
+        return timed([*cmd, *extra], env=env)
+    finally:
+        shutil.rmtree(dst, ignore_errors=True)
 
 
 def main(argv=None) -> None:
@@ -167,8 +178,23 @@ def main(argv=None) -> None:
         help="synthesize the realistic dataset (480x640 AV1 episodes of 10-20 s, a few MB per video file) "
         "instead of --episodes tiny ones",
     )
+    ap.add_argument(
+        "--tile",
+        type=int,
+        default=1,
+        help="convert the source with its episodes repeated this many times (videos hard-linked under --workdir): "
+        "a dataset of many GB, where the converter's fixed start-up costs no longer count",
+    )
+    ap.add_argument("--skip-lerobot", action="store_true", help="skip LeRobot's converter (it runs once, slowly)")
     ap.add_argument("--skip-memory", action="store_true", help="skip the 1x/5x memory comparison")
     ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds of cp and dlbench (median)")
+    ap.add_argument(
+        "--baseline-tree",
+        type=Path,
+        default=None,
+        help="also time 2 workers of the dlbench in this checkout (e.g. `git worktree add /tmp/old HEAD~5`), in the "
+        "same rounds: before and after, side by side",
+    )
     a = ap.parse_args(argv)
     work = Path(a.workdir or tempfile.mkdtemp(prefix="dlbench-perf-convert-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -201,6 +227,8 @@ def main(argv=None) -> None:
                 progress=False,
             )
             print(f"synthesized {a.episodes} episodes x {a.cameras} cameras in {time.perf_counter() - t0:.1f} s")
+    if a.tile > 1:
+        src = datasets.tile(src, a.tile, work / f"{src.name}-x{a.tile}")
     size_mb = sum(p.stat().st_size for p in src.rglob("*") if p.is_file()) / 2**20
     print(
         f"source: {src} ({size_mb:.1f} MB, {sum(1 for p in src.rglob('*') if p.is_file())} files); "
@@ -214,9 +242,14 @@ def main(argv=None) -> None:
     for _ in range(a.repeats):  # interleaved: drift on a noisy machine hits every contender alike
         shutil.rmtree(work / "cp", ignore_errors=True)
         runs.setdefault("cp -r (I/O floor)", []).append(timed(["cp", "-r", str(src), str(work / "cp")]))
+        shutil.rmtree(work / "cp")
         for w in (1, 2):
             runs.setdefault(f"dlbench convert, {w} worker{'s' if w > 1 else ''}", []).append(
                 dlbench_convert(src, work / f"d{w}", w, sizes)
+            )
+        if a.baseline_tree:
+            runs.setdefault("baseline tree, 2 workers", []).append(
+                dlbench_convert(src, work / "base", 2, sizes, tree=a.baseline_tree)
             )
         for w in (1, 2) if remux else ():
             runs.setdefault(f"FFmpeg remux (videos), {w} proc{'s' if w > 1 else ''}", []).append(
@@ -226,7 +259,9 @@ def main(argv=None) -> None:
     from dlbench.peer import peer_python
 
     peer = peer_python()
-    if peer is None:
+    if a.skip_lerobot:
+        print("LeRobot 0.6.1: skipped (--skip-lerobot)")
+    elif peer is None:
         print("LeRobot 0.6.1: skipped (peer environment missing; create it with scripts/peer-env.sh)")
     else:
         copy = work / "lerobot"
@@ -253,6 +288,8 @@ def main(argv=None) -> None:
                 ),
             )
         )
+        for p in (copy, work / "lerobot_old"):
+            shutil.rmtree(p, ignore_errors=True)
     print(f"\n{'contender':<32} {'seconds':>9} {'peak PSS MB':>12}")
     for name, secs, mb in rows:
         print(f"{name:<32} {secs:>9.2f} {f'{mb:.1f}' if mb else '-':>12}")  # PSS of ffmpeg is not sampled
@@ -271,6 +308,9 @@ def main(argv=None) -> None:
     )
     ratio = two / t["cp -r (I/O floor)"]
     print(f"dlbench 2 workers vs cp -r: {ratio:.2f}x the cp time ({verdict(ratio <= 2)} the target <= 2x)")
+    if a.baseline_tree:
+        base = t["baseline tree, 2 workers"]
+        print(f"dlbench 2 workers vs the baseline tree's: {base / two:.2f}x faster ({base:.2f} s -> {two:.2f} s)")
     if "LeRobot 0.6.1 converter" in t:
         speedup = t["LeRobot 0.6.1 converter"] / two
         print(f"dlbench 2 workers vs LeRobot: {speedup:.2f}x faster ({verdict(speedup >= 5)} the target >= 5x)")

@@ -49,3 +49,63 @@ def v30(work: Path, realistic: bool, episodes: int | None = None) -> Path:
     if not (out / "meta/info.json").exists():
         convert(str(src), out, workers=2, progress=False)
     return out
+
+
+def tile(src: Path, times: int, out: Path) -> Path:
+    """`src` (v2.1) with its episodes repeated `times` times, renumbered: a bigger dataset of the same files for
+    conversion benchmarks. Videos are hard links where `out` shares src's filesystem (copies otherwise); the
+    barcodes in them still name the source episodes, so validate the conversion of `src` itself, not of this."""
+    import json
+    import os
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dlbench.format import meta, paths
+
+    if (out / "meta/info.json").exists():
+        return out
+    info = meta.read_info(str(src))
+    chunks, cams = int(info["chunks_size"]), meta.video_keys(info)
+    episodes = list(meta.iter_episodes_v21(str(src)))
+    stats = [json.loads(line) for line in (src / paths.EPISODES_STATS_JSONL_PATH).read_text().splitlines() if line]
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "meta").mkdir(parents=True)
+    rows, new_eps, new_stats = 0, [], []
+    for _ in range(times):
+        for e, s in zip(episodes, stats):
+            old, new = int(e["episode_index"]), len(new_eps)
+            table = pq.read_table(src / paths.v21_data_path(old, chunks))
+            n = table.num_rows
+            for name, values in (("episode_index", [new] * n), ("index", range(rows, rows + n))):
+                i = table.schema.get_field_index(name)
+                table = table.set_column(i, table.schema.field(i), pa.array(values, table.schema.field(i).type))
+            target = tmp / paths.v21_data_path(new, chunks)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(table, target)
+            for cam in cams:
+                video = tmp / paths.v21_video_path(new, cam, chunks)
+                video.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    os.link(src / paths.v21_video_path(old, cam, chunks), video)
+                except OSError:
+                    shutil.copyfile(src / paths.v21_video_path(old, cam, chunks), video)
+            new_eps.append({**e, "episode_index": new})
+            new_stats.append({**s, "episode_index": new})
+            rows += n
+    total = len(new_eps)
+    info.update(
+        total_episodes=total,
+        total_frames=rows,
+        total_videos=total * len(cams),
+        total_chunks=(total + chunks - 1) // chunks,
+        splits={"train": f"0:{total}"},
+    )
+    (tmp / "meta/info.json").write_text(json.dumps(info, indent=4))
+    (tmp / paths.EPISODES_JSONL_PATH).write_text("".join(json.dumps(e) + "\n" for e in new_eps))
+    (tmp / paths.EPISODES_STATS_JSONL_PATH).write_text("".join(json.dumps(s) + "\n" for s in new_stats))
+    shutil.copyfile(src / paths.TASKS_JSONL_PATH, tmp / paths.TASKS_JSONL_PATH)
+    os.replace(tmp, out)
+    return out

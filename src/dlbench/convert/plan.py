@@ -21,8 +21,6 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-import fsspec
-
 from .. import atomic
 from ..errors import UserError
 from ..format import meta, paths
@@ -158,7 +156,13 @@ def plan(src: str, work: str | Path, options: PlanOptions = PlanOptions()) -> di
 
     chunks_size = int(info.get("chunks_size", paths.DEFAULT_CHUNK_SIZE))
     cameras = meta.video_keys(info)
-    fs, _ = fsspec.core.url_to_fs(src)
+    if "://" in src:
+        import fsspec
+
+        fs = fsspec.core.url_to_fs(src)[0]
+        stat = lambda url: fs.size(fsspec.core.url_to_fs(url)[1])  # noqa: E731
+    else:
+        stat = os.path.getsize  # local: no fsspec import (~80 ms of every conversion)
     episodes = sorted(
         ((int(e["episode_index"]), int(e["length"])) for e in meta.iter_episodes_v21(src)), key=lambda t: t[0]
     )
@@ -177,7 +181,7 @@ def plan(src: str, work: str | Path, options: PlanOptions = PlanOptions()) -> di
     def size_of(relpath: str) -> int:
         url = paths.join(src, relpath)
         try:
-            return int(fs.size(fsspec.core.url_to_fs(url)[1]))
+            return int(stat(url))
         except FileNotFoundError:
             raise UserError(
                 f"{url}: missing; every episode in meta/episodes.jsonl needs its parquet file and one video per "

@@ -48,11 +48,8 @@ def run(
     work = Path(work_dir) if work_dir else dst.with_name(f".{dst.name}.convert-work")
     manifest = planmod.plan(src, work, options)
     # forked where that is safe, a worker starts in milliseconds with the converter imported (spawn re-imports
-    # pyarrow and PyAV, ~0.4 s per worker)
-    method = start_method()
-    if method == "fork":
-        import av  # noqa: F401  (imported once here rather than in every worker)
-    ctx = multiprocessing.get_context(method)
+    # pyarrow, ~0.3 s per worker); PyAV is imported only by a worker that has to remux
+    ctx = multiprocessing.get_context(start_method())
     procs = [ctx.Process(target=_worker, args=(str(work), lease_timeout_s)) for _ in range(max(1, workers))]
     for p in procs:
         p.start()

@@ -1,9 +1,10 @@
 """Convert work units: lease a unit, write its final v3.0 files, mark it done; repeat until all are done.
 
 Data files are written with one row group per episode (as LeRobot's recorder does); `episode_index` and `index` are
-set to the v3.0 numbering (equal to the source's for a contiguous source). Videos are concatenated by stream copy
-(PyAV remux, never a re-encode): each episode's packets are shifted by the exact number of time-base ticks of the
-frames before it in the file, so `from_timestamp` is `ticks * time_base`, not a running float sum.
+set to the v3.0 numbering (equal to the source's for a contiguous source). Videos are joined without re-encoding:
+`mp4.join` copies the episodes' sample data as bytes and appends their sample tables; inputs it cannot copy that way
+are remuxed packet by packet with FFmpeg (PyAV). Either way each episode starts at the exact number of time-base
+ticks of the frames before it in the file, so `from_timestamp` is `ticks * time_base`, not a running float sum.
 
 Outputs go to `<work>/out/` under their final relative names, each written to a temporary name and renamed into
 place; `<work>/done/unit-N.json` is written last and records what `finalize` needs.
@@ -25,6 +26,7 @@ import pyarrow.parquet as pq
 from .. import atomic
 from ..errors import UserError
 from ..format import meta, paths
+from . import mp4
 from . import plan as planmod
 from .lease import LeaseDir
 
@@ -104,58 +106,115 @@ _NO_PROBE = {"options": {"probesize": "32"}, "stream_options": [{"skip_frame": "
 BUFFER_BYTES = 4 * 2**20  # FFmpeg writes in 32 KB calls by default: ~1 per packet of real-size video
 
 
-def _write_video_file(manifest: dict, camera: str, f: dict, out: Path) -> list[dict]:
+def _write_video_file(manifest: dict, camera: str, f: dict, out: Path) -> tuple[str, list[dict]]:
+    """Join one output video from its episodes' files; return how (`JOINED_BY`) and each episode's tick range."""
+    target = out / paths.v30_video_path(camera, f["chunk_index"], f["file_index"])
+    rels = [paths.v21_video_path(ep, camera, manifest["source_chunks_size"]) for ep in f["source_episodes"]]
+    fps = Fraction(manifest["fps"]).limit_denominator(1001)
+    with atomic.file(target) as tmp:
+        try:
+            return JOINED_BY[0], _join(manifest["src"], rels, f["lengths"], fps, tmp)
+        except mp4.Unsupported:
+            return JOINED_BY[1], _remux(manifest["src"], rels, f["lengths"], fps, tmp)
+
+
+JOINED_BY = ("mp4 boxes", "ffmpeg remux")  # sample data copied as bytes, or every packet remuxed by FFmpeg
+
+
+@contextlib.contextmanager
+def _open_binary(src: str, rel: str):
+    with _open_source(src, rel) as fh:
+        if isinstance(fh, str):
+            with open(fh, "rb") as local:
+                yield local
+        else:
+            yield fh
+
+
+def _join(src: str, rels: list[str], lengths: list[int], fps: Fraction, tmp: Path) -> list[dict]:
+    """Copy the episodes' sample data as bytes (`mp4.join`); raise `mp4.Unsupported` before writing if it cannot."""
+    tracks = _read_tracks(src, rels, lengths, fps)
+    joined = mp4.join(tracks)
+    with open(tmp, "wb", buffering=0) as dst:
+        mp4.write_all(dst, joined.header)
+        for rel, t in zip(rels, tracks):
+            with _open_binary(src, rel) as fh:
+                try:
+                    mp4.copy_range(fh, dst, *t.data_range)
+                except EOFError as e:
+                    raise UserError(f"{e}; was it rewritten during the conversion? Rerun") from None
+    per_frame = _ticks_per_frame(Fraction(1, joined.timescale), fps, rels[0])
+    entries = [{"from_ticks": s, "to_ticks": s + n * per_frame} for s, n in zip(joined.starts, lengths)]
+    return [{**e, "time_base": [1, joined.timescale]} for e in entries]
+
+
+def _read_tracks(src: str, rels: list[str], lengths: list[int], fps: Fraction) -> list[mp4.Track]:
+    tracks = []
+    for rel, length in zip(rels, lengths):
+        with _open_binary(src, rel) as fh:
+            t = mp4.read_track(fh, paths.join(src, rel))
+        if t.frames != length:
+            raise UserError(f"{t.name}: {t.frames} frames but meta/episodes.jsonl says {length}")
+        ticks = _ticks_per_frame(Fraction(1, t.timescale), fps, t.name)
+        if int(t.durations.sum()) != length * ticks:
+            raise mp4.Unsupported(f"{t.name}: frame durations do not add up to {length} frames at {fps} fps")
+        tracks.append(t)
+    return tracks
+
+
+def _ticks_per_frame(time_base: Fraction, fps: Fraction, url: str) -> int:
+    ticks = 1 / (fps * time_base)
+    if ticks.denominator != 1:
+        raise UserError(f"{url}: time base {time_base} cannot represent {fps} fps frames exactly")
+    return int(ticks)
+
+
+def _remux(src: str, rels: list[str], lengths: list[int], fps: Fraction, tmp: Path) -> list[dict]:
+    """Stream-copy every packet through FFmpeg's muxer: for inputs `mp4.join` cannot copy as bytes."""
     import av
 
-    src = manifest["src"]
-    fps = Fraction(manifest["fps"]).limit_denominator(1001)
-    target = out / paths.v30_video_path(camera, f["chunk_index"], f["file_index"])
     entries = []
-    with atomic.file(target) as tmp:
-        with av.open(str(tmp), "w", format="mp4", buffer_size=BUFFER_BYTES) as out_c:
-            out_s = None
-            tb = codec = None
-            offset = 0  # ticks of output time base before the current episode
-            last_dts = None
-            for src_ep, length in zip(f["source_episodes"], f["lengths"]):
-                rel = paths.v21_video_path(src_ep, camera, manifest["source_chunks_size"])
-                url = paths.join(src, rel)
-                try:
-                    # after the first file only packets and the time base are read: probe no frames (opening
-                    # with FFmpeg's default probing decodes up to 7 H.264 frames, ~2 ms per file)
-                    probe = {} if out_s is None else _NO_PROBE
-                    with _open_source(src, rel) as fh, av.open(fh, "r", format="mp4", **probe) as in_c:
-                        in_s = in_c.streams.video[0]
-                        if out_s is None:
-                            out_s = out_c.add_stream_from_template(in_s, opaque=True)
-                            tb, codec = in_s.time_base, in_s.codec_context.name
-                            out_s.time_base = tb
-                        elif in_s.time_base != tb or in_s.codec_context.name != codec:
-                            raise UserError(
-                                f"{url}: codec or time base differs from the episodes before it in "
-                                f"this camera; all episodes of a camera must share them"
-                            )
-                        packets = [p for p in in_c.demux(in_s) if p.dts is not None]
-                except av.error.FFmpegError as e:
-                    raise UserError(f"{url}: unreadable video ({e}); restore the file and rerun") from None
-                if len(packets) != length:
-                    raise UserError(f"{url}: {len(packets)} frames but meta/episodes.jsonl says {length}")
-                ticks = Fraction(1) / (fps * Fraction(tb.numerator, tb.denominator))
-                if ticks.denominator != 1:
-                    raise UserError(f"{url}: time base {tb} cannot represent {fps} fps frames exactly")
-                first_pts = min(p.pts for p in packets)
-                shift = offset - first_pts
-                for p in packets:
-                    p.pts += shift
-                    p.dts += shift
-                    if last_dts is not None and p.dts <= last_dts:
-                        raise UserError(f"{url}: decode timestamps would go backwards when concatenated")
-                    last_dts = p.dts
-                    p.stream = out_s
-                    out_c.mux(p)
-                duration = length * int(ticks)
-                entries.append({"from_ticks": offset, "to_ticks": offset + duration})
-                offset += duration
+    with av.open(str(tmp), "w", format="mp4", buffer_size=BUFFER_BYTES) as out_c:
+        out_s = None
+        tb = codec = None
+        offset = 0  # ticks of output time base before the current episode
+        last_dts = None
+        for rel, length in zip(rels, lengths):
+            url = paths.join(src, rel)
+            try:
+                # after the first file only packets and the time base are read: probe no frames (opening
+                # with FFmpeg's default probing decodes up to 7 H.264 frames, ~2 ms per file)
+                probe = {} if out_s is None else _NO_PROBE
+                with _open_source(src, rel) as fh, av.open(fh, "r", format="mp4", **probe) as in_c:
+                    in_s = in_c.streams.video[0]
+                    if out_s is None:
+                        out_s = out_c.add_stream_from_template(in_s, opaque=True)
+                        tb, codec = in_s.time_base, in_s.codec_context.name
+                        out_s.time_base = tb
+                    elif in_s.time_base != tb or in_s.codec_context.name != codec:
+                        raise UserError(
+                            f"{url}: codec or time base differs from the episodes before it in "
+                            f"this camera; all episodes of a camera must share them"
+                        )
+                    packets = [p for p in in_c.demux(in_s) if p.dts is not None]
+            except av.error.FFmpegError as e:
+                raise UserError(f"{url}: unreadable video ({e}); restore the file and rerun") from None
+            if len(packets) != length:
+                raise UserError(f"{url}: {len(packets)} frames but meta/episodes.jsonl says {length}")
+            ticks = _ticks_per_frame(Fraction(tb.numerator, tb.denominator), fps, url)
+            first_pts = min(p.pts for p in packets)
+            shift = offset - first_pts
+            for p in packets:
+                p.pts += shift
+                p.dts += shift
+                if last_dts is not None and p.dts <= last_dts:
+                    raise UserError(f"{url}: decode timestamps would go backwards when concatenated")
+                last_dts = p.dts
+                p.stream = out_s
+                out_c.mux(p)
+            duration = length * ticks
+            entries.append({"from_ticks": offset, "to_ticks": offset + duration})
+            offset += duration
     return [{**e, "time_base": [tb.numerator, tb.denominator]} for e in entries]
 
 
@@ -169,15 +228,16 @@ def run_unit(work: Path, manifest: dict, unit: dict) -> None:
         if pause:
             time.sleep(pause)
         if unit["stream"] == planmod.DATA_STREAM:
-            entries = _write_data_file(manifest, f, out)
+            joined_by, entries = None, _write_data_file(manifest, f, out)
         else:
-            entries = _write_video_file(manifest, unit["stream"], f, out)
+            joined_by, entries = _write_video_file(manifest, unit["stream"], f, out)
         files.append(
             {
                 "chunk_index": f["chunk_index"],
                 "file_index": f["file_index"],
                 "first_episode": f["first_episode"],
                 "episodes": entries,
+                **({"joined_by": joined_by} if joined_by else {}),
             }
         )
     atomic.write_json(

@@ -11,7 +11,6 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -29,13 +28,22 @@ def open_file(root: str, relpath: str, mode: str = "rb"):
     """Open a file of a dataset (local or fsspec URL); a missing file is a `UserError` naming it."""
     url = paths.join(str(root), relpath)
     try:
+        if "://" not in url:  # local: no fsspec import (~80 ms of every converter and worker start)
+            return open(url, mode)
+        import fsspec
+
         return fsspec.open(url, mode).open()
     except FileNotFoundError:
         raise UserError(f"{url}: file not found; is {root} a complete LeRobot dataset?") from None
 
 
 def exists(root: str, relpath: str) -> bool:
-    fs, path = fsspec.core.url_to_fs(paths.join(str(root), relpath))
+    url = paths.join(str(root), relpath)
+    if "://" not in url:
+        return Path(url).exists()
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(url)
     return fs.exists(path)
 
 
@@ -252,6 +260,8 @@ def flatten_stats(stats: dict, plain: bool = False) -> dict[str, Any]:
 
 def episodes_files_v30(root: str) -> list[str]:
     """Relative paths of the meta/episodes parquet files, in (chunk, file) order."""
+    import fsspec
+
     fs, base = fsspec.core.url_to_fs(paths.join(str(root), "meta/episodes"))
     found = sorted(fs.glob(base.rstrip("/") + "/chunk-*/file-*.parquet"))
     if not found:
