@@ -136,6 +136,7 @@ def _join(src: str, rels: list[str], lengths: list[int], fps: Fraction, tmp: Pat
     tracks = _read_tracks(src, rels, lengths, fps)
     joined = mp4.join(tracks)
     with open(tmp, "wb", buffering=0) as dst:
+        mp4.preallocate(dst, len(joined.header) + sum(t.data_range[1] for t in tracks))
         mp4.write_all(dst, joined.header)
         for rel, t in zip(rels, tracks):
             with _open_binary(src, rel) as fh:
