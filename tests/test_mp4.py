@@ -11,7 +11,9 @@ import pytest
 import torch
 from torchcodec.decoders import VideoDecoder
 
+from dlbench.convert import finalize as finalizemod
 from dlbench.convert import mp4
+from dlbench.convert import plan as planmod
 from dlbench.convert import work as workmod
 from dlbench.convert.run import run as convert_run
 from dlbench.format import meta, paths
@@ -123,3 +125,24 @@ def test_offsets_past_4_gib_are_64_bit(v21_h264):
     first = [o - track.data_range[0] + base for o in track.chunk_offsets]
     assert list(offsets) == [o + k * big for k in range(3) for o in first]
     assert max(offsets) > 2**32
+
+
+def test_remote_sources_are_joined_through_their_file_objects(v21_h264, tmp_path):
+    """A source without file descriptors (fsspec's memory filesystem, as for S3 or the Hub) is copied in user space."""
+    import fsspec
+
+    mem = fsspec.filesystem("memory")
+    for path in v21_h264.rglob("*"):
+        if path.is_file():
+            mem.pipe(f"/dlbench-test-v21/{path.relative_to(v21_h264)}", path.read_bytes())
+    work = tmp_path / "work"
+    try:  # in this process: worker processes would not see the memory filesystem
+        planmod.plan("memory:///dlbench-test-v21", work, planmod.PlanOptions())
+        workmod.work(work)
+        dst = finalizemod.finalize(work, tmp_path / "v30")
+    finally:
+        mem.rm("/dlbench-test-v21", recursive=True)
+    records = [json.loads(p.read_text()) for p in (work / workmod.DONE_DIR).glob("*.json")]
+    assert {f.get("joined_by") for r in records if r["stream"] != "data" for f in r["files"]} == {"mp4 boxes"}
+    report = validate(str(dst))
+    assert report["ok"] and report["frames_wrong"] == 0 and report["barcodes_checked"]
