@@ -46,3 +46,23 @@ print(plain, faults_once_settled())
     plain, kept = map(int, out.stdout.split())
     assert plain > 10 * 10_000  # 60 MB in 4 KB pages, faulted in again every time
     assert kept < plain / 10
+
+
+def test_forked_loader_workers_inherit_the_decoder_module(v30_h264):
+    """torchcodec imports torch._dynamo (over a second of CPU): dlbench's DataLoader imports it once before forking,
+    so the workers of every epoch start with it instead of each importing it again."""
+    code = f"""
+import sys
+from dlbench.loader import DataLoader, LeRobotMapDataset
+
+def report(_):
+    print("torchcodec.decoders" in sys.modules, flush=True)
+
+if __name__ == "__main__":
+    dataset = LeRobotMapDataset(root={str(v30_h264)!r})
+    for epoch in range(2):  # workers are not persistent: each epoch forks new ones
+        next(iter(DataLoader(dataset, batch_size=2, num_workers=1, worker_init_fn=report)))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True"]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
+
 import torch
 
-from ..workers import start_method
+from ..workers import DECODER_MODULE, start_method
 from .collate import CollateWorkerInit, collate, to_torch
 from .ring import _ALIGN, BatchRing
 
@@ -70,7 +72,11 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def __iter__(self):
         if self._pick_start_method and (self._iterator is None or not self.persistent_workers):
-            self.multiprocessing_context = start_method(cuda=self._gpu)  # workers start in super().__iter__()
+            method = start_method(cuda=self._gpu)
+            self.multiprocessing_context = method  # workers start in super().__iter__()
+            if method == "fork" and hasattr(self.dataset, "builder"):
+                # imported once here, inherited by every worker of every epoch, instead of imported by each
+                importlib.import_module(DECODER_MODULE)
         if isinstance(self.collate_fn, _RingCollate) and (self.collate_fn.ring is None or not self.persistent_workers):
             # workers fork in super().__iter__() and keep the ring they saw; new workers get a new ring, so slots
             # left busy by batches of a shut-down iteration never reach them
