@@ -268,12 +268,16 @@ def test_windows_reach_collate_uncopied_in_its_workers_and_batch_right(v30_h264,
     monkeypatch.setattr(collate_mod, "_collating_worker", False)
     collate_mod.CollateWorkerInit()(0)
     assert collate_mod.collating_worker()
-    lazy = items()
-    assert any(isinstance(item[cam], FrameGather) for item in lazy for cam in ds.meta.cameras)
-    got, want = collate_mod.collate(lazy), collate_mod.collate(plain)
+    lazy = items()  # rows whose fields the batch gathers, with their frames
+    assert all(isinstance(item, collate_mod.RowItem) for item in lazy)
+    assert any(isinstance(item.frames[cam], FrameGather) for item in lazy for cam in ds.meta.cameras)
+    got, want = collate_mod.to_torch(collate_mod.collate(lazy)), collate_mod.to_torch(collate_mod.collate(plain))
+    assert list(got) == list(want)  # the same keys in the same order
+    for key, value in want.items():
+        assert got[key] == value if key == "task" else (got[key].dtype == value.dtype and torch.equal(got[key], value))
     for cam in ds.meta.cameras:
-        assert torch.equal(got[cam], want[cam]) and got[cam].movedim(-3, -1).is_contiguous()
-    for item in unbatch(collate_mod.to_torch(got)):
+        assert got[cam].movedim(-3, -1).is_contiguous()
+    for item in unbatch(got):
         check_item(ds, item)
 
 

@@ -86,13 +86,43 @@ def _stack_into_one_block(
     return {RING_KEY: RingSlot(ring.token, slot[0], nbytes, layout)}
 
 
-def collate(items: list[dict], ring: BatchRing | None = None, float_keys: frozenset = frozenset()) -> dict:
-    """Batch item dicts: large tensors stacked into one block (a slot of `ring` when given and free), small ones
-    and numbers as numpy arrays, strings as lists (as torch's default collate). The uint8 frames of `float_keys`
-    come out float32 in [0, 1]."""
+class RowItem:
+    """An item whose fields are not gathered yet: its row, its frames (views of their decoded block) and the keys
+    set on it. `collate` gathers the fields of a whole batch of them at once (`builder.batch_fields`: one take per
+    parquet column), instead of each item holding views that are stacked again; the batch is the same."""
+
+    __slots__ = ("builder", "row", "frames", "extra")
+
+    def __init__(self, builder, row: int, frames: dict):
+        self.builder, self.row, self.frames, self.extra = builder, row, frames, {}
+
+    def __setitem__(self, key: str, value) -> None:
+        self.extra[key] = value
+
+
+def _columns(items: list) -> dict:
+    """key -> the batch's values: a list with one per item, or a whole-batch numpy array (fields of `RowItem`s)."""
+    if not isinstance(items[0], RowItem):
+        return {key: [item[key] for item in items] for key in items[0]}
+    columns = items[0].builder.batch_fields([item.row for item in items])
+    for key in (*items[0].frames, *items[0].extra):
+        columns[key] = [item.frames[key] if key in item.frames else item.extra[key] for item in items]
+    return columns
+
+
+def collate(items: list, ring: BatchRing | None = None, float_keys: frozenset = frozenset()) -> dict:
+    """Batch item dicts (or `RowItem`s): large tensors stacked into one block (a slot of `ring` when given and
+    free), small ones and numbers as numpy arrays, strings as lists (as torch's default collate). The uint8 frames
+    of `float_keys` come out float32 in [0, 1]."""
     out, large = {}, {}
-    for key, first in items[0].items():
-        values = [item[key] for item in items]
+    for key, values in _columns(items).items():
+        if isinstance(values, np.ndarray):  # a field gathered for the whole batch
+            if values.size < SMALL_NUMEL:
+                out[key] = values
+            else:
+                large[key], out[key] = list(torch.from_numpy(values).unbind(0)), None
+            continue
+        first = values[0]
         if key in float_keys and first.dtype != torch.uint8:  # already float (made outside a collating worker)
             float_keys = float_keys - {key}
         if isinstance(first, (torch.Tensor, FrameGather)):

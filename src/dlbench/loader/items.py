@@ -18,7 +18,7 @@ from ..errors import UserError
 from ..format import meta, paths
 from ..video import VideoDecoderCache, is_remote, split_runs
 from ..workers import keep_freed_blocks
-from .collate import collating_worker
+from .collate import RowItem, collating_worker
 from .dataset_meta import DatasetMeta
 
 INDEX_COLUMNS = ("index", "episode_index", "frame_index", "timestamp", "task_index")
@@ -108,25 +108,18 @@ class ItemBuilder:
         """The item for global row `row`."""
         return self.build_many([row])[0]
 
-    def build_many(self, rows: list[int], cursor: int | None = None) -> list[dict]:
+    def build_many(self, rows: list[int], cursor: int | None = None) -> list[dict | RowItem]:
         """Items for several rows; each camera's frames are decoded with one sorted request per episode.
 
         The parquet fields of all rows are gathered at once (one numpy take per column), and so are each episode's
         frames; each item holds views of those blocks. `cursor` names the sequential reader the rows belong to (the
         streaming loader's pool slot): each gets its own decoder per file (see `VideoDecoderCache`), so episodes
         read in turn from one file do not make one decoder seek back and forth.
+
+        In a DataLoader worker batched by dlbench's collate the items are `RowItem`s: the row and its frames, whose
+        fields `collate` gathers for the whole batch at once (`batch_fields`) instead of item by item.
         """
-        c, off, dm = self.cols, self.row_offset, self.dmeta
         rows, eps, window = self._windows(rows)
-        fields: dict[str, torch.Tensor] = {}
-        for name, arr in c.items():
-            if name in self.windows:
-                q, pad = window(name)
-                fields[name] = torch.from_numpy(arr[q - off])
-                fields[f"{name}_is_pad"] = torch.from_numpy(pad)
-            else:
-                fields[name] = torch.from_numpy(arr[rows - off])
-        tasks = [dm.tasks[int(t)] for t in c["task_index"][rows - off]]
         # one decode request per camera and episode: a streaming block is one episode, a map-style item one row.
         # In a DataLoader worker batched by dlbench's collate, windows with repeated frames stay `FrameGather`s and
         # are copied once, straight into the batch; everywhere else items hold plain tensors
@@ -135,16 +128,19 @@ class ItemBuilder:
         gather = (self.return_float and not defer_float) or self.image_transforms is not None or not collating_worker()
         groups = _episode_groups(eps)
         per_item: dict[str, list] = {}  # camera -> its frames, item by item
-        for cam in dm.cameras:
-            times, pad = self._frame_times(cam, rows, eps, window)
-            if pad is not None:
-                fields[f"{cam}_is_pad"] = torch.from_numpy(pad)
+        for cam in self.dmeta.cameras:
+            times = self._frame_times(cam, rows, eps, window)
             per_item[cam] = frames = [None] * len(rows)
             for ep, member in groups:
                 wanted = times if member is None else times[member]
                 t0 = time.perf_counter()
                 got = self.cache.decode(
-                    dm.video_url(cam, ep), wanted.ravel(), dm.fps, self.tolerance_s, cursor=cursor, gather=gather
+                    self.dmeta.video_url(cam, ep),
+                    wanted.ravel(),
+                    self.dmeta.fps,
+                    self.tolerance_s,
+                    cursor=cursor,
+                    gather=gather,
                 )
                 self.decode_s += time.perf_counter() - t0
                 if self.return_float and not defer_float:
@@ -152,14 +148,42 @@ class ItemBuilder:
                 split = split_runs(got, len(wanted)) if cam in self.windows else got.unbind(0)
                 for i, f in zip(range(len(rows)) if member is None else member.tolist(), split):
                     frames[i] = f
-        names = [*fields, "task", *per_item]
-        columns = [*(block.unbind(0) for block in fields.values()), tasks, *per_item.values()]
+        if not gather:  # the batch gathers the fields (see `RowItem`)
+            cams = list(per_item)
+            return [RowItem(self, row, dict(zip(cams, f))) for row, *f in zip(rows.tolist(), *per_item.values())]
+        fields = self._fields(rows, eps, window)
+        names = [*fields, *per_item]
+        columns = [
+            *(torch.from_numpy(v).unbind(0) if isinstance(v, np.ndarray) else v for v in fields.values()),
+            *per_item.values(),
+        ]
         items = [dict(zip(names, values)) for values in zip(*columns)]
         if self.image_transforms is not None:
             for item in items:
                 for cam in per_item:
                     item[cam] = self.image_transforms(item[cam])
         return items
+
+    def batch_fields(self, rows: list[int]) -> dict[str, np.ndarray | list]:
+        """Everything of the rows' items but their frames, for the whole batch: each field (B, ...), the tasks a
+        list; in the order of an item's keys."""
+        return self._fields(*self._windows(rows))
+
+    def _fields(self, rows, eps, window) -> dict[str, np.ndarray | list]:
+        """The numeric fields of `rows` (with windows and their pad masks), each camera's pad mask and the tasks."""
+        c, off = self.cols, self.row_offset
+        fields: dict[str, np.ndarray | list] = {}
+        for name, arr in c.items():
+            if name in self.windows:
+                q, pad = window(name)
+                fields[name], fields[f"{name}_is_pad"] = arr[q - off], pad
+            else:
+                fields[name] = arr[rows - off]
+        for cam in self.dmeta.cameras:
+            if cam in self.windows:
+                fields[f"{cam}_is_pad"] = window(cam)[1]
+        fields["task"] = [self.dmeta.tasks[int(t)] for t in c["task_index"][rows - off]]
+        return fields
 
     def _windows(self, rows):
         """(rows, their episodes, window): window(key) gives the clamped query rows (k, W) and the pad mask."""
@@ -173,11 +197,11 @@ class ItemBuilder:
 
         return rows, eps, window
 
-    def _frame_times(self, cam: str, rows, eps, window) -> tuple[np.ndarray, np.ndarray | None]:
-        """Timestamps in `cam`'s video files of the frames the rows need (k, W), and the pad mask (None: no window)."""
-        q, pad = window(cam) if cam in self.windows else (rows[:, None], None)
+    def _frame_times(self, cam: str, rows, eps, window) -> np.ndarray:
+        """Timestamps in `cam`'s video files of the frames the rows need, (k, W) (W = 1 without a window)."""
+        q = window(cam)[0] if cam in self.windows else rows[:, None]
         ts = self.cols["timestamp"][q - self.row_offset].astype(np.float64)
-        return self.dmeta.video_from[cam][eps][:, None] + ts, pad
+        return self.dmeta.video_from[cam][eps][:, None] + ts
 
     def decode_requests(self, rows) -> list[tuple[str, np.ndarray]]:
         """The decode requests `build_many(rows)` makes, without decoding: (video URL, timestamps) per camera and
@@ -185,7 +209,7 @@ class ItemBuilder:
         rows, eps, window = self._windows(rows)
         out = []
         for cam in self.dmeta.cameras:
-            times, _ = self._frame_times(cam, rows, eps, window)
+            times = self._frame_times(cam, rows, eps, window)
             for ep, member in _episode_groups(eps):
                 out.append((self.dmeta.video_url(cam, ep), (times if member is None else times[member]).ravel()))
         return out
