@@ -19,7 +19,7 @@ import torch
 from ..config import defaults
 from ..errors import UserError
 from ..loader.collate import CollateWorkerInit, collate, to_torch
-from ..loader.dataloader import make_ring
+from ..loader.dataloader import import_decoder_before_fork, make_ring
 from ..loader.dataset_meta import DatasetMeta
 from ..procstat import MemorySampler
 from ..validate import is_synthetic
@@ -301,6 +301,8 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
     pin = consumer.type == "cuda" and device.type == "cpu"
     loader, context = _dataloader(cfg, adapter, device, pin)
     t_start = time.perf_counter()
+    if context is not None:
+        import_decoder_before_fork(adapter.dataset, context)  # as dlbench's DataLoader does, on the clock
     batches = _Epochs(loader, adapter.dataset)
     memory = MemorySampler(every_s=0.5)  # a few ms per sample: keep it off the measured cores
     memory.start()

@@ -35,6 +35,13 @@ def float_frame_keys(dataset) -> frozenset:
     return frozenset(builder.dmeta.cameras) if builder is not None and builder.floats_in_collate() else frozenset()
 
 
+def import_decoder_before_fork(dataset, method: str) -> None:
+    """Import torchcodec here before workers `fork` for a dlbench dataset: every worker of every epoch inherits it
+    instead of importing it itself (it imports torch._dynamo, over a second of CPU per process)."""
+    if method == "fork" and hasattr(dataset, "builder"):
+        importlib.import_module(DECODER_MODULE)
+
+
 class _RingCollate:
     """`collate` with the loader's current ring (the one the worker received as it started)."""
 
@@ -74,9 +81,7 @@ class DataLoader(torch.utils.data.DataLoader):
         if self._pick_start_method and (self._iterator is None or not self.persistent_workers):
             method = start_method(cuda=self._gpu)
             self.multiprocessing_context = method  # workers start in super().__iter__()
-            if method == "fork" and hasattr(self.dataset, "builder"):
-                # imported once here, inherited by every worker of every epoch, instead of imported by each
-                importlib.import_module(DECODER_MODULE)
+            import_decoder_before_fork(self.dataset, method)
         if isinstance(self.collate_fn, _RingCollate) and (self.collate_fn.ring is None or not self.persistent_workers):
             # workers fork in super().__iter__() and keep the ring they saw; new workers get a new ring, so slots
             # left busy by batches of a shut-down iteration never reach them
