@@ -223,3 +223,24 @@ def test_manifest_of_another_version_is_refused(v21_h264, tmp_path):
     (work / planmod.MANIFEST).write_text(json.dumps({**manifest, "version": 1}))
     with pytest.raises(UserError, match="another dlbench version"):
         workmod.work(work)
+
+
+def test_http_source_without_range_requests_is_one_clear_error(v21_h264, tmp_path):
+    """Python's own http.server ignores Range headers: the MP4 index cannot be read from it. The worker says so in
+    one line naming the file, and the unit stays undone for a rerun from a server that does."""
+    import functools
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(v21_h264))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        work = tmp_path / "work"
+        manifest = planmod.plan(url, work, SMALL_FILES)
+        with pytest.raises(UserError, match=r"episode_0000\d\d.mp4: the server does not answer HTTP range requests"):
+            workmod.work(work)
+    finally:
+        server.shutdown()
+    assert not all(workmod.is_done(work, u) for u in range(manifest["units"]))

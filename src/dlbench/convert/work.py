@@ -127,8 +127,16 @@ def _open_binary(src: str, rel: str):
         if isinstance(fh, str):
             with open(fh, "rb") as local:
                 yield local
-        else:
+            return
+        try:
             yield fh
+        except ValueError as e:  # fsspec's HTTP file, on the first seek to a server that ignores Range headers
+            if "range requests" not in str(e):
+                raise
+            raise UserError(
+                f"{paths.join(src, rel)}: the server does not answer HTTP range requests, which reading a video's "
+                f"index needs; serve the dataset from one that does (S3, the Hub, nginx, SeaweedFS)"
+            ) from None
 
 
 def _join(src: str, rels: list[str], lengths: list[int], fps: Fraction, tmp: Path) -> list[dict]:
