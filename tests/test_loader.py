@@ -52,15 +52,31 @@ def test_frames_are_float_by_default_and_uint8_on_request(v30_h264):
     assert item["task"].startswith("synthetic task")
 
 
-@pytest.mark.parametrize("mode", ["single", "sarm"])
-def test_float_batches_from_workers_equal_the_items(v30_h264, mode):
+@pytest.mark.parametrize(
+    "mode,wrap", [("single", "none"), ("sarm", "none"), ("sarm", "subset"), ("single", "concat"), ("sarm", "concat")]
+)
+def test_float_batches_from_workers_equal_the_items(v30_h264, mode, wrap):
     """Workers hand frames over as uint8 and the collate makes them float in the batch: the same values as the
-    dataset's own float items, bit for bit."""
+    dataset's own float items, bit for bit. Wrapped in a Subset (the DataLoader cannot see the dataset's cameras)
+    the worker makes the floats itself; a ConcatDataset of two datasets puts rows of both in one batch."""
     ds = LeRobotMapDataset(str(v30_h264), mode=mode)
-    batch = next(iter(DataLoader(ds, batch_size=4, num_workers=2, shuffle=False)))
+    wrapped = {
+        "none": ds,
+        "subset": torch.utils.data.Subset(ds, range(8)),
+        "concat": torch.utils.data.ConcatDataset(
+            [torch.utils.data.Subset(ds, range(2)), LeRobotMapDataset(str(v30_h264), mode=mode)]
+        ),
+    }[wrap]
+    batch = next(iter(DataLoader(wrapped, batch_size=4, num_workers=2, shuffle=False)))
+    items = [wrapped[i] for i in range(4)]
+    for key, value in batch.items():
+        if key == "task":
+            assert value == [item["task"] for item in items]
+            continue
+        expected = torch.stack([torch.as_tensor(item[key]) for item in items])
+        assert value.dtype == expected.dtype and torch.equal(value, expected), key
     for cam in ds.meta.camera_keys:
-        expected = torch.stack([ds[i][cam] for i in range(4)])
-        assert batch[cam].dtype == torch.float32 and torch.equal(batch[cam], expected), cam
+        assert batch[cam].dtype == torch.float32
 
 
 def test_bad_inputs_get_clear_errors(v30_h264, v21_h264):

@@ -99,9 +99,17 @@ class RowItem:
     def __setitem__(self, key: str, value) -> None:
         self.extra[key] = value
 
+    def as_dict(self) -> dict:
+        """The item as a dict, as it would have been built alone."""
+        fields = self.builder.batch_fields([self.row])
+        out = {k: torch.from_numpy(v[0]) if isinstance(v, np.ndarray) else v[0] for k, v in fields.items()}
+        return {**out, **self.frames, **self.extra}
+
 
 def _columns(items: list) -> dict:
     """key -> the batch's values: a list with one per item, or a whole-batch numpy array (fields of `RowItem`s)."""
+    if isinstance(items[0], RowItem) and any(item.builder is not items[0].builder for item in items):
+        items = [item.as_dict() for item in items]  # rows of several datasets (a ConcatDataset): item by item
     if not isinstance(items[0], RowItem):
         return {key: [item[key] for item in items] for key in items[0]}
     columns = items[0].builder.batch_fields([item.row for item in items])
@@ -165,6 +173,7 @@ def to_torch(batch):
 
 
 _collating_worker = False  # True in a DataLoader worker whose batches `collate` makes
+_float_keys: frozenset = frozenset()  # the frames that worker's collate turns into floats
 
 
 def collating_worker() -> bool:
@@ -172,15 +181,21 @@ def collating_worker() -> bool:
     return _collating_worker
 
 
+def floats_made_in_collate(keys) -> bool:
+    """True in such a worker whose collate turns all of `keys` (uint8 frames) into floats in the batch."""
+    return _collating_worker and _float_keys.issuperset(keys)
+
+
 class CollateWorkerInit:
     """The worker_init_fn of a DataLoader batched by `collate` (then the user's own, if any): it marks the worker
-    as one whose items `collate` batches, so windows of frames reach it uncopied (`collating_worker`)."""
+    as one whose items `collate` batches, so windows of frames reach it uncopied (`collating_worker`), and tells
+    it which frames that collate makes float (`float_keys`; the dataset hands those over as uint8)."""
 
-    def __init__(self, user_fn=None):
-        self.user_fn = user_fn
+    def __init__(self, user_fn=None, float_keys: frozenset = frozenset()):
+        self.user_fn, self.float_keys = user_fn, float_keys
 
     def __call__(self, worker_id: int) -> None:
-        global _collating_worker
-        _collating_worker = True
+        global _collating_worker, _float_keys
+        _collating_worker, _float_keys = True, self.float_keys
         if self.user_fn is not None:
             self.user_fn(worker_id)

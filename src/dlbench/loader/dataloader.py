@@ -67,9 +67,10 @@ class DataLoader(torch.utils.data.DataLoader):
     """
 
     def __init__(self, dataset, *args, collate_fn=None, **kwargs):
-        super().__init__(dataset, *args, collate_fn=collate_fn or _RingCollate(float_frame_keys(dataset)), **kwargs)
+        float_keys = float_frame_keys(dataset)
+        super().__init__(dataset, *args, collate_fn=collate_fn or _RingCollate(float_keys), **kwargs)
         if collate_fn is None and self.batch_sampler is not None:
-            self.worker_init_fn = CollateWorkerInit(self.worker_init_fn)
+            self.worker_init_fn = CollateWorkerInit(self.worker_init_fn, float_keys)
         self._gpu = decodes_on_gpu(dataset)
         self._pick_start_method = self.num_workers > 0 and self.multiprocessing_context is None
         if self._gpu:

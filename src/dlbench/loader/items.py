@@ -18,7 +18,7 @@ from ..errors import UserError
 from ..format import meta, paths
 from ..video import VideoDecoderCache, is_remote, split_runs
 from ..workers import keep_freed_blocks
-from .collate import RowItem, collating_worker
+from .collate import RowItem, collating_worker, floats_made_in_collate
 from .dataset_meta import DatasetMeta
 
 INDEX_COLUMNS = ("index", "episode_index", "frame_index", "timestamp", "task_index")
@@ -124,7 +124,7 @@ class ItemBuilder:
         # In a DataLoader worker batched by dlbench's collate, windows with repeated frames stay `FrameGather`s and
         # are copied once, straight into the batch; everywhere else items hold plain tensors
         # float frames are made there too, in the batch (`floats_in_collate`)
-        defer_float = self.floats_in_collate() and collating_worker()
+        defer_float = self.floats_in_collate() and floats_made_in_collate(self.dmeta.cameras)
         gather = (self.return_float and not defer_float) or self.image_transforms is not None or not collating_worker()
         groups = _episode_groups(eps)
         per_item: dict[str, list] = {}  # camera -> its frames, item by item
