@@ -15,6 +15,7 @@ DataLoader would return it.
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -50,7 +51,7 @@ def _stack_into_one_block(
             (len(values), *shape[:-3], *shape[-2:], shape[-3]) if last else (len(values), *shape),
             last,
         )
-        nbytes += -(-len(values) * int(np.prod(shape)) * dtype.itemsize // _ALIGN) * _ALIGN
+        nbytes += -(-len(values) * math.prod(shape) * dtype.itemsize // _ALIGN) * _ALIGN
     slot = ring.take(nbytes) if ring is not None else None
     if slot is not None:
         block = slot[1]
@@ -77,9 +78,7 @@ def _stack_into_one_block(
                     dst.copy_(v)
                 elif not v.gather_rows(dst_rows, field[3]):
                     v.gather_into(dst)
-        elif field[3]:  # stack into the (..., H, W, C) memory
-            torch.stack([v.movedim(-3, -1) for v in values], out=out[key].movedim(-3, -1))
-        else:
+        else:  # frames of (..., H, W, C) memory into the batch's: the copy follows the strides, no transpose
             torch.stack(values, out=out[key])
     if slot is None:
         return out

@@ -8,6 +8,7 @@ are, instead of a new shared-memory segment per tensor (see `dlbench.loader.coll
 from __future__ import annotations
 
 import itertools
+import math
 import mmap
 import multiprocessing.context
 import multiprocessing.reduction
@@ -175,5 +176,5 @@ class RingSlot:
 def field_view(block: torch.Tensor, off: int, dtype: torch.dtype, shape: tuple, channels_last: bool) -> torch.Tensor:
     """A stacked field inside `block`: `shape` is its memory order; channels-last fields are viewed as
     (..., C, H, W)."""
-    t = block[off : off + int(np.prod(shape)) * dtype.itemsize].view(dtype).view(shape)
+    t = block[off : off + math.prod(shape) * dtype.itemsize].view(dtype).view(shape)
     return t.movedim(-1, -3) if channels_last else t
