@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
+import functools
+import http.server
 import os
+import threading
 
 import pytest
 
@@ -27,6 +31,19 @@ os.register_at_fork(after_in_child=_watchdog_in_forked_child)
 CAMS2 = (Camera("observation.images.front", 64, 64), Camera("observation.images.wrist", 64, 96))
 # thresholds small enough that data and every camera span several files
 SMALL_FILES = PlanOptions(episodes_per_batch=3, data_file_size_in_mb=0.012, video_file_size_in_mb=0.008)
+
+
+@contextlib.contextmanager
+def plain_http_server(directory):
+    """Python's own HTTP server on loopback serving `directory`: it ignores Range headers. Yields its URL."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def tiny_config(**kw) -> SynthConfig:

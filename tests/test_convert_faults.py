@@ -21,7 +21,7 @@ from dlbench.format import paths
 from dlbench.synth import Camera, synthesize
 from dlbench.validate import validate
 
-from .conftest import SMALL_FILES, tiny_config
+from .conftest import SMALL_FILES, plain_http_server, tiny_config
 
 # one unit holds several output files, so a worker can be stopped between two of them
 BIG_UNITS = planmod.PlanOptions(episodes_per_batch=100, data_file_size_in_mb=0.012, video_file_size_in_mb=0.008)
@@ -228,19 +228,9 @@ def test_manifest_of_another_version_is_refused(v21_h264, tmp_path):
 def test_http_source_without_range_requests_is_one_clear_error(v21_h264, tmp_path):
     """Python's own http.server ignores Range headers: the MP4 index cannot be read from it. The worker says so in
     one line naming the file, and the unit stays undone for a rerun from a server that does."""
-    import functools
-    import http.server
-    import threading
-
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(v21_h264))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
+    with plain_http_server(v21_h264) as url:
         work = tmp_path / "work"
         manifest = planmod.plan(url, work, SMALL_FILES)
         with pytest.raises(UserError, match=r"episode_0000\d\d.mp4: the server does not answer HTTP range requests"):
             workmod.work(work)
-    finally:
-        server.shutdown()
     assert not all(workmod.is_done(work, u) for u in range(manifest["units"]))

@@ -17,6 +17,7 @@ from dlbench.loader import DataLoader
 from dlbench.loader.stream import LeRobotStreamingDataset
 from dlbench.sources import LOOPBACK_CREDENTIALS, apply_env, endpoint_option, spec_from_endpoint
 
+from .conftest import plain_http_server
 from .test_stream import check_item, unbatch
 
 BUCKET_URL = "s3://dlbench-test/v30"
@@ -270,3 +271,22 @@ def test_endpoint_option_names_a_source_in_one_plain_value(tmp_path, monkeypatch
     for bad in ("loopback:x", "h:9000"):
         with pytest.raises(UserError, match=f"--endpoint-url {bad}"):
             spec_from_endpoint(bad)
+
+
+def test_loaders_name_a_server_without_range_requests(v30_h264, tmp_path):
+    """MP4 indexes (and parquet footers) are read by seeking: from a server that ignores Range headers a file larger
+    than one read fails with one line naming it, not fsspec's traceback. A file read whole still works."""
+    from dlbench.video import VideoDecoderCache
+
+    small = v30_h264 / "videos/observation.images.front/chunk-000/file-000.mp4"
+    data = small.read_bytes()
+    ftyp = int.from_bytes(data[:4], "big")
+    padding = 2**20  # a 1 MB `free` box after ftyp: the demuxer must seek past it
+    (tmp_path / "big.mp4").write_bytes(
+        data[:ftyp] + (8 + padding).to_bytes(4, "big") + b"free" + bytes(padding) + data[ftyp:]
+    )
+    (tmp_path / "small.mp4").write_bytes(data)
+    with plain_http_server(tmp_path) as url:
+        assert VideoDecoderCache(1).decode(f"{url}/small.mp4", [0.0], 30).shape[0] == 1
+        with pytest.raises(UserError, match=r"big.mp4: the server does not answer HTTP range requests"):
+            VideoDecoderCache(1, block_size=4096).decode(f"{url}/big.mp4", [0.0], 30)

@@ -14,6 +14,17 @@ class UserError(Exception):
     """Bad input: the message names the file or key and what to do about it."""
 
 
+def no_range_requests(url: str, e: Exception) -> UserError | None:
+    """The `UserError` for `e` if it is fsspec's HTTP file finding that the server ignores Range headers (as
+    `python -m http.server` does) on its first seek; None for any other error."""
+    if not isinstance(e, ValueError) or "range requests" not in str(e):
+        return None
+    return UserError(
+        f"{url}: the server does not answer HTTP range requests, which reading parquet and MP4 files needs; serve "
+        f"the dataset from one that does (S3, the Hub, nginx, SeaweedFS)"
+    )
+
+
 @contextlib.contextmanager
 def script_log(path: str) -> Iterator[TextIO]:
     """For workflow scripts: yield their log file; a `UserError` ends the script with its one line in the log."""

@@ -17,7 +17,7 @@ import fsspec
 import numpy as np
 import torch
 
-from .errors import UserError
+from .errors import UserError, no_range_requests
 
 DEFAULT_TOLERANCE_S = 1e-4
 # torchcodec's NVDEC implementation: "ffmpeg" (FFmpeg's NVDEC hardware decoding) or "beta" (torchcodec's own, on
@@ -211,7 +211,9 @@ class VideoDecoderCache:
         except (RuntimeError, ValueError) as e:
             if handle is not None:
                 handle.close()
-            raise UserError(f"{url}: cannot open video ({str(e).splitlines()[0]}); the file may be corrupt") from None
+            raise no_range_requests(url, e) or UserError(
+                f"{url}: cannot open video ({str(e).splitlines()[0]}); the file may be corrupt"
+            ) from None
         md = decoder.metadata
         fps = md.average_fps
         num_frames = md.num_frames if md.num_frames is not None else md.num_frames_from_header

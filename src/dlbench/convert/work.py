@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import atomic
-from ..errors import UserError
+from ..errors import UserError, no_range_requests
 from ..format import meta, paths
 from . import mp4
 from . import plan as planmod
@@ -130,13 +130,11 @@ def _open_binary(src: str, rel: str):
             return
         try:
             yield fh
-        except ValueError as e:  # fsspec's HTTP file, on the first seek to a server that ignores Range headers
-            if "range requests" not in str(e):
+        except ValueError as e:
+            error = no_range_requests(paths.join(src, rel), e)
+            if error is None:
                 raise
-            raise UserError(
-                f"{paths.join(src, rel)}: the server does not answer HTTP range requests, which reading a video's "
-                f"index needs; serve the dataset from one that does (S3, the Hub, nginx, SeaweedFS)"
-            ) from None
+            raise error from None
 
 
 def _join(src: str, rels: list[str], lengths: list[int], fps: Fraction, tmp: Path) -> list[dict]:

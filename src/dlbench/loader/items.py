@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from ..errors import UserError
+from ..errors import UserError, no_range_requests
 from ..format import meta, paths
 from ..video import VideoDecoderCache, is_remote, split_runs
 from ..workers import keep_freed_blocks
@@ -35,8 +35,8 @@ def read_columns(dmeta: DatasetMeta, rel_files: list[str], columns: list[str]) -
                     tables.append(pq.read_table(f, columns=columns))
             else:
                 tables.append(pq.read_table(url.removeprefix("file://"), columns=columns, memory_map=True))
-        except (pa.ArrowInvalid, OSError) as e:
-            raise UserError(f"{url}: cannot read parquet ({e})") from None
+        except (pa.ArrowInvalid, OSError, ValueError) as e:
+            raise no_range_requests(url, e) or UserError(f"{url}: cannot read parquet ({e})") from None
     table = pa.concat_tables(tables)
     out = {}
     for name in columns:
