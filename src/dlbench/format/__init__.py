@@ -1,10 +1,4 @@
-"""LeRobot on-disk formats (v2.1 and v3.0): path templates and metadata readers and writers."""
+"""LeRobot on-disk formats (v2.1 and v3.0): `paths` (path templates) and `meta` (metadata readers and writers).
 
-from . import meta, paths
-from .meta import (
-    read_info,
-    require_version,
-    video_keys,
-)
-
-__all__ = ["meta", "paths", "read_info", "require_version", "video_keys"]
+Import the submodule you need: `meta` brings numpy and pyarrow (~0.13 s), which `paths` and the CLI's parser do not.
+"""
