@@ -229,8 +229,7 @@ def test_manifest_of_another_version_is_refused(v21_h264, tmp_path):
 def test_http_source_without_range_requests_is_one_clear_error(v21_h264, tmp_path):
     """Python's own http.server ignores Range headers: the MP4 index cannot be read from it. The worker says so in
     one line naming the file, and the unit stays undone for a rerun from a server that does. (The commands run in
-    their own processes: fsspec's HTTP I/O thread would otherwise stay in this one, and later tests would fork
-    their DataLoader workers from a fork server started before their own settings.)"""
+    their own processes, as users run them; fsspec's HTTP I/O thread would otherwise stay in this one.)"""
     work = tmp_path / "work"
     with plain_http_server(v21_h264) as url:
         plan = subprocess.run(

@@ -1,5 +1,14 @@
+import multiprocessing
+import os
 import subprocess
 import sys
+import threading
+
+import fsspec.config
+import torch
+
+from dlbench.loader import DataLoader
+from dlbench.workers import ParentSettings
 
 
 def test_workers_fork_only_while_no_other_thread_runs():
@@ -66,3 +75,53 @@ if __name__ == "__main__":
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "True"]
+
+
+class _Settings(torch.utils.data.Dataset):
+    """Items that tell what a worker sees of its parent's settings."""
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        import fsspec.config
+
+        return {"env": os.environ.get("DLBENCH_TEST_SETTING", ""), "s3": str(fsspec.config.conf.get("s3", {}))}
+
+
+def test_workers_from_the_fork_server_get_settings_made_after_it_started(monkeypatch):
+    """The fork server forks workers with the environment it started with: an endpoint or credentials set later
+    (as `apply_env` sets them) must still reach the workers of dlbench's DataLoader."""
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()  # a thread runs: workers start from the fork server
+    try:
+        loader = DataLoader(_Settings(), batch_size=2, num_workers=1)
+        assert next(iter(loader))["env"] == ["", ""]  # the fork server runs from here on
+        monkeypatch.setenv("DLBENCH_TEST_SETTING", "set later")
+        monkeypatch.setitem(fsspec.config.conf, "s3", {"endpoint_url": "http://127.0.0.1:9"})
+        batch = next(iter(loader))
+    finally:
+        stop.set()
+        thread.join()
+    assert loader.multiprocessing_context.get_start_method() == "forkserver"
+    assert batch == {"env": ["set later"] * 2, "s3": [str({"endpoint_url": "http://127.0.0.1:9"})] * 2}
+
+
+def _write_setting(path: str) -> None:
+    with open(path, "w") as f:
+        f.write(os.environ.get("DLBENCH_TEST_SETTING", ""))
+
+
+def test_converter_workers_get_settings_made_after_the_fork_server_started(monkeypatch, tmp_path):
+    """Converter workers are processes started as `ParentSettings(_worker)`: from a fork server started before,
+    they still see this process's settings."""
+    ctx = multiprocessing.get_context("forkserver")
+    seen = []
+    for value in ("first", "set later"):
+        monkeypatch.setenv("DLBENCH_TEST_SETTING", value)
+        proc = ctx.Process(target=ParentSettings(_write_setting), args=(str(tmp_path / value),))
+        proc.start()
+        proc.join(60)
+        seen.append((tmp_path / value).read_text())
+    assert seen == ["first", "set later"]

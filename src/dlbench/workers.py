@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import multiprocessing
+import os
 import threading
 
 # imported once by the fork server, so that each worker it forks starts with the loaders and the decoder loaded
@@ -33,6 +35,34 @@ def start_method(cuda: bool = False) -> str:
         multiprocessing.set_forkserver_preload(FORKSERVER_PRELOAD)  # no effect once the server runs
         return "forkserver"
     return "spawn"
+
+
+class ParentSettings:
+    """This process's environment and fsspec configuration as they are now, set again in a worker as it starts.
+
+    A worker forked from the fork server otherwise has them as they were when that server started, so S3
+    credentials or an endpoint set since (`dlbench.sources.apply_env`, a notebook's `os.environ`) would not reach
+    it. Use it as the worker's target or init function: called, it sets them, then calls `then` (if given) with the
+    same arguments. Forked and spawned workers already have them; setting them again changes nothing there."""
+
+    def __init__(self, then=None):
+        import fsspec.config
+
+        self.then = then
+        self.env = dict(os.environ)
+        self.fsspec_conf = copy.deepcopy(fsspec.config.conf)
+
+    def __call__(self, *args, **kwargs):
+        import fsspec.config
+
+        for key in set(os.environ) - set(self.env):
+            del os.environ[key]
+        os.environ.update(self.env)
+        fsspec.config.conf.clear()  # in place: fsspec reads this very dict
+        fsspec.config.conf.update(self.fsspec_conf)
+        if self.then is not None:
+            return self.then(*args, **kwargs)
+        return None
 
 
 # bytes: blocks up to this size come from the heap and stay there once freed (a 480x640 sarm block is ~60 MB)

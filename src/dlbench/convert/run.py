@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
-from ..workers import start_method
+from ..workers import ParentSettings, start_method
 from . import finalize as finalizemod
 from . import plan as planmod
 from . import work as workmod
@@ -50,7 +50,8 @@ def run(
     # forked where that is safe, a worker starts in milliseconds with the converter imported (spawn re-imports
     # pyarrow, ~0.3 s per worker); PyAV is imported only by a worker that has to remux
     ctx = multiprocessing.get_context(start_method())
-    procs = [ctx.Process(target=_worker, args=(str(work), lease_timeout_s)) for _ in range(max(1, workers))]
+    target = ParentSettings(_worker)  # a fork server started earlier would give them its old environment
+    procs = [ctx.Process(target=target, args=(str(work), lease_timeout_s)) for _ in range(max(1, workers))]
     for p in procs:
         p.start()
     if on_workers_started is not None:

@@ -6,7 +6,7 @@ import importlib
 
 import torch
 
-from ..workers import DECODER_MODULE, start_method
+from ..workers import DECODER_MODULE, ParentSettings, start_method
 from .collate import CollateWorkerInit, collate, to_torch
 from .ring import _ALIGN, BatchRing
 
@@ -64,6 +64,10 @@ class DataLoader(torch.utils.data.DataLoader):
     (`decode_device` "cuda"; CUDA cannot start in a forked process). Such a dataset also gets no pin_memory: its
     frames are already in GPU memory, and torch cannot pin them. With `pin_memory=True` the ring's slots are
     registered with CUDA, so frames arrive in pinned memory without the copy torch's pin thread would make.
+
+    Whatever the start method, workers get the environment and fsspec configuration this process has as they
+    start (`dlbench.workers.ParentSettings`): S3 settings made after an earlier loader started the fork server
+    still reach them.
     """
 
     def __init__(self, dataset, *args, collate_fn=None, **kwargs):
@@ -79,9 +83,13 @@ class DataLoader(torch.utils.data.DataLoader):
                 self.multiprocessing_context = "spawn"
 
     def __iter__(self):
-        if self._pick_start_method and (self._iterator is None or not self.persistent_workers):
+        starting = self.num_workers > 0 and (self._iterator is None or not self.persistent_workers)
+        if starting:  # workers start in super().__iter__(), with this process's settings of now
+            init = self.worker_init_fn
+            self.worker_init_fn = ParentSettings(init.then if isinstance(init, ParentSettings) else init)
+        if starting and self._pick_start_method:
             method = start_method(cuda=self._gpu)
-            self.multiprocessing_context = method  # workers start in super().__iter__()
+            self.multiprocessing_context = method
             import_decoder_before_fork(self.dataset, method)
         if isinstance(self.collate_fn, _RingCollate) and (self.collate_fn.ring is None or not self.persistent_workers):
             # workers fork in super().__iter__() and keep the ring they saw; new workers get a new ring, so slots
