@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import multiprocessing
 import os
 import threading
@@ -50,7 +49,8 @@ class ParentSettings:
 
         self.then = then
         self.env = dict(os.environ)
-        self.fsspec_conf = copy.deepcopy(fsspec.config.conf)
+        # protocol -> its kwargs, copied one level down: plain values copy, objects a user put there are shared
+        self.fsspec_conf = {protocol: dict(kwargs) for protocol, kwargs in fsspec.config.conf.items()}
 
     def __call__(self, *args, **kwargs):
         import fsspec.config
