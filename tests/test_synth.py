@@ -1,5 +1,6 @@
 import json
 import os
+import sys
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -133,6 +134,16 @@ def test_refuses_non_empty_directory_unless_overwrite(tmp_path):
 def test_unknown_codec_lists_the_available_ones(tmp_path):
     with pytest.raises(UserError, match=r"codec 'vp8' is unknown; choose one of \['av1', 'h264', 'hevc'\]"):
         synthesize(tiny_config(codec="vp8"), tmp_path / "x", progress=False)
+    assert not (tmp_path / "x").exists()
+
+
+def test_missing_datasets_package_names_the_extra(tmp_path, monkeypatch):
+    """`datasets` comes only with the workflow extra: without it synth says what to install, before any work."""
+    monkeypatch.setitem(sys.modules, "datasets", None)  # makes `import datasets` fail
+    with pytest.raises(
+        UserError, match=r"needs the datasets package, part of the workflow extra: pip install 'dlbench\[workflow\]'"
+    ):
+        synthesize(tiny_config(episodes=1), tmp_path / "x", progress=False)
     assert not (tmp_path / "x").exists()
 
 

@@ -25,6 +25,14 @@ def no_range_requests(url: str, e: Exception) -> UserError | None:
     )
 
 
+# packages of the `workflow` extra (pyproject.toml): `pip install dlbench` alone has the loaders and the converter
+WORKFLOW_EXTRA = {"datasets", "pandas", "matplotlib", "snakemake"}
+
+
+def needs_extra(package: str) -> UserError:
+    return UserError(f"needs the {package} package, part of the workflow extra: pip install 'dlbench[workflow]'")
+
+
 @contextlib.contextmanager
 def script_log(path: str) -> Iterator[TextIO]:
     """For workflow scripts: yield their log file; a `UserError` ends the script with its one line in the log."""
