@@ -154,6 +154,31 @@ def dlbench_convert(
 
 
 def main(argv=None) -> None:
+    a = parse_args(argv)
+    work = Path(a.workdir or tempfile.mkdtemp(prefix="dlbench-perf-convert-"))
+    work.mkdir(parents=True, exist_ok=True)
+    sizes = [
+        "--data-file-size-in-mb",
+        f"{a.data_file_size_in_mb:g}",
+        "--video-file-size-in-mb",
+        f"{a.video_file_size_in_mb:g}",
+    ]  # both converters get the same thresholds
+    src = prepare_source(a, work)
+    options = planmod.PlanOptions(
+        data_file_size_in_mb=a.data_file_size_in_mb, video_file_size_in_mb=a.video_file_size_in_mb
+    )  # dlbench's plan, as the converter makes it from `sizes`
+    rows = time_rounds(src, work, sizes, ffmpeg_remux_commands(src, work, options), a.repeats, a.baseline_tree)
+    lerobot = time_lerobot(src, work, sizes, a.skip_lerobot)
+    if lerobot is not None:
+        rows.append(("LeRobot 0.6.1 converter", *lerobot))
+    print_table(rows)
+    print_ratios({name: secs for name, secs, _ in rows}, src, work)
+    if not a.skip_memory:
+        print_memory_flatness(a.episodes, work)
+    print(f"\nwork directory: {work}")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--episodes", type=int, default=400)
     ap.add_argument("--cameras", type=int, default=3)
@@ -195,16 +220,11 @@ def main(argv=None) -> None:
         help="also time 2 workers of the dlbench in this checkout (e.g. `git worktree add /tmp/old HEAD~5`), in the "
         "same rounds: before and after, side by side",
     )
-    a = ap.parse_args(argv)
-    work = Path(a.workdir or tempfile.mkdtemp(prefix="dlbench-perf-convert-"))
-    work.mkdir(parents=True, exist_ok=True)
-    cams = tuple(Camera(f"observation.images.cam{i}", a.height, a.width) for i in range(a.cameras))
-    sizes = [
-        "--data-file-size-in-mb",
-        f"{a.data_file_size_in_mb:g}",
-        "--video-file-size-in-mb",
-        f"{a.video_file_size_in_mb:g}",
-    ]  # both converters get the same thresholds
+    return ap.parse_args(argv)
+
+
+def prepare_source(a: argparse.Namespace, work: Path) -> Path:
+    """The v2.1 dataset to convert (given, or synthesized under `work` unless already there), tiled if asked."""
     if a.source:
         src = Path(a.source)
     elif a.realistic:
@@ -213,6 +233,7 @@ def main(argv=None) -> None:
         src = work / "v21"
         if not (src / "meta/info.json").exists():
             t0 = time.perf_counter()
+            cams = tuple(Camera(f"observation.images.cam{i}", a.height, a.width) for i in range(a.cameras))
             synthesize(
                 SynthConfig(
                     episodes=a.episodes,
@@ -234,12 +255,20 @@ def main(argv=None) -> None:
         f"source: {src} ({size_mb:.1f} MB, {sum(1 for p in src.rglob('*') if p.is_file())} files); "
         f"thresholds: data {a.data_file_size_in_mb} MB, video {a.video_file_size_in_mb} MB"
     )
-    options = planmod.PlanOptions(
-        data_file_size_in_mb=a.data_file_size_in_mb, video_file_size_in_mb=a.video_file_size_in_mb
-    )  # dlbench's plan, as the converter makes it from `sizes`
-    remux = ffmpeg_remux_commands(src, work, options)
+    return src
+
+
+def time_rounds(
+    src: Path,
+    work: Path,
+    sizes: list[str],
+    remux: list[list[str]] | None,
+    repeats: int,
+    baseline_tree: Path | None,
+) -> list[tuple[str, float, float]]:
+    """(contender, median seconds, peak PSS MB) of cp, dlbench and FFmpeg's remuxer over `repeats` rounds."""
     runs: dict[str, list[tuple[float, float]]] = {}
-    for _ in range(a.repeats):  # interleaved: drift on a noisy machine hits every contender alike
+    for _ in range(repeats):  # interleaved: drift on a noisy machine hits every contender alike
         shutil.rmtree(work / "cp", ignore_errors=True)
         runs.setdefault("cp -r (I/O floor)", []).append(timed(["cp", "-r", str(src), str(work / "cp")]))
         shutil.rmtree(work / "cp")
@@ -247,53 +276,60 @@ def main(argv=None) -> None:
             runs.setdefault(f"dlbench convert, {w} worker{'s' if w > 1 else ''}", []).append(
                 dlbench_convert(src, work / f"d{w}", w, sizes)
             )
-        if a.baseline_tree:
+        if baseline_tree:
             runs.setdefault("baseline tree, 2 workers", []).append(
-                dlbench_convert(src, work / "base", 2, sizes, tree=a.baseline_tree)
+                dlbench_convert(src, work / "base", 2, sizes, tree=baseline_tree)
             )
         for w in (1, 2) if remux else ():
             runs.setdefault(f"FFmpeg remux (videos), {w} proc{'s' if w > 1 else ''}", []).append(
                 (ffmpeg_remux(remux, w), 0.0)
             )
-    rows = [(name, statistics.median(s for s, _ in r), max(mb for _, mb in r)) for name, r in runs.items()]
+    return [(name, statistics.median(s for s, _ in r), max(mb for _, mb in r)) for name, r in runs.items()]
+
+
+def time_lerobot(src: Path, work: Path, sizes: list[str], skip: bool) -> tuple[float, float] | None:
+    """(seconds, peak PSS MB) of LeRobot 0.6.1's converter on a copy of `src`; None, saying why, when skipped."""
     from dlbench.peer import peer_python
 
     peer = peer_python()
-    if a.skip_lerobot:
+    if skip:
         print("LeRobot 0.6.1: skipped (--skip-lerobot)")
-    elif peer is None:
+        return None
+    if peer is None:
         print("LeRobot 0.6.1: skipped (peer environment missing; create it with scripts/peer-env.sh)")
-    else:
-        copy = work / "lerobot"
-        for p in (copy, work / "lerobot_old"):
-            shutil.rmtree(p, ignore_errors=True)
-        shutil.copytree(src, copy)
-        rows.append(
-            (
-                "LeRobot 0.6.1 converter",
-                *timed(
-                    [
-                        str(peer),
-                        "-m",
-                        "lerobot.scripts.convert_dataset_v21_to_v30",
-                        "--repo-id",
-                        "local/perf",
-                        "--root",
-                        str(copy),
-                        "--push-to-hub",
-                        "false",
-                        *sizes,
-                    ],
-                    env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
-                ),
-            )
-        )
-        for p in (copy, work / "lerobot_old"):
-            shutil.rmtree(p, ignore_errors=True)
+        return None
+    copy = work / "lerobot"
+    for p in (copy, work / "lerobot_old"):
+        shutil.rmtree(p, ignore_errors=True)
+    shutil.copytree(src, copy)
+    result = timed(
+        [
+            str(peer),
+            "-m",
+            "lerobot.scripts.convert_dataset_v21_to_v30",
+            "--repo-id",
+            "local/perf",
+            "--root",
+            str(copy),
+            "--push-to-hub",
+            "false",
+            *sizes,
+        ],
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+    )
+    for p in (copy, work / "lerobot_old"):
+        shutil.rmtree(p, ignore_errors=True)
+    return result
+
+
+def print_table(rows: list[tuple[str, float, float]]) -> None:
     print(f"\n{'contender':<32} {'seconds':>9} {'peak PSS MB':>12}")
     for name, secs, mb in rows:
         print(f"{name:<32} {secs:>9.2f} {f'{mb:.1f}' if mb else '-':>12}")  # PSS of ffmpeg is not sampled
-    t = {name: secs for name, secs, _ in rows}
+
+
+def print_ratios(t: dict[str, float], src: Path, work: Path) -> None:
+    """The ratios against this machine's measured ceilings and the other contenders, with the targets met."""
     one, two = t["dlbench convert, 1 worker"], t["dlbench convert, 2 workers"]
     cp_one, cp_two, io_ceiling = copy_scaling(src, work)
     cpu_ceiling = machine_scaling()
@@ -308,7 +344,7 @@ def main(argv=None) -> None:
     )
     ratio = two / t["cp -r (I/O floor)"]
     print(f"dlbench 2 workers vs cp -r: {ratio:.2f}x the cp time ({verdict(ratio <= 2)} the target <= 2x)")
-    if a.baseline_tree:
+    if "baseline tree, 2 workers" in t:
         base = t["baseline tree, 2 workers"]
         print(f"dlbench 2 workers vs the baseline tree's: {base / two:.2f}x faster ({base:.2f} s -> {two:.2f} s)")
     if "LeRobot 0.6.1 converter" in t:
@@ -320,25 +356,27 @@ def main(argv=None) -> None:
             f"FFmpeg's C remuxer, videos only: {ff_two / t['cp -r (I/O floor)']:.2f}x the cp time with 2 processes, "
             f"{ff_one / ff_two:.2f}x faster than 1; dlbench 2 workers take {two / ff_two:.2f}x its time"
         )
-    if not a.skip_memory:
-        small = (Camera("observation.images.cam0", 32, 32),)
-        peaks = []
-        for n in (a.episodes, 5 * a.episodes):
-            s = work / f"mem{n}"
-            if not (s / "meta/info.json").exists():
-                synthesize(
-                    SynthConfig(episodes=n, length_min=5, length_max=10, cameras=small),
-                    s,
-                    overwrite=True,
-                    progress=False,
-                )
-            peaks.append(dlbench_convert(s, work / f"mem{n}_v30", 1)[1])
-        flat = peaks[1] <= 1.2 * peaks[0] and peaks[1] < 500
-        print(
-            f"peak PSS, 1 worker, {a.episodes} vs {5 * a.episodes} small episodes: {peaks[0]:.1f} MB vs "
-            f"{peaks[1]:.1f} MB ({verdict(flat)} the target: < 500 MB and within 20%)"
-        )
-    print(f"\nwork directory: {work}")
+
+
+def print_memory_flatness(episodes: int, work: Path) -> None:
+    """Peak PSS of 1 worker converting `episodes` and 5x as many small episodes: it should stay flat."""
+    small = (Camera("observation.images.cam0", 32, 32),)
+    peaks = []
+    for n in (episodes, 5 * episodes):
+        s = work / f"mem{n}"
+        if not (s / "meta/info.json").exists():
+            synthesize(
+                SynthConfig(episodes=n, length_min=5, length_max=10, cameras=small),
+                s,
+                overwrite=True,
+                progress=False,
+            )
+        peaks.append(dlbench_convert(s, work / f"mem{n}_v30", 1)[1])
+    flat = peaks[1] <= 1.2 * peaks[0] and peaks[1] < 500
+    print(
+        f"peak PSS, 1 worker, {episodes} vs {5 * episodes} small episodes: {peaks[0]:.1f} MB vs "
+        f"{peaks[1]:.1f} MB ({verdict(flat)} the target: < 500 MB and within 20%)"
+    )
 
 
 if __name__ == "__main__":

@@ -231,11 +231,24 @@ def test_every_plot_is_written_and_opens_as_an_image(summary, tmp_path):
         assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
 
 
-def test_baseline_plot_pairs_each_dlbench_run_with_lerobot_of_the_same_kind(summary):
-    table = plots.against_lerobot(summary)
-    # only stream_local's single-mode dlbench_stream has a lerobot_stream run beside it (300 against 100)
-    assert table["ratio"].tolist() == [pytest.approx(3.0)]
-    assert "dlbench_stream" in table["label"].iloc[0]
+def test_each_run_is_compared_with_lerobot_of_its_own_kind_in_the_summary_and_the_plot(tmp_path):
+    runs = [
+        write_run(tmp_path, "mmap_local", "dlbench_map", [300.0]),
+        write_run(tmp_path, "mmap_local", "lerobot_map", [150.0]),
+        write_run(tmp_path, "stream_local", "dlbench_stream", [900.0]),
+        write_run(tmp_path, "stream_local", "lerobot_stream", [100.0]),
+    ]
+    df = agg.aggregate(runs, tmp_path / "summary.csv")
+    mapped = row(df, "mmap_local", "dlbench_map")
+    assert mapped["ratio_to_baseline"] == pytest.approx(2.0)  # over lerobot_map's 150, not lerobot_stream's 100
+    assert mapped["baseline_run"] == "mmap_local/synthetic-lerobot_map-single-b8-w2-cpu"
+    assert row(df, "stream_local", "dlbench_stream")["ratio_to_baseline"] == pytest.approx(9.0)
+    table = plots.against_baseline(df)
+    assert sorted(table["ratio"].tolist()) == [pytest.approx(2.0), pytest.approx(9.0)]
+    # one loader named as the baseline: every run against it
+    fixed = agg.aggregate(runs, tmp_path / "fixed.csv", baseline="lerobot_stream")
+    assert row(fixed, "mmap_local", "dlbench_map")["ratio_to_baseline"] == pytest.approx(3.0)
+    assert sorted(plots.against_baseline(fixed)["ratio"].tolist()) == [pytest.approx(3.0), pytest.approx(9.0)]
 
 
 def test_throughput_plot_lists_the_runs_it_leaves_off(summary):

@@ -37,13 +37,14 @@ def test_record_has_sane_metrics_and_verifies_every_frame(v30_h264, loader):
 def test_a_mode_given_as_delta_timestamps_is_measured_and_every_frame_checked(v30_h264, tmp_path):
     """`bench-run --delta-timestamps chunk.yaml`, as config.yaml's `modes: {chunk: ...}` gives a run: three camera
     steps half a second apart, and an action chunk."""
-    from dlbench.cli import _run_from_args, build_parser
+    from dlbench.cli import build_parser
+    from dlbench.cli.bench import run_from_args
 
     (tmp_path / "chunk.yaml").write_text("cameras: [-1.0, -0.5, 0.0]\naction: [0.0, 0.1, 0.2, 0.3]\n")
     args = build_parser().parse_args(
         ["bench-run", "--root", str(v30_h264), "--out-dir", "o", "--delta-timestamps", str(tmp_path / "chunk.yaml")]
     )
-    spec = _run_from_args(args)
+    spec = run_from_args(args)
     assert spec["mode"] == "chunk" and spec["run_id"].endswith("-chunk-b16-w2-cpu")
     rec = run(replace(BenchConfig.from_spec(spec), loader="dlbench_stream", buffer_size=8, **FAST))
     m = rec["metrics"]
@@ -53,7 +54,7 @@ def test_a_mode_given_as_delta_timestamps_is_measured_and_every_frame_checked(v3
     (tmp_path / "bad.yaml").write_text("cameras: -1.0\n")
     args.delta_timestamps = str(tmp_path / "bad.yaml")
     with pytest.raises(UserError, match="bad.yaml: expected seconds per feature key"):
-        _run_from_args(args)
+        run_from_args(args)
 
 
 def test_zero_samples_is_an_error_that_says_where_to_look(v30_h264):

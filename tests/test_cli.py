@@ -1,6 +1,7 @@
 """The command line: help on every argument with its default, -q anywhere, --version, the internal command hidden."""
 
 import argparse
+import sys
 
 import pytest
 
@@ -36,7 +37,7 @@ def test_version_and_the_hidden_internal_command(capsys):
     assert capsys.readouterr().out.strip() == f"dlbench {__version__}"
     listing = build_parser().format_help()
     assert "bench-run" in listing and "one rank of a run" not in listing
-    assert build_parser().parse_args(["bench", "--spec", "s.json", "--out-dir", "o"]).command == "bench"
+    assert build_parser().parse_args(["bench-rank", "--spec", "s.json", "--out-dir", "o"]).command == "bench-rank"
 
 
 def test_choices_are_enforced(capsys):
@@ -55,3 +56,14 @@ def test_log_lines_are_stamped_and_errors_are_one_plain_line(tmp_path, capsys):
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d wrote v2\.1 dataset .*", out[-1]), out
     assert main(["validate", str(tmp_path / "d")]) == 2
     assert capsys.readouterr().err.startswith("dlbench validate: error: ")
+
+
+def test_a_command_needing_the_workflow_extra_names_it(tmp_path, capsys, monkeypatch):
+    from dlbench.cli import main
+
+    monkeypatch.setitem(sys.modules, "pandas", None)  # as after `pip install dlbench` without the extra
+    monkeypatch.delitem(sys.modules, "dlbench.aggregate", raising=False)
+    assert main(["aggregate", str(tmp_path), "--out", str(tmp_path / "summary.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dlbench aggregate: error: needs the pandas package") and "dlbench[workflow]" in err
+    assert not (tmp_path / "summary.csv").exists()

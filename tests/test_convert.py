@@ -122,3 +122,18 @@ def test_full_output_files_are_units_of_their_own(v21_h264, tmp_path):
         assert len(files) >= 3
         # every unit holds one file, except that a last file under half the threshold may join the one before it
         assert sum(u["stream"] == cam for u in units) >= len(files) - 1
+
+
+def test_a_file_url_is_a_local_path_everywhere(v21_h264, v30_h264, tmp_path):
+    """file:// is local for the converter, the metadata readers and the loaders alike (read natively, no fsspec)."""
+    from dlbench.loader import LeRobotMapDataset
+
+    assert not paths.is_remote(f"file://{v21_h264}") and paths.is_remote("s3://bucket/x")
+    src = f"file://{v21_h264}"
+    manifest = planmod.plan(src, tmp_path / "work", SMALL_FILES)
+    assert manifest["src"] == str(v21_h264)  # recorded as the plain path
+    assert meta.exists(src, "meta/info.json") and not meta.exists(src, "meta/nope.json")
+    report = validate(f"file://{v30_h264}")
+    assert report["ok"] and report["frames_decoded"] > 0
+    item = LeRobotMapDataset(root=f"file://{v30_h264}")[0]
+    assert item["index"] == 0

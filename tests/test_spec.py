@@ -1,5 +1,6 @@
 """One source of defaults (the config schema) for the workflow's run specs, the CLI and the library."""
 
+import os
 from dataclasses import fields
 
 import pytest
@@ -12,10 +13,10 @@ from dlbench.errors import UserError
 
 
 def test_cli_run_options_default_to_the_schema():
-    from dlbench.cli import _run_from_args
+    from dlbench.cli.bench import run_from_args
 
     args = build_parser().parse_args(["bench-run", "--root", "/data/x", "--out-dir", "out"])
-    run = _run_from_args(args)
+    run = run_from_args(args)
     schema = defaults("bench", "defaults")
     assert schema["batch_size"] == 16 and schema["duration_s"] == 15  # what config.yaml leaves out gets these
     for key, value in schema.items():
@@ -99,3 +100,26 @@ def test_modes_of_the_config_become_the_runs_delta_timestamps():
         spec.expand_runs(config)
     with pytest.raises(UserError, match="modes.sarm: sarm is built in"):
         validate_config({"datasets": {"d": {"synth": {}}}, "modes": {"sarm": chunk}})
+
+
+def test_auto_workers_fill_the_cores_of_the_job(monkeypatch):
+    from dlbench.spec import resolve_workers
+
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    assert resolve_workers("auto") == len(os.sched_getaffinity(0))  # every core, however many cameras
+    assert resolve_workers("auto", ranks_here=2) == max(1, len(os.sched_getaffinity(0)) // 2)
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "6")  # SLURM's share per rank, whatever the node has
+    assert resolve_workers("auto", ranks_here=2) == 6
+    assert resolve_workers(3) == 3
+
+
+def test_loader_names_and_the_baseline_choices_come_from_the_schema():
+    from dlbench.config import LOADERS, SAME_KIND, baseline_loader, schema
+
+    assert schema()["properties"]["baseline_loader"]["enum"] == [SAME_KIND, *LOADERS]
+    assert baseline_loader("dlbench_map") == "lerobot_map" and baseline_loader("dlbench_stream") == "lerobot_stream"
+    assert baseline_loader("dlbench_map", "lerobot_stream") == "lerobot_stream"
+    loader = next(
+        a for a in build_parser()._subparsers._group_actions[0].choices["bench-run"]._actions if a.dest == "loader"
+    )
+    assert list(loader.choices) == list(LOADERS)

@@ -364,7 +364,6 @@ def test_your_own_datasets_through_the_dag(tmp_path, v21_h264, lerobot_recorded_
             },
             "scenarios": {"mine": {"dataset": ["mine21", "recorded"], "loader": ["dlbench_map", "lerobot_map"]}},
         },
-        "baseline_loader": "lerobot_map",
     }
     (tmp_path / "wd").mkdir()
     proc = snakemake(tmp_path / "wd", config, "-c", "2", "results/summary.csv")
@@ -379,7 +378,7 @@ def test_your_own_datasets_through_the_dag(tmp_path, v21_h264, lerobot_recorded_
     assert (summary["status"] == "ok").all(), summary[["run_id", "status", "reason"]]
     assert (summary["frames_decode_checked"] >= 16).all() and (summary["frames_barcode_checked"] == 0).all()
     assert (summary["frames_wrong"] == 0).all()
-    ratio = summary.set_index("run_id")["ratio_to_baseline"]  # each dataset against LeRobot's loader on it
+    ratio = summary.set_index("run_id")["ratio_to_baseline"]  # by default against LeRobot's loader of the same kind
     assert ratio["recorded-lerobot_map-single-b4-w1-cpu"] == 1.0 and ratio["recorded-dlbench_map-single-b4-w1-cpu"] > 0
     assert meta.read_info(str(tmp_path / "wd/results/datasets/mine21/v30"))["codebase_version"] == "v3.0"
     assert not (tmp_path / "wd/results/datasets/synthetic").exists()

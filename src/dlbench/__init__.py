@@ -1,3 +1,8 @@
 """dlbench: prepare LeRobot datasets and measure how fast they reach the GPU."""
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("dlbench")  # pyproject.toml's, as installed
+except PackageNotFoundError:  # run from a source tree without installing (the peer environment's PYTHONPATH)
+    __version__ = "0+unknown"

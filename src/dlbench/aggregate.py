@@ -7,8 +7,9 @@ over ranks), `frames_per_s_min` and `frames_per_s_max` the spread. Derived colum
 - `scaling_efficiency`: per-node frames/s of a run over that of the 1-rank run with the same source, loader,
   mode, batch size, workers and decode device (1.0 is perfect scaling across nodes; with several ranks on one
   node it says how much the node gains from them);
-- `ratio_to_baseline`: frames/s per node over that of the baseline loader (LeRobot streaming by default) on the same
-  source, mode and world size (`baseline_run` names the run compared with);
+- `ratio_to_baseline`: frames/s per node over that of the baseline loader on the same dataset, source, mode and world
+  size (`baseline_run` names the run compared with); by default LeRobot's loader of the run's own kind, so map-style
+  runs are compared with lerobot_map and streaming runs with lerobot_stream;
 - `decoder_thrash`: the decoder cache hit rate is low and p99 latency high at once (decoders reopened and
   re-seeked instead of reused);
 - `worker_bound`: the DataLoader delivers at least 80% of `num_workers` x the single-process probe rate, so every
@@ -33,11 +34,9 @@ import pandas as pd
 
 from . import atomic
 from .bench import record as recordmod
+from .config import SAME_KIND, baseline_loader, defaults, schema
 from .errors import UserError
 
-DEFAULT_TARGETS = {"single": 120.0, "sarm": 320.0}  # frames/s/node
-DEFAULT_THRASH = {"hit_rate_below": 0.5, "p99_ms_above": 100.0}
-DEFAULT_BASELINE = "lerobot_stream"
 WORKER_BOUND_FRAC = 0.8  # of num_workers x the single-process probe rate
 SCALING_KEY = ["dataset", "source", "loader", "mode", "batch_size", "num_workers", "decode_device"]
 RECORD_SCHEMA = Path(__file__).parent / "schemas" / "record.schema.json"
@@ -94,7 +93,7 @@ def aggregate(
     paths: list[str | Path],
     out: str | Path,
     targets: dict | None = None,
-    baseline: str = DEFAULT_BASELINE,
+    baseline: str = SAME_KIND,
     thrash: dict | None = None,
     prewarm: dict[str, str | Path] | None = None,
 ) -> pd.DataFrame:
@@ -107,7 +106,7 @@ def aggregate(
             verdicts[source] = json.loads(Path(report).read_text())["verdict"]
         except (OSError, ValueError, KeyError) as e:
             raise UserError(f"{report}: not a readable prewarm report ({e}); delete it and rerun its check") from None
-    targets = {**DEFAULT_TARGETS, **(targets or {})}
+    targets = {**schema()["properties"]["targets"]["default"], **(targets or {})}
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for p in paths:
         for f in rank_files(p):
@@ -150,7 +149,7 @@ def aggregate(
             and row["frames_wrong"] == 0
         )
         rows.append(row)
-    df = derive(pd.DataFrame(rows), baseline, {**DEFAULT_THRASH, **(thrash or {})})
+    df = derive(pd.DataFrame(rows), baseline, {**defaults("thrash"), **(thrash or {})})
     with atomic.file(out) as tmp:
         df.to_csv(tmp, index=False)
     return df
@@ -218,72 +217,73 @@ def derive(df: pd.DataFrame, baseline: str, thrash: dict) -> pd.DataFrame:
         if col not in df:
             df[col] = float("nan")
     ok = df["status"].isin(VERIFIED_STATUSES)
-    single = df[ok & (df["world_size"] == 1)].set_index(SCALING_KEY)["frames_per_s_node"]
-    single = single[~single.index.duplicated()]
-    keys = pd.MultiIndex.from_frame(df[SCALING_KEY])
-    df["scaling_efficiency"] = (df["frames_per_s_node"].to_numpy() / single.reindex(keys).to_numpy()).round(4)
-    df.loc[~ok, "scaling_efficiency"] = float("nan")
-
-    ratios, names = [], []
-    for _, row in df.iterrows():
-        base = df[
-            ok
-            & (df["loader"] == baseline)
-            & (df["dataset"] == row["dataset"])
-            & (df["source"] == row["source"])
-            & (df["mode"] == row["mode"])
-            & (df["world_size"] == row["world_size"])
-        ]
-        same_knobs = base[(base["batch_size"] == row["batch_size"]) & (base["num_workers"] == row["num_workers"])]
-        base = same_knobs if len(same_knobs) else base
-        if row["status"] not in VERIFIED_STATUSES or base.empty:
-            ratios.append(float("nan"))
-            names.append("")
-            continue
-        ratios.append(round(row["frames_per_s_node"] / base["frames_per_s_node"].iloc[0], 4))
-        names.append(f"{base['scenario'].iloc[0]}/{base['run_id'].iloc[0]}")
-    df["ratio_to_baseline"], df["baseline_run"] = ratios, names
-
+    df["scaling_efficiency"] = _scaling_efficiency(df, ok)
+    df["ratio_to_baseline"], df["baseline_run"] = zip(*_baseline_ratios(df, ok, baseline)) if len(df) else ((), ())
     df["decoder_thrash"] = (
         ok & (df["cache_hit_rate"] < thrash["hit_rate_below"]) & (df["latency_p99_ms"] > thrash["p99_ms_above"])
     )
     per_rank = df["samples_per_s_total"] / df["ranks"] if "samples_per_s_total" in df else float("nan")
     probe = df["probe_samples_per_s"] if "probe_samples_per_s" in df else float("nan")
     df["worker_bound"] = ok & (per_rank >= WORKER_BOUND_FRAC * df["num_workers"].clip(lower=1) * probe)
-    notes = []
-    for _, row in df.iterrows():
-        why = []
-        if row["status"] not in VERIFIED_STATUSES:
-            why.append(f"{row['status']}: {row['reason']}" if row.get("reason") else row["status"])
-        else:
-            if row["status"] == "unverified":
-                why.append(row.get("reason") or "unverified: no frame was checked")
-            target = row.get("target_frames_per_s_node")
-            if pd.notna(target) and row["frames_per_s_node"] < target:
-                why.append(f"below target ({row['frames_per_s_node']:.0f} < {target:g} frames/s/node)")
-            elif pd.isna(target):
-                why.append(f"no target for mode {row['mode']} (config.yaml targets:)")
-            if row["frames_wrong"]:
-                why.append(f"{int(row['frames_wrong'])} wrong frames")
-            if row["decoder_thrash"]:
-                why.append(
-                    f"decoder thrash (cache hit rate {row['cache_hit_rate']:.2f}, p99 {row['latency_p99_ms']:.0f} ms)"
-                )
-            if row["worker_bound"]:
-                why.append(
-                    f"worker-bound ({row['num_workers']} workers each at their single-process rate of "
-                    f"{row['probe_samples_per_s']:.0f} samples/s; add workers if cores allow)"
-                )
-            if pd.notna(row.get("nodes_used")) and row["nodes_used"] < row["nodes"]:
-                why.append(
-                    f"ran on {int(row['nodes_used'])} host(s), not the {row['nodes']} nodes configured: "
-                    f"per-node figures are per host"
-                )
-            if row.get("source_verdict") == "cold":
-                why.append("measured on a cold source (prewarm check said cold)")
-        notes.append("; ".join(why))
-    df["notes"] = notes
+    df["notes"] = ["; ".join(_notes(row)) for _, row in df.iterrows()]
     return df
+
+
+def _scaling_efficiency(df: pd.DataFrame, ok: pd.Series) -> np.ndarray:
+    """Per-node frames/s over that of the 1-rank run with the same SCALING_KEY (NaN where there is none)."""
+    single = df[ok & (df["world_size"] == 1)].set_index(SCALING_KEY)["frames_per_s_node"]
+    single = single[~single.index.duplicated()]
+    keys = pd.MultiIndex.from_frame(df[SCALING_KEY])
+    ratio = (df["frames_per_s_node"].to_numpy() / single.reindex(keys).to_numpy()).round(4)
+    return np.where(ok, ratio, float("nan"))
+
+
+def _baseline_ratios(df: pd.DataFrame, ok: pd.Series, baseline: str) -> list[tuple[float, str]]:
+    """(ratio, "scenario/run_id" of the run compared with) per row; the baseline run has the same dataset, source,
+    mode and world size, and the same batch size and workers where such a run exists."""
+    same = ["dataset", "source", "mode", "world_size"]
+    out = []
+    for _, row in df.iterrows():
+        base = df[ok & (df["loader"] == baseline_loader(row["loader"], baseline)) & (df[same] == row[same]).all(axis=1)]
+        same_knobs = base[(base["batch_size"] == row["batch_size"]) & (base["num_workers"] == row["num_workers"])]
+        base = same_knobs if len(same_knobs) else base
+        if row["status"] not in VERIFIED_STATUSES or base.empty:
+            out.append((float("nan"), ""))
+        else:
+            ratio = round(row["frames_per_s_node"] / base["frames_per_s_node"].iloc[0], 4)
+            out.append((ratio, f"{base['scenario'].iloc[0]}/{base['run_id'].iloc[0]}"))
+    return out
+
+
+def _notes(row: pd.Series) -> list[str]:
+    """Why a run fails its target, or what limits it."""
+    if row["status"] not in VERIFIED_STATUSES:
+        return [f"{row['status']}: {row['reason']}" if row.get("reason") else row["status"]]
+    why = []
+    if row["status"] == "unverified":
+        why.append(row.get("reason") or "unverified: no frame was checked")
+    target = row.get("target_frames_per_s_node")
+    if pd.notna(target) and row["frames_per_s_node"] < target:
+        why.append(f"below target ({row['frames_per_s_node']:.0f} < {target:g} frames/s/node)")
+    elif pd.isna(target):
+        why.append(f"no target for mode {row['mode']} (config.yaml targets:)")
+    if row["frames_wrong"]:
+        why.append(f"{int(row['frames_wrong'])} wrong frames")
+    if row["decoder_thrash"]:
+        why.append(f"decoder thrash (cache hit rate {row['cache_hit_rate']:.2f}, p99 {row['latency_p99_ms']:.0f} ms)")
+    if row["worker_bound"]:
+        why.append(
+            f"worker-bound ({row['num_workers']} workers each at their single-process rate of "
+            f"{row['probe_samples_per_s']:.0f} samples/s; add workers if cores allow)"
+        )
+    if pd.notna(row.get("nodes_used")) and row["nodes_used"] < row["nodes"]:
+        why.append(
+            f"ran on {int(row['nodes_used'])} host(s), not the {row['nodes']} nodes configured: "
+            f"per-node figures are per host"
+        )
+    if row.get("source_verdict") == "cold":
+        why.append("measured on a cold source (prewarm check said cold)")
+    return why
 
 
 def load_conversion(path: str | Path) -> dict:

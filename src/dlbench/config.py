@@ -33,6 +33,19 @@ def schema() -> dict:
     return yaml.safe_load(SCHEMA_PATH.read_text())
 
 
+# the loaders, as the schema's run `loader` enum names them: <project>_<kind>, kind map (random access) or stream
+LOADERS: tuple[str, ...] = tuple(schema()["definitions"]["run"]["properties"]["loader"]["oneOf"][0]["enum"])
+DLBENCH_LOADERS = tuple(name for name in LOADERS if name.startswith("dlbench_"))
+LEROBOT_LOADERS = tuple(name for name in LOADERS if name.startswith("lerobot_"))
+SAME_KIND = "lerobot"  # baseline_loader: each run against LeRobot's loader of its own kind
+
+
+def baseline_loader(loader: str, baseline: str = SAME_KIND) -> str:
+    """The loader a run of `loader` is compared with: `baseline`, or for `lerobot` LeRobot's loader of the same kind
+    (lerobot_map for map-style runs, lerobot_stream for streaming ones)."""
+    return f"lerobot_{loader.split('_', 1)[1]}" if baseline == SAME_KIND else baseline
+
+
 def defaults(*path: str) -> dict:
     """The schema's defaults for the object at `path` (property names, e.g. "bench", "defaults"), as a dict."""
     node = schema()

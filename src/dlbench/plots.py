@@ -15,7 +15,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from . import atomic  # noqa: E402
+from .config import DLBENCH_LOADERS, defaults  # noqa: E402
 from .errors import UserError  # noqa: E402
+from .outputs import PLOT_NAMES  # noqa: E402
 
 GROUP = ["source", "loader", "mode"]
 
@@ -220,9 +222,7 @@ def plot_nodes(df: pd.DataFrame, path: Path) -> Path:
 def plot_cache(df: pd.DataFrame, path: Path, thrash: dict | None = None) -> Path:
     """Decoder cache hit rate against p99 latency, one marker per run; runs flagged as decoder thrash are crosses,
     and the thresholds that flag them (`thrash` in config.yaml) are drawn."""
-    from .aggregate import DEFAULT_THRASH
-
-    thrash = {**DEFAULT_THRASH, **(thrash or {})}
+    thrash = {**defaults("thrash"), **(thrash or {})}
     title = "Decoder cache hit rate vs p99 latency (x: flagged decoder thrash)"
     ok = _ok(df).dropna(subset=["cache_hit_rate"])
     if ok.empty:
@@ -283,37 +283,28 @@ def plot_conversion(table: pd.DataFrame, path: Path) -> Path:
     return _save(fig, path)
 
 
-# each dlbench loader and the LeRobot loader of the same kind
-PEERS = {"dlbench_map": "lerobot_map", "dlbench_stream": "lerobot_stream"}
-
-
-def against_lerobot(df: pd.DataFrame) -> pd.DataFrame:
-    """Each dlbench run's frames/s per node over that of LeRobot's loader of the same kind (map-style or streaming)
-    on the same dataset, source, mode and ranks (same batch size and workers where such a run exists):
+def against_baseline(df: pd.DataFrame) -> pd.DataFrame:
+    """Each dlbench run's `ratio_to_baseline` from the summary (by default over LeRobot's loader of the same kind):
     columns mode, label, ratio."""
     ok = _ok(df)
-    keys = ["dataset", "source", "mode", "world_size"]
-    rows = []
-    for _, r in ok[ok["loader"].isin(list(PEERS))].iterrows():
-        peer = ok[(ok["loader"] == PEERS[r["loader"]]) & (ok[keys] == r[keys]).all(axis=1)]
-        same = peer[(peer["batch_size"] == r["batch_size"]) & (peer["num_workers"] == r["num_workers"])]
-        peer = same if len(same) else peer
-        if len(peer):
-            ratio = r["frames_per_s_node"] / peer["frames_per_s_node"].iloc[0]
-            rows.append((r["mode"], f"{r['dataset']} · {r['source']} · {r['loader']} (w{r['num_workers']})", ratio))
+    ok = ok[ok["loader"].isin(DLBENCH_LOADERS) & ok["ratio_to_baseline"].notna()]
+    rows = [
+        (r["mode"], f"{r['dataset']} · {r['source']} · {r['loader']} (w{r['num_workers']})", r["ratio_to_baseline"])
+        for _, r in ok.iterrows()
+    ]
     return pd.DataFrame(rows, columns=["mode", "label", "ratio"]).sort_values(["mode", "ratio"])
 
 
 def plot_baseline(df: pd.DataFrame, path: Path) -> Path:
-    """dlbench against LeRobot (`against_lerobot`), one panel per mode."""
-    title = "dlbench against LeRobot (frames/s per node over LeRobot's loader of the same kind; 1 = as fast)"
-    table = against_lerobot(df)
+    """dlbench against its baseline (`against_baseline`), one panel per mode."""
+    title = "dlbench against the baseline loader (frames/s per node over the baseline run's; 1 = as fast)"
+    table = against_baseline(df)
     if table.empty:
         return _nothing(
             path,
             title,
-            "needs a dlbench run and LeRobot's run of the same kind (dlbench_map with lerobot_map, dlbench_stream\n"
-            "with lerobot_stream) on the same dataset, source and mode; LeRobot's need the peer environment",
+            "needs a dlbench run and a run of the baseline loader (baseline_loader: by default LeRobot's loader of\n"
+            "the same kind) on the same dataset, source and mode; LeRobot's need the peer environment",
         )
     return _mode_bars(
         table,
@@ -321,22 +312,20 @@ def plot_baseline(df: pd.DataFrame, path: Path) -> Path:
         labels=list(table["label"]),
         colors=["tab:blue" if v >= 1 else "tab:orange" for v in table["ratio"]],
         text="{:.2f}x",
-        xlabel="dlbench frames/s over LeRobot's",
+        xlabel="dlbench frames/s over the baseline's",
         title=title,
         path=path,
         line=lambda _: (1.0, None),
     )
 
 
-PLOTS = {
-    "throughput.png": plot_throughput,
-    "baseline.png": plot_baseline,
-    "latency.png": plot_latency,
-    "decode_device.png": plot_decode_device,
-    "workers.png": plot_workers,
-    "nodes.png": plot_nodes,
-    "cache_vs_p99.png": plot_cache,
-}
+PLOTS = dict(
+    zip(
+        PLOT_NAMES,
+        (plot_throughput, plot_baseline, plot_latency, plot_decode_device, plot_workers, plot_nodes, plot_cache),
+        strict=True,
+    )
+)
 
 
 def plot_all(

@@ -15,11 +15,11 @@ import os
 from pathlib import Path
 
 from . import atomic
-from .config import BUILTIN_MODES, DATASET_KINDS, defaults
+from .config import BUILTIN_MODES, DATASET_KINDS, LEROBOT_LOADERS, defaults
 from .errors import UserError
+from .format.paths import is_remote
 
 AXES = ("dataset", "loader", "mode", "batch_size", "num_workers", "decode_device")
-LEROBOT_LOADERS = ("lerobot_map", "lerobot_stream")
 UNSET = {"num_batches": None, "decoder_cache_size": None}  # run keys without a schema default: None is "not set"
 
 
@@ -29,10 +29,6 @@ def run_id(run: dict) -> str:
         f"{run['dataset']}-{run['loader']}-{run['mode']}-b{run['batch_size']}-w{run['num_workers']}-"
         f"{run['decode_device']}"
     )
-
-
-def is_url(path: str) -> bool:
-    return "://" in str(path) and not str(path).startswith("file://")
 
 
 # ------------------------------------------------------------------------------------------------- datasets
@@ -70,7 +66,7 @@ def check_local_dataset(config: dict, name: str) -> None:
     if kind == "synth":
         return
     path = config["datasets"][name][kind]
-    if is_url(path):
+    if is_remote(path):
         return
     key = f"datasets.{name}.{kind}"
     want = "v2.1" if kind == "v21" else "v3.0"
@@ -163,7 +159,7 @@ def resolve(config: dict, run: dict, scenario: str) -> dict:
     src = config["sources"][run["source"]]
     ds = config["datasets"][run["dataset"]]
     remote = src["type"] != "local"
-    if src.get("stage") and is_url(dataset_root(config, run["dataset"])):
+    if src.get("stage") and is_remote(dataset_root(config, run["dataset"])):
         raise UserError(
             f"{where}: source {run['source']} stages datasets from local disk, but dataset "
             f"{run['dataset']} is at {ds['v30']}; read it with source: local (where it lives)"
@@ -205,7 +201,7 @@ def _check_run(run: dict, where: str) -> None:
             f"{where}: loader lerobot_stream does not split its stream by rank, so {run['ranks']} ranks "
             f"would read the same frames; use ranks: 1 (or loader dlbench_stream)"
         )
-    remote = is_url(run["root"]) and not str(run["root"]).startswith("hf://datasets/")
+    remote = is_remote(run["root"]) and not str(run["root"]).startswith("hf://datasets/")
     if run["loader"] in LEROBOT_LOADERS and remote:
         raise UserError(
             f"{where}: loader {run['loader']} reads local datasets and Hub repos only, not "
@@ -248,12 +244,13 @@ def make_run(values: dict, scenario: str = "adhoc") -> dict:
     return spec
 
 
-def resolve_workers(num_workers: int | str, cameras: int, ranks_here: int = 1) -> int:
-    """`auto`: the cores this job may use, shared by the ranks on this host, over the dataset's cameras."""
+def resolve_workers(num_workers: int | str, ranks_here: int = 1) -> int:
+    """`auto`: one worker per core this job may use, shared by the ranks on this host (a worker decodes every
+    camera of its items in turn, so dividing by cameras would leave cores idle)."""
     if num_workers != "auto":
         return int(num_workers)
     cores = int(os.environ.get("SLURM_CPUS_PER_TASK", 0)) * ranks_here or len(os.sched_getaffinity(0))
-    return max(1, cores // max(1, ranks_here) // max(1, cameras))
+    return max(1, cores // max(1, ranks_here))
 
 
 def write(spec: dict, path: str | Path) -> None:

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from .errors import UserError, no_range_requests
+from .format.paths import is_remote, local_path
 
 DEFAULT_TOLERANCE_S = 1e-4
 # torchcodec's NVDEC implementation: "ffmpeg" (FFmpeg's NVDEC hardware decoding) or "beta" (torchcodec's own, on
@@ -37,10 +38,6 @@ def _cuda_backend():
 
 class FrameTimestampError(UserError):
     """A decoded frame's presentation time is not the requested one."""
-
-
-def is_remote(url: str) -> bool:
-    return "://" in url and not url.startswith("file://")
 
 
 def is_channels_last(frames: torch.Tensor) -> bool:
@@ -199,7 +196,7 @@ class VideoDecoderCache:
                 handle = fs.open(path, "rb", block_size=self.block_size, cache_type="readahead")
                 source = handle
             else:
-                source = url.removeprefix("file://")
+                source = local_path(url)
             kwargs = {"seek_mode": self.seek_mode, "device": device}
             if device == "cpu":
                 decoder = VideoDecoder(source, num_ffmpeg_threads=self.num_ffmpeg_threads, **kwargs)

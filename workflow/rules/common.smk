@@ -12,6 +12,8 @@ import dlbench.sources
 from dlbench import spec as runspec
 from dlbench.config import validate_config
 from dlbench.errors import UserError
+from dlbench.format.paths import is_remote
+from dlbench.outputs import PLOT_NAMES
 
 
 def checked(fn, *args, what="invalid configuration"):
@@ -61,11 +63,7 @@ def _names(kinds):
 SYNTH_DATASETS = _names(("synth",))
 CONVERTED_DATASETS = _names(("synth", "v21"))
 
-# dlbench.plots.PLOTS, spelled out so parsing the workflow does not import matplotlib
-PLOTS = [
-    f"results/plots/{name}.png"
-    for name in ("throughput", "baseline", "latency", "decode_device", "workers", "nodes", "cache_vs_p99")
-]
+PLOTS = [f"results/plots/{name}" for name in PLOT_NAMES]
 CONVERSION_TABLE = ["results/tables/conversion.csv"] if SCALING_DATASETS else []
 CONVERSION_PLOT = ["results/plots/conversion.png"] if SCALING_DATASETS else []
 
@@ -88,7 +86,7 @@ def start_loopback():
 
 def local_input(path):
     """A dataset path as an input: local paths are files Snakemake can track; URLs are read by the job."""
-    return [] if path is None or runspec.is_url(path) else [path]
+    return [] if path is None or is_remote(path) else [path]
 
 
 def run_of(wildcards):
@@ -183,6 +181,20 @@ def run_dirs():
 def prewarm_reports():
     """The prewarm reports of checked sources the matrix reads (summary.csv's source_verdict)."""
     return sorted({r["require_warm"] for r in RUNS.values() if r["require_warm"]})
+
+
+def thrash_args():
+    t = config["thrash"]
+    return f"--thrash-hit-rate-below {t['hit_rate_below']} --thrash-p99-ms-above {t['p99_ms_above']}"
+
+
+def aggregate_args():
+    """`dlbench aggregate`'s options from config.yaml: targets, baseline, thrash, each checked source's report."""
+    args = [f"--target {mode}={fps}" for mode, fps in config["targets"].items()]
+    args += [f"--baseline {config['baseline_loader']}", thrash_args()]
+    for report in prewarm_reports():  # results/prewarm/<source>/<dataset>.json
+        args.append(f"--prewarm {Path(report).relative_to('results/prewarm').with_suffix('')}={report}")
+    return " ".join(args)
 
 
 def synth_args(wildcards):

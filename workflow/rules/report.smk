@@ -1,5 +1,5 @@
-# Aggregation, tables and plots (workflow glue in workflow/scripts/); captions for `snakemake --report` live in
-# workflow/report/.
+# Aggregation, tables and plots: the same `dlbench aggregate | conversion-table | plot` commands a user runs by hand;
+# captions for `snakemake --report` live in workflow/report/.
 
 
 localrules:
@@ -20,11 +20,9 @@ rule aggregate:
     conda:
         "../envs/cpu.yaml"
     params:
-        targets=config["targets"],
-        thrash=config["thrash"],
-        baseline=config["baseline_loader"],
-    script:
-        "../scripts/aggregate.py"
+        args=aggregate_args(),
+    shell:
+        "dlbench -q aggregate {input.runs} --out {output} {params.args} > {log} 2>&1"
 
 
 rule conversion_table:
@@ -36,8 +34,8 @@ rule conversion_table:
         "results/logs/conversion_table.log",
     conda:
         "../envs/cpu.yaml"
-    script:
-        "../scripts/conversion_table.py"
+    shell:
+        "dlbench -q conversion-table {input} --out {output} > {log} 2>&1"
 
 
 rule plots:
@@ -50,10 +48,9 @@ rule plots:
     conda:
         "../envs/cpu.yaml"
     params:
-        conversion=None,
-        thrash=config.get("thrash"),
-    script:
-        "../scripts/plots.py"
+        args=thrash_args(),
+    shell:
+        "dlbench -q plot {input} --outdir results/plots {params.args} > {log} 2>&1"
 
 
 rule plot_conversion:
@@ -65,7 +62,5 @@ rule plot_conversion:
         "results/logs/plot_conversion.log",
     conda:
         "../envs/cpu.yaml"
-    params:
-        conversion=True,
-    script:
-        "../scripts/plots.py"
+    shell:
+        "dlbench -q plot --conversion {input} --outdir results/plots > {log} 2>&1"

@@ -15,13 +15,11 @@ from typing import Any
 
 import torch
 
+from ..config import LEROBOT_LOADERS, LOADERS
 from ..errors import UserError
+from ..format.paths import is_remote, local_path
 from ..loader.collate import collate
 from ..loader.dataset_meta import DatasetMeta, resolve_windows
-
-DLBENCH_LOADERS = ("dlbench_map", "dlbench_stream")
-LEROBOT_LOADERS = ("lerobot_map", "lerobot_stream")
-LOADERS = DLBENCH_LOADERS + LEROBOT_LOADERS
 
 
 @dataclass
@@ -136,12 +134,12 @@ def lerobot_location(root: str) -> dict:
     if root.startswith("hf://datasets/"):
         repo, _, revision = root.removeprefix("hf://datasets/").partition("@")
         return {"repo_id": repo.rstrip("/"), "revision": revision or None}
-    if "://" in root and not root.startswith("file://"):
+    if is_remote(root):
         raise UserError(
             f"{root}: LeRobot's loaders read local datasets and Hub repos (hf://datasets/ORG/NAME@REV) "
             f"only; read this one with dlbench_map or dlbench_stream"
         )
-    return {"repo_id": "local/bench", "root": root.removeprefix("file://")}
+    return {"repo_id": "local/bench", "root": local_path(root)}
 
 
 def _stop_tqdm_monitor() -> None:

@@ -23,10 +23,11 @@ from pathlib import Path
 import numpy as np
 
 from .. import atomic
+from ..config import LEROBOT_LOADERS
 from ..errors import UserError
+from ..format.paths import is_remote
 from ..peer import CREATE_COMMAND, REPO_ROOT, peer_python, require_peer
 from . import record as recordmod
-from .adapters import LEROBOT_LOADERS
 
 IN_PEER_ENV = "DLBENCH_IN_PEER"
 RUN_MANIFEST = "run.json"
@@ -60,12 +61,12 @@ def _peer_env(root: str) -> dict:
 
 
 def rank_command(loader: str, root: str = "") -> tuple[list[str], dict]:
-    """The interpreter command for one rank (`... -m dlbench bench`) and its environment."""
+    """The interpreter command for one rank (`... -m dlbench bench-rank`) and its environment."""
     if needs_peer(loader):
         if os.environ.get(IN_PEER_ENV):
             raise UserError("LeRobot is not importable in the peer environment; recreate it with scripts/peer-env.sh")
-        return [str(require_peer()), "-m", "dlbench", "-q", "bench"], _peer_env(root)
-    return [sys.executable, "-m", "dlbench", "-q", "bench"], dict(os.environ)
+        return [str(require_peer()), "-m", "dlbench", "-q", "bench-rank"], _peer_env(root)
+    return [sys.executable, "-m", "dlbench", "-q", "bench-rank"], dict(os.environ)
 
 
 class FileBarrier:
@@ -136,7 +137,7 @@ def bench_run(run: dict, out_dir: str | Path) -> dict:
 
     apply_env(run.get("source_spec"))
     _gate_on_prewarm(run)
-    if runspec.is_url(run["root"]):
+    if is_remote(run["root"]):
         try:
             check_reachable(run["root"])
         except UserError as e:
@@ -144,15 +145,8 @@ def bench_run(run: dict, out_dir: str | Path) -> dict:
                 raise
             return skip_run(BenchConfig.from_spec(run), out_dir, f"source not reachable from this machine: {e}")
     if run["num_workers"] == "auto":
-        from ..format import meta
-
-        cameras = len(meta.video_keys(meta.read_info(run["root"])))
         ranks_here = -(-run["ranks"] // run["nodes"])
-        run = {
-            **run,
-            "num_workers": runspec.resolve_workers("auto", cameras, ranks_here),
-            "num_workers_requested": "auto",
-        }
+        run = {**run, "num_workers": runspec.resolve_workers("auto", ranks_here), "num_workers_requested": "auto"}
     return launch(run, out_dir)
 
 

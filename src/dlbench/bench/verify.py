@@ -146,10 +146,10 @@ class _open:
         self.url, self.handle = url, None
 
     def __enter__(self):
-        from ..video import is_remote
+        from ..format.paths import is_remote, local_path
 
         if not is_remote(self.url):
-            return self.url.removeprefix("file://")
+            return local_path(self.url)
         import fsspec
 
         self.handle = fsspec.open(self.url, "rb").open()

@@ -25,6 +25,7 @@ import threading
 import time
 from pathlib import Path
 
+LEASE_TIMEOUT_S = 60.0  # a lease not renewed for this long is taken over by another worker
 HOST = os.environ.get("DLBENCH_HOST") or socket.gethostname()  # override: tests simulate several hosts
 _GEN_FILE = re.compile(r"^(?P<name>.+)\.(?P<gen>\d+)\.(?P<state>lease|released)$")
 

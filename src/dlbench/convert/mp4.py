@@ -135,6 +135,34 @@ def read_track(fh, name: str) -> Track:
 
 
 def _parse_moov(name: str, ftyp: bytes, moov: bytes, file_size: int) -> Track:
+    """The track of a moov box read whole; raise `Unsupported` for what `join` cannot copy."""
+    boxes = _index_boxes(name, moov)
+    s, _ = boxes[b"mdhd"]
+    timescale = struct.unpack_from(">I", moov, s + (20 if moov[s] == 1 else 12))[0]
+    entry = _sample_entry(name, moov, boxes[b"stsd"])
+    durations = np.repeat(*_table(moov, *boxes[b"stts"], 2).T[[1, 0]])
+    sizes = _sample_sizes(name, moov, boxes[b"stsz"])
+    if len(durations) != len(sizes):
+        raise Unsupported(f"{name}: stts and stsz count different samples")
+    composition = _composition(name, moov, boxes[b"ctts"], len(sizes)) if boxes.get(b"ctts") else None
+    sync = _table(moov, *boxes[b"stss"], 1)[:, 0] - 1 if boxes.get(b"stss") else None
+    sdtp = None
+    if boxes.get(b"sdtp"):
+        s, e = boxes[b"sdtp"]
+        sdtp = moov[s + 4 : e] if e - s - 4 == len(sizes) else None  # per-sample hints: dropped when malformed
+    chunk_samples, offsets, data_range = _chunks(name, moov, boxes, sizes, file_size)
+    edit = _edit_media_time(name, moov, boxes[b"elst"]) if boxes.get(b"elst") else None
+    track = Track(
+        name, ftyp, moov, timescale, entry, durations, composition, sync, sdtp, sizes, chunk_samples, offsets, edit,
+        data_range,
+    )  # fmt: skip
+    if edit is not None and edit != track.first_presented:
+        raise Unsupported(f"{name}: its edit list starts at {edit}, its first frame at {track.first_presented}")
+    return track
+
+
+def _index_boxes(name: str, moov: bytes) -> dict[bytes, tuple[int, int]]:
+    """(payload start, end) of the first box of each type in the moov's one track; checks the required ones."""
     boxes: dict[bytes, tuple[int, int]] = {}
 
     def walk(start: int, end: int, path: bytes) -> None:
@@ -151,45 +179,46 @@ def _parse_moov(name: str, ftyp: bytes, moov: bytes, file_size: int) -> Track:
     for kind in (b"mdhd", b"stsd", b"stts", b"stsc", b"stsz"):
         if kind not in boxes:
             raise Unsupported(f"{name}: no {kind.decode()} box")
-    get = boxes.get
+    return boxes
 
-    s, e = boxes[b"mdhd"]
-    timescale = struct.unpack_from(">I", moov, s + (20 if moov[s] == 1 else 12))[0]
 
-    s, e = boxes[b"stsd"]
+def _sample_entry(name: str, moov: bytes, stsd: tuple[int, int]) -> bytes:
+    """The stsd's one sample entry, without `btrt`."""
+    s, e = stsd
     entries = list(_children(moov, s + 8, e))
     if len(entries) != 1:
         raise Unsupported(f"{name}: {len(entries)} sample descriptions")
-    entry = _without_btrt(moov, *entries[0])
+    return _without_btrt(moov, *entries[0])
 
-    durations = np.repeat(*_table(moov, *boxes[b"stts"], 2).T[[1, 0]])
-    s, e = boxes[b"stsz"]
+
+def _sample_sizes(name: str, moov: bytes, stsz: tuple[int, int]) -> np.ndarray:
+    """Each sample's size in bytes, from stsz."""
+    s, e = stsz
     uniform, count = struct.unpack_from(">II", moov, s + 4)
     if uniform:
-        sizes = np.full(count, uniform, np.int64)
-    else:
-        if s + 12 + 4 * count > e:
-            raise Unsupported(f"{name}: stsz longer than its box")
-        sizes = np.frombuffer(moov, ">u4", count, s + 12).astype(np.int64)
-    if len(durations) != len(sizes):
-        raise Unsupported(f"{name}: stts and stsz count different samples")
+        return np.full(count, uniform, np.int64)
+    if s + 12 + 4 * count > e:
+        raise Unsupported(f"{name}: stsz longer than its box")
+    return np.frombuffer(moov, ">u4", count, s + 12).astype(np.int64)
 
-    composition = None
-    if get(b"ctts"):
-        s, e = boxes[b"ctts"]
-        rows = _table(moov, s, e, 2, ">i4" if moov[s] == 1 else ">u4")
-        composition = np.repeat(rows[:, 1], rows[:, 0])
-        if len(composition) != len(sizes):
-            raise Unsupported(f"{name}: ctts and stsz count different samples")
-    sync = _table(moov, *boxes[b"stss"], 1)[:, 0] - 1 if get(b"stss") else None
-    sdtp = None
-    if get(b"sdtp"):
-        s, e = boxes[b"sdtp"]
-        sdtp = moov[s + 4 : e] if e - s - 4 == len(sizes) else None  # per-sample hints: dropped when malformed
 
-    if get(b"stco"):
+def _composition(name: str, moov: bytes, ctts: tuple[int, int], samples: int) -> np.ndarray:
+    """Each sample's composition offset, from ctts."""
+    s, e = ctts
+    rows = _table(moov, s, e, 2, ">i4" if moov[s] == 1 else ">u4")
+    composition = np.repeat(rows[:, 1], rows[:, 0])
+    if len(composition) != samples:
+        raise Unsupported(f"{name}: ctts and stsz count different samples")
+    return composition
+
+
+def _chunks(
+    name: str, moov: bytes, boxes: dict[bytes, tuple[int, int]], sizes: np.ndarray, file_size: int
+) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+    """(samples per chunk, chunk offsets, (start, length) of the bytes holding every chunk)."""
+    if boxes.get(b"stco"):
         offsets = _table(moov, *boxes[b"stco"], 1)[:, 0]
-    elif get(b"co64"):
+    elif boxes.get(b"co64"):
         offsets = _table(moov, *boxes[b"co64"], 1, ">u8")[:, 0]
     else:
         raise Unsupported(f"{name}: no chunk offsets")
@@ -208,25 +237,20 @@ def _parse_moov(name: str, ftyp: bytes, moov: bytes, file_size: int) -> Track:
     lo, hi = (int(offsets.min()), int((offsets + chunk_bytes).max())) if len(offsets) else (0, 0)
     if hi > file_size:
         raise Unsupported(f"{name}: chunks run past the end of the file")
+    return chunk_samples, offsets, (lo, hi - lo)
 
-    edit = None
-    if get(b"elst"):
-        s, e = boxes[b"elst"]
-        if moov[s] == 1:
-            (count,) = struct.unpack_from(">I", moov, s + 4)
-            rows = [struct.unpack_from(">QqI", moov, s + 8 + 20 * i) for i in range(count)]
-        else:
-            rows = _table(moov, s, e, 3, ">i4")
-        if len(rows) != 1 or rows[0][2] != 0x10000 or rows[0][1] < 0:
-            raise Unsupported(f"{name}: edit list other than one plain edit")
-        edit = int(rows[0][1])
-    track = Track(
-        name, ftyp, moov, timescale, entry, durations, composition, sync, sdtp, sizes, chunk_samples, offsets, edit,
-        (lo, hi - lo),
-    )  # fmt: skip
-    if edit is not None and edit != track.first_presented:
-        raise Unsupported(f"{name}: its edit list starts at {edit}, its first frame at {track.first_presented}")
-    return track
+
+def _edit_media_time(name: str, moov: bytes, elst: tuple[int, int]) -> int:
+    """The media_time of the edit list's one plain edit."""
+    s, e = elst
+    if moov[s] == 1:
+        (count,) = struct.unpack_from(">I", moov, s + 4)
+        rows = [struct.unpack_from(">QqI", moov, s + 8 + 20 * i) for i in range(count)]
+    else:
+        rows = _table(moov, s, e, 3, ">i4")
+    if len(rows) != 1 or rows[0][2] != 0x10000 or rows[0][1] < 0:
+        raise Unsupported(f"{name}: edit list other than one plain edit")
+    return int(rows[0][1])
 
 
 def _without_btrt(buf: bytes, kind: bytes, start: int, end: int) -> bytes:

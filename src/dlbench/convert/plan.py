@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,6 +145,36 @@ def plan(src: str, work: str | Path, options: PlanOptions = PlanOptions()) -> di
     src = str(src)
     info = meta.require_version(src, paths.V21)
     work = Path(work)
+    _require_writable(work)
+    chunks_size = int(info.get("chunks_size", paths.DEFAULT_CHUNK_SIZE))
+    cameras = meta.video_keys(info)
+    size_of = _size_reader(src, cameras)
+    episodes = _source_episodes(src)
+    packers = _packers(cameras, options)
+    episodes_tmp = atomic.tmp_path_for(work / EPISODES)
+    total_frames = _pack_episodes(episodes, packers, chunks_size, size_of, episodes_tmp)
+    units = [u for p in packers for u in p.units]
+    manifest = {
+        "version": MANIFEST_VERSION,
+        "src": src if paths.is_remote(src) else os.path.abspath(paths.local_path(src)),
+        "source_chunks_size": chunks_size,
+        "chunks_size": options.chunks_size,
+        "data_files_size_in_mb": options.data_file_size_in_mb,
+        "video_files_size_in_mb": options.video_file_size_in_mb,
+        "episodes_per_batch": options.episodes_per_batch,
+        "streams": [DATA_STREAM] + cameras,
+        "total_episodes": len(episodes),
+        "total_frames": total_frames,
+        "fps": info["fps"],
+        "units": len(units),
+        # workers lease the costliest units first, so the last units to finish are small ones (no long tail)
+        "lease_order": sorted(range(len(units)), key=lambda i: -unit_cost_s(units[i])),
+    }
+    return _publish(work, manifest, units, episodes_tmp)
+
+
+def _require_writable(work: Path) -> None:
+    """Create `work` and prove a file can be written in it, or raise `UserError`."""
     try:
         work.mkdir(parents=True, exist_ok=True)
         probe = work / f".write-test-{os.getpid()}"
@@ -154,20 +185,19 @@ def plan(src: str, work: str | Path, options: PlanOptions = PlanOptions()) -> di
             f"{work}: the work directory is not writable ({e.strerror}); choose another --work directory"
         ) from None
 
-    chunks_size = int(info.get("chunks_size", paths.DEFAULT_CHUNK_SIZE))
-    cameras = meta.video_keys(info)
-    if "://" in src:
-        import fsspec
 
-        fs = fsspec.core.url_to_fs(src)[0]
-        stat = lambda url: fs.size(fsspec.core.url_to_fs(url)[1])  # noqa: E731
-    else:
-        stat = os.path.getsize  # local: no fsspec import (~80 ms of every conversion)
+def _source_episodes(src: str) -> list[tuple[int, int]]:
+    """(episode index, length) of every source episode, by index; `UserError` when there are none."""
     episodes = sorted(
         ((int(e["episode_index"]), int(e["length"])) for e in meta.iter_episodes_v21(src)), key=lambda t: t[0]
     )
     if not episodes:
         raise UserError(f"{paths.join(src, paths.EPISODES_JSONL_PATH)}: no episodes")
+    return episodes
+
+
+def _packers(cameras: list[str], options: PlanOptions) -> list[_StreamPacker]:
+    """One packer per stream: the data stream first, then each camera."""
     packers = [
         _StreamPacker(
             DATA_STREAM, options.data_file_size_in_mb * 1024 * 1024, options.episodes_per_batch, options.chunks_size
@@ -177,6 +207,18 @@ def plan(src: str, work: str | Path, options: PlanOptions = PlanOptions()) -> di
         _StreamPacker(cam, options.video_file_size_in_mb * 1024 * 1024, options.episodes_per_batch, options.chunks_size)
         for cam in cameras
     ]
+    return packers
+
+
+def _size_reader(src: str, cameras: list[str]) -> Callable[[str], int]:
+    """A function from a path relative to `src` to its size in bytes; `UserError` naming a missing file."""
+    if paths.is_remote(src):
+        import fsspec
+
+        fs = fsspec.core.url_to_fs(src)[0]
+        stat = lambda url: fs.size(fsspec.core.url_to_fs(url)[1])  # noqa: E731
+    else:
+        stat = lambda url: os.path.getsize(paths.local_path(url))  # noqa: E731 (local: no fsspec import, ~80 ms)
 
     def size_of(relpath: str) -> int:
         url = paths.join(src, relpath)
@@ -189,8 +231,18 @@ def plan(src: str, work: str | Path, options: PlanOptions = PlanOptions()) -> di
                 f"then plan again"
             ) from None
 
+    return size_of
+
+
+def _pack_episodes(
+    episodes: list[tuple[int, int]],
+    packers: list[_StreamPacker],
+    chunks_size: int,
+    size_of: Callable[[str], int],
+    episodes_tmp: Path,
+) -> int:
+    """Feed every episode to the packers and write `episodes_tmp` (episodes.jsonl); return the total frames."""
     row = 0
-    episodes_tmp = atomic.tmp_path_for(work / EPISODES)
     with open(episodes_tmp, "w") as ep_file:
         for new_index, (src_index, length) in enumerate(episodes):
             ep_file.write(
@@ -216,24 +268,11 @@ def plan(src: str, work: str | Path, options: PlanOptions = PlanOptions()) -> di
             row += length
     for packer in packers:
         packer.finish()
+    return row
 
-    units = [u for p in packers for u in p.units]
-    manifest = {
-        "version": MANIFEST_VERSION,
-        "src": os.path.abspath(src) if "://" not in src else src,
-        "source_chunks_size": chunks_size,
-        "chunks_size": options.chunks_size,
-        "data_files_size_in_mb": options.data_file_size_in_mb,
-        "video_files_size_in_mb": options.video_file_size_in_mb,
-        "episodes_per_batch": options.episodes_per_batch,
-        "streams": [DATA_STREAM] + cameras,
-        "total_episodes": len(episodes),
-        "total_frames": row,
-        "fps": info["fps"],
-        "units": len(units),
-        # workers lease the costliest units first, so the last units to finish are small ones (no long tail)
-        "lease_order": sorted(range(len(units)), key=lambda i: -unit_cost_s(units[i])),
-    }
+
+def _publish(work: Path, manifest: dict, units: list[dict], episodes_tmp: Path) -> dict:
+    """Write the plan into `work`, or keep the same plan already there; refuse a different one."""
     existing = work / MANIFEST
     if existing.exists():
         old = json.loads(existing.read_text())

@@ -13,6 +13,7 @@ from ..workers import ParentSettings, start_method
 from . import finalize as finalizemod
 from . import plan as planmod
 from . import work as workmod
+from .lease import LEASE_TIMEOUT_S
 
 
 def _worker(work_dir: str, lease_timeout_s: float) -> None:
@@ -31,7 +32,7 @@ def run(
     workers: int = 1,
     work_dir: str | Path | None = None,
     options: planmod.PlanOptions = planmod.PlanOptions(),
-    lease_timeout_s: float = 60.0,
+    lease_timeout_s: float = LEASE_TIMEOUT_S,
     progress: bool = True,
     on_workers_started=None,
 ) -> Path:

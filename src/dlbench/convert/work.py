@@ -28,7 +28,7 @@ from ..errors import UserError, no_range_requests
 from ..format import meta, paths
 from . import mp4
 from . import plan as planmod
-from .lease import LeaseDir
+from .lease import LEASE_TIMEOUT_S, LeaseDir
 
 OUT_DIR = "out"
 DONE_DIR = "done"
@@ -85,7 +85,8 @@ def _write_data_file(manifest: dict, f: dict, out: Path) -> list[dict]:
 def _open_source(src: str, rel: str):
     """A local source file as its path (the libraries then read it natively), a remote one as an fsspec file."""
     url = paths.join(src, rel)
-    if "://" not in src:
+    if not paths.is_remote(src):
+        url = paths.local_path(url)
         if not os.path.exists(url):
             raise UserError(f"{url}: missing; restore it and rerun (the plan is kept)")
         yield url
@@ -254,7 +255,7 @@ def run_unit(work: Path, manifest: dict, unit: dict) -> None:
 
 def work(
     work_dir: str | Path,
-    lease_timeout_s: float = 60.0,
+    lease_timeout_s: float = LEASE_TIMEOUT_S,
     poll_s: float = 1.0,
     progress=None,
     max_units: int | None = None,

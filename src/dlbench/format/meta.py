@@ -19,17 +19,14 @@ from .. import atomic
 from ..errors import UserError
 from . import paths
 
-STAT_NAMES = ("min", "max", "mean", "std", "count")
-DEFAULT_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")
-
 
 # --------------------------------------------------------------------------------------------- generic helpers
 def open_file(root: str, relpath: str, mode: str = "rb"):
     """Open a file of a dataset (local or fsspec URL); a missing file is a `UserError` naming it."""
     url = paths.join(str(root), relpath)
     try:
-        if "://" not in url:  # local: no fsspec import (~80 ms of every converter and worker start)
-            return open(url, mode)
+        if not paths.is_remote(url):  # local: no fsspec import (~80 ms of every converter and worker start)
+            return open(paths.local_path(url), mode)
         import fsspec
 
         return fsspec.open(url, mode).open()
@@ -39,8 +36,8 @@ def open_file(root: str, relpath: str, mode: str = "rb"):
 
 def exists(root: str, relpath: str) -> bool:
     url = paths.join(str(root), relpath)
-    if "://" not in url:
-        return Path(url).exists()
+    if not paths.is_remote(url):
+        return Path(paths.local_path(url)).exists()
     import fsspec
 
     fs, path = fsspec.core.url_to_fs(url)
@@ -107,11 +104,6 @@ def require_version(root: str, expected: str) -> dict:
 def video_keys(info: dict) -> list[str]:
     """Camera keys (features of dtype video), sorted."""
     return sorted(k for k, ft in info["features"].items() if ft.get("dtype") == "video")
-
-
-def parquet_feature_keys(info: dict) -> list[str]:
-    """Features stored as parquet columns (everything but videos)."""
-    return [k for k, ft in info["features"].items() if ft.get("dtype") != "video"]
 
 
 def v21_info_to_v30(info: dict, data_files_size_in_mb: int, video_files_size_in_mb: int) -> dict:

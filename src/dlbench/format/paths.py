@@ -6,6 +6,17 @@ it for a relative path (a POSIX string relative to the dataset root) and joins i
 
 from __future__ import annotations
 
+
+def is_remote(url) -> bool:
+    """A URL read through fsspec (s3://, hf://, https://...); plain paths and file:// URLs are local."""
+    return "://" in str(url) and not str(url).startswith("file://")
+
+
+def local_path(url) -> str:
+    """A local dataset's path: `url` without its file:// prefix."""
+    return str(url).removeprefix("file://")
+
+
 V21 = "v2.1"
 V30 = "v3.0"
 

@@ -16,7 +16,7 @@ import torch
 
 from ..errors import UserError, no_range_requests
 from ..format import meta, paths
-from ..video import VideoDecoderCache, is_remote, split_runs
+from ..video import VideoDecoderCache, split_runs
 from ..workers import keep_freed_blocks
 from .collate import RowItem, collating_worker, floats_made_in_collate
 from .dataset_meta import DatasetMeta
@@ -30,11 +30,11 @@ def read_columns(dmeta: DatasetMeta, rel_files: list[str], columns: list[str]) -
     for rel in rel_files:
         url = paths.join(dmeta.data_root, rel)
         try:
-            if is_remote(url):
+            if paths.is_remote(url):
                 with meta.open_file(dmeta.data_root, rel) as f:
                     tables.append(pq.read_table(f, columns=columns))
             else:
-                tables.append(pq.read_table(url.removeprefix("file://"), columns=columns, memory_map=True))
+                tables.append(pq.read_table(paths.local_path(url), columns=columns, memory_map=True))
         except (pa.ArrowInvalid, OSError, ValueError) as e:
             raise no_range_requests(url, e) or UserError(f"{url}: cannot read parquet ({e})") from None
     table = pa.concat_tables(tables)

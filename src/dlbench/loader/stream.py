@@ -250,10 +250,6 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         return max(1, int(self.buffer_mb * 2**20 / max(num_workers, 1) // block_bytes))
 
     # ---------------------------------------------------------------------------------------------- sharding
-    def shards(self, num_workers: int) -> list[int]:
-        """Shard ids this rank reads, one per worker."""
-        return [self.rank * num_workers + w for w in range(num_workers)]
-
     def _split(self, parts: int) -> tuple[np.ndarray, list[np.ndarray]]:
         """The episodes read (all, or `episodes=`), cut into `parts` runs of about equal frames: (lengths, runs)."""
         chosen = np.arange(self.meta.num_episodes) if self.episodes is None else np.asarray(self.episodes, np.int64)

@@ -1,0 +1,54 @@
+"""`dlbench <step> ...`: one subcommand per workflow step. Each module here adds its commands' parsers (`add`) beside
+the handlers that parse nothing themselves and call the library."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from ..errors import WORKFLOW_EXTRA, UserError, needs_extra
+from . import bench, convert, report, sources, synth, validate
+from .common import Help, log
+
+COMMANDS = (synth, convert, validate, bench, sources, report)  # in the order `dlbench --help` lists them
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="dlbench", description="Prepare LeRobot datasets and benchmark loading them.", formatter_class=Help
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars or per-unit lines")
+    parser.add_argument("--version", action="version", version=f"dlbench {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="one step; COMMAND --help")
+    for module in COMMANDS:
+        module.add(sub)
+    return parser
+
+
+def _log_to_stdout() -> None:
+    """The `dlbench` logger's lines on this call's stdout, stamped with the local time."""
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", datefmt="%Y-%m-%d %H:%M:%S"))
+    log.handlers[:] = [handler]
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.bars = not args.quiet and sys.stderr.isatty()  # progress bars only on a terminal: logs stay readable
+    _log_to_stdout()
+    try:
+        args.func(args)
+    except ModuleNotFoundError as e:
+        if e.name not in WORKFLOW_EXTRA:
+            raise
+        sys.stderr.write(f"dlbench {args.command}: error: {needs_extra(e.name)}\n")
+        return 2
+    except UserError as e:
+        sys.stderr.write(f"dlbench {args.command}: error: {e}\n")
+        return 2
+    return 0

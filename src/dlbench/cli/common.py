@@ -1,0 +1,41 @@
+"""What every command shares: its log, its parser's help format, and the option types of several commands."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+log = logging.getLogger("dlbench")
+
+ENDPOINT_HELP = (
+    "the S3 endpoint of an s3:// source (e.g. http://host:9000), or loopback[:PORT] for the workflow's own S3 server "
+    "(through its shaping proxy on PORT)"
+)
+
+
+def say(message: str) -> None:
+    """One line of the command's log (stamped with the local time by `main`: a workflow's logs are read later)."""
+    log.info(message)
+
+
+class Help(argparse.HelpFormatter):
+    """Every option's default in its help, unless the help already says it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "%(default)" in text or "default:" in text or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        if action.option_strings or action.nargs in ("?", "*"):
+            return f"{text} (default: %(default)s)".strip()
+        return text
+
+
+# -q is taken before or after the subcommand; SUPPRESS keeps a subcommand from resetting what the top level set
+QUIET = argparse.ArgumentParser(add_help=False)
+QUIET.add_argument(
+    "-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bars or per-unit lines"
+)
+
+
+def command(sub, name: str, **kw) -> argparse.ArgumentParser:
+    return sub.add_parser(name, formatter_class=Help, parents=[QUIET], **kw)

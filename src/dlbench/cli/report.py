@@ -1,0 +1,112 @@
+"""`dlbench aggregate`, `conversion-table` and `plot`: records -> CSV tables -> PNG plots. The workflow's rules run
+these same commands."""
+
+from __future__ import annotations
+
+import argparse
+
+from .common import command, say
+
+
+def _source_report(spec: str) -> tuple[str, str]:
+    source, sep, report = spec.partition("=")
+    if not sep or not source or not report:
+        raise argparse.ArgumentTypeError(
+            f"--prewarm {spec!r}: expected SOURCE=REPORT, e.g. stream_bucket=results/prewarm/stream_bucket.json"
+        )
+    return source, report
+
+
+def _mode_target(text: str) -> tuple[str, float]:
+    mode, _, fps = text.partition("=")
+    try:
+        return mode, float(fps)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"target {text!r}: expected MODE=FRAMES_PER_S, e.g. sarm=320") from None
+
+
+def add(sub) -> None:
+    from ..config import defaults, schema
+
+    p = command(sub, "aggregate", help="rank records -> summary CSV")
+    p.add_argument("runs", nargs="+", help="run directories (with run.json) or rank record JSON files")
+    p.add_argument("--out", required=True, help="summary CSV to write")
+    p.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="MODE=FPS",
+        type=_mode_target,
+        help="frames/s per node a run of MODE must reach to pass, e.g. sarm=320 (repeatable; default: "
+        + ", ".join(f"{m}={v}" for m, v in schema()["properties"]["targets"]["default"].items())
+        + ")",
+    )
+    baseline = schema()["properties"]["baseline_loader"]
+    p.add_argument(
+        "--baseline",
+        default=baseline["default"],
+        choices=baseline["enum"],
+        help="loader the ratio_to_baseline column compares with; lerobot: LeRobot's loader of the run's own kind",
+    )
+    thrash = defaults("thrash")
+    p.add_argument(
+        "--thrash-hit-rate-below",
+        type=float,
+        default=thrash["hit_rate_below"],
+        help="decoder thrash: cache hit rate under this...",
+    )
+    p.add_argument(
+        "--thrash-p99-ms-above", type=float, default=thrash["p99_ms_above"], help="...and p99 item latency over this"
+    )
+    p.add_argument(
+        "--prewarm",
+        action="append",
+        default=[],
+        metavar="SOURCE=REPORT",
+        type=_source_report,
+        help="a source's prewarm check report: its runs get source_verdict (repeatable)",
+    )
+    p.set_defaults(func=aggregate)
+
+    p = command(sub, "conversion-table", help="conversion records (convert run --record) -> CSV")
+    p.add_argument("records", nargs="+", help="JSON records of `convert run --record`")
+    p.add_argument("--out", required=True, help="CSV to write")
+    p.set_defaults(func=conversion_table)
+
+    p = command(sub, "plot", help="summary CSV -> PNG plots")
+    p.add_argument("summary", nargs="?", default=None, help="summary.csv (omit to draw only --conversion)")
+    p.add_argument("--conversion", default=None, help="conversion table CSV: adds conversion.png")
+    p.add_argument("--outdir", required=True, help="directory for the PNG files")
+    p.add_argument(
+        "--thrash-hit-rate-below", type=float, default=None, help="the cache plot's thrash line (default: as aggregate)"
+    )
+    p.add_argument("--thrash-p99-ms-above", type=float, default=None, help="(default: as aggregate)")
+    p.set_defaults(func=plot)
+
+
+def _thrash(a) -> dict:
+    given = {"hit_rate_below": a.thrash_hit_rate_below, "p99_ms_above": a.thrash_p99_ms_above}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def aggregate(a) -> None:
+    from ..aggregate import aggregate
+
+    df = aggregate(
+        a.runs, a.out, targets=dict(a.target), baseline=a.baseline, thrash=_thrash(a), prewarm=dict(a.prewarm)
+    )
+    say(f"wrote {a.out} ({len(df)} runs, {int(df['pass'].sum())} pass their target)")
+
+
+def conversion_table(a) -> None:
+    from ..aggregate import conversion_table
+
+    df = conversion_table(a.records, a.out)
+    say(f"wrote {a.out} ({len(df)} conversions)")
+
+
+def plot(a) -> None:
+    from ..plots import plot_all
+
+    for p in plot_all(a.summary, a.outdir, conversion=a.conversion, thrash=_thrash(a)):
+        say(f"wrote {p}")

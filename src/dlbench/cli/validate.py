@@ -1,0 +1,49 @@
+"""`dlbench validate`: check a v3.0 dataset's metadata, and frames decoded at episode edges."""
+
+from __future__ import annotations
+
+from ..errors import UserError
+from .common import command, say
+
+
+def add(sub) -> None:
+    p = command(sub, "validate", help="check a v3.0 dataset (metadata, and frames decoded at episode edges)")
+    p.add_argument("dataset", help="the dataset root: local path or URL")
+    p.add_argument("--report", default=None, help="write the report as JSON here")
+    p.add_argument(
+        "--sample-episodes",
+        type=int,
+        default=0,
+        help="decode the edges of this many episodes spread over the dataset (default: 0, every episode)",
+    )
+    p.add_argument(
+        "--on-unreachable",
+        choices=("error", "skip"),
+        default="error",
+        help="a URL that cannot be reached: fail, or write a report saying so (default: %(default)s)",
+    )
+    p.set_defaults(func=run)
+
+
+def run(a) -> None:
+    from .. import atomic
+    from ..format.paths import is_remote
+    from ..validate import validate
+
+    if a.on_unreachable == "skip" and is_remote(a.dataset):
+        from ..sources import check_reachable
+
+        try:
+            check_reachable(a.dataset)
+        except UserError as e:
+            if a.report:
+                atomic.write_json(a.report, {"dataset": a.dataset, "ok": False, "reachable": False, "reason": str(e)})
+            say(f"{a.dataset}: not reachable, validation skipped: {e}")
+            return
+    report = validate(a.dataset, sample_episodes=a.sample_episodes, progress=a.bars)
+    if a.report:
+        atomic.write_json(a.report, report)
+    say(
+        f"{a.dataset}: valid v3.0 ({report['episodes']} episodes, {report['frames']} frames, "
+        f"{report['frames_decoded']} edge frames decoded, {report['frames_wrong']} wrong)"
+    )
