@@ -224,49 +224,222 @@ class _Window:
     sizes: list = field(default_factory=list)
     worker_stats: dict = field(default_factory=dict)  # worker id -> its latest decoder cache counters
 
+    def add(self, batch, info: np.ndarray) -> None:
+        """One batch that arrived, with its per-sample infos (`_info`)."""
+        self.latencies.append(info[:, 0])
+        for row in info:
+            self.worker_stats[int(row[1])] = row[2:7]
+        self.distinct.append(len(np.unique(batch["episode_index"].cpu().numpy())))
+        self.sizes.append(len(info))
+
+
+@dataclass
+class _Pass:
+    """The DataLoader pass: what the consumer saw, where, and the clock around it."""
+
+    seen: _Window
+    consumer: torch.device
+    pin: bool
+    context: str | None  # workers' start: fork, forkserver (a thread ran here) or spawn (CUDA); None: no workers
+    first_batch_latency: float
+    wallclock: float
+    peak_pss_mb: float
+
+
+def _frame_checks(cfg: BenchConfig, dmeta: DatasetMeta, device: torch.device) -> tuple:
+    """The checks of the frames consumed, each None where it does not apply: (barcodes, independent decode)."""
+    barcodes = BarcodeCheck(dmeta, cfg.mode, cfg.delta_timestamps) if cfg.verify and is_synthetic(dmeta.info) else None
+    decoded = (
+        DecodeCheck(
+            dmeta,
+            cfg.mode,
+            cfg.check_frames,
+            deltas=cfg.delta_timestamps,
+            gpu=device.type == "cuda",
+            seed=cfg.seed + cfg.rank,
+        )
+        if cfg.verify
+        else None
+    )
+    return barcodes, decoded
+
+
+def _warm_up(cfg: BenchConfig, batches: _Epochs, t_start: float) -> float:
+    """The first batch, then batches for `warmup_s` more; returns the first batch's latency from `t_start`."""
+    batches.next()
+    first_batch_latency = time.perf_counter() - t_start
+    while time.perf_counter() - t_start - first_batch_latency < cfg.warmup_s:
+        batches.next()
+    return first_batch_latency
+
+
+def _window(
+    cfg: BenchConfig, batches: _Epochs, consumer: torch.device, checks: list, samples_out, seen: _Window
+) -> dict:
+    """One steady window of `duration_s` (or `num_batches`): each batch moved to the consumer as training moves it,
+    noted in `seen`, then checked. Returns the window's start/end time, samples, batches and seconds."""
+    samples = count = 0
+    window_start_unix, w0 = time.time(), time.perf_counter()
+    last = w0
+    while True:
+        now = time.perf_counter()
+        if now - w0 >= cfg.duration_s or (cfg.num_batches is not None and count >= cfg.num_batches):
+            break
+        batch, info = batches.next()
+        batch = to_torch(batch)  # held until the copy is done: ring slots are reused once released
+        if consumer.type == "cuda":  # the copy training pays; the checks below read the host batch
+            _to_device(batch, consumer)
+            torch.cuda.synchronize()  # the batch is on the GPU before the clock is read
+        arrived = time.perf_counter()
+        seen.intervals.append(arrived - last)
+        last = arrived
+        samples += len(info)
+        count += 1
+        seen.add(batch, info)
+        if samples_out is not None:
+            samples_out.extend(batch["index"].cpu().tolist())
+        for check in checks:
+            check(batch)
+    elapsed = time.perf_counter() - w0
+    return {
+        "start_unix": window_start_unix,
+        "end_unix": window_start_unix + elapsed,
+        "samples": samples,
+        "batches": count,
+        "seconds": elapsed,
+    }
+
 
 def _measure(cfg: BenchConfig, batches: _Epochs, consumer: torch.device, checks: list, samples_out) -> _Window:
-    """`repeats` windows of `duration_s` back to back (their spread is the run's noise), each batch moved to the
-    consumer as training moves it, then checked."""
+    """`repeats` windows of `duration_s` back to back (their spread is the run's noise)."""
     seen = _Window()
     for _ in range(cfg.repeats):
-        samples = count = 0
-        window_start_unix, w0 = time.time(), time.perf_counter()
-        last = w0
-        while True:
-            now = time.perf_counter()
-            if now - w0 >= cfg.duration_s or (cfg.num_batches is not None and count >= cfg.num_batches):
-                break
-            batch, info = batches.next()
-            batch = to_torch(batch)  # held until the copy is done: ring slots are reused once released
-            if consumer.type == "cuda":  # the copy training pays; the checks below read the host batch
-                _to_device(batch, consumer)
-                torch.cuda.synchronize()  # the batch is on the GPU before the clock is read
-            arrived = time.perf_counter()
-            seen.intervals.append(arrived - last)
-            last = arrived
-            samples += len(info)
-            count += 1
-            seen.latencies.append(info[:, 0])
-            for row in info:
-                seen.worker_stats[int(row[1])] = row[2:7]
-            seen.distinct.append(len(np.unique(batch["episode_index"].cpu().numpy())))
-            seen.sizes.append(len(info))
-            if samples_out is not None:
-                samples_out.extend(batch["index"].cpu().tolist())
-            for check in checks:
-                check(batch)
-        elapsed = time.perf_counter() - w0
-        seen.windows.append(
-            {
-                "start_unix": window_start_unix,
-                "end_unix": window_start_unix + elapsed,
-                "samples": samples,
-                "batches": count,
-                "seconds": elapsed,
-            }
-        )
+        seen.windows.append(_window(cfg, batches, consumer, checks, samples_out, seen))
     return seen
+
+
+def _pass(cfg: BenchConfig, adapter, device: torch.device, checks: list, samples_out, barrier) -> _Pass:
+    """Build the DataLoader, take the first batch and warm up, wait for every rank, then measure."""
+    # every batch goes to the GPU where there is one, as training moves it; frames decoded on the CPU travel from
+    # pinned memory, frames decoded on the GPU are there already
+    consumer = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    pin = consumer.type == "cuda" and device.type == "cpu"
+    loader, context = _dataloader(cfg, adapter, device, pin)
+    t_start = time.perf_counter()
+    if context is not None:
+        import_decoder_before_fork(adapter.dataset, context)  # as dlbench's DataLoader does, on the clock
+    batches = _Epochs(loader, adapter.dataset)
+    memory = MemorySampler(every_s=0.5)  # a few ms per sample: keep it off the measured cores
+    memory.start()
+    try:
+        first_batch_latency = _warm_up(cfg, batches, t_start)
+        if barrier is not None:
+            barrier()
+        seen = _measure(cfg, batches, consumer, checks, samples_out)
+    finally:
+        memory.stop()
+    wallclock = time.perf_counter() - t_start
+    batches.close()
+    return _Pass(seen, consumer, pin, context, first_batch_latency, wallclock, memory.peak / 2**20)
+
+
+def _timing_metrics(measured: _Pass, frames_per_item: int) -> dict:
+    """Rates (the median window's, with the spread), the consumer's and the dataset's latencies, the clock."""
+    windows = measured.seen.windows
+    lat = np.concatenate(measured.seen.latencies)
+    gaps = np.asarray(measured.seen.intervals) * 1000.0
+    rates = np.array([w["samples"] / w["seconds"] for w in windows])
+    return {
+        "samples": sum(w["samples"] for w in windows),
+        "batches": sum(w["batches"] for w in windows),
+        "repeats": len(windows),
+        "frames_per_s_node": float(np.median(rates)) * frames_per_item,  # the median window; min and max: spread
+        "frames_per_s_min": float(rates.min()) * frames_per_item,
+        "frames_per_s_max": float(rates.max()) * frames_per_item,
+        "samples_per_s": float(np.median(rates)),
+        "first_batch_latency_s": measured.first_batch_latency,
+        # the consumer's view: time between batches arriving (on the GPU where there is one)
+        "batch_interval_p50_ms": float(np.percentile(gaps, 50)),
+        "batch_interval_p95_ms": float(np.percentile(gaps, 95)),
+        "batch_interval_p99_ms": float(np.percentile(gaps, 99)),
+        # the dataset's view: time to produce one item inside a worker (a streaming loader's is a buffer pop)
+        "latency_p50_ms": float(np.percentile(lat, 50)),
+        "latency_p95_ms": float(np.percentile(lat, 95)),
+        "latency_p99_ms": float(np.percentile(lat, 99)),
+        "wallclock_s": measured.wallclock,
+        "steady_window_s": float(sum(w["seconds"] for w in windows)),
+        "window_start_unix": windows[0]["start_unix"],
+        "window_end_unix": windows[-1]["end_unix"],
+        "windows": windows,
+    }
+
+
+def _cache_metrics(worker_stats: dict) -> dict:
+    """The decoder caches' counters summed over the workers; None where the loader keeps none."""
+    cache = np.sum(list(worker_stats.values()), axis=0)
+    known = cache[0] >= 0
+    lookups = cache[0] + cache[1]
+    return {
+        "cache_hits": int(cache[0]) if known else None,
+        "cache_misses": int(cache[1]) if known else None,
+        "cache_evictions": int(cache[2]) if known else None,
+        "cache_hit_rate": (float(cache[0] / lookups) if lookups else 0.0) if known else None,
+        "cache_size": int(cache[3]) if known else None,
+        # files NVDEC could not decode (e.g. AV1 on Hopper) that torchcodec decoded on the CPU instead
+        "decode_cpu_fallbacks": int(cache[4]) if known else None,
+    }
+
+
+def _check_metrics(barcodes: BarcodeCheck | None, decoded: DecodeCheck | None) -> dict:
+    """Frames checked and found wrong, by barcode and by independent decode, and in all."""
+    out = {
+        "frames_barcode_checked": barcodes.checked if barcodes else 0,
+        "frames_barcode_wrong": barcodes.wrong if barcodes else 0,
+        "frames_decode_checked": decoded.checked if decoded else 0,
+        "frames_decode_wrong": decoded.wrong if decoded else 0,
+        "decode_check_worst_diff": decoded.worst_mean_abs_diff if decoded else None,
+    }
+    out["frames_verified"] = out["frames_barcode_checked"] + out["frames_decode_checked"]
+    out["frames_wrong"] = out["frames_barcode_wrong"] + out["frames_decode_wrong"]
+    return out
+
+
+def _metrics(cfg: BenchConfig, measured: _Pass, dmeta: DatasetMeta, adapter, barcodes, decoded) -> dict:
+    """The record's metrics: the pass, the single-process probe, the decoder caches, the dataset, the checks."""
+    fpi = adapter.frames_per_item
+    timing, cache = _timing_metrics(measured, fpi), _cache_metrics(measured.seen.worker_stats)
+    probe = _probe(cfg)
+    cam0 = dmeta.info["features"][dmeta.cameras[0]]["shape"] if dmeta.cameras else [0, 0, 0]
+    return {
+        **timing,
+        "consumer_device": measured.consumer.type,
+        "pin_memory": measured.pin,
+        "peak_pss_mb": measured.peak_pss_mb,
+        "shuffle_randomness": shuffle_score(measured.seen.distinct, measured.seen.sizes, dmeta.ep_to - dmeta.ep_from),
+        "probe_samples_per_s": probe["samples_per_s"],
+        "probe_fetch_ms": probe["fetch_ms"],
+        "probe_decode_ms": probe["decode_ms"],
+        **cache,
+        "worker_start_method": measured.context,
+        "num_cameras": len(dmeta.cameras),
+        "frames_per_sample": fpi,
+        "image_shape": "x".join(str(v) for v in cam0),
+        "fps": dmeta.fps,
+        **_check_metrics(barcodes, decoded),
+    }
+
+
+def _record(cfg: BenchConfig, metrics: dict, decoded: DecodeCheck | None) -> dict:
+    """The rank's record: unverified where no frame was checked; the wrong frames' problems as its reason."""
+    if metrics["frames_verified"] == 0:
+        why = (
+            "verify is off"
+            if not cfg.verify
+            else "no frame was checked (check_frames: 0 on a dataset without barcodes)"
+        )
+        return recordmod.make_record(asdict(cfg), metrics, status="unverified", reason=f"unverified: {why}")
+    reason = f"wrong frames: {'; '.join(decoded.problems)}" if decoded is not None and decoded.problems else ""
+    return recordmod.make_record(asdict(cfg), metrics, reason=reason)
 
 
 def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict:
@@ -282,121 +455,17 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
     device = torch.device("cuda" if cfg.decode_device.startswith("cuda") else "cpu")
     dmeta = DatasetMeta.load(cfg.root, data_files_root=cfg.data_files_root)
     adapter = make_adapter(cfg)
-    barcodes = BarcodeCheck(dmeta, cfg.mode, cfg.delta_timestamps) if cfg.verify and is_synthetic(dmeta.info) else None
-    decoded = (
-        DecodeCheck(
-            dmeta,
-            cfg.mode,
-            cfg.check_frames,
-            deltas=cfg.delta_timestamps,
-            gpu=device.type == "cuda",
-            seed=cfg.seed + cfg.rank,
-        )
-        if cfg.verify
-        else None
-    )
-    # every batch goes to the GPU where there is one, as training moves it; frames decoded on the CPU travel from
-    # pinned memory, frames decoded on the GPU are there already
-    consumer = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    pin = consumer.type == "cuda" and device.type == "cpu"
-    loader, context = _dataloader(cfg, adapter, device, pin)
-    t_start = time.perf_counter()
-    if context is not None:
-        import_decoder_before_fork(adapter.dataset, context)  # as dlbench's DataLoader does, on the clock
-    batches = _Epochs(loader, adapter.dataset)
-    memory = MemorySampler(every_s=0.5)  # a few ms per sample: keep it off the measured cores
-    memory.start()
-    try:
-        batches.next()
-        first_batch_latency = time.perf_counter() - t_start
-        while time.perf_counter() - t_start - first_batch_latency < cfg.warmup_s:
-            batches.next()
-        if barrier is not None:
-            barrier()
-        checks = [c for c in (barcodes and barcodes.check, decoded and decoded.offer) if c]
-        seen = _measure(cfg, batches, consumer, checks, samples_out)
-    finally:
-        memory.stop()
-    wallclock = time.perf_counter() - t_start
-    batches.close()
-    loader = None
-    windows = seen.windows
-    samples = sum(w["samples"] for w in windows)
-    if samples == 0:
+    barcodes, decoded = _frame_checks(cfg, dmeta, device)
+    checks = [c for c in (barcodes and barcodes.check, decoded and decoded.offer) if c]
+    measured = _pass(cfg, adapter, device, checks, samples_out, barrier)
+    if sum(w["samples"] for w in measured.seen.windows) == 0:
         raise UserError(
             f"no samples arrived in the {cfg.duration_s} s window (loader {cfg.loader}, {cfg.num_workers} workers); "
             f"rerun with --num-workers 0 to see the loader's own error in this process, and check the job's log"
         )
-
     if decoded is not None:
         decoded.finish()
-    lat = np.concatenate(seen.latencies)
-    gaps = np.asarray(seen.intervals) * 1000.0
-    cache = np.sum(list(seen.worker_stats.values()), axis=0)
-    known = cache[0] >= 0
-    lookups = cache[0] + cache[1]
-    probe = _probe(cfg)
-    fpi = adapter.frames_per_item
-    cam0 = dmeta.info["features"][dmeta.cameras[0]]["shape"] if dmeta.cameras else [0, 0, 0]
-    rates = np.array([w["samples"] / w["seconds"] for w in windows])
-    metrics = {
-        "samples": samples,
-        "batches": sum(w["batches"] for w in windows),
-        "repeats": len(windows),
-        "frames_per_s_node": float(np.median(rates)) * fpi,  # the median window; min and max give the spread
-        "frames_per_s_min": float(rates.min()) * fpi,
-        "frames_per_s_max": float(rates.max()) * fpi,
-        "samples_per_s": float(np.median(rates)),
-        "first_batch_latency_s": first_batch_latency,
-        # the consumer's view: time between batches arriving (on the GPU where there is one)
-        "batch_interval_p50_ms": float(np.percentile(gaps, 50)),
-        "batch_interval_p95_ms": float(np.percentile(gaps, 95)),
-        "batch_interval_p99_ms": float(np.percentile(gaps, 99)),
-        # the dataset's view: time to produce one item inside a worker (a streaming loader's is a buffer pop)
-        "latency_p50_ms": float(np.percentile(lat, 50)),
-        "latency_p95_ms": float(np.percentile(lat, 95)),
-        "latency_p99_ms": float(np.percentile(lat, 99)),
-        "wallclock_s": wallclock,
-        "steady_window_s": float(sum(w["seconds"] for w in windows)),
-        "window_start_unix": windows[0]["start_unix"],
-        "window_end_unix": windows[-1]["end_unix"],
-        "windows": windows,
-        "consumer_device": consumer.type,
-        "pin_memory": pin,
-        "peak_pss_mb": memory.peak / 2**20,
-        "shuffle_randomness": shuffle_score(seen.distinct, seen.sizes, dmeta.ep_to - dmeta.ep_from),
-        "probe_samples_per_s": probe["samples_per_s"],
-        "probe_fetch_ms": probe["fetch_ms"],
-        "probe_decode_ms": probe["decode_ms"],
-        "cache_hits": int(cache[0]) if known else None,
-        "cache_misses": int(cache[1]) if known else None,
-        "cache_evictions": int(cache[2]) if known else None,
-        "cache_hit_rate": (float(cache[0] / lookups) if lookups else 0.0) if known else None,
-        "cache_size": int(cache[3]) if known else None,
-        # files NVDEC could not decode (e.g. AV1 on Hopper) that torchcodec decoded on the CPU instead
-        "decode_cpu_fallbacks": int(cache[4]) if known else None,
-        "worker_start_method": context,  # fork, forkserver (a thread ran here) or spawn (CUDA); None: no workers
-        "num_cameras": len(dmeta.cameras),
-        "frames_per_sample": fpi,
-        "image_shape": "x".join(str(v) for v in cam0),
-        "fps": dmeta.fps,
-        "frames_barcode_checked": barcodes.checked if barcodes else 0,
-        "frames_barcode_wrong": barcodes.wrong if barcodes else 0,
-        "frames_decode_checked": decoded.checked if decoded else 0,
-        "frames_decode_wrong": decoded.wrong if decoded else 0,
-        "decode_check_worst_diff": decoded.worst_mean_abs_diff if decoded else None,
-    }
-    metrics["frames_verified"] = metrics["frames_barcode_checked"] + metrics["frames_decode_checked"]
-    metrics["frames_wrong"] = metrics["frames_barcode_wrong"] + metrics["frames_decode_wrong"]
-    if metrics["frames_verified"] == 0:
-        why = (
-            "verify is off"
-            if not cfg.verify
-            else "no frame was checked (check_frames: 0 on a dataset without barcodes)"
-        )
-        return recordmod.make_record(asdict(cfg), metrics, status="unverified", reason=f"unverified: {why}")
-    reason = f"wrong frames: {'; '.join(decoded.problems)}" if decoded is not None and decoded.problems else ""
-    return recordmod.make_record(asdict(cfg), metrics, reason=reason)
+    return _record(cfg, _metrics(cfg, measured, dmeta, adapter, barcodes, decoded), decoded)
 
 
 def _probe(cfg: BenchConfig) -> dict:

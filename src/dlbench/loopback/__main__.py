@@ -1,0 +1,5 @@
+"""`python -m dlbench.loopback proxy ...`: the shaping proxy (`dlbench.loopback.proxy`)."""
+
+from .proxy import main
+
+main()
