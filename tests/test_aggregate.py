@@ -3,6 +3,7 @@
 import json
 
 import matplotlib.image
+import pandas as pd
 import pytest
 
 from dlbench import aggregate as agg
@@ -40,6 +41,8 @@ def write_run(
     status="ok",
     nodes=None,
     hosts=None,
+    step_ms=0,
+    waits=None,
     **kw,
 ):
     """A run directory as bench-run writes it: rank records and run.json. Rank r runs on host `hosts[r]` (default:
@@ -57,6 +60,7 @@ def write_run(
         "decode_device": device,
         "world_size": world,
         "nodes": nodes or world,
+        **({"step_ms": step_ms} if step_ms else {}),  # records of free-running runs may predate the key
     }
     cfg["run_id"] = agg.run_id(cfg)
     run = root / scenario / cfg["run_id"]
@@ -70,6 +74,8 @@ def write_run(
             reason="" if status == "ok" else "no CUDA device",
         )
         rec["host"] = hosts[rank] if hosts else f"node{rank % (nodes or world)}"
+        if waits:
+            rec["metrics"]["data_wait_frac"] = waits[rank]
         recordmod.write(rec, run / f"rank{rank}of{world}.json")
         names.append(f"rank{rank}of{world}.json")
     (run / "run.json").write_text(json.dumps({"ranks": names}))
@@ -267,3 +273,23 @@ def test_cli_prewarm_without_a_report_says_what_it_expects(tmp_path, capsys):
     assert exc.value.code == 2
     assert "--prewarm 'bucket': expected SOURCE=REPORT" in capsys.readouterr().err
     assert not (tmp_path / "summary.csv").exists()
+
+
+def test_data_wait_of_the_slowest_rank_no_target_at_a_step_and_the_step_it_is_fed_from(tmp_path):
+    runs = [
+        write_run(tmp_path, "stream_local", "dlbench_stream", [900.0], waits=[0.9]),
+        write_run(tmp_path, "train_step", "dlbench_stream", [300.0, 300.0], step_ms=20, waits=[0.30, 0.10]),
+        write_run(tmp_path, "train_step", "dlbench_stream", [150.0], step_ms=50, waits=[0.04]),
+        write_run(tmp_path, "train_step", "lerobot_stream", [100.0], step_ms=50, waits=[0.5]),
+    ]
+    df = agg.aggregate(runs, tmp_path / "summary.csv")
+    step = row(df, "train_step", "dlbench_stream-single-b8-w2-cpu-s20")
+    assert step["step_ms"] == 20 and step["run_id"].endswith("-s20")
+    assert step["data_wait_frac"] == pytest.approx(0.30) and step["data_wait_frac_median"] == pytest.approx(0.20)
+    assert pd.isna(step["target_frames_per_s_node"]) and not step["pass"] and "20 ms training step" in step["notes"]
+    assert row(df, "stream_local", "dlbench_stream")["step_ms"] == 0  # a record without the key: free-running
+    at50 = row(df, "train_step", "dlbench_stream-single-b8-w2-cpu-s50")
+    assert at50["ratio_to_baseline"] == pytest.approx(1.5)  # against LeRobot at the same step, not free-running
+    fed = plots.fed_from(df).set_index("loader")["fed_from_step_ms"]
+    assert fed["dlbench_stream"] == 50 and "lerobot_stream" not in fed  # one step time only: no curve
+    assert plots.plot_data_wait(df, tmp_path / "data_wait.png").stat().st_size > 10_000

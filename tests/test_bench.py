@@ -208,3 +208,16 @@ def _same_length_other_content(video, out):
     VideoEncoder(255 - frames, frame_rate=dec.metadata.average_fps).to_file(
         str(out), codec="libx264", pixel_format="yuv420p"
     )
+
+
+def test_a_training_step_is_held_and_the_data_wait_measured(v30_h264):
+    """With num_workers=0 the consumer waits for every batch it decodes itself; with 2 workers and a step far longer
+    than a batch takes, the workers keep ahead and the consumer hardly waits."""
+    base = dict(root=str(v30_h264), loader="dlbench_map", verify=False, **{**FAST, "duration_s": 1.5})
+    free = run(BenchConfig(**base))["metrics"]
+    assert free["data_wait_frac"] > 0.8  # decoding in the consumer's own process is all waiting
+    fed = run(BenchConfig(**{**base, "num_workers": 2}, step_ms=150))["metrics"]
+    assert fed["data_wait_frac"] < 0.2
+    per_window = fed["windows"][0]
+    assert per_window["batches"] <= 1.5 / 0.150 + 1  # each batch held for the step: at most one per 150 ms
+    assert fed["samples_per_s"] <= 4 / 0.150 * 1.05

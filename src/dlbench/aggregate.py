@@ -7,9 +7,11 @@ over ranks), `frames_per_s_min` and `frames_per_s_max` the spread. Derived colum
 - `scaling_efficiency`: per-node frames/s of a run over that of the 1-rank run with the same source, loader,
   mode, batch size, workers and decode device (1.0 is perfect scaling across nodes; with several ranks on one
   node it says how much the node gains from them);
-- `ratio_to_baseline`: frames/s per node over that of the baseline loader on the same dataset, source, mode and world
-  size (`baseline_run` names the run compared with); by default LeRobot's loader of the run's own kind, so map-style
-  runs are compared with lerobot_map and streaming runs with lerobot_stream;
+- `data_wait_frac`: the share of the steady windows the slowest rank's consumer spent blocked on its next batch,
+  holding each batch for `step_ms` (a training step); `data_wait_frac_median` is the median rank's;
+- `ratio_to_baseline`: frames/s per node over that of the baseline loader on the same dataset, source, mode, step
+  and world size (`baseline_run` names the run compared with); by default LeRobot's loader of the run's own
+  kind, so map-style runs are compared with lerobot_map and streaming runs with lerobot_stream;
 - `decoder_thrash`: the decoder cache hit rate is low and p99 latency high at once (decoders reopened and
   re-seeked instead of reused);
 - `worker_bound`: the DataLoader delivers at least 80% of `num_workers` x the single-process probe rate, so every
@@ -38,9 +40,10 @@ from .config import SAME_KIND, baseline_loader, defaults, schema
 from .errors import UserError
 
 WORKER_BOUND_FRAC = 0.8  # of num_workers x the single-process probe rate
-SCALING_KEY = ["dataset", "source", "loader", "mode", "batch_size", "num_workers", "decode_device"]
+SCALING_KEY = ["dataset", "source", "loader", "mode", "batch_size", "num_workers", "decode_device", "step_ms"]
 RECORD_SCHEMA = Path(__file__).parent / "schemas" / "record.schema.json"
-RUN_KEYS = ("scenario", "dataset", "source", "loader", "mode", "batch_size", "num_workers", "decode_device")
+RUN_KEYS = ("scenario", "dataset", "source", "loader", "mode", "batch_size", "num_workers", "decode_device", "step_ms")
+RUN_KEY_DEFAULTS = {"step_ms": 0}  # for records made before the key existed
 VERIFIED_STATUSES = ("ok", "unverified")  # measured; "unverified" runs checked no frame and never pass
 
 
@@ -127,7 +130,7 @@ def aggregate(
         row = {
             "scenario": scenario,
             "run_id": rid,
-            **{k: cfg.get(k) for k in RUN_KEYS[1:]},
+            **{k: cfg.get(k, RUN_KEY_DEFAULTS.get(k)) for k in RUN_KEYS[1:]},
             "world_size": world,
             "nodes": configured,
             "hosts": ";".join(hosts),
@@ -139,7 +142,7 @@ def aggregate(
         if ok:
             nodes = len(hosts) or configured
             row.update(_measured(ok, nodes), nodes_used=nodes)
-        target = targets.get(cfg.get("mode"))
+        target = None if row["step_ms"] else targets.get(cfg.get("mode"))  # a step caps the rate by design
         row["target_frames_per_s_node"] = target
         row["pass"] = bool(
             status == "ok"
@@ -189,6 +192,8 @@ def _measured(ok: list[dict], nodes: int) -> dict:
         "frames_per_s_total": float(np.median(frames)),
         "samples_per_s_total": float(np.median(samples)),
         "first_batch_latency_s": m["first_batch_latency_s"].max(),
+        "data_wait_frac": col("data_wait_frac").max(),  # the slowest rank's: the one a synchronous step waits for
+        "data_wait_frac_median": col("data_wait_frac").median(),
         "batch_interval_p50_ms": col("batch_interval_p50_ms").mean(),
         "batch_interval_p95_ms": col("batch_interval_p95_ms").mean(),
         "batch_interval_p99_ms": col("batch_interval_p99_ms").max(),
@@ -216,6 +221,8 @@ def derive(df: pd.DataFrame, baseline: str, thrash: dict) -> pd.DataFrame:
     for col in ("frames_per_s_node", "cache_hit_rate", "latency_p99_ms", "frames_wrong"):
         if col not in df:
             df[col] = float("nan")
+    if "step_ms" not in df:
+        df["step_ms"] = 0
     ok = df["status"].isin(VERIFIED_STATUSES)
     df["scaling_efficiency"] = _scaling_efficiency(df, ok)
     df["ratio_to_baseline"], df["baseline_run"] = zip(*_baseline_ratios(df, ok, baseline)) if len(df) else ((), ())
@@ -241,7 +248,7 @@ def _scaling_efficiency(df: pd.DataFrame, ok: pd.Series) -> np.ndarray:
 def _baseline_ratios(df: pd.DataFrame, ok: pd.Series, baseline: str) -> list[tuple[float, str]]:
     """(ratio, "scenario/run_id" of the run compared with) per row; the baseline run has the same dataset, source,
     mode and world size, and the same batch size and workers where such a run exists."""
-    same = ["dataset", "source", "mode", "world_size"]
+    same = ["dataset", "source", "mode", "world_size", "step_ms"]
     out = []
     for _, row in df.iterrows():
         base = df[ok & (df["loader"] == baseline_loader(row["loader"], baseline)) & (df[same] == row[same]).all(axis=1)]
@@ -265,6 +272,8 @@ def _notes(row: pd.Series) -> list[str]:
     target = row.get("target_frames_per_s_node")
     if pd.notna(target) and row["frames_per_s_node"] < target:
         why.append(f"below target ({row['frames_per_s_node']:.0f} < {target:g} frames/s/node)")
+    elif row.get("step_ms"):
+        why.append(f"at a {row['step_ms']} ms training step: see data_wait_frac ({row['data_wait_frac']:.1%} waiting)")
     elif pd.isna(target):
         why.append(f"no target for mode {row['mode']} (config.yaml targets:)")
     if row["frames_wrong"]:

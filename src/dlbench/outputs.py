@@ -9,4 +9,5 @@ PLOT_NAMES = (
     "workers.png",
     "nodes.png",
     "cache_vs_p99.png",
+    "data_wait.png",
 )

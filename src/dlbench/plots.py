@@ -190,8 +190,14 @@ def _lines(df: pd.DataFrame, x: str, y: str, path: Path, title: str, xlabel: str
     return _save(fig, path)
 
 
+def _free_running(df: pd.DataFrame) -> pd.DataFrame:
+    """The runs whose consumer took batches as fast as they came (no training step)."""
+    return df[df["step_ms"].fillna(0) == 0] if "step_ms" in df else df
+
+
 def plot_workers(df: pd.DataFrame, path: Path) -> Path:
     """Decoded frames/s per node against DataLoader workers."""
+    df = _free_running(df)
     return _lines(
         df[df["world_size"] == 1],
         "num_workers",
@@ -207,7 +213,7 @@ def plot_workers(df: pd.DataFrame, path: Path) -> Path:
 def plot_nodes(df: pd.DataFrame, path: Path) -> Path:
     """Total decoded frames/s against world size; the ideal is the 1-rank figure times the world size."""
     out = _lines(
-        df,
+        _free_running(df),
         "world_size",
         "frames_per_s_total",
         path,
@@ -283,13 +289,21 @@ def plot_conversion(table: pd.DataFrame, path: Path) -> Path:
     return _save(fig, path)
 
 
+def _step(row) -> str:
+    return f", step {row['step_ms']:g} ms" if row.get("step_ms") else ""
+
+
 def against_baseline(df: pd.DataFrame) -> pd.DataFrame:
     """Each dlbench run's `ratio_to_baseline` from the summary (by default over LeRobot's loader of the same kind):
     columns mode, label, ratio."""
     ok = _ok(df)
     ok = ok[ok["loader"].isin(DLBENCH_LOADERS) & ok["ratio_to_baseline"].notna()]
     rows = [
-        (r["mode"], f"{r['dataset']} · {r['source']} · {r['loader']} (w{r['num_workers']})", r["ratio_to_baseline"])
+        (
+            r["mode"],
+            f"{r['dataset']} · {r['source']} · {r['loader']} (w{r['num_workers']}{_step(r)})",
+            r["ratio_to_baseline"],
+        )
         for _, r in ok.iterrows()
     ]
     return pd.DataFrame(rows, columns=["mode", "label", "ratio"]).sort_values(["mode", "ratio"])
@@ -319,10 +333,56 @@ def plot_baseline(df: pd.DataFrame, path: Path) -> Path:
     )
 
 
+DATA_WAIT_OK = 0.05  # a step time is fed when its slowest rank waits on data for less than this share of the time
+WAIT_KEY = ["dataset", "source", "loader", "mode"]
+
+
+def fed_from(df: pd.DataFrame) -> pd.DataFrame:
+    """Per dataset, source, loader and mode measured at several step times: the shortest step (ms) at which the
+    slowest rank's data wait is under DATA_WAIT_OK (NaN: none measured is); columns WAIT_KEY + fed_from_step_ms."""
+    ok = _ok(df).dropna(subset=["data_wait_frac"]) if "data_wait_frac" in df else df.iloc[0:0]
+    rows = []
+    for key, g in ok.groupby(WAIT_KEY):
+        if g["step_ms"].nunique() > 1:
+            fed = g[g["data_wait_frac"] < DATA_WAIT_OK]["step_ms"]
+            rows.append((*key, fed.min() if len(fed) else float("nan")))
+    return pd.DataFrame(rows, columns=[*WAIT_KEY, "fed_from_step_ms"])
+
+
+def plot_data_wait(df: pd.DataFrame, path: Path) -> Path:
+    """The slowest rank's share of time blocked on data against the training step time, a line per loader."""
+    title = f"Data wait at a training step (slowest rank; dashed: {DATA_WAIT_OK:.0%})"
+    fed = fed_from(df)
+    if fed.empty:
+        return _nothing(path, title, "needs runs that differ only by step_ms (config/realistic.yaml's train_step)")
+    ok = _ok(df)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for _, f in fed.iterrows():
+        g = ok[(ok[WAIT_KEY] == f[WAIT_KEY]).all(axis=1)].groupby("step_ms")["data_wait_frac"].max()
+        when = f"fed from {f['fed_from_step_ms']:g} ms" if pd.notna(f["fed_from_step_ms"]) else "never fed"
+        ax.plot(g.index, g.values, marker="o", label=f"{' · '.join(str(f[k]) for k in WAIT_KEY)} ({when})")
+    ax.axhline(DATA_WAIT_OK, ls="--", color="grey", lw=1)
+    ax.set_xlabel("training step per batch (ms)")
+    ax.set_ylabel("share of time waiting for data")
+    ax.set_ylim(0, 1)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
 PLOTS = dict(
     zip(
         PLOT_NAMES,
-        (plot_throughput, plot_baseline, plot_latency, plot_decode_device, plot_workers, plot_nodes, plot_cache),
+        (
+            plot_throughput,
+            plot_baseline,
+            plot_latency,
+            plot_decode_device,
+            plot_workers,
+            plot_nodes,
+            plot_cache,
+            plot_data_wait,
+        ),
         strict=True,
     )
 )

@@ -19,15 +19,16 @@ from .config import BUILTIN_MODES, DATASET_KINDS, LEROBOT_LOADERS, defaults
 from .errors import UserError
 from .format.paths import is_remote
 
-AXES = ("dataset", "loader", "mode", "batch_size", "num_workers", "decode_device")
+AXES = ("dataset", "loader", "mode", "batch_size", "num_workers", "decode_device", "step_ms")
 UNSET = {"num_batches": None, "decoder_cache_size": None}  # run keys without a schema default: None is "not set"
 
 
 def run_id(run: dict) -> str:
-    """`<dataset>-<loader>-<mode>-b<batch>-w<workers>-<decode device>`: unique within a scenario."""
+    """`<dataset>-<loader>-<mode>-b<batch>-w<workers>-<decode device>[-s<step ms>]`: unique within a scenario."""
+    step = f"-s{run['step_ms']}" if run.get("step_ms") else ""
     return (
         f"{run['dataset']}-{run['loader']}-{run['mode']}-b{run['batch_size']}-w{run['num_workers']}-"
-        f"{run['decode_device']}"
+        f"{run['decode_device']}{step}"
     )
 
 

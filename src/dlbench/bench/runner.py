@@ -44,6 +44,7 @@ class BenchConfig:
     batch_size: int = _RUN["batch_size"]
     num_workers: int = _RUN["num_workers"]
     decode_device: str = _RUN["decode_device"]
+    step_ms: int = _RUN["step_ms"]  # the consumer's training step: each batch is held this long
     duration_s: float = _RUN["duration_s"]
     warmup_s: float = _RUN["warmup_s"]
     num_batches: int | None = None
@@ -279,6 +280,7 @@ def _window(
     """One steady window of `duration_s` (or `num_batches`): each batch moved to the consumer as training moves it,
     noted in `seen`, then checked. Returns the window's start/end time, samples, batches and seconds."""
     samples = count = 0
+    waited = 0.0  # seconds the consumer was blocked on the next batch (and its copy)
     window_start_unix, w0 = time.time(), time.perf_counter()
     last = w0
     while True:
@@ -291,6 +293,7 @@ def _window(
             _to_device(batch, consumer)
             torch.cuda.synchronize()  # the batch is on the GPU before the clock is read
         arrived = time.perf_counter()
+        waited += arrived - now
         seen.intervals.append(arrived - last)
         last = arrived
         samples += len(info)
@@ -300,6 +303,8 @@ def _window(
             samples_out.extend(batch["index"].cpu().tolist())
         for check in checks:
             check(batch)
+        if cfg.step_ms:  # the step as training takes it: the checks above run inside it when they fit
+            time.sleep(max(0.0, cfg.step_ms / 1000.0 - (time.perf_counter() - arrived)))
     elapsed = time.perf_counter() - w0
     return {
         "start_unix": window_start_unix,
@@ -307,6 +312,7 @@ def _window(
         "samples": samples,
         "batches": count,
         "seconds": elapsed,
+        "data_wait_s": waited,
     }
 
 
@@ -358,6 +364,8 @@ def _timing_metrics(measured: _Pass, frames_per_item: int) -> dict:
         "frames_per_s_max": float(rates.max()) * frames_per_item,
         "samples_per_s": float(np.median(rates)),
         "first_batch_latency_s": measured.first_batch_latency,
+        # the share of the steady windows the consumer spent blocked on data (at step_ms per batch)
+        "data_wait_frac": sum(w["data_wait_s"] for w in windows) / sum(w["seconds"] for w in windows),
         # the consumer's view: time between batches arriving (on the GPU where there is one)
         "batch_interval_p50_ms": float(np.percentile(gaps, 50)),
         "batch_interval_p95_ms": float(np.percentile(gaps, 95)),

@@ -19,6 +19,7 @@ RUN_OPTIONS = (
     "batch_size",
     "num_workers",
     "decode_device",
+    "step_ms",
     "duration_s",
     "warmup_s",
     "repeats",
