@@ -283,12 +283,12 @@ def test_data_wait_of_the_slowest_rank_no_target_at_a_step_and_the_step_it_is_fe
         write_run(tmp_path, "train_step", "lerobot_stream", [100.0], step_ms=50, waits=[0.5]),
     ]
     df = agg.aggregate(runs, tmp_path / "summary.csv")
-    step = row(df, "train_step", "dlbench_stream-single-b8-w2-cpu-s20")
-    assert step["step_ms"] == 20 and step["run_id"].endswith("-s20")
+    step = row(df, "train_step", "dlbench_stream-single-b8-w2-s20-cpu")
+    assert step["step_ms"] == 20 and step["run_id"].endswith("-w2-s20-cpu")
     assert step["data_wait_frac"] == pytest.approx(0.30) and step["data_wait_frac_median"] == pytest.approx(0.20)
     assert pd.isna(step["target_frames_per_s_node"]) and not step["pass"] and "20 ms training step" in step["notes"]
     assert row(df, "stream_local", "dlbench_stream")["step_ms"] == 0  # a record without the key: free-running
-    at50 = row(df, "train_step", "dlbench_stream-single-b8-w2-cpu-s50")
+    at50 = row(df, "train_step", "dlbench_stream-single-b8-w2-s50-cpu")
     assert at50["ratio_to_baseline"] == pytest.approx(1.5)  # against LeRobot at the same step, not free-running
     fed = plots.fed_from(df).set_index("loader")["fed_from_step_ms"]
     assert fed["dlbench_stream"] == 50 and "lerobot_stream" not in fed  # one step time only: no curve

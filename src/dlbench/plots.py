@@ -359,7 +359,8 @@ def plot_data_wait(df: pd.DataFrame, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for _, f in fed.iterrows():
         g = ok[(ok[WAIT_KEY] == f[WAIT_KEY]).all(axis=1)].groupby("step_ms")["data_wait_frac"].max()
-        when = f"fed from {f['fed_from_step_ms']:g} ms" if pd.notna(f["fed_from_step_ms"]) else "never fed"
+        fed_at = f["fed_from_step_ms"]
+        when = f"under 5% from {fed_at:g} ms" if pd.notna(fed_at) else f"over 5% up to {g.index.max():g} ms"
         ax.plot(g.index, g.values, marker="o", label=f"{' · '.join(str(f[k]) for k in WAIT_KEY)} ({when})")
     ax.axhline(DATA_WAIT_OK, ls="--", color="grey", lw=1)
     ax.set_xlabel("training step per batch (ms)")

@@ -24,11 +24,12 @@ UNSET = {"num_batches": None, "decoder_cache_size": None}  # run keys without a 
 
 
 def run_id(run: dict) -> str:
-    """`<dataset>-<loader>-<mode>-b<batch>-w<workers>-<decode device>[-s<step ms>]`: unique within a scenario."""
+    """`<dataset>-<loader>-<mode>-b<batch>-w<workers>[-s<step ms>]-<decode device>`: unique within a scenario
+    (the device last: the workflow sends `-cuda` runs to their own rule)."""
     step = f"-s{run['step_ms']}" if run.get("step_ms") else ""
     return (
-        f"{run['dataset']}-{run['loader']}-{run['mode']}-b{run['batch_size']}-w{run['num_workers']}-"
-        f"{run['decode_device']}{step}"
+        f"{run['dataset']}-{run['loader']}-{run['mode']}-b{run['batch_size']}-w{run['num_workers']}{step}-"
+        f"{run['decode_device']}"
     )
 
 
