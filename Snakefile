@@ -34,7 +34,9 @@ onstart:
 
 onsuccess:
     dlbench.loopback.stop()
+    dlbench.failed.clear_finished("results", list(RUNS))
 
 
 onerror:
     dlbench.loopback.stop()
+    summarize_failures()

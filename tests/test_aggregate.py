@@ -293,3 +293,44 @@ def test_data_wait_of_the_slowest_rank_no_target_at_a_step_and_the_step_it_is_fe
     fed = plots.fed_from(df).set_index("loader")["fed_from_step_ms"]
     assert fed["dlbench_stream"] == 50 and "lerobot_stream" not in fed  # one step time only: no curve
     assert plots.plot_data_wait(df, tmp_path / "data_wait.png").stat().st_size > 10_000
+
+
+def test_a_run_whose_job_died_is_listed_failed_with_its_reason_until_it_finishes(tmp_path, monkeypatch):
+    from dlbench import failed
+
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "no-cluster.conf"))  # squeue knows no job: the logs speak
+
+    results = tmp_path / "results"
+    fine = write_run(results / "runs", "fine", "dlbench_map", [500.0])
+    spec = {"scenario": "lost", "dataset": "synthetic", "root": "results/datasets/synthetic/v30", "source": "local"}
+    spec |= {"loader": "dlbench_stream"}
+    spec |= {"mode": "single", "batch_size": 8, "num_workers": 2, "decode_device": "cpu", "ranks": 2, "nodes": 2}
+    rid = spec["run_id"] = agg.run_id(spec)
+    (results / "specs/lost").mkdir(parents=True)
+    (results / f"specs/lost/{rid}.json").write_text(json.dumps(spec))
+    runs = [("fine", fine.name), ("lost", rid), ("never", "tried")]
+    assert failed.record_missing(results, runs) == []  # no job of it left a log: not tried, not failed
+
+    log = results / f"logs/bench/lost/{rid}.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("rank 1: reading ...\nRuntimeError: decoder crashed\n\n")
+    assert failed.record_missing(results, runs) == [results / f"failed/lost/{rid}.json"]
+    rec = json.loads((results / f"failed/lost/{rid}.json").read_text())
+    assert rec["status"] == "failed" and rec["reason"] == f"RuntimeError: decoder crashed; see {log}"
+    slurm_log = results / f"logs/slurm/rule_bench/lost_{rid}/17.log"  # a SLURM job's log wins over the rule's
+    slurm_log.parent.mkdir(parents=True)
+    slurm_log.write_text("slurmstepd: error: *** JOB 17 ON node2 CANCELLED DUE TO TIME LIMIT ***\n")
+    paths = failed.record_missing(results, runs)
+    df = agg.aggregate([fine, *paths], tmp_path / "summary.csv").set_index("scenario")
+    assert df.loc["fine", "status"] == "ok" and df.loc["lost", "status"] == "failed"
+    assert df.loc["lost", "reason"] == (
+        f"SLURM job 17: slurmstepd: error: *** JOB 17 ON node2 CANCELLED DUE TO TIME LIMIT ***; see {slurm_log}"
+    )
+    assert df.loc["lost", "world_size"] == 2
+
+    (results / f"runs/lost/{rid}").mkdir(parents=True)  # the rerun finished it
+    (results / f"runs/lost/{rid}/run.json").write_text("{}")
+    (results / "failed/summary.csv").write_text("scenario\n")
+    failed.clear_finished(results, runs)
+    assert not paths[0].exists() and not (results / "failed/summary.csv").exists()
+    assert not (results / "failed/lost").exists()

@@ -1,8 +1,11 @@
-"""The workflow on a real one-node SLURM cluster (scripts/slurm-up.sh), through profiles/slurm."""
+"""The workflow on a real two-node SLURM cluster (scripts/slurm-up.sh --nodes 2): each compute node a host of its
+own (network and UTS namespace, own slurmd and core), the submit host running slurmctld, Snakemake and the S3 server;
+and what happens when a node dies or cannot reach the server."""
 
 import json
 import os
 import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -14,29 +17,37 @@ import yaml
 
 from dlbench.loopback import routable_address
 
+from .test_convert_faults import tree_bytes
 from .test_workflow import REPO, SNAKEMAKE, TINY, measuring_windows, with_buckets
 
 SCRIPTS = REPO / "scripts"
+SUBNET = "10.231.7"  # slurm-up.sh's bridge: the submit host is .1, node K is .1K
+NODES = {"node1", "node2"}
 
 
 def _why_not() -> str | None:
     if os.geteuid() != 0:
-        return "needs root to start munged, slurmctld and slurmd"
+        return "needs root to start munged, slurmctld and slurmd and the nodes' network namespaces"
     if not (shutil.which("slurmctld") or shutil.which("apt-get")):
         return "SLURM is not installed and there is no apt-get to install it"
+    if not shutil.which("ip"):
+        return "needs iproute2's `ip` for the nodes' network namespaces"
     return None
 
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))]
 
+# many small output files: units enough for both nodes' conversion workers
+SMALL_UNITS = {"data_file_size_in_mb": 0.004, "video_file_size_in_mb": 0.004}
 SLURM_TINY = {
     **TINY,
+    "convert": {**TINY["convert"], **SMALL_UNITS, "scaling_workers": [1], "lease_timeout_s": 10},
     "bench": {
         "defaults": {**TINY["bench"]["defaults"], "warmup_s": 0, "num_batches": 6, "buffer_size": 8},
         "scenarios": {
             "mmap_local": {},
-            # 1 + 3 windows x 2 batches: both ranks stay inside their first epoch
-            "stream_2rank": {"loader": "dlbench_stream", "ranks": 2, "num_batches": 2},
+            # one rank on each node; 1 + 3 windows x 2 batches: both ranks stay inside their first epoch
+            "stream_2rank": {"loader": "dlbench_stream", "ranks": 2, "nodes": 2, "num_batches": 2},
         },
     },
 }
@@ -44,7 +55,7 @@ SLURM_TINY = {
 
 def _profile_resources() -> list[str]:
     """profiles/slurm's set-resources as CLI values (a CLI --set-resources replaces the profile's whole key), with
-    bench jobs fitted to the test node's 2 CPUs."""
+    bench jobs fitted to the test nodes' one CPU each."""
     profile = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())["set-resources"]
     profile["bench"]["cpus_per_task"] = 1
     return [f"{rule}:{key}={value}" for rule, res in profile.items() for key, value in res.items()]
@@ -54,7 +65,7 @@ FIT_NODE = [
     "--slurm-init-seconds-before-status-checks",
     "2",
     "--set-threads",
-    "synth=2",
+    "synth=1",
     "--set-resources",
     *_profile_resources(),
 ]
@@ -63,135 +74,257 @@ FIT_NODE = [
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     state = tmp_path_factory.mktemp("slurm")
-    env = {**os.environ, "DLBENCH_SLURM_DIR": str(state)}
-    up = subprocess.run([str(SCRIPTS / "slurm-up.sh")], env=env, capture_output=True, text=True, timeout=600)
+    env = {**os.environ, "DLBENCH_SLURM_DIR": str(state), "DLBENCH_SLURM_SUBNET": SUBNET}
+    up = subprocess.run(
+        [str(SCRIPTS / "slurm-up.sh"), "--nodes", "2"], env=env, capture_output=True, text=True, timeout=600
+    )
     if up.returncode != 0:
+        subprocess.run([str(SCRIPTS / "slurm-down.sh")], env=env, capture_output=True, timeout=120)
         pytest.fail(f"slurm-up.sh failed:\n{up.stdout}\n{up.stderr}")
     env["SLURM_CONF"] = str(state / "slurm.conf")
     yield env
     subprocess.run([str(SCRIPTS / "slurm-down.sh")], env=env, capture_output=True, timeout=120)
 
 
-def snakemake_slurm(workdir: Path, config: dict, env: dict, *args: str, timeout: float = 900):
-    (workdir / "tiny.yaml").write_text(json.dumps(config))
+def snakemake_slurm(workdir: Path, config: dict, env: dict, *args: str, profile: Path = REPO / "profiles/slurm"):
     return subprocess.run(
-        [
-            *SNAKEMAKE,
-            "-d",
-            str(workdir),
-            "--configfile",
-            str(workdir / "tiny.yaml"),
-            "--profile",
-            str(REPO / "profiles/slurm"),
-            *args,
-            *FIT_NODE,
-        ],  # FIT_NODE ends in nargs="+"
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+        _command(workdir, config, profile, *args), env=env, capture_output=True, text=True, timeout=900
     )
 
 
-# compute nodes reach the S3 server by the submit host's routable address; without one the bucket scenario cannot run
-BUCKETS = ("bucket",) if routable_address() else ()
+def _command(workdir: Path, config: dict, profile: Path, *args: str) -> list[str]:
+    (workdir / "tiny.yaml").write_text(json.dumps(config))
+    # FIT_NODE ends in nargs="+"
+    return [
+        *SNAKEMAKE,
+        "-d",
+        str(workdir),
+        "--configfile",
+        str(workdir / "tiny.yaml"),
+        "--profile",
+        str(profile),
+        *args,
+        *FIT_NODE,
+    ]
 
 
-def test_workflow_end_to_end_on_slurm(cluster, tmp_path):
-    config = with_buckets(SLURM_TINY, scenarios=BUCKETS)
-    proc = snakemake_slurm(tmp_path, config, cluster)
+def _server_on_submit_host(config: dict) -> dict:
+    """Compute nodes reach the S3 server by the submit host's address: its default-route one where it has one
+    (`auto`), else its address on the cluster's bridge."""
+    config["loopback_server"]["host"] = "auto" if routable_address() else f"{SUBNET}.1"
+    return config
+
+
+def _windows_by_host(results: Path) -> dict[str, list[tuple[float, float, str]]]:
+    """Every measuring window, under each host it measured on."""
+    by_host: dict[str, list] = {}
+    for start, end, what in measuring_windows(results):
+        path = Path(what)
+        if path.is_dir():  # a bench run: the hosts of its ranks
+            hosts = {json.loads(p.read_text())["host"] for p in path.glob("rank*of*.json")}
+        else:
+            hosts = {json.loads(path.read_text())["host"]}
+        for host in hosts:
+            by_host.setdefault(host, []).append((start, end, what))
+    return by_host
+
+
+def test_workflow_end_to_end_on_two_hosts(cluster, tmp_path):
+    config = _server_on_submit_host(with_buckets(SLURM_TINY, scenarios=("bucket", "warm")))
+    env = {**cluster, "DLBENCH_CONVERT_PAUSE_S": "0.3"}  # units last long enough for both nodes to take some
+    proc = snakemake_slurm(tmp_path, config, env)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    summary = pd.read_csv(tmp_path / "results/summary.csv")
-    assert set(summary["scenario"]) == {"mmap_local", "stream_2rank", *(f"stream_{b}" for b in BUCKETS)}
+    results = tmp_path / "results"
+    summary = pd.read_csv(results / "summary.csv").set_index("scenario")
+    assert set(summary.index) == {"mmap_local", "stream_2rank", "stream_bucket", "stream_warm"}
     assert (summary["status"] == "ok").all() and (summary["frames_wrong"] == 0).all()
-    assert (summary["frames_per_s_node"] > 0).all()
-    # the jobs really went through SLURM: one sbatch log per job
-    slurm_logs = list((tmp_path / "results/logs/slurm").rglob("*.log"))
-    rules = {part for p in slurm_logs for part in p.parts if part.startswith("rule_")}
-    assert rules >= {"rule_synth", "rule_convert_work", "rule_bench"}
-    if BUCKETS:  # the bucket run read the S3 server that the submit host started, at the address in its state file
-        assert "rule_stage_source" in rules
-        bucket = summary.set_index("scenario").loc["stream_bucket"]
-        assert bucket["status"] == "ok" and bucket["frames_wrong"] == 0 and bucket["hosts"]
-        staged = (tmp_path / "results/logs/sources/stage-bucket-synthetic.log").read_text()
-        assert "s3://dlbench/bucket/synthetic" in staged
-    windows = measuring_windows(tmp_path / "results")
-    assert len(windows) == 2 + len(BUCKETS) + 2  # bench runs, conversion timings
-    for (_, end, first), (start, _, second) in zip(windows, windows[1:]):
-        assert end <= start, f"{first} overlaps {second}"
-    assert not rules & {"rule_run_spec", "rule_aggregate", "rule_plots"}  # glue runs where Snakemake runs
-    assert len(list((tmp_path / "results/logs/slurm/rule_convert_work").rglob("*.log"))) == 2
-    run_dir = tmp_path / "results/runs/stream_2rank/synthetic-dlbench_stream-single-b4-w1-cpu"
+
+    # every measurement ran on a compute node, never on the submit host
+    records = [json.loads(p.read_text()) for p in results.glob("runs/*/*/rank*of*.json")]
+    assert len(records) == 5 and {r["host"] for r in records} <= NODES
+    assert socket.gethostname() not in NODES
+    # the two-node run: one rank on each node, started by srun in one allocation; per node = total / 2
+    two = summary.loc["stream_2rank"]
+    assert two["hosts"] == "node1;node2" and two["nodes_used"] == 2
+    assert two["frames_per_s_node"] == pytest.approx(two["frames_per_s_total"] / 2)
+    run_dir = results / "runs/stream_2rank/synthetic-dlbench_stream-single-b4-w1-cpu"
     assert json.loads((run_dir / "run.json").read_text())["launcher"] == "srun"
     recs = [json.loads((run_dir / f"rank{r}of2.json").read_text()) for r in range(2)]
+    assert [r["host"] for r in recs] == ["node1", "node2"]
     m0, m1 = recs[0]["metrics"], recs[1]["metrics"]
     assert m0["window_start_unix"] < m1["window_end_unix"] and m1["window_start_unix"] < m0["window_end_unix"]
     a, b = (set(np.load(run_dir / f"rank{r}of2.samples.npy").tolist()) for r in range(2))
     assert a and b and not a & b
 
+    # the bucket runs and the prewarm check read the server on the submit host from compute nodes
+    warm = json.loads((results / "prewarm/warm/synthetic.json").read_text())
+    assert warm["host"] in NODES and warm["verdict"]
+    staged = (results / "logs/sources/stage-bucket-synthetic.log").read_text()
+    assert "s3://dlbench/bucket/synthetic" in staged
 
-def _job_running(rule: str, env: dict, timeout: float = 180) -> str:
+    # conversion: a work job on each node, leasing units from one WORK; output = a one-worker conversion's bytes
+    work = results / "convert/synthetic/work"
+    manifest = json.loads((work / "manifest.json").read_text())
+    done = [json.loads(p.read_text()) for p in (work / "done").glob("*.json")]
+    assert len(done) == manifest["units"] and {d["host"] for d in done} == NODES
+    _same_as_one_worker(results, tmp_path)
+
+    # jobs went through SLURM (glue ran where Snakemake runs), and no two measurements overlapped on one host
+    slurm_logs = list((results / "logs/slurm").rglob("*.log"))
+    rules = {part for p in slurm_logs for part in p.parts if part.startswith("rule_")}
+    assert rules >= {"rule_synth", "rule_convert_work", "rule_bench", "rule_stage_source", "rule_prewarm_check"}
+    assert not rules & {"rule_run_spec", "rule_aggregate", "rule_plots"}
+    by_host = _windows_by_host(results)
+    assert set(by_host) <= NODES and sum(map(len, by_host.values())) >= 5
+    for windows in by_host.values():
+        for (_, end, first), (start, _, second) in zip(windows, windows[1:]):
+            assert end <= start, f"{first} overlaps {second}"
+
+
+def _job_running(comment: str, env: dict, timeout: float = 300) -> tuple[str, str]:
+    """(job id, node) of the first running job whose comment (rule_<rule>_wildcards_<...>) starts with `comment`."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        out = subprocess.run(["squeue", "-h", "-o", "%i|%k|%T"], env=env, capture_output=True, text=True).stdout
+        out = subprocess.run(["squeue", "-h", "-o", "%i|%k|%T|%N"], env=env, capture_output=True, text=True).stdout
         for line in out.splitlines():
-            jobid, comment, state = line.split("|")
-            if comment.startswith(f"rule_{rule}") and state == "RUNNING":
-                return jobid
+            jobid, job_comment, state, node = line.split("|")
+            if job_comment.startswith(comment) and state == "RUNNING":
+                return jobid, node
         time.sleep(0.5)
-    raise AssertionError(f"no running {rule} job appeared")
+    raise AssertionError(f"no running {comment} job appeared")
 
 
-def test_scancel_a_convert_worker_then_rerun_completes(cluster, tmp_path):
-    env = {**cluster, "DLBENCH_CONVERT_PAUSE_S": "4"}  # units take a while: time to cancel one mid-unit
-    config = {
-        **SLURM_TINY,
-        "convert": {
-            "workers": 2,
-            "episodes_per_batch": 100,
-            "data_file_size_in_mb": 0.004,
-            "video_file_size_in_mb": 0.004,
-        },
-    }
-    target = "results/validate/synthetic.json"
-    (tmp_path / "tiny.yaml").write_text(json.dumps(config))
-    first = subprocess.Popen(
-        [
-            *SNAKEMAKE,
-            "-d",
-            str(tmp_path),
-            "--configfile",
-            str(tmp_path / "tiny.yaml"),
-            "--profile",
-            str(REPO / "profiles/slurm"),
-            *FIT_NODE,
-            "--retries",
-            "0",
-            target,
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+def kill_node(node: str, env: dict) -> None:
+    """The node dies as a host would: its slurmd and every process of its jobs, at once."""
+    subprocess.run([str(SCRIPTS / "slurm-down.sh"), "--node", node.removeprefix("node")], env=env, check=True)
+
+
+def revive_node(node: str, env: dict) -> None:
+    subprocess.run(
+        [str(SCRIPTS / "slurm-up.sh"), "--node", node.removeprefix("node")], env=env, check=True, timeout=120
     )
-    jobid = _job_running("convert_work", env)
-    work = tmp_path / "results/convert/synthetic/work"
-    deadline = time.time() + 120
-    while not list((work / "leases").glob("*.lease")) and time.time() < deadline:
-        time.sleep(0.2)
-    subprocess.run(["scancel", jobid], env=env, check=True)
-    out, err = first.communicate(timeout=900)
-    assert first.returncode != 0, "a cancelled job must fail the run"
-    assert "results/logs/convert/synthetic/work-" in err and "results/logs/slurm/rule_convert_work" in err
-    manifest = json.loads((work / "manifest.json").read_text())
-    # the other worker may have taken over the cancelled unit (its owner is dead); either way the rerun finishes
+
+
+def _same_as_one_worker(results: Path, tmp_path: Path) -> None:
+    """The workflow's v3.0 output is byte for byte what one local worker makes of the same v2.1 dataset."""
+    alone = subprocess.run(
+        [str(Path(SNAKEMAKE[0]).parent / "dlbench"), "convert", "run", str(results / "datasets/synthetic/v21"),
+         str(tmp_path / "alone"), "--work", str(tmp_path / "alone-work"), "--workers", "1",
+         "--episodes-per-batch", "2", "--data-file-size-in-mb", "0.004", "--video-file-size-in-mb", "0.004"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert alone.returncode == 0, alone.stderr
+    converted = tree_bytes(results / "datasets/synthetic/v30")
+    converted.pop(".snakemake_timestamp", None)  # Snakemake's mark on a directory output
+    assert converted == tree_bytes(tmp_path / "alone")
+
+
+def test_a_node_dying_under_a_conversion_worker_then_a_rerun_gives_identical_output(cluster, tmp_path):
+    env = {**cluster, "DLBENCH_CONVERT_PAUSE_S": "2"}  # each file takes 2 s: the node dies mid-unit
+    config = {**SLURM_TINY, "convert": {**SLURM_TINY["convert"], "scaling_workers": []}}
+    target = "results/validate/synthetic.json"
+    first = subprocess.Popen(
+        _command(tmp_path, config, REPO / "profiles/slurm", "--retries", "0", target),
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        _, node = _job_running("rule_convert_work", env)
+        leases = tmp_path / "results/convert/synthetic/work/leases"
+        held = None
+        deadline = time.time() + 120
+        while held is None and time.time() < deadline:
+            for lease in leases.glob("*.lease"):
+                try:
+                    owner = json.loads(lease.read_text())
+                except (OSError, ValueError):
+                    continue  # being written, or released meanwhile
+                if owner["host"] == node:
+                    held = lease
+            time.sleep(0.1)
+        assert held is not None, f"{node} never held a unit"
+        kill_node(node, env)
+        first.communicate(timeout=900)  # requeued and finished, or failed: either way the rerun completes it
+    finally:
+        if first.poll() is None:
+            first.kill()
+        revive_node(node, env)
+    unit, gen, _ = held.name.rsplit(".", 2)
+    takeovers = [p for p in leases.glob(f"{unit}.*") if int(p.name.rsplit(".", 2)[1]) > int(gen)]
+    assert takeovers, f"nobody took over {held.name} from the dead {node}"
 
     again = snakemake_slurm(tmp_path, config, env, target)
     assert again.returncode == 0, again.stderr[-4000:]
-    assert "rule convert_work" in again.stdout + again.stderr  # the cancelled job was submitted again
-    assert len(list((work / "done").glob("*.json"))) == manifest["units"]
-    report = json.loads((tmp_path / target).read_text())
-    assert report["ok"] and report["frames_wrong"] == 0
+    assert json.loads((tmp_path / target).read_text())["ok"]
+    _same_as_one_worker(tmp_path / "results", tmp_path)
+
+
+def test_a_node_dying_under_a_bench_run_records_it_failed_and_a_rerun_redoes_only_it(cluster, tmp_path):
+    # no second chance from SLURM or Snakemake: the run must fail
+    profile = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
+    profile.pop("slurm-requeue")
+    profile["slurm-no-requeue"] = True  # SLURM requeues batch jobs of a failed node by default (JobRequeue=1)
+    profile["retries"] = 0
+    (tmp_path / "profile").mkdir()
+    (tmp_path / "profile/config.yaml").write_text(yaml.safe_dump(profile))
+    long_run = {"loader": "dlbench_stream", "duration_s": 12, "repeats": 1, "num_batches": 1000000}
+    config = {
+        **SLURM_TINY,
+        "convert": {**SLURM_TINY["convert"], "scaling_workers": []},
+        "bench": {**SLURM_TINY["bench"], "scenarios": {"mmap_local": {}, "long": long_run}},
+    }
+    rid = "synthetic-dlbench_stream-single-b4-w1-cpu"
+    first = subprocess.Popen(
+        _command(tmp_path, config, tmp_path / "profile"), env=cluster, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        jobid, node = _job_running(f"rule_bench_wildcards_long_{rid}", cluster)
+        time.sleep(3)
+        kill_node(node, cluster)
+        _, err = first.communicate(timeout=600)
+    finally:
+        if first.poll() is None:
+            first.kill()
+        revive_node(node, cluster)
+    assert first.returncode != 0
+    assert "1 bench run(s) failed; results/failed/summary.csv lists them" in err
+    results = tmp_path / "results"
+    assert not (results / "summary.csv").exists()  # it would stop Snakemake from redoing the failed run
+    summary = pd.read_csv(results / "failed/summary.csv").set_index("scenario")
+    assert summary.loc["mmap_local", "status"] == "ok"  # the rest of the matrix finished
+    assert summary.loc["long", "status"] == "failed"
+    assert summary.loc["long", "reason"].startswith(f"SLURM job {jobid} on {node}: ")
+    assert (results / f"failed/long/{rid}.json").exists()
+
+    kept = (results / "runs/mmap_local/synthetic-dlbench_map-single-b4-w1-cpu/run.json").stat().st_mtime_ns
+    again = snakemake_slurm(tmp_path, config, cluster, profile=tmp_path / "profile")
+    assert again.returncode == 0, again.stderr[-4000:]
+    summary = pd.read_csv(results / "summary.csv").set_index("scenario")
+    assert (summary["status"] == "ok").all()
+    assert (results / "runs/mmap_local/synthetic-dlbench_map-single-b4-w1-cpu/run.json").stat().st_mtime_ns == kept
+    assert len(list((results / "logs/slurm/rule_bench").glob("mmap_local_*/*.log"))) == 1  # not redone
+    assert len(list((results / "logs/slurm/rule_bench").glob(f"long_{rid}/*.log"))) == 2
+    assert not (results / f"failed/long/{rid}.json").exists() and not (results / "failed/summary.csv").exists()
+
+
+def test_a_node_that_cannot_reach_the_s3_server_fails_with_one_line(cluster, tmp_path):
+    address = routable_address()
+    if address is None:
+        pytest.skip("the submit host has no default-route address to cut the nodes off from")
+    config = with_buckets({**SLURM_TINY, "convert": {**SLURM_TINY["convert"], "scaling_workers": []}}, ("bucket",))
+    port = config["sources"]["bucket"]["loopback"]["port"]
+    routes = [["ip", "-n", f"dlbench-node{k}", "route", "{}", "default", "via", f"{SUBNET}.1"] for k in (1, 2)]
+    for route in routes:  # the nodes still reach the controller on the bridge, but not the submit host's address
+        subprocess.run([part.format("del") for part in route], check=True)
+    try:
+        proc = snakemake_slurm(tmp_path, config, cluster, "--retries", "0", "results/summary.csv")
+    finally:
+        for route in routes:
+            subprocess.run([part.format("add") for part in route], check=True)
+    assert proc.returncode != 0
+    log = (tmp_path / "results/logs/sources/stage-bucket-synthetic.log").read_text().strip().splitlines()
+    assert len(log) == 1 and log[0].startswith("dlbench stage: error: ")
+    assert f"{address}:{port}" in log[0] and "unreachable" in log[0]
 
 
 def test_a_server_compute_nodes_cannot_reach_stops_before_submitting(cluster, tmp_path):

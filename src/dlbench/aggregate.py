@@ -124,7 +124,7 @@ def aggregate(
         if len(ok) == world:
             status = "ok" if sum(r["metrics"]["frames_verified"] for r in ok) else "unverified"
         else:
-            status = "skipped" if statuses == {"skipped"} else "incomplete"
+            status = "skipped" if statuses == {"skipped"} else "failed" if "failed" in statuses else "incomplete"
         hosts = sorted({r["host"] for r in ok if r.get("host")})
         configured = cfg.get("nodes") or world
         row = {

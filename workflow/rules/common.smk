@@ -6,7 +6,9 @@ import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
+from snakemake.logging import logger
 
+import dlbench.failed
 import dlbench.loopback
 import dlbench.sources
 from dlbench import spec as runspec
@@ -176,6 +178,37 @@ BENCH_RESOURCES = dict(
 
 def run_dirs():
     return [f"results/runs/{s}/{rid}" for (s, rid) in RUNS]
+
+
+def summarize_failures():
+    """After a failed run of the workflow: record each bench run that was tried and did not finish, and summarize
+    them beside the runs that did in results/failed/summary.csv. Not in results/summary.csv: Snakemake would take
+    that as up to date and never redo the missing runs."""
+    from dlbench.aggregate import aggregate
+
+    failed = dlbench.failed.record_missing("results", list(RUNS))
+    if not failed:
+        return
+    done = [d for d in run_dirs() if os.path.exists(f"{d}/run.json")]
+    prewarm = {
+        str(Path(r).relative_to("results/prewarm").with_suffix("")): r for r in prewarm_reports() if os.path.exists(r)
+    }
+    try:
+        aggregate(
+            [*done, *failed],
+            dlbench.failed.SUMMARY,
+            targets=config["targets"],
+            baseline=config["baseline_loader"],
+            thrash=config["thrash"],
+            prewarm=prewarm,
+        )
+    except UserError as e:
+        logger.error(f"{dlbench.failed.SUMMARY} not written: {e}")
+        return
+    logger.error(
+        f"{len(failed)} bench run(s) failed; {dlbench.failed.SUMMARY} lists them (status failed, with the reason) "
+        f"beside the {len(done)} that finished; run the same command again to redo only them"
+    )
 
 
 def prewarm_reports():

@@ -28,7 +28,7 @@ from ..errors import UserError, no_range_requests
 from ..format import meta, paths
 from . import mp4
 from . import plan as planmod
-from .lease import LEASE_TIMEOUT_S, LeaseDir
+from .lease import HOST, LEASE_TIMEOUT_S, LeaseDir
 
 OUT_DIR = "out"
 DONE_DIR = "done"
@@ -249,7 +249,9 @@ def run_unit(work: Path, manifest: dict, unit: dict) -> None:
             }
         )
     atomic.write_json(
-        done_path(work, unit["unit"]), {"unit": unit["unit"], "stream": unit["stream"], "files": files}, indent=None
+        done_path(work, unit["unit"]),
+        {"unit": unit["unit"], "stream": unit["stream"], "host": HOST, "files": files},
+        indent=None,
     )
 
 

@@ -32,7 +32,9 @@ def routable_address() -> str | None:
     """This machine's address on its default route (what other nodes reach it by), or None without one."""
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect(("192.0.2.255", 9))  # no packet is sent: this only asks the kernel which interface routes out
+            # no packet is sent: this only asks the kernel which address routes out (TEST-NET-2: never a local net's
+            # broadcast address, which connect() refuses)
+            s.connect(("198.51.100.1", 9))
             address = s.getsockname()[0]
     except OSError:
         return None
