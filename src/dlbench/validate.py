@@ -12,7 +12,6 @@ from collections.abc import Sequence
 
 import fsspec
 import numpy as np
-import pyarrow.parquet as pq
 
 from . import barcode
 from .errors import UserError
@@ -112,7 +111,7 @@ def _check_data_files(fs, root: str, info: dict, eps: dict[str, list], sampled: 
     for (c, f), members in sorted(by_file.items()):
         rel = paths.v30_data_path(c, f)
         with meta.open_file(root, rel) as fh:
-            t = pq.read_table(fh, columns=["episode_index", "index"])
+            t = meta.read_parquet(fh, ["episode_index", "index"])
         ep_col, idx_col = t.column("episode_index").to_numpy(), t.column("index").to_numpy()
         lo, hi = eps["dataset_from_index"][members[0]], eps["dataset_to_index"][members[-1]]
         if not np.array_equal(idx_col, np.arange(lo, hi)):
