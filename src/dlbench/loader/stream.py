@@ -9,7 +9,8 @@ repeatedly picks a random live episode and takes its next `read_ahead` consecuti
 one sorted request per video file by a decoder kept for that episode's place in the pool (so decoding moves forward
 through each episode's GOPs and never seeks back when the reader switches between episodes of one file, and an
 episode that starts reuses the decoder of the one it replaces instead of opening a new one); these items go into a
-buffer of `buffer_size`, from which a random one is yielded. Items decoded together share one block of frames, and
+buffer of `buffer_size`, from which a random one is yielded (from the start of a pass once the buffer holds
+`pool_size * read_ahead` items, while it grows to full). Items decoded together share one block of frames, and
 at most `buffer_mb` of such blocks stay alive per rank (over it, the oldest block's items leave first), so memory stays
 bounded however large the frames and windows are. Everything random is drawn from a generator seeded by
 (seed, epoch, shard), so an epoch's order is reproducible and can be resumed: `state_dict()` records how many items
@@ -109,6 +110,10 @@ def shard_order(
     # with a block bound, the buffer holds half the items its blocks could: emitted at random, blocks drain unevenly,
     # and the other half absorbs partly drained ones before the oldest must be emptied in a row
     cap = buffer_size if max_blocks is None else max(1, min(buffer_size, max_blocks * read_ahead // 2))
+    # items start to leave once every live episode has a block in the buffer, not once it is full: the first batch
+    # comes after pool_size decodes instead of buffer_size / read_ahead; then the buffer grows to `cap`, one item
+    # for every two decoded
+    fill = min(cap, pool_size * read_ahead)
     block = 0
     while pending or live:
         while len(live) < pool_size and pending:
@@ -125,8 +130,9 @@ def shard_order(
         for r in rows:
             buffer.append(r)
             block_of[r] = block
-            if len(buffer) >= cap:
+            if len(buffer) >= fill:
                 yield "emit", take(int(rng.integers(len(buffer))))
+                fill = min(cap, fill + 1)
         block += 1
         while max_blocks is not None and len(left) > max_blocks:
             oldest = next(iter(left))
