@@ -84,3 +84,23 @@ def lerobot_recorded_v30(tmp_path_factory):
     return peer.lerobot_record(
         tmp_path_factory.mktemp("lerobot_rec") / "v30", episodes=3, cameras=RECORDED_CAMERAS, seed=0, timeout=600
     )
+
+
+# what `lerobot_recorded_images_v30` records: a video camera and a camera stored as images (PNG in the data files)
+RECORDED_IMAGE_CAMERAS = {"top": (32, 48)}
+
+
+@pytest.fixture(scope="session")
+def lerobot_recorded_images_v30(tmp_path_factory):
+    """A v3.0 dataset recorded by LeRobot 0.6.1 with one AV1 camera (front, 64x96) and one camera of dtype "image"
+    (top, 32x48), which LeRobot stores as PNG bytes in the data files (2 episodes); skips without the peer."""
+    if peer.peer_python() is None:
+        pytest.skip(f"LeRobot peer environment missing or incomplete; create it with {peer.CREATE_COMMAND}")
+    return peer.lerobot_record(
+        tmp_path_factory.mktemp("lerobot_rec_images") / "v30",
+        episodes=2,
+        cameras={"front": RECORDED_CAMERAS["front"]},
+        image_cameras=RECORDED_IMAGE_CAMERAS,
+        seed=1,
+        timeout=600,
+    )

@@ -1,5 +1,6 @@
 """dlbench's v3.0 output against LeRobot 0.6.1 (the reference readers), run in the peer environment."""
 
+import inspect
 import json
 import shutil
 
@@ -117,3 +118,122 @@ def test_items_equal_lerobot_dataset_key_by_key(lerobot_recorded_v30, tmp_path, 
                 torch.testing.assert_close(g, w, atol=2 / 255, rtol=0)  # one decoder, two builds: within 2 levels
             else:
                 assert torch.equal(g, w), (i, key)
+
+
+# ----------------------------------------------------------- dlbench's classes in LeRobot's training data path
+EPISODES = [2, 0]  # out of order on purpose: LeRobot keeps `episodes` as given, and its train/eval split follows it
+
+
+@pytest.fixture(scope="module")
+def training_run(lerobot_recorded_v30, tmp_path_factory):
+    """`peer/lerobot_training.py` over the recorded dataset, map-style with `episodes=` and an eval split: what
+    LeRobot's factory, EpisodeAwareSampler and DataLoader gave with LeRobot's classes and with dlbench's."""
+    out = tmp_path_factory.mktemp("training") / "map.pt"
+    args = ["--episodes", json.dumps(EPISODES), "--eval-split", "0.5", "--batches", "3", "--batch-size", "4"]
+    peer.run_peer("lerobot_training", str(lerobot_recorded_v30), str(out), *args, timeout=600)
+    return torch.load(out, weights_only=False)
+
+
+def assert_batches_equal(theirs: list[dict], ours: list[dict], values: bool = True, dtype_exempt=()) -> None:
+    """Same keys, and per key the same dtype and shape (tasks: lists of strings); with `values`, the same values
+    (frames within 2 levels of 255: one decoder, two builds of it)."""
+    assert len(ours) == len(theirs) > 0
+    for b, (want, got) in enumerate(zip(theirs, ours)):
+        assert sorted(got) == sorted(want), (b, set(got) ^ set(want))
+        for key, w in want.items():
+            g = got[key]
+            if not isinstance(w, torch.Tensor):
+                assert type(g) is type(w) and (not values or g == w), (b, key, g, w)
+                continue
+            assert tuple(g.shape) == tuple(w.shape), (b, key, tuple(g.shape), tuple(w.shape))
+            assert key in dtype_exempt or g.dtype == w.dtype, (b, key, g.dtype, w.dtype)
+            if values and key.startswith("observation.images.") and not key.endswith("_is_pad"):
+                torch.testing.assert_close(g, w, atol=2 / 255, rtol=0)
+            elif values:
+                assert torch.equal(g, w), (b, key)
+
+
+def test_lerobot_factory_and_sampler_take_dlbench_map_dataset(training_run):
+    """LeRobot's `make_dataset`/`make_train_eval_datasets` with `LeRobotMapDataset` swapped in, its
+    `EpisodeAwareSampler` (episode_indices_to_use, drop_n_last_frames, absolute_to_relative_idx) and torch's
+    DataLoader with spawned workers: the same frames in the same order, and the same batches, as LeRobotDataset."""
+    theirs, ours = training_run["lerobot"], training_run["dlbench"]
+    assert ours["sampler_indices"] == theirs["sampler_indices"]
+    assert ours["train_episodes"] == theirs["train_episodes"] and ours["eval_episodes"] == theirs["eval_episodes"]
+    for key, want in theirs["dataset"].items():
+        assert type(ours["dataset"][key]) is type(want) and ours["dataset"][key] == want, key
+    assert ours["dataset"]["episodes"] == EPISODES
+    assert_batches_equal(theirs["batches"], ours["batches"])
+
+
+def test_absolute_to_relative_idx_equals_lerobots(training_run, lerobot_recorded_v30):
+    want = training_run["lerobot"]["dataset"]["absolute_to_relative_idx"]
+    assert training_run["dlbench"]["dataset"]["absolute_to_relative_idx"] == want
+    assert sorted(want.values()) == list(range(len(want)))  # positions 0..n-1 over the chosen episodes' frames
+    assert LeRobotMapDataset(str(lerobot_recorded_v30)).absolute_to_relative_idx is None  # as LeRobot: None for all
+
+
+def test_meta_equals_lerobot_dataset_metadata(training_run):
+    """The fields LeRobot's training reads off `dataset.meta` (LeRobotDatasetMetadata there, after the factory put
+    ImageNet stats in for the cameras): same types and values; the episodes table column by column."""
+    theirs, ours = training_run["lerobot"]["meta"], training_run["dlbench"]["meta"]
+    assert sorted(ours) == sorted(theirs)
+    for key, want in theirs.items():
+        got = ours[key]
+        if key == "stats":
+            assert sorted(got) == sorted(want)
+            for feature, stats in want.items():
+                assert sorted(got[feature]) == sorted(stats), feature
+                for name, w in stats.items():
+                    g = got[feature][name]
+                    assert type(g) is type(w) and g.dtype == w.dtype and g.shape == w.shape, (feature, name)
+                    assert (g == w).all(), (feature, name)
+            continue
+        assert type(got) is type(want) and got == want, (key, got, want)
+
+
+def test_dlbench_takes_every_argument_of_lerobots_dataset_classes(training_run, lerobot_recorded_v30):
+    """Each parameter of LeRobotDataset and StreamingLeRobotDataset is one of ours, positional ones at the same
+    position, and LeRobot's defaults, all passed at once, are accepted (no TypeError, no UserError)."""
+    from dlbench.loader import LeRobotStreamingDataset
+
+    ours = {"LeRobotDataset": LeRobotMapDataset, "StreamingLeRobotDataset": LeRobotStreamingDataset}
+    for name, params in training_run["signatures"].items():
+        cls = ours[name]
+        mine = list(inspect.signature(cls.__init__).parameters.values())[1:]
+        positional = [p for p, kind, _ in params if kind == "POSITIONAL_OR_KEYWORD"]
+        assert [p.name for p in mine[: len(positional)]] == positional, name
+        assert {p for p, _, _ in params} <= {p.name for p in mine}, name
+        defaults = {p: default for p, _, default in params if default != "<required>"}
+        ds = cls("local/recorded", **{**defaults, "root": str(lerobot_recorded_v30)})
+        assert ds.num_frames == ds.meta.total_frames
+
+
+def test_lerobot_streaming_factory_takes_dlbench_stream(lerobot_recorded_v30, tmp_path):
+    """LeRobot's factory with `dataset.streaming` builds `LeRobotStreamingDataset` in place of
+    StreamingLeRobotDataset (max_num_shards, repo_type, return_uint8 passed) and its DataLoader yields batches with
+    the same keys and shapes. Orders differ (each shuffles its own way), so values are not compared; timestamps are
+    float32 as LeRobotDataset's, where LeRobot's streaming class collates them from Python floats (float64)."""
+    out = tmp_path / "stream.pt"
+    peer.run_peer("lerobot_training", str(lerobot_recorded_v30), str(out), "--streaming", timeout=600)
+    run = torch.load(out, weights_only=False)
+    theirs, ours = run["lerobot"], run["dlbench"]
+    assert ours["dataset"] == theirs["dataset"]
+    assert_batches_equal(theirs["batches"], ours["batches"], values=False, dtype_exempt={"timestamp"})
+    assert all(b["timestamp"].dtype == torch.float32 for b in ours["batches"])
+
+
+def test_image_cameras_are_refused_by_name(lerobot_recorded_images_v30):
+    """A camera stored as images (PNG in the data files) stops both loaders with one line naming it, never left out
+    silently; `cameras=` naming the video cameras reads the rest."""
+    from dlbench.errors import UserError
+    from dlbench.loader import LeRobotStreamingDataset
+
+    root = str(lerobot_recorded_images_v30)
+    assert meta.read_info(root)["features"]["observation.images.top"]["dtype"] == "image"
+    for cls in (LeRobotMapDataset, LeRobotStreamingDataset):
+        with pytest.raises(UserError, match=r"\['observation\.images\.top'\] are stored as images") as err:
+            cls(root)
+        assert "\n" not in str(err.value)
+    ds = LeRobotMapDataset(root, cameras=["observation.images.front"])
+    assert "observation.images.front" in ds[0] and "observation.images.top" not in ds[0]

@@ -142,3 +142,57 @@ def test_lerobot_arguments_repo_id_episodes_transforms_and_meta(v30_h264):
     )
     assert set(m.stats) >= {"observation.state", "action"} and m.stats["action"]["mean"].shape == (m.shapes["action"])
     assert m.episodes.num_rows == m.num_episodes and m.features[cam]["dtype"] == "video"
+
+
+def test_lerobot_arguments_are_honoured_ignored_or_refused_by_name(v30_h264):
+    """Every LeRobot constructor argument: taken (honoured, or ignored where it means nothing here) or refused with
+    one `UserError` naming it; never a TypeError."""
+    from dlbench.loader import LeRobotStreamingDataset
+    from dlbench.loader.dataset_meta import dataset_root
+
+    root = str(v30_h264)
+    base = LeRobotMapDataset(root, return_uint8=True)
+    ignored = dict(force_cache_sync=True, download_videos=False, video_backend="pyav", depth_output_unit="m")
+    taken = LeRobotMapDataset(root, return_uint8=True, token=True, **ignored)
+    assert len(taken) == len(base) and torch.equal(
+        taken[3]["observation.images.front"], base[3]["observation.images.front"]
+    )
+    stream = LeRobotStreamingDataset(root, streaming=False, max_num_shards=1, force_cache_sync=True, token=None)
+    assert stream.num_frames == base.num_frames
+    assert dataset_root("me/bucket", None, "v3.0", repo_type="bucket") == "hf://buckets/me/bucket"
+
+    refused = {
+        "token": "hf_secret",
+        "batch_encoding_size": 2,
+        "streaming_encoding": True,
+        "encoder_threads": 4,
+        "depth_output_unit": "cm",
+        "repo_type": "model",
+    }
+    for name, value in refused.items():
+        with pytest.raises(UserError, match=name) as err:
+            LeRobotMapDataset(root, **{name: value})
+        assert "hf_secret" not in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(UserError, match="token"):
+        LeRobotStreamingDataset(root, token=False)
+    with pytest.raises(UserError, match="rng"):
+        LeRobotStreamingDataset(root, rng=torch.Generator())
+
+    # episode_filter as LeRobot's: a predicate over meta/episodes rows, within `episodes`, sorted
+    lengths = base.meta.ep_to - base.meta.ep_from
+    long_ones = [e for e in range(base.meta.num_episodes) if lengths[e] > lengths.min()]
+    assert LeRobotMapDataset(root, episode_filter=lambda ep: ep["length"] > lengths.min()).episodes == long_ones
+    picked = LeRobotMapDataset(root, episodes=[5, 3, 1], episode_filter=lambda ep: ep["episode_index"] != 3)
+    assert picked.episodes == [1, 5] and picked.num_frames == lengths[1] + lengths[5]
+    with pytest.raises(UserError, match="episode_filter kept no episode"):
+        LeRobotMapDataset(root, episode_filter=lambda ep: False)
+    chosen = LeRobotMapDataset(root, episodes=[3, 1])
+    assert chosen.episodes == [3, 1]  # as given, as LeRobot keeps it; items follow `index` order
+    rows = [r for e in (1, 3) for r in range(int(base.meta.ep_from[e]), int(base.meta.ep_to[e]))]
+    assert chosen.absolute_to_relative_idx == {r: i for i, r in enumerate(rows)}
+    assert base.absolute_to_relative_idx is None
+    m = base.meta
+    assert (
+        m.episodes["dataset_from_index"] == m.ep_from.tolist() and m.episodes[-1]["episode_index"] == m.num_episodes - 1
+    )
+    assert not [c for c in m.episodes.column_names if c.startswith("stats/")]

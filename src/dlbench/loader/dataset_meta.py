@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+import pyarrow as pa
 
 from ..errors import UserError
 from ..format import meta, paths
@@ -70,25 +71,37 @@ class DatasetMeta:
         )
 
     # ------------------------------------------------ what training code reads off LeRobotDatasetMetadata
+    # Same names, types and values as LeRobotDatasetMetadata's (tests/test_lerobot_interop.py compares them), except:
+    # `root` is a str (a path or URL), `info` a dict, `tasks` a list of task strings indexed by task_index.
     @property
     def repo_id(self) -> str:
         return self.info.get("repo_id") or self.root.rstrip("/").rsplit("/", 1)[-1]
 
-    @property
+    @cached_property
     def features(self) -> dict:
-        return self.info["features"]
+        """info.json's features, shapes as tuples (as LeRobot coerces them)."""
+        return {k: {**ft, "shape": tuple(ft["shape"])} for k, ft in self.info["features"].items()}
 
     @property
     def camera_keys(self) -> list[str]:
-        return list(self.cameras)
+        """The cameras items carry, in the order of the features (LeRobot's order)."""
+        return [k for k in self.features if k in self.cameras]
 
     @property
     def video_keys(self) -> list[str]:
-        return list(self.cameras)
+        return self.camera_keys
 
     @property
-    def image_keys(self) -> list[str]:  # v3.0 datasets written as images are not read by dlbench
+    def image_keys(self) -> list[str]:  # image-stored cameras are refused or left out (`check_readable`)
         return []
+
+    @property
+    def depth_keys(self) -> list[str]:  # depth-map videos are refused (`check_readable`)
+        return []
+
+    @property
+    def has_language_columns(self) -> bool:  # language columns are refused (`check_readable`)
+        return False
 
     @property
     def robot_type(self) -> str | None:
@@ -108,24 +121,26 @@ class DatasetMeta:
 
     @property
     def shapes(self) -> dict[str, tuple]:
-        return {k: tuple(ft["shape"]) for k, ft in self.features.items()}
+        return {k: ft["shape"] for k, ft in self.features.items()}
 
     @property
     def names(self) -> dict[str, list | None]:
         return {k: ft.get("names") for k, ft in self.features.items()}
 
     @cached_property
-    def stats(self) -> dict[str, dict[str, np.ndarray]]:
-        """meta/stats.json as numpy arrays, as LeRobot loads it (empty where the dataset has none)."""
+    def stats(self) -> dict[str, dict[str, np.ndarray]] | None:
+        """meta/stats.json as numpy arrays of at least one dimension, as LeRobot loads it; None without the file.
+        A dict kept for the dataset's life: training writes ImageNet stats into it."""
         if not meta.exists(self.root, paths.STATS_PATH):
-            return {}
+            return None
         raw = meta.read_json(self.root, paths.STATS_PATH)  # a corrupt file is an error naming it, not "no stats"
-        return {key: {name: np.asarray(v) for name, v in st.items()} for key, st in raw.items()}
+        return {key: {name: np.atleast_1d(np.asarray(v)) for name, v in st.items()} for key, st in raw.items()}
 
     @cached_property
-    def episodes(self):
-        """The meta/episodes table, one row per episode (a pyarrow Table; LeRobot's is a `datasets.Dataset`)."""
-        return meta.read_episodes_v30(self.root)
+    def episodes(self) -> EpisodesTable:
+        """The meta/episodes table without its stats/ columns, as LeRobot loads it: one row per episode."""
+        table = meta.read_episodes_v30(self.root)
+        return EpisodesTable(table.drop_columns([c for c in table.column_names if c.startswith("stats/")]))
 
     @property
     def num_episodes(self) -> int:
@@ -149,21 +164,104 @@ class DatasetMeta:
         return list(dict.fromkeys(self.data_file[first:last]))
 
 
-def dataset_root(repo_id: str | None, root: str | None, revision: str | None) -> str:
-    """Where a dataset lives, from LeRobotDataset's arguments: `root` if given; else `repo_id` itself where it is a
-    path or URL; else the Hub repo `repo_id` at `revision` (default: the v3.0 branch, as LeRobot reads it)."""
+class EpisodesTable:
+    """meta/episodes as LeRobot's training reads it (there a `datasets.Dataset`): `len()`, a column by name as a
+    list (`episodes["dataset_from_index"]`), a row by position as a dict (`episodes[3]["tasks"]`); `table` is the
+    pyarrow Table."""
+
+    def __init__(self, table: pa.Table):
+        self.table = table
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    @property
+    def num_rows(self) -> int:
+        return self.table.num_rows
+
+    @property
+    def column_names(self) -> list[str]:
+        return self.table.column_names
+
+    def __getitem__(self, key: str | int):
+        if isinstance(key, str):
+            return self.table.column(key).to_pylist()  # a missing column is pyarrow's KeyError naming it
+        row = range(self.table.num_rows)[key]  # negative positions count from the end; IndexError past it
+        return self.table.slice(row, 1).to_pylist()[0]
+
+    def __iter__(self):
+        return iter(self.table.to_pylist())
+
+    def to_pandas(self):
+        return self.table.to_pandas()
+
+
+def dataset_root(repo_id: str | None, root: str | None, revision: str | None, repo_type: str = "dataset") -> str:
+    """Where a dataset lives, from LeRobot's arguments: `root` if given; else `repo_id` itself where it is a path or
+    URL; else the Hub repo `repo_id` at `revision` (default: the v3.0 branch, as LeRobot reads it), or with
+    repo_type="bucket" the Hub storage bucket `repo_id` (hf://buckets/..., which has no revisions)."""
+    if repo_type not in ("dataset", "bucket"):
+        raise UserError(f"repo_type={repo_type!r}: choose 'dataset' (a Hub dataset repo) or 'bucket' (a Hub bucket)")
     if root is not None:
         return str(root)
     if repo_id is None:
         raise UserError("give the dataset as repo_id (a Hub repo, a path or a URL) or as root")
     repo_id = str(repo_id)
+    if repo_type == "bucket":
+        return f"hf://buckets/{repo_id}"
     if "://" in repo_id or os.path.isabs(repo_id) or repo_id.startswith(".") or os.path.exists(repo_id):
         return repo_id
     return f"hf://datasets/{repo_id}@{revision or paths.V30}"
 
 
-def episode_rows(dmeta: DatasetMeta, episodes: list[int] | None) -> tuple[list[int] | None, np.ndarray | None]:
-    """`episodes=` as LeRobotDataset takes it: the sorted episode indices, and their rows in order."""
+def check_readable(dmeta: DatasetMeta, cameras: list[str] | None) -> None:
+    """Refuse, in one line naming the keys, features the loaders cannot put in items, rather than leave them out:
+    cameras stored as images (PNG in the data files; `cameras=` naming the video cameras leaves them out on
+    purpose), depth-map videos (LeRobot dequantizes them) and language columns."""
+    features = dmeta.info["features"]
+    images = [k for k, ft in features.items() if ft.get("dtype") == "image"]
+    if images and not cameras:
+        raise UserError(
+            f"{dmeta.root}: camera(s) {images} are stored as images (PNG in the data files), which dlbench's loaders "
+            f"do not decode; pass cameras= with the video cameras {dmeta.cameras} to read the rest, or use LeRobot's "
+            f"LeRobotDataset"
+        )
+    depth = [c for c in dmeta.cameras if _is_depth(features[c])]
+    if depth:
+        raise UserError(
+            f"{dmeta.root}: camera(s) {depth} are depth maps, which dlbench's loaders do not dequantize; leave them "
+            f"out with cameras=, or use LeRobot's LeRobotDataset"
+        )
+    language = [k for k, ft in features.items() if ft.get("dtype") == "language"]
+    if language:
+        raise UserError(
+            f"{dmeta.root}: language column(s) {language} are not read by dlbench's loaders; use LeRobot's "
+            f"LeRobotDataset"
+        )
+
+
+def _is_depth(ft: dict) -> bool:
+    """LeRobot's test for a depth-map feature (`LeRobotDatasetMetadata.depth_keys`)."""
+    info, video_info = ft.get("info") or {}, ft.get("video_info") or {}
+    return bool(info.get("is_depth_map") or info.get("video.is_depth_map") or video_info.get("video.is_depth_map"))
+
+
+def episode_rows(
+    dmeta: DatasetMeta, episodes: list[int] | None, episode_filter=None
+) -> tuple[list[int] | None, np.ndarray | None]:
+    """`episodes=` and `episode_filter=` as LeRobotDataset takes them: the episodes as LeRobot keeps them (the list
+    given, or the sorted indices the filter kept), and the rows of those episodes in `index` order (None: all).
+    `episode_filter` is called with each meta/episodes row (a dict, stats/ columns left out) of the episodes in
+    `episodes` (all by default) and keeps those it returns true for."""
+    if episode_filter is not None:
+        candidates = None if episodes is None else {int(e) for e in episodes}
+        episodes = [
+            row["episode_index"]
+            for row in dmeta.episodes
+            if (candidates is None or row["episode_index"] in candidates) and episode_filter(row)
+        ]
+        if not episodes:
+            raise UserError(f"episode_filter kept no episode of {dmeta.root}; check the filter and episodes=")
     if episodes is None:
         return None, None
     chosen = sorted({int(e) for e in episodes})
@@ -171,7 +269,7 @@ def episode_rows(dmeta: DatasetMeta, episodes: list[int] | None) -> tuple[list[i
     if bad:
         raise UserError(f"episodes {bad} are not in {dmeta.root}, which has episodes 0..{dmeta.num_episodes - 1}")
     rows = [np.arange(dmeta.ep_from[e], dmeta.ep_to[e]) for e in chosen]
-    return chosen, np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    return [int(e) for e in episodes], np.concatenate(rows) if rows else np.zeros(0, np.int64)
 
 
 def resolve_windows(

@@ -6,30 +6,47 @@ rows are in global `index` order. Video frames are decoded per item with a per-p
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import cached_property
+
 import numpy as np
 import torch
 
 from ..errors import UserError
 from ..video import DEFAULT_TOLERANCE_S
-from .dataset_meta import DatasetMeta, dataset_root, episode_rows, resolve_windows
+from .dataset_meta import DatasetMeta, check_readable, dataset_root, episode_rows, resolve_windows
 from .items import BuilderViews, ItemBuilder, data_columns, read_columns
+from .lerobot_args import check_lerobot_args
 
 
 class LeRobotMapDataset(BuilderViews, torch.utils.data.Dataset):
     """Random access to every frame of a v3.0 dataset; takes LeRobotDataset's arguments and returns its items.
 
+    The arguments up to `token` are LeRobotDataset's (LeRobot 0.6.1), in its order, so the class stands in for it
+    in LeRobot's training (docs/library.md). A `UserError` names a value that cannot be honoured.
+
     Args:
         repo_id: a Hub repo id (read from `hf://datasets/<repo_id>@<revision>`), or the dataset's path or URL.
         root: the dataset's local path or fsspec URL; overrides `repo_id` as the place to read.
-        episodes: episode indices to load (default: all); items keep their dataset-wide `index`.
+        episodes: episode indices to load (default: all), kept as given in `self.episodes`; items are the frames of
+            those episodes in `index` order and keep their dataset-wide `index` (`absolute_to_relative_idx`).
+        episode_filter: called with each meta/episodes row (a dict); keeps the episodes it returns true for.
         image_transforms: called on each camera's frames of an item ((C, H, W), or (T, C, H, W) with a window).
         delta_timestamps: seconds per key (the key "cameras" means every camera); steps outside the episode are
             clamped to its edge and flagged in `<key>_is_pad`, as LeRobot does. Overrides `mode`.
-        tolerance_s: how far a frame's timestamp may be from the requested one.
+        tolerance_s: how far (seconds) a decoded frame's timestamp may be from the requested one.
         revision: the Hub revision (default: "v3.0").
+        force_cache_sync, download_videos: ignored: files are read where they are, nothing is cached or downloaded.
+        video_backend: ignored: frames are always decoded by torchcodec, on `decode_device`.
         return_uint8: frames as uint8 in [0, 255]; by default float32 in [0, 1], as LeRobotDataset returns them.
+        depth_output_unit: "mm" or "m"; meaningless, since datasets with depth-map cameras are refused.
+        batch_encoding_size, rgb_encoder, depth_encoder, encoder_threads, streaming_encoding,
+            encoder_queue_maxsize: recording arguments: their defaults are accepted, other values refused.
+        token: None or True (huggingface_hub's own login, HF_TOKEN); a token string or False is refused.
+        repo_type: "dataset", or "bucket" to read the Hub storage bucket `repo_id` (hf://buckets/<repo_id>).
         mode: "single" (one frame per camera) or "sarm" (8 steps spaced 1 s).
-        cameras: camera keys to load (default: all).
+        cameras: video camera keys to load (default: all; a dataset with cameras stored as images is refused
+            unless `cameras` names the video cameras to read).
         decode_device: "cpu" or "cuda".
         decoder_cache_size: open decoders kept per process.
         data_files_root: where data/ and videos/ are, if not under the root (which then holds only meta/).
@@ -40,27 +57,51 @@ class LeRobotMapDataset(BuilderViews, torch.utils.data.Dataset):
         repo_id: str | None = None,
         root: str | None = None,
         episodes: list[int] | None = None,
+        episode_filter: Callable[[dict], bool] | None = None,
         image_transforms=None,
         delta_timestamps: dict | None = None,
         tolerance_s: float = DEFAULT_TOLERANCE_S,
         revision: str | None = None,
+        force_cache_sync: bool = False,
+        download_videos: bool = True,
+        video_backend: str | None = None,
         return_uint8: bool = False,
+        depth_output_unit: str = "mm",
+        batch_encoding_size: int = 1,
+        rgb_encoder=None,
+        depth_encoder=None,
+        encoder_threads: int | None = None,
+        streaming_encoding: bool = False,
+        encoder_queue_maxsize: int = 30,
         *,
+        token: str | bool | None = None,
+        repo_type: str = "dataset",
         mode: str = "single",
         cameras: list[str] | None = None,
         decode_device: str = "cpu",
         decoder_cache_size: int = 16,
         data_files_root: str | None = None,
     ):
-        root = dataset_root(repo_id, root, revision)
+        check_lerobot_args(
+            token=token,
+            depth_output_unit=depth_output_unit,
+            batch_encoding_size=batch_encoding_size,
+            rgb_encoder=rgb_encoder,
+            depth_encoder=depth_encoder,
+            encoder_threads=encoder_threads,
+            streaming_encoding=streaming_encoding,
+            encoder_queue_maxsize=encoder_queue_maxsize,
+        )
+        root = dataset_root(repo_id, root, revision, repo_type)
         self.meta = DatasetMeta.load(root, cameras, data_files_root)
+        check_readable(self.meta, cameras)
         windows = resolve_windows(mode, delta_timestamps, self.meta)
         columns = read_columns(self.meta, self.meta.data_files(), data_columns(self.meta))
         if not np.array_equal(columns["index"], np.arange(len(columns["index"]))):
             raise UserError(
                 f"{root}: the data files' index column is not 0..N-1 in file order; run `dlbench validate {root}`"
             )
-        self.episodes, self._rows = episode_rows(self.meta, episodes)
+        self.episodes, self._rows = episode_rows(self.meta, episodes, episode_filter)
         self.builder = ItemBuilder(
             self.meta,
             windows,
@@ -71,6 +112,14 @@ class LeRobotMapDataset(BuilderViews, torch.utils.data.Dataset):
             tolerance_s,
             image_transforms,
         )
+
+    @cached_property
+    def absolute_to_relative_idx(self) -> dict[int, int] | None:
+        """Dataset-wide `index` -> position in this dataset, with `episodes=` (None without), as LeRobotDataset
+        has it: LeRobot's `EpisodeAwareSampler` maps the frames it picks through it."""
+        if self._rows is None:
+            return None
+        return dict(zip(self._rows.tolist(), range(len(self._rows))))
 
     @property
     def num_frames(self) -> int:

@@ -21,15 +21,16 @@ decoding).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
 
 from ..errors import UserError
 from ..video import DEFAULT_TOLERANCE_S
-from .dataset_meta import DatasetMeta, dataset_root, episode_rows, resolve_windows
+from .dataset_meta import DatasetMeta, check_readable, dataset_root, episode_rows, resolve_windows
 from .items import BuilderViews, ItemBuilder, data_columns, read_columns
+from .lerobot_args import check_lerobot_args
 
 SHARD_KEY = "_shard"
 POS_KEY = "_pos"
@@ -146,14 +147,23 @@ def shard_order(
 class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
     """Stream a v3.0 dataset, split by rank and DataLoader worker, shuffled through an episode pool and a buffer.
 
+    The arguments up to `token` are StreamingLeRobotDataset's (LeRobot 0.6.1), in its order, so the class stands in
+    for it in LeRobot's training (docs/library.md). A `UserError` names a value that cannot be honoured.
+
     Args:
-        repo_id, root, episodes, image_transforms, delta_timestamps, tolerance_s, revision, return_uint8, mode,
-            cameras, decode_device, data_files_root: as for `LeRobotMapDataset` (root: a local path or an fsspec
-            URL, s3://, http(s)://, hf://...).
+        repo_id, root, episodes, image_transforms, delta_timestamps, tolerance_s, revision, force_cache_sync,
+            return_uint8, depth_output_unit, token, repo_type, episode_filter, mode, cameras, decode_device,
+            data_files_root: as for `LeRobotMapDataset` (root: a local path or an fsspec URL, s3://, http(s)://,
+            hf://...).
+        streaming: ignored: files are always streamed (False asks LeRobot to download them first).
+        buffer_size: items in the shuffle buffer.
+        max_num_shards: ignored: the episodes are split by rank and DataLoader worker when an epoch starts.
+        seed: with the epoch, decides every random choice. Call `set_epoch(e)` before each epoch.
+        rng: refused (a `UserError`): the order is drawn from `seed`, so it can be reproduced and resumed.
+        shuffle: False streams every shard's episodes in order (still disjoint across shards).
         rank, world_size: this process's place among the ranks; default from RANK/WORLD_SIZE, then
             SLURM_PROCID/SLURM_NTASKS, then a single rank.
-        seed: with the epoch, decides every random choice. Call `set_epoch(e)` before each epoch.
-        pool_size: live episodes interleaved per shard. buffer_size: items in the shuffle buffer.
+        pool_size: live episodes interleaved per shard.
         buffer_mb: the most decoded frame data the shuffle buffers of this rank keep alive (MB), split evenly among
             its DataLoader workers, for large items (a sarm item of two 480x640 cameras is 15 MB). Items decoded
             together (`read_ahead` of them) share one block, so this bounds the blocks a worker's buffer holds items
@@ -161,7 +171,6 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         read_ahead: consecutive frames taken from an episode and decoded together.
         decoder_cache_size: open decoders per worker (on the CPU one per pool slot, camera and file); the default,
             cameras x (pool_size + 2), keeps every live episode's decoders open plus a few of another file.
-        shuffle: False streams every shard's episodes in order (still disjoint across shards).
         tag_items: add `_shard`, `_pos` and `_shards` to each item, for `observe` (resumable state under
             DataLoader workers); off by default, so items hold LeRobot's keys only.
     """
@@ -175,27 +184,37 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         delta_timestamps: dict | None = None,
         tolerance_s: float = DEFAULT_TOLERANCE_S,
         revision: str | None = None,
+        force_cache_sync: bool = False,
+        streaming: bool = True,
+        buffer_size: int = 256,
+        max_num_shards: int = 16,
+        seed: int = 0,
+        rng=None,
+        shuffle: bool = True,
         return_uint8: bool = False,
+        depth_output_unit: str = "mm",
         *,
+        repo_type: str = "dataset",
+        token: str | bool | None = None,
+        episode_filter: Callable[[dict], bool] | None = None,
         mode: str = "single",
         cameras: list[str] | None = None,
         decode_device: str = "cpu",
         decoder_cache_size: int | None = None,
         rank: int | None = None,
         world_size: int | None = None,
-        seed: int = 0,
         pool_size: int = 8,
-        buffer_size: int = 256,
         read_ahead: int = 8,
-        shuffle: bool = True,
         buffer_mb: float = 256.0,
         tag_items: bool = False,
         data_files_root: str | None = None,
     ):
         if pool_size < 1 or buffer_size < 1 or read_ahead < 1:
             raise UserError("pool_size, buffer_size and read_ahead must be >= 1")
-        self.meta = DatasetMeta.load(dataset_root(repo_id, root, revision), cameras, data_files_root)
-        self.episodes, _ = episode_rows(self.meta, episodes)
+        check_lerobot_args(token=token, depth_output_unit=depth_output_unit, rng=rng)
+        self.meta = DatasetMeta.load(dataset_root(repo_id, root, revision, repo_type), cameras, data_files_root)
+        check_readable(self.meta, cameras)
+        self.episodes, _ = episode_rows(self.meta, episodes, episode_filter)
         self.rank, self.world_size = rank_and_world(rank, world_size)
         windows = resolve_windows(mode, delta_timestamps, self.meta)
         cache = decoder_cache_size or len(self.meta.cameras) * (pool_size + 2)
@@ -258,7 +277,11 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
     # ---------------------------------------------------------------------------------------------- sharding
     def _split(self, parts: int) -> tuple[np.ndarray, list[np.ndarray]]:
         """The episodes read (all, or `episodes=`), cut into `parts` runs of about equal frames: (lengths, runs)."""
-        chosen = np.arange(self.meta.num_episodes) if self.episodes is None else np.asarray(self.episodes, np.int64)
+        chosen = (
+            np.arange(self.meta.num_episodes)
+            if self.episodes is None
+            else np.unique(np.asarray(self.episodes, np.int64))
+        )
         lengths = self.meta.ep_to - self.meta.ep_from
         return lengths, [chosen[list(r)] for r in split_episodes(lengths[chosen], parts)]
 
@@ -268,6 +291,12 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         # rotate whole ranks with the epoch, so a rank does not read the same episodes every epoch
         rotated = (shard + per_rank * epoch) % num_shards
         return parts[rotated]
+
+    @property
+    def num_frames(self) -> int:
+        """Frames of the episodes read, over all ranks (LeRobot's `StreamingLeRobotDataset.num_frames`)."""
+        lengths, parts = self._split(1)
+        return int(lengths[parts[0]].sum())
 
     def __len__(self) -> int:
         """Frames this rank yields in one epoch (all its workers together)."""

@@ -2,7 +2,7 @@
 
 LeRobot 0.6.1 needs Python >= 3.12 and pins torch/torchcodec/datasets versions that clash with dlbench's, so it
 runs as a subprocess of the peer interpreter; the scripts in this package are what that interpreter executes
-(they import only numpy and `dlbench.barcode` from dlbench, via PYTHONPATH).
+(they import dlbench via PYTHONPATH: numpy and `dlbench.barcode`, and `lerobot_training` dlbench's loaders).
 """
 
 from __future__ import annotations
@@ -63,13 +63,17 @@ def lerobot_record(
     fps: int = 30,
     seed: int = 0,
     timeout: float | None = None,
+    image_cameras: str | Mapping[str, tuple[int, int]] = "",
 ) -> Path:
     """A v3.0 dataset at `root` (which must not exist yet) written by LeRobot 0.6.1's own recorder
     (`LeRobotDataset.create` / `add_frame` / `save_episode` / `finalize`, videos in LeRobot's default codec, AV1):
     `episodes` episodes of 10 to 25 frames with 6-dim float32 state and action and one camera-like video per
-    camera. `cameras` is "NAME=HxW,..." or {NAME: (height, width)}. See `lerobot_record.py`."""
+    camera. `cameras` is "NAME=HxW,..." or {NAME: (height, width)}; `image_cameras`, in the same form, are cameras
+    stored as images (PNG bytes in the data files). See `lerobot_record.py`."""
     if isinstance(cameras, Mapping):
         cameras = ",".join(f"{name}={h}x{w}" for name, (h, w) in cameras.items())
+    if isinstance(image_cameras, Mapping):
+        image_cameras = ",".join(f"{name}={h}x{w}" for name, (h, w) in image_cameras.items())
     run_peer(
         "lerobot_record",
         str(root),
@@ -81,6 +85,8 @@ def lerobot_record(
         str(fps),
         "--seed",
         str(seed),
+        "--image-cameras",
+        image_cameras,
         timeout=timeout,
     )
     return Path(root)

@@ -1,13 +1,14 @@
 """Runs in the peer environment: record a small v3.0 dataset with LeRobot 0.6.1's own recorder.
 
     python -m dlbench.peer.lerobot_record ROOT [--episodes N] [--fps 30] [--cameras front=64x96,wrist=64x96]
-                                               [--seed S]
+                                               [--image-cameras top=32x48] [--seed S]
 
 ROOT must not exist yet (LeRobot creates it). The dataset is what a LeRobot recording loop writes:
 `LeRobotDataset.create(..., use_videos=True)`, then per episode `add_frame` for every frame and `save_episode`,
 and `finalize` at the end; videos in LeRobot's default codec (libsvtav1, AV1). Per frame: `observation.state` and
 `action`, float32 vectors of dimension 6, and one camera-like image per camera (`observation.images.<name>`,
 HEIGHTxWIDTH, uint8 HWC): a smooth random texture, a bright square moving across it, and per-frame noise.
+`--image-cameras` adds cameras of dtype "image", which LeRobot stores as PNG bytes in the data files, not as video.
 Episode lengths vary from 10 to 25 frames; everything is drawn from `--seed`. Prints one JSON line describing
 the result (root, episodes, frames, cameras and their shapes).
 """
@@ -27,7 +28,7 @@ TASKS = ("pick up the cube", "put the cube in the box")
 JOINTS = [f"joint_{i}" for i in range(STATE_DIM)]
 
 
-def parse_cameras(spec: str) -> dict[str, tuple[int, int]]:
+def parse_cameras(spec: str, required: bool = True) -> dict[str, tuple[int, int]]:
     """ "front=64x96,wrist=64x96" -> {"observation.images.front": (64, 96), ...} (height x width)."""
     cams = {}
     for part in filter(None, (p.strip() for p in spec.split(","))):
@@ -36,18 +37,20 @@ def parse_cameras(spec: str) -> dict[str, tuple[int, int]]:
         if not name or not h.isdigit() or not w.isdigit():
             raise SystemExit(f"--cameras: {part!r} is not NAME=HEIGHTxWIDTH")
         cams[f"observation.images.{name}"] = (int(h), int(w))
-    if not cams:
+    if not cams and required:
         raise SystemExit("--cameras: at least one camera is needed")
     return cams
 
 
-def features(cameras: dict[str, tuple[int, int]]) -> dict:
+def features(cameras: dict[str, tuple[int, int]], image_cameras: dict[str, tuple[int, int]]) -> dict:
     feats = {
         "observation.state": {"dtype": "float32", "shape": (STATE_DIM,), "names": JOINTS},
         "action": {"dtype": "float32", "shape": (STATE_DIM,), "names": JOINTS},
     }
     for key, (h, w) in cameras.items():
         feats[key] = {"dtype": "video", "shape": (h, w, 3), "names": ["height", "width", "channels"]}
+    for key, (h, w) in image_cameras.items():
+        feats[key] = {"dtype": "image", "shape": (h, w, 3), "names": ["height", "width", "channels"]}
     return feats
 
 
@@ -80,19 +83,32 @@ def render_episode(rng: np.random.Generator, h: int, w: int, length: int) -> np.
     return frames
 
 
-def record(root: str, episodes: int, fps: int, cameras: dict[str, tuple[int, int]], seed: int) -> dict:
+def record(
+    root: str,
+    episodes: int,
+    fps: int,
+    cameras: dict[str, tuple[int, int]],
+    seed: int,
+    image_cameras: dict[str, tuple[int, int]] | None = None,
+) -> dict:
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     if Path(root).exists():
         raise SystemExit(f"{root} exists; LeRobot creates the dataset root itself")
     rng = np.random.default_rng(seed)
+    image_cameras = image_cameras or {}
     ds = LeRobotDataset.create(
-        repo_id=REPO_ID, fps=fps, root=root, robot_type=ROBOT_TYPE, features=features(cameras), use_videos=True
+        repo_id=REPO_ID,
+        fps=fps,
+        root=root,
+        robot_type=ROBOT_TYPE,
+        features=features(cameras, image_cameras),
+        use_videos=True,
     )
     lengths = rng.integers(LENGTH_MIN, LENGTH_MAX + 1, size=episodes)
     for ep, length in enumerate(lengths):
         length = int(length)
-        videos = {key: render_episode(rng, h, w, length) for key, (h, w) in cameras.items()}
+        videos = {key: render_episode(rng, h, w, length) for key, (h, w) in {**cameras, **image_cameras}.items()}
         # a smooth joint trajectory; the action leads the state by one step
         phase = rng.uniform(0, 2 * np.pi, size=STATE_DIM)
         t = np.arange(length + 1, dtype=np.float32)[:, None] / fps
@@ -111,6 +127,7 @@ def record(root: str, episodes: int, fps: int, cameras: dict[str, tuple[int, int
         "lengths": [int(n) for n in lengths],
         "fps": fps,
         "cameras": {key: [h, w, 3] for key, (h, w) in cameras.items()},
+        "image_cameras": {key: [h, w, 3] for key, (h, w) in image_cameras.items()},
     }
 
 
@@ -120,11 +137,13 @@ def main(argv: list[str]) -> None:
     p.add_argument("--episodes", type=int, default=3)
     p.add_argument("--fps", type=int, default=30)
     p.add_argument("--cameras", default="front=64x96,wrist=64x96", help="NAME=HEIGHTxWIDTH,...")
+    p.add_argument("--image-cameras", default="", help="NAME=HEIGHTxWIDTH,... stored as images (PNG in parquet)")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     if a.episodes < 1:
         raise SystemExit("--episodes must be at least 1")
-    print(json.dumps(record(a.root, a.episodes, a.fps, parse_cameras(a.cameras), a.seed)))
+    cameras, images = parse_cameras(a.cameras), parse_cameras(a.image_cameras, required=False)
+    print(json.dumps(record(a.root, a.episodes, a.fps, cameras, a.seed, images)))
 
 
 if __name__ == "__main__":
