@@ -1,5 +1,6 @@
-"""A real S3 server for the loopback sources (`server`: SeaweedFS, its state file and address) and the shaping
-proxies that make it look like remote storage (`proxy`)."""
+"""A real S3 server for the loopback sources (`server`: SeaweedFS, its state file and address), the shaping
+proxies that make it look like remote storage (`proxy`), and a Hugging Face Hub serving dataset repos from a
+directory (`hub`, for hf:// reads offline)."""
 
 from .proxy import main
 from .server import (
