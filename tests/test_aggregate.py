@@ -295,6 +295,32 @@ def test_data_wait_of_the_slowest_rank_no_target_at_a_step_and_the_step_it_is_fe
     assert plots.plot_data_wait(df, tmp_path / "data_wait.png").stat().st_size > 10_000
 
 
+def test_remote_cost_sums_requests_and_bytes_over_ranks_before_dividing(tmp_path):
+    remote = [
+        # rank 0: 100 samples x 2 frames, 50 requests, 4 MB read of 2 MB needed; rank 1: 300 x 2, 30, 4 MB of 6 MB
+        {"samples": 100, "frames_per_sample": 2, "remote_requests": 50, "remote_bytes_read": 4e6,
+         "remote_bytes_needed": 2e6, "remote_throttled": 1},
+        {"samples": 300, "frames_per_sample": 2, "remote_requests": 30, "remote_bytes_read": 4e6,
+         "remote_bytes_needed": 6e6, "remote_throttled": 0},
+    ]  # fmt: skip
+    runs = [
+        write_run(tmp_path, "bucket", "dlbench_stream", [300.0, 300.0], source="bucket"),
+        write_run(tmp_path, "stream_local", "dlbench_stream", [300.0]),  # not metered: empty columns
+    ]
+    for rank, extra in enumerate(remote):
+        path = runs[0] / f"rank{rank}of2.json"
+        rec = json.loads(path.read_text())
+        rec["metrics"].update(extra)
+        path.write_text(json.dumps(rec))
+    df = agg.aggregate(runs, tmp_path / "summary.csv")
+    bucket = row(df, "bucket", "dlbench_stream")
+    assert bucket["remote_requests_per_kframe"] == pytest.approx(80 / 0.8)  # 80 requests over 800 frames
+    assert bucket["remote_mb_per_kframe"] == pytest.approx(8 / 0.8)
+    assert bucket["read_amplification"] == pytest.approx(1.0) and bucket["remote_throttled"] == 1
+    assert pd.isna(row(df, "stream_local", "dlbench_stream")["remote_requests_per_kframe"])
+    assert plots.plot_remote_cost(df, tmp_path / "remote_cost.png").stat().st_size > 10_000
+
+
 def test_a_run_whose_job_died_is_listed_failed_with_its_reason_until_it_finishes(tmp_path, monkeypatch):
     from dlbench import failed
 

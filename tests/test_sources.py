@@ -290,3 +290,49 @@ def test_loaders_name_a_server_without_range_requests(v30_h264, tmp_path):
         assert VideoDecoderCache(1).decode(f"{url}/small.mp4", [0.0], 30).shape[0] == 1
         with pytest.raises(UserError, match=r"big.mp4: the server does not answer HTTP range requests"):
             VideoDecoderCache(1, block_size=4096).decode(f"{url}/big.mp4", [0.0], 30)
+
+
+def _bench_args(out: Path, loader: str = "dlbench_stream", *extra: str) -> list[str]:
+    return [
+        "bench-run", "--root", BUCKET_URL, "--out-dir", str(out), "--loader", loader, "--num-workers", "1",
+        "--batch-size", "4", "--duration-s", "3", "--warmup-s", "0", "--probe-samples", "0", *extra,
+    ]  # fmt: skip
+
+
+def test_remote_cost_is_counted_at_the_rank_s_metering_proxy(s3, tmp_path):
+    """Every request of the run goes through its rank's metering proxy: the record has the requests and bytes per
+    1,000 delivered frames and the read amplification (bytes read over the bytes an ideal reader needs)."""
+    run = dlbench(*_bench_args(tmp_path / "run", "dlbench_stream", "--buffer-size", "8"), spec=s3["fast"])
+    assert run.returncode == 0, run.stderr
+    m = json.loads((tmp_path / "run" / "rank0of1.json").read_text())["metrics"]
+    assert m["frames_wrong"] == 0 and m["remote_requests"] > 0 and m["remote_bytes_read"] > 0
+    frames = m["samples"] * m["frames_per_sample"]
+    assert m["remote_requests_per_kframe"] == pytest.approx(m["remote_requests"] * 1000 / frames)
+    # a streaming reader decodes whole episodes: it reads about what it needs, not a small fraction nor many times
+    assert 0.3 < m["remote_read_amplification"] < 5, m["remote_read_amplification"]
+    assert m["remote_throttled"] == 0
+
+
+def test_max_requests_per_s_is_honoured_and_429_answers_are_retried(s3, tmp_path):
+    """A server that refuses (429) over 20 requests a second, and a client that never retries by itself
+    (AWS_MAX_ATTEMPTS=1): unpaced, the run still delivers every frame right because its rank's proxy sent the
+    refused requests again; paced at 15 requests a second, nothing is refused and no window held more."""
+    from dlbench.loopback.meter import MeterProcess
+
+    env = {**os.environ, "AWS_MAX_ATTEMPTS": "1"}
+    with MeterProcess(s3["fast"]["endpoint_url"], throttle_rps=20) as server:
+        spec = {**s3["fast"], "endpoint_url": server.url}
+        run = dlbench(*_bench_args(tmp_path / "run", "dlbench_stream"), spec=spec, env=env)
+        refused = server.counts()["throttled"]
+        assert run.returncode == 0, run.stderr
+        m = json.loads((tmp_path / "run" / "rank0of1.json").read_text())["metrics"]
+        assert m["frames_wrong"] == 0 and refused > 0  # the server did refuse, and the proxy's resends got through
+        paced = dlbench(
+            *_bench_args(tmp_path / "paced", "dlbench_stream"), "--max-requests-per-s", "15", spec=spec, env=env
+        )
+        assert paced.returncode == 0, paced.stderr
+        assert server.counts()["throttled"] == refused  # paced under the server's limit: nothing more refused
+        m = json.loads((tmp_path / "paced" / "rank0of1.json").read_text())["metrics"]
+        assert m["frames_wrong"] == 0 and m["remote_requests"] > 0 and m["remote_throttled"] == 0
+        window = m["window_end_unix"] - m["window_start_unix"]
+        assert m["remote_requests"] <= 15 * window + 1, (m["remote_requests"], window)

@@ -16,6 +16,9 @@ over ranks), `frames_per_s_min` and `frames_per_s_max` the spread. Derived colum
   re-seeked instead of reused);
 - `worker_bound`: the DataLoader delivers at least 80% of `num_workers` x the single-process probe rate, so every
   worker is busy and more workers (or faster decoding) would raise throughput;
+- `remote_requests_per_kframe`, `remote_mb_per_kframe`, `read_amplification`, `remote_throttled`: what the storage
+  served over the steady windows, counted at each rank's metering proxy (`bench.remote`), per 1,000 delivered
+  frames; amplification is bytes read over the bytes an ideal reader needs;
 - `source_verdict`: the prewarm check's verdict (warm or cold) for runs on a checked source;
 - `pass`: per-node decoded frames/s reaches the mode's target with no wrong frame; `notes` says why a run fails
   or what limits it (below target, wrong frames, decoder thrash, worker-bound, measured on a cold source).
@@ -44,7 +47,13 @@ SCALING_KEY = ["dataset", "source", "loader", "mode", "batch_size", "num_workers
 RECORD_SCHEMA = Path(__file__).parent / "schemas" / "record.schema.json"
 RUN_KEYS = ("scenario", "dataset", "source", "loader", "mode", "batch_size", "num_workers", "decode_device", "step_ms")
 RUN_KEY_DEFAULTS = {"step_ms": 0}  # for records made before the key existed
-VERIFIED_STATUSES = ("ok", "unverified")  # measured; "unverified" runs checked no frame and never pass
+VERIFIED_STATUSES = ("ok", "unverified")
+REMOTE_COLUMNS = (
+    "remote_requests_per_kframe",
+    "remote_mb_per_kframe",
+    "read_amplification",
+    "remote_throttled",
+)  # measured; "unverified" runs checked no frame and never pass
 
 
 def run_id(config: dict) -> str:
@@ -210,8 +219,23 @@ def _measured(ok: list[dict], nodes: int) -> dict:
         "probe_samples_per_s": col("probe_samples_per_s").mean(),
         "worker_start_method": ok[0]["metrics"].get("worker_start_method"),
         "consumer_device": ok[0]["metrics"].get("consumer_device"),
+        **_remote(m),
         "window_start_unix": min(r["metrics"].get("window_start_unix", float("nan")) for r in ok),
         "window_end_unix": max(r["metrics"].get("window_end_unix", float("nan")) for r in ok),
+    }
+
+
+def _remote(m: pd.DataFrame) -> dict:
+    """Requests and MB per 1,000 delivered frames and read amplification over all ranks (NaN where unmetered)."""
+    if "remote_requests" not in m or m["remote_requests"].isna().all():
+        return dict.fromkeys(REMOTE_COLUMNS, float("nan"))
+    kframes = (m["samples"] * m["frames_per_sample"]).sum() / 1000.0
+    needed = m["remote_bytes_needed"].sum()
+    return {
+        "remote_requests_per_kframe": m["remote_requests"].sum() / kframes,
+        "remote_mb_per_kframe": m["remote_bytes_read"].sum() / 1e6 / kframes,
+        "read_amplification": m["remote_bytes_read"].sum() / needed if needed else float("nan"),
+        "remote_throttled": int(m["remote_throttled"].sum()),
     }
 
 

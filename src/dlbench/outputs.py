@@ -10,4 +10,5 @@ PLOT_NAMES = (
     "nodes.png",
     "cache_vs_p99.png",
     "data_wait.png",
+    "remote_cost.png",
 )

@@ -371,6 +371,25 @@ def plot_data_wait(df: pd.DataFrame, path: Path) -> Path:
     return _save(fig, path)
 
 
+def plot_remote_cost(df: pd.DataFrame, path: Path) -> Path:
+    """Requests per 1,000 delivered frames of each metered run (a remote source), with MB read and amplification."""
+    title = "Remote cost: requests per 1,000 delivered frames (MB read per 1,000 frames; read amplification)"
+    if "remote_requests_per_kframe" not in df:
+        return _nothing(path, title, "needs runs on a remote source (summary.csv made before remote cost existed)")
+    ok = _ok(df).dropna(subset=["remote_requests_per_kframe"])
+    if ok.empty:
+        return _nothing(path, title, "no run read a metered source (an S3 source over plain HTTP, e.g. `bucket`)")
+    ok = ok.sort_values(["mode", "source", "loader"])
+    labels = [
+        f"{r['source']} · {r['loader']} · b{r['batch_size']} w{r['num_workers']} "
+        f"({r['remote_mb_per_kframe']:.1f} MB; x{r['read_amplification']:.2f})"
+        for _, r in ok.iterrows()
+    ]
+    colors = ["tab:blue" if str(r).startswith("dlbench") else "tab:grey" for r in ok["loader"]]
+    xlabel = "requests per 1,000 delivered frames"
+    return _mode_bars(ok, "remote_requests_per_kframe", labels, colors, "{:.0f}", xlabel, title, path)
+
+
 PLOTS = dict(
     zip(
         PLOT_NAMES,
@@ -383,6 +402,7 @@ PLOTS = dict(
             plot_nodes,
             plot_cache,
             plot_data_wait,
+            plot_remote_cost,
         ),
         strict=True,
     )

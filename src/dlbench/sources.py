@@ -10,7 +10,8 @@ A dataset on the Hub is a dataset, not a source: datasets: {name: {v30: hf://dat
 Optional keys: `stage: true` (upload the converted dataset there first), `loopback: {latency_ms, bandwidth_mbps}`
 (serve it from the S3 server the workflow starts, shaped like remote storage; jobs find its address in
 results/sources/loopback.json), `require_warm: true` (gate on the prewarm check),
-`data_files_root: URL` (data/ and videos/ live there, meta/ at the source), `on_unreachable: skip|error`.
+`data_files_root: URL` (data/ and videos/ live there, meta/ at the source), `on_unreachable: skip|error`,
+`max_requests_per_s: N` (each rank's pace, with backoff on 429/503; plain-HTTP endpoints, `bench.remote`).
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from ..errors import UserError
 from ..format.paths import is_remote
 from ..peer import CREATE_COMMAND, REPO_ROOT, peer_python, require_peer
 from . import record as recordmod
+from .remote import metered
 
 IN_PEER_ENV = "DLBENCH_IN_PEER"
 RUN_MANIFEST = "run.json"
@@ -116,7 +117,8 @@ def run_rank(cfg, out_dir: str | Path) -> dict:
     else:
         samples: list[int] = []
         barrier = FileBarrier(out_dir, cfg.rank, cfg.world_size) if cfg.world_size > 1 else None
-        rec = run(cfg, samples_out=samples, barrier=barrier)
+        with metered(cfg) as meter:
+            rec = run(cfg, samples_out=samples, barrier=barrier, meter=meter)
         with atomic.file(rank_file(out_dir, cfg.rank, cfg.world_size, ".samples.npy")) as tmp:
             with open(tmp, "wb") as f:
                 np.save(f, np.asarray(samples, dtype=np.int64))

@@ -26,6 +26,7 @@ from ..validate import is_synthetic
 from ..workers import start_method
 from . import record as recordmod
 from .adapters import make_adapter
+from .remote import cost_metrics, needed_bytes
 from .shuffle import shuffle_score
 from .verify import BarcodeCheck, DecodeCheck
 
@@ -245,6 +246,7 @@ class _Pass:
     first_batch_latency: float
     wallclock: float
     peak_pss_mb: float
+    remote: tuple[dict, dict] | None = None  # the metering proxy's counts at the windows' start and end
 
 
 def _frame_checks(cfg: BenchConfig, dmeta: DatasetMeta, device: torch.device) -> tuple:
@@ -324,8 +326,9 @@ def _measure(cfg: BenchConfig, batches: _Epochs, consumer: torch.device, checks:
     return seen
 
 
-def _pass(cfg: BenchConfig, adapter, device: torch.device, checks: list, samples_out, barrier) -> _Pass:
-    """Build the DataLoader, take the first batch and warm up, wait for every rank, then measure."""
+def _pass(cfg: BenchConfig, adapter, device: torch.device, checks: list, samples_out, barrier, meter) -> _Pass:
+    """Build the DataLoader, take the first batch and warm up, wait for every rank, then measure (and read the
+    metering proxy's counts, if any, on either side of the windows)."""
     # every batch goes to the GPU where there is one, as training moves it; frames decoded on the CPU travel from
     # pinned memory, frames decoded on the GPU are there already
     consumer = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
@@ -341,12 +344,14 @@ def _pass(cfg: BenchConfig, adapter, device: torch.device, checks: list, samples
         first_batch_latency = _warm_up(cfg, batches, t_start)
         if barrier is not None:
             barrier()
+        before = meter.counts() if meter else None
         seen = _measure(cfg, batches, consumer, checks, samples_out)
+        remote = (before, meter.counts()) if meter else None
     finally:
         memory.stop()
     wallclock = time.perf_counter() - t_start
     batches.close()
-    return _Pass(seen, consumer, pin, context, first_batch_latency, wallclock, memory.peak / 2**20)
+    return _Pass(seen, consumer, pin, context, first_batch_latency, wallclock, memory.peak / 2**20, remote)
 
 
 def _timing_metrics(measured: _Pass, frames_per_item: int) -> dict:
@@ -412,10 +417,15 @@ def _check_metrics(barcodes: BarcodeCheck | None, decoded: DecodeCheck | None) -
     return out
 
 
-def _metrics(cfg: BenchConfig, measured: _Pass, dmeta: DatasetMeta, adapter, barcodes, decoded) -> dict:
-    """The record's metrics: the pass, the single-process probe, the decoder caches, the dataset, the checks."""
+def _metrics(cfg: BenchConfig, measured: _Pass, dmeta: DatasetMeta, adapter, barcodes, decoded, rows) -> dict:
+    """The record's metrics: the pass, the single-process probe, the decoder caches, the dataset, the checks, what
+    the storage served (`rows`: the samples delivered in the windows)."""
     fpi = adapter.frames_per_item
     timing, cache = _timing_metrics(measured, fpi), _cache_metrics(measured.seen.worker_stats)
+    remote = cost_metrics(None, None, 0, None)
+    if measured.remote is not None:
+        needed = needed_bytes(dmeta, np.asarray(rows), cfg.mode, cfg.delta_timestamps)
+        remote = cost_metrics(*measured.remote, timing["samples"] * fpi, needed)
     probe = _probe(cfg)
     cam0 = dmeta.info["features"][dmeta.cameras[0]]["shape"] if dmeta.cameras else [0, 0, 0]
     return {
@@ -434,6 +444,7 @@ def _metrics(cfg: BenchConfig, measured: _Pass, dmeta: DatasetMeta, adapter, bar
         "image_shape": "x".join(str(v) for v in cam0),
         "fps": dmeta.fps,
         **_check_metrics(barcodes, decoded),
+        **remote,
     }
 
 
@@ -450,12 +461,14 @@ def _record(cfg: BenchConfig, metrics: dict, decoded: DecodeCheck | None) -> dic
     return recordmod.make_record(asdict(cfg), metrics, reason=reason)
 
 
-def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict:
+def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None, meter=None) -> dict:
     """Run one benchmark rank and return its record (see `record.py`).
 
     `samples_out`, if given, receives the `index` of every sample consumed in the steady window. `barrier`, if
     given, is called after warm-up and returns when every rank is ready, so that all ranks measure at once.
+    `meter`, a metering proxy the rank reads through (`remote.metered`), gives the remote-cost figures.
     """
+    samples_out = [] if samples_out is None else samples_out
     torch.manual_seed(cfg.seed)
     reason = cuda_unavailable_reason(cfg.decode_device)
     if reason:
@@ -465,7 +478,7 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
     adapter = make_adapter(cfg)
     barcodes, decoded = _frame_checks(cfg, dmeta, device)
     checks = [c for c in (barcodes and barcodes.check, decoded and decoded.offer) if c]
-    measured = _pass(cfg, adapter, device, checks, samples_out, barrier)
+    measured = _pass(cfg, adapter, device, checks, samples_out, barrier, meter)
     if sum(w["samples"] for w in measured.seen.windows) == 0:
         raise UserError(
             f"no samples arrived in the {cfg.duration_s} s window (loader {cfg.loader}, {cfg.num_workers} workers); "
@@ -473,7 +486,7 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None) -> dict
         )
     if decoded is not None:
         decoded.finish()
-    return _record(cfg, _metrics(cfg, measured, dmeta, adapter, barcodes, decoded), decoded)
+    return _record(cfg, _metrics(cfg, measured, dmeta, adapter, barcodes, decoded, samples_out), decoded)
 
 
 def _probe(cfg: BenchConfig) -> dict:

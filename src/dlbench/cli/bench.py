@@ -105,6 +105,12 @@ def _add_run_options(p) -> None:
         )
     p.add_argument("--endpoint-url", default=None, help=ENDPOINT_HELP)
     p.add_argument(
+        "--max-requests-per-s",
+        type=float,
+        default=None,
+        help="with --endpoint-url: each rank's requests per second at most, backing off on 429/503",
+    )
+    p.add_argument(
         "--delta-timestamps",
         metavar="FILE",
         default=None,
@@ -129,6 +135,10 @@ def run_from_args(a) -> dict:
         from ..sources import spec_from_endpoint
 
         given["source_spec"] = spec_from_endpoint(a.endpoint_url)
+        if a.max_requests_per_s:
+            given["source_spec"]["max_requests_per_s"] = a.max_requests_per_s
+    elif a.max_requests_per_s:
+        raise UserError("--max-requests-per-s applies to a source named by --endpoint-url")
     if a.spec:
         run = {**runspec.read(a.spec), **given}
         run["run_id"] = runspec.run_id(run) if given else run["run_id"]
