@@ -35,16 +35,31 @@ def verdict(ok: bool) -> str:
 
 def timed(cmd: list[str], **kw) -> tuple[float, float]:
     """Run a command; return (seconds, peak PSS in MB of its process tree)."""
+    seconds, peak_mb, _ = measured(cmd, **kw)
+    return seconds, peak_mb
+
+
+def measured(cmd: list[str], timeout: float | None = None, **kw) -> tuple[float, float, str]:
+    """Run a command; return (seconds, peak PSS in MB of its process tree, its stdout). Raises
+    subprocess.TimeoutExpired (the tree killed) after `timeout` seconds."""
     os.sync()  # each contender starts with no dirty pages of the one before it to write back
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **kw)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kw
+    )
     rss = MemorySampler(proc.pid, every_s=0.05)
     rss.start()
-    _, err = proc.communicate()
-    rss.stop()
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.communicate()
+        raise
+    finally:
+        rss.stop()
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{err[-2000:]}")
-    return time.perf_counter() - t0, rss.peak / 2**20
+    return time.perf_counter() - t0, rss.peak / 2**20, out
 
 
 def _spin(_=None) -> float:

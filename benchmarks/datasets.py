@@ -73,11 +73,15 @@ def tile(src: Path, times: int, out: Path) -> Path:
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "meta").mkdir(parents=True)
+    tables = {
+        int(e["episode_index"]): pq.read_table(src / paths.v21_data_path(int(e["episode_index"]), chunks))
+        for e in episodes
+    }
     rows, new_eps, new_stats = 0, [], []
     for _ in range(times):
         for e, s in zip(episodes, stats):
             old, new = int(e["episode_index"]), len(new_eps)
-            table = pq.read_table(src / paths.v21_data_path(old, chunks))
+            table = tables[old]  # read once: tiling to tens of thousands of episodes
             n = table.num_rows
             for name, values in (("episode_index", [new] * n), ("index", range(rows, rows + n))):
                 i = table.schema.get_field_index(name)

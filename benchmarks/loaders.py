@@ -35,7 +35,7 @@ import torch
 from dlbench.aggregate import VERIFIED_STATUSES
 from dlbench.loader import DataLoader, LeRobotMapDataset
 from dlbench.loader.dataset_meta import DatasetMeta
-from dlbench.loader.stream import LeRobotStreamingDataset, shard_order, split_episodes
+from dlbench.loader.stream import LeRobotStreamingDataset
 
 from . import datasets
 
@@ -74,24 +74,10 @@ def requests_for(root: str, mode: str, pattern: str, workers: int, seed: int = 0
         for w in range(workers):
             per_proc.append([group([int(r)]) for r in order[w::workers]])
     else:
-        ds = LeRobotStreamingDataset(
-            root, mode=mode, rank=0, world_size=1, return_uint8=True
-        )  # its defaults: pool, buffer, blocks
-        parts = split_episodes(dmeta.ep_to - dmeta.ep_from, workers)
+        # its defaults: pool, buffer, blocks, virtual shards; each worker reads its virtual shards in turn
+        ds = LeRobotStreamingDataset(root, mode=mode, rank=0, world_size=1, seed=seed, return_uint8=True)
         for w in range(workers):
-            events = shard_order(
-                dmeta.ep_from,
-                dmeta.ep_to,
-                parts[w],
-                seed,
-                0,
-                w,
-                ds.pool_size,
-                ds.buffer_size,
-                ds.read_ahead,
-                True,
-                ds.max_blocks(workers),
-            )
+            events = [e for v in ds.worker_shards(0, workers, w) for e in ds.shard_events(int(v), 0)]
             per_proc.append([group(*value) for kind, value in events if kind == "decode"])
     return per_proc
 
@@ -159,7 +145,7 @@ def handover(
     from the pool's decoded blocks, carries the small fields, and crosses to the consumer as the loaders' do."""
     ds = LeRobotStreamingDataset(root, mode=mode, rank=0, world_size=1, return_uint8=True)
     # the items the streaming loader keeps alive: its buffer, bounded by `max_blocks` blocks of decoded frames
-    pool = min(ds.buffer_size, ds.max_blocks(workers) * ds.read_ahead) if pattern == "stream" else batch_size
+    pool = min(ds.buffer_size, ds.max_blocks() * ds.read_ahead) if pattern == "stream" else batch_size
     loader = DataLoader(_Replay(ds, pool), batch_size=batch_size, num_workers=workers, in_order=False)
     batches = iter(loader)
     t0 = time.perf_counter()
