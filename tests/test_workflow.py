@@ -276,7 +276,11 @@ def test_a_loopback_server_that_cannot_start_stops_the_run_before_any_job(tmp_pa
             r"sources.local.url: a local source does not use url \(it reads each dataset where it lives; "
             r"to benchmark your own",
         ),
-        ({"sources": {"hub": {"type": "hub", "repo_id": "a/b"}}}, r"sources.hub.type: hub: a Hub repo is a dataset"),
+        (
+            {"sources": {"hub": {"type": "hub", "repo_id": "a/b"}}},
+            r"sources.hub.repo_id: a hub source does not use repo_id \(it is the loopback Hub .* a repo on the real "
+            r"Hub is a dataset",
+        ),
         (
             {"bench": {"scenarios": {"s": {"loader": "torch_magic"}}}},
             r"bench.scenarios.s.loader: 'torch_magic' is not allowed",

@@ -6,6 +6,8 @@ Source specs (config.yaml `sources:`); a remote source holds each dataset under 
     {type: s3, url: s3://bucket/prefix, endpoint_url: http://host:port}   any S3-compatible store: URL/<dataset>
     {type: http, url: https://host/path}              a server that answers range requests: URL/<dataset>
     {type: bucket, bucket: owner/name, prefix: path}  hf://buckets/owner/name/path/<dataset> (HF storage buckets)
+    {type: hub, loopback: {}}                         the loopback Hub the workflow starts: hf://datasets/dlbench/
+                                                      <dataset>@v3.0, read by dlbench's and LeRobot's loaders alike
 A dataset on the Hub is a dataset, not a source: datasets: {name: {v30: hf://datasets/org/name@revision}}.
 Optional keys: `stage: true` (upload the converted dataset there first), `loopback: {latency_ms, bandwidth_mbps}`
 (serve it from the S3 server the workflow starts, shaped like remote storage; jobs find its address in
@@ -41,10 +43,15 @@ def endpoint_url(spec: dict) -> str | None:
 
 
 def fsspec_env(spec: dict) -> dict[str, str]:
-    """Environment for jobs reading this source: fsspec picks FSSPEC_<PROTOCOL>_<KWARG> up as defaults."""
+    """Environment for jobs reading this source: fsspec picks FSSPEC_<PROTOCOL>_<KWARG> up as defaults; Hub clients
+    read HF_ENDPOINT."""
     env = {}
     if spec.get("type") == "s3" and (url := endpoint_url(spec)):
         env["FSSPEC_S3_ENDPOINT_URL"] = url
+    if spec.get("type") == "hub":
+        from .loopback import hub_address
+
+        env.update(HF_ENDPOINT=hub_address(), HF_HUB_DISABLE_TELEMETRY="1")
     if spec.get("loopback") is not None:  # the local test server accepts any key
         env.update({k: os.environ.get(k, v) for k, v in LOOPBACK_CREDENTIALS.items()})
     return env
@@ -53,6 +60,8 @@ def fsspec_env(spec: dict) -> dict[str, str]:
 def endpoint_option(spec: dict) -> str | None:
     """The `--endpoint-url` value that gives a command this source's settings: its S3 endpoint, or `loopback[:PORT]`
     for the workflow's own S3 server (through its shaping proxy on PORT), whose address is known only at run time."""
+    if spec.get("type") == "hub":
+        return "loopback-hub"
     if spec.get("loopback") is not None and not spec.get("endpoint_url"):
         lb = spec["loopback"]
         return f"loopback:{lb['port']}" if lb.get("latency_ms") or lb.get("bandwidth_mbps") else "loopback"
@@ -63,6 +72,8 @@ def spec_from_endpoint(text: str | None) -> dict | None:
     """The source settings an `--endpoint-url` value stands for (`endpoint_option`'s inverse), resolved now."""
     if not text:
         return None
+    if text == "loopback-hub":
+        return {"type": "hub", "loopback": {}}
     if text == "loopback" or text.startswith("loopback:"):
         port = text.partition(":")[2]
         if port and not port.isdigit():
@@ -84,6 +95,22 @@ def apply_env(spec: dict | None) -> None:
     os.environ.update(env)  # children (ranks) read it when they import fsspec
     if "FSSPEC_S3_ENDPOINT_URL" in env:  # this process imported fsspec already
         fsspec.config.conf.setdefault("s3", {})["endpoint_url"] = env["FSSPEC_S3_ENDPOINT_URL"]
+    if "HF_ENDPOINT" in env:
+        point_hub_clients(env["HF_ENDPOINT"])
+
+
+def point_hub_clients(endpoint: str) -> None:
+    """Send this process's Hub clients, and the processes it starts, to `endpoint` (HF_ENDPOINT): huggingface_hub
+    reads the variable once, at import, so where it is imported already its constants change too; HfFileSystem
+    instances are cached by their arguments, so fsspec's defaults for hf:// name the endpoint."""
+    import sys
+
+    os.environ["HF_ENDPOINT"] = endpoint
+    fsspec.config.conf.setdefault("hf", {})["endpoint"] = endpoint
+    constants = sys.modules.get("huggingface_hub.constants")
+    if constants is not None:
+        constants.ENDPOINT = endpoint
+        constants.HUGGINGFACE_CO_URL_TEMPLATE = endpoint + "/{repo_id}/resolve/{revision}/{filename}"
 
 
 def _friendly(url: str, e: Exception) -> UserError:
@@ -104,6 +131,8 @@ def stage(local_root: str | Path, url: str, marker: str | Path, callback=None) -
     One fsspec `put` of every file (s3fs uploads them concurrently); `callback` is an fsspec Callback told of each
     file done (a progress bar)."""
     local_root = Path(local_root)
+    if url.startswith("hf://datasets/"):
+        return _stage_to_loopback_hub(local_root, url, marker)
     try:
         fs, path = fsspec.core.url_to_fs(url)
         bucket = path.split("/", 1)[0]
@@ -117,6 +146,25 @@ def stage(local_root: str | Path, url: str, marker: str | Path, callback=None) -
     except Exception as e:  # fsspec back-ends raise many types; name the source and what to check
         raise _friendly(url, e) from None
     info = {"url": url, "files": len(files), "bytes": sum(p.stat().st_size for p in files)}
+    atomic.write_json(marker, info)
+    return info
+
+
+def _stage_to_loopback_hub(local_root: Path, url: str, marker: str | Path) -> dict:
+    """A dataset "uploaded" to the loopback Hub: its repo directory links to the dataset where it is."""
+    from .loopback import HUB_REPOS
+
+    repo = url.removeprefix("hf://datasets/").partition("@")[0].strip("/")
+    if os.environ.get("HF_ENDPOINT", "").startswith("https://"):
+        raise UserError(f"{url}: staging to a real Hub is not done here; upload with `hf upload --repo-type dataset`")
+    link = Path(HUB_REPOS) / repo
+    link.parent.mkdir(parents=True, exist_ok=True)
+    tmp = link.with_name(link.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(local_root.absolute(), target_is_directory=True)
+    os.replace(tmp, link)  # atomic: a reader sees the old link or the new one
+    files = [p for p in local_root.rglob("*") if p.is_file()]
+    info = {"url": url, "files": len(files), "bytes": sum(p.stat().st_size for p in files), "linked": str(link)}
     atomic.write_json(marker, info)
     return info
 

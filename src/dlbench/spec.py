@@ -97,6 +97,13 @@ def complete_sources(config: dict) -> None:
             raise UserError(f"sources.{name}: type {spec['type']} needs a url")
         if spec["type"] == "bucket" and not spec.get("bucket"):
             raise UserError(f"sources.{name}: type bucket needs bucket: OWNER/NAME")
+        if spec["type"] == "hub" and (
+            lb is None or lb.get("latency_ms") or lb.get("bandwidth_mbps") or not spec.get("stage")
+        ):
+            raise UserError(
+                f"sources.{name}: type hub is the loopback Hub: give it `loopback: {{}}` (unshaped) and `stage: true`; "
+                f"a dataset on the real Hub is a dataset (v30: hf://datasets/ORG/NAME@REV) read with source: local"
+            )
 
 
 def source_base(spec: dict) -> str:
@@ -113,6 +120,10 @@ def source_url(config: dict, source: str, dataset: str) -> str:
     spec = config["sources"][source]
     if spec["type"] == "local":
         return dataset_root(config, dataset)
+    if spec["type"] == "hub":  # the tag LeRobot looks for; the loopback Hub serves one tree under every revision
+        from .loopback import HUB_ORG
+
+        return f"hf://datasets/{HUB_ORG}/{dataset}@v3.0"
     return f"{source_base(spec)}/{dataset}"
 
 

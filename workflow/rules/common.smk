@@ -77,13 +77,16 @@ LOOPBACK_PROXIES = sorted(
     }
 )
 USES_LOOPBACK = any(config["sources"][r["source"]].get("loopback") is not None for r in RUNS.values())
+USES_HUB = any(config["sources"][r["source"]]["type"] == "hub" for r in RUNS.values())
 
 
 def start_loopback():
-    """Start the S3 server of loopback sources where Snakemake runs, on an address every job reaches."""
+    """Start the S3 server of loopback sources (and the loopback Hub if a run reads it) where Snakemake runs, on an
+    address every job reaches."""
     server = config["loopback_server"]
     host = dlbench.loopback.server_host(server["host"], local=workflow.local_exec)
-    dlbench.loopback.start(server["port"], LOOPBACK_PROXIES, host=host)
+    hub_port = server["hub_port"] if USES_HUB else None
+    dlbench.loopback.start(server["port"], LOOPBACK_PROXIES, host=host, hub_port=hub_port)
 
 
 def local_input(path):

@@ -33,6 +33,7 @@ from .remote import metered
 IN_PEER_ENV = "DLBENCH_IN_PEER"
 RUN_MANIFEST = "run.json"
 BARRIER_TIMEOUT_S = 600.0
+HUB_CACHE = ".hub-cache"  # a run's own HF_HOME (LeRobot downloads there), removed when the run ends
 
 
 def rank_file(out_dir: str | Path, rank: int, world: int, suffix: str = ".json") -> Path:
@@ -197,6 +198,9 @@ def launch(run: dict, out_dir: str | Path) -> dict:
     spec_path = out_dir / SPEC_FILE
     atomic.write_json(spec_path, run)
     cmd, env = rank_command(cfg.loader, cfg.root)
+    hub_cache = out_dir / HUB_CACHE
+    if str(cfg.root).startswith("hf://"):  # each run starts with an empty Hub cache, as on a fresh node
+        env.update(HF_HOME=str(hub_cache), HF_LEROBOT_HOME=str(hub_cache / "lerobot"))
     args = [*cmd, "--spec", str(spec_path), "--out-dir", str(out_dir)]
     use_srun = world > 1 and "SLURM_JOB_ID" in os.environ and shutil.which("srun")
     if use_srun:
@@ -209,6 +213,7 @@ def launch(run: dict, out_dir: str | Path) -> dict:
         procs = [subprocess.Popen(args, env={**env, "RANK": str(r), "WORLD_SIZE": str(world)}) for r in range(world)]
     codes = [p.wait() for p in procs]
     shutil.rmtree(out_dir / ".barrier", ignore_errors=True)
+    shutil.rmtree(hub_cache, ignore_errors=True)
     if any(codes):
         raise UserError(f"{out_dir}: rank process(es) failed (exit codes {codes}); see the messages above")
     return _finish(out_dir, world, "srun" if use_srun else "local")

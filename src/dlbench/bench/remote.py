@@ -1,11 +1,11 @@
 """What a run costs its storage: requests and bytes, counted at a metering proxy (`dlbench.loopback.meter`) that
 every read of the rank goes through, and the bytes an ideal reader would have needed for the frames delivered.
 
-`metered(cfg)` routes this rank's reads of a plain-HTTP S3 source through its own metering proxy, which also
-applies the source's `max_requests_per_s` and backs off on 429/503. `cost_metrics` turns the proxy's counts over
-the steady windows into the record's figures: requests and bytes per 1,000 delivered frames, and read
-amplification, the bytes read over the bytes needed. Needed: for each delivered frame of each camera, its packets
-back to the keyframe before it, each byte once, plus the delivered rows' share of their parquet data files.
+`metered(cfg)` routes this rank's reads of a plain-HTTP S3 endpoint or Hub (HF_ENDPOINT) through its own metering
+proxy, which also applies the source's `max_requests_per_s` and backs off on 429/503. `cost_metrics` turns the
+proxy's counts over the steady windows into the record's figures: requests and bytes per 1,000 delivered frames,
+and read amplification, the bytes read over the bytes needed. Needed: for each delivered frame of each camera, its
+packets back to the keyframe before it, each byte once, plus the delivered rows' share of their parquet data files.
 """
 
 from __future__ import annotations
@@ -21,22 +21,35 @@ from ..convert import mp4
 from ..format import meta, paths
 from ..loader.dataset_meta import DatasetMeta, resolve_windows
 from ..loader.items import read_columns
+from ..sources import point_hub_clients
 
 S3_ENDPOINT_ENV = "FSSPEC_S3_ENDPOINT_URL"
 
 
 def meterable(cfg) -> str | None:
-    """The plain-HTTP endpoint this rank's reads go to, or None where they cannot be metered (a local dataset, TLS,
-    a source other than S3)."""
-    spec = cfg.source_spec or {}
-    url = os.environ.get(S3_ENDPOINT_ENV) if spec.get("type") == "s3" else None
-    return url if url and url.startswith("http://") and cfg.root.startswith("s3://") else None
+    """The plain-HTTP endpoint this rank's reads go to (an S3 endpoint, or HF_ENDPOINT for an hf:// dataset), or
+    None where they cannot be metered (a local dataset, TLS)."""
+    if cfg.root.startswith("s3://"):
+        url = os.environ.get(S3_ENDPOINT_ENV)
+    elif cfg.root.startswith("hf://"):
+        url = os.environ.get("HF_ENDPOINT")
+    else:
+        url = None
+    return url if url and url.startswith("http://") else None
+
+
+def _point_at(root: str, url: str) -> None:
+    """This process's (and its children's) reads of `root` go to `url`."""
+    if root.startswith("hf://"):
+        point_hub_clients(url)
+    else:
+        os.environ[S3_ENDPOINT_ENV] = fsspec.config.conf.setdefault("s3", {})["endpoint_url"] = url
 
 
 @contextlib.contextmanager
 def metered(cfg) -> Iterator:
-    """A metering proxy in front of this rank's S3 endpoint for the duration (None where `meterable` says no);
-    this process and the DataLoader workers it starts read through it."""
+    """A metering proxy in front of this rank's endpoint for the duration (None where `meterable` says no); this
+    process and the DataLoader workers it starts read through it."""
     from ..loopback.meter import MeterProcess
 
     target = meterable(cfg)
@@ -44,15 +57,12 @@ def metered(cfg) -> Iterator:
         yield None
         return
     limit = float((cfg.source_spec or {}).get("max_requests_per_s") or 0)
-    conf = fsspec.config.conf.setdefault("s3", {})
-    before = conf.get("endpoint_url")
     with MeterProcess(target, max_requests_per_s=limit) as proxy:
-        os.environ[S3_ENDPOINT_ENV] = conf["endpoint_url"] = proxy.url
+        _point_at(cfg.root, proxy.url)
         try:
             yield proxy
         finally:
-            os.environ[S3_ENDPOINT_ENV] = target
-            conf["endpoint_url"] = before if before is not None else target
+            _point_at(cfg.root, target)
 
 
 def _sample_offsets(track: mp4.Track) -> np.ndarray:
@@ -120,7 +130,7 @@ def cost_metrics(before: dict | None, after: dict | None, frames: int, needed: i
     """The record's remote-cost figures over the steady windows (None where nothing was metered)."""
     if before is None or after is None:
         keys = ("requests", "bytes_read", "bytes_needed", "requests_per_kframe", "mb_per_kframe")
-        keys += ("read_amplification", "throttled")
+        keys += ("read_amplification", "throttled", "requests_run", "bytes_run")
         return {f"remote_{k}": None for k in keys}
     requests = after["requests"] - before["requests"]
     read = after["bytes_down"] - before["bytes_down"]
@@ -133,4 +143,8 @@ def cost_metrics(before: dict | None, after: dict | None, frames: int, needed: i
         "remote_mb_per_kframe": read / 1e6 * per_k,
         "remote_read_amplification": read / needed if needed else None,
         "remote_throttled": after["throttled"] - before["throttled"],
+        # from the rank's start to the windows' end: opening the dataset (LeRobot's map-style loader downloads it
+        # whole then), the first batch and warm-up included
+        "remote_requests_run": after["requests"],
+        "remote_bytes_run": after["bytes_down"],
     }

@@ -5,10 +5,13 @@ directory (`hub`, for hf:// reads offline)."""
 from .proxy import main
 from .server import (
     DATA_DIR,
+    HUB_ORG,
+    HUB_REPOS,
     LOOPBACK,
     STATE,
     address,
     endpoint,
+    hub_address,
     routable_address,
     server_host,
     start,
@@ -18,10 +21,13 @@ from .server import (
 
 __all__ = [
     "DATA_DIR",
+    "HUB_ORG",
+    "HUB_REPOS",
     "LOOPBACK",
     "STATE",
     "address",
     "endpoint",
+    "hub_address",
     "main",
     "routable_address",
     "server_host",

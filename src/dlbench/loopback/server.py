@@ -26,6 +26,8 @@ from ..errors import UserError
 LOOPBACK = "127.0.0.1"
 STATE = "results/sources/loopback.json"  # relative to the workflow's directory, where every job runs
 DATA_DIR = "results/sources/seaweedfs"
+HUB_REPOS = "results/sources/hub"  # the loopback Hub's repos: ORG/NAME links to the datasets staged there
+HUB_ORG = "dlbench"  # the org of the repos staged to the loopback Hub
 
 
 def routable_address() -> str | None:
@@ -213,13 +215,33 @@ def _start_proxy(host: str, proxy: tuple[int, float, float], target: int, log_di
     _wait_port(host, listen, process, log)
 
 
+def _start_hub(host: str, port: int, log_dir: Path, pids: list[int]) -> None:
+    """Start the loopback Hub (`dlbench.loopback.hub`) serving HUB_REPOS; its PID goes to `pids` at once."""
+    Path(HUB_REPOS).mkdir(parents=True, exist_ok=True)
+    log = log_dir / "hub.log"
+    cmd = [sys.executable, "-m", "dlbench.loopback", "hub", "--repos", str(Path(HUB_REPOS).absolute())]
+    with open(log, "ab") as f:
+        process = subprocess.Popen(
+            [*cmd, "--host", host, "--port", str(port)], stdout=f, stderr=f, start_new_session=True
+        )
+    pids.append(process.pid)
+    _wait_port(host, port, process, log)
+
+
 def _write_state(
-    state: Path, host: str, port: int, proxies: list[tuple[int, float, float]], pids: list[int], data_dir: Path
+    state: Path,
+    host: str,
+    port: int,
+    proxies: list[tuple[int, float, float]],
+    pids: list[int],
+    data_dir: Path,
+    hub_port: int | None,
 ) -> dict:
     info = {
         "host": host,
         "port": port,
         "proxies": [list(p) for p in proxies],
+        "hub_port": hub_port,
         "pids": pids,
         "data_dir": str(data_dir),
         "started": time.time(),
@@ -235,13 +257,17 @@ def start(
     log_dir: str | Path = "results/logs/loopback",
     host: str = LOOPBACK,
     data_dir: str | Path = DATA_DIR,
+    hub_port: int | None = None,
 ) -> dict:
-    """Start the server and its proxies (unless the `state` file says they already run there); return the state."""
+    """Start the server and its proxies, and the loopback Hub on `hub_port` if given (unless the `state` file says
+    they already run there); return the state."""
     state, log_dir, data_dir = Path(state), Path(log_dir), Path(data_dir).absolute()
     running = _still_running(state, host)
-    if running is not None:
+    if running is not None and running.get("hub_port") == hub_port:
         return running
-    _check_ports_free(host, [port, *(lp for lp, _, _ in proxies)])
+    if running is not None:
+        stop(state)
+    _check_ports_free(host, [port, *(lp for lp, _, _ in proxies), *([hub_port] if hub_port else [])])
     log_dir.mkdir(parents=True, exist_ok=True)
     data_dir.mkdir(parents=True, exist_ok=True)
     pids: list[int] = []
@@ -249,10 +275,12 @@ def start(
         _start_server(host, port, data_dir, log_dir, pids)
         for proxy in proxies:
             _start_proxy(host, proxy, port, log_dir, pids)
+        if hub_port:
+            _start_hub(host, hub_port, log_dir, pids)
     except BaseException:
         _kill(pids)
         raise
-    return _write_state(state, host, port, proxies, pids, data_dir)
+    return _write_state(state, host, port, proxies, pids, data_dir, hub_port)
 
 
 def endpoint(loopback: dict, state: str | Path = STATE) -> str:
@@ -271,6 +299,20 @@ def address(port: int | None = None, state: str | Path = STATE) -> str:
             f"(onstart), so run this job through snakemake, from the workflow's directory"
         ) from None
     return f"http://{info['host']}:{port or info['port']}"
+
+
+def hub_address(state: str | Path = STATE) -> str:
+    """The running loopback Hub's URL (HF_ENDPOINT for its clients), from the server's state file."""
+    try:
+        info = json.loads(Path(state).read_text())
+    except (OSError, ValueError):
+        info = {}
+    if not info.get("hub_port"):
+        raise UserError(
+            f"{state}: no loopback Hub is running; it is started by the Snakemake run (onstart) when a source of "
+            f"type hub reads it, so run this job through snakemake, from the workflow's directory"
+        )
+    return f"http://{info['host']}:{info['hub_port']}"
 
 
 def _alive(pid: int) -> bool:
