@@ -221,3 +221,29 @@ def test_a_training_step_is_held_and_the_data_wait_measured(v30_h264):
     per_window = fed["windows"][0]
     assert per_window["batches"] <= 1.5 / 0.150 + 1  # each batch held for the step: at most one per 150 ms
     assert fed["samples_per_s"] <= 4 / 0.150 * 1.05
+
+
+def test_resume_check_interrupts_an_epoch_and_resumes_it_with_one_worker_more(v30_h264, monkeypatch):
+    """`bench-run --resume-check`: after the windows, an epoch stopped at a random batch and resumed from its
+    state_dict with one more worker delivers every frame of the rank once; a resume that repeats frames is caught."""
+    from dlbench.bench import runner
+    from dlbench.cli import build_parser
+    from dlbench.cli.bench import run_from_args
+    from dlbench.loader.dataset_meta import DatasetMeta
+    from dlbench.loader.stream import LeRobotStreamingDataset
+
+    argv = ["bench-run", "--root", str(v30_h264), "--out-dir", "o", "--loader", "dlbench_stream"]
+    assert run_from_args(build_parser().parse_args(argv))["resume_check"] is False
+    spec = run_from_args(build_parser().parse_args([*argv, "--resume-check"]))
+    cfg = replace(BenchConfig.from_spec(spec), buffer_size=8, **{**FAST, "num_workers": 1})
+    rec = run(cfg)
+    m = rec["metrics"]
+    assert rec["status"] == "ok" and not rec["reason"] and rec["config"]["resume_check"] is True
+    assert m["resume_exact"] is True and m["resume_checked_samples"] == DatasetMeta.load(str(v30_h264)).num_frames
+    # a resume that forgets what was delivered repeats it: the check says so
+    monkeypatch.setattr(LeRobotStreamingDataset, "load_state_dict", lambda self, state: None)
+    dmeta = DatasetMeta.load(str(v30_h264))
+    metrics, problem = runner._resume_check(replace(cfg, num_workers=0), dmeta, torch.device("cpu"))
+    assert metrics["resume_exact"] is False and "arrived more than once" in problem
+    with pytest.raises(UserError, match="dlbench_stream only"):
+        run(BenchConfig(root=str(v30_h264), loader="dlbench_map", resume_check=True, **FAST))

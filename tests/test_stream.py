@@ -1,5 +1,7 @@
 import collections
+import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -67,42 +69,150 @@ def test_order_is_seeded_per_epoch_and_shuffled(v30_h264):
     assert a == order(1, 0)
     assert a != order(1, 1) and a != order(2, 0)
     assert a != sorted(a)
-    # several episodes interleave early in the epoch (the pool)
-    ds = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, seed=1, pool_size=3, buffer_size=16, read_ahead=2)
+    # several episodes interleave early in the epoch (the pool; one virtual shard holds all 8 episodes)
+    ds = LeRobotStreamingDataset(
+        str(v30_h264), return_uint8=True, seed=1, pool_size=3, buffer_size=16, read_ahead=2, virtual_shards=1
+    )
     first = [int(it["episode_index"]) for _, it in zip(range(40), ds)]
     assert len(set(first)) >= 3
 
 
-def test_resume_from_state_dict_has_no_repeats_and_no_gaps(v30_h264):
-    kw = dict(pool_size=3, buffer_size=8, seed=5, tag_items=True)
-    ds = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, **kw)
-    loader = torch_loader(ds, batch_size=4, num_workers=2)
-    before = []
-    for k, batch in enumerate(loader):
-        ds.observe(batch)
-        before += batch["index"].tolist()
-        if k == 9:
-            break
-    state = ds.state_dict()
-    del loader
-    resumed = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, **kw)
-    resumed.load_state_dict(state)
-    after = []
-    loader = torch_loader(resumed, batch_size=4, num_workers=2, persistent_workers=True)
-    for batch in loader:
-        after += batch["index"].tolist()
-        for item in unbatch(batch):
-            check_item(resumed, item)
+RESUME_KW = dict(pool_size=2, buffer_size=8, seed=5, tag_items=True, virtual_shards=6)
+
+
+def stream_loader(ds, workers, **kwargs):
+    """torch's DataLoader over `ds` with `workers` workers (0: in this process)."""
+    if workers == 0:
+        return torch.utils.data.DataLoader(ds, batch_size=4, **kwargs)
+    return torch_loader(ds, batch_size=4, num_workers=workers, **kwargs)
+
+
+def run_ranks(root, world, workers, stops=None, state=None, epoch=None, **kw):
+    """The ranks of one run, one after another in this process: each observes its batches and stops after
+    stops[rank] of them (None: at the end of the epoch). Returns (indices delivered, per-rank state_dict, per-rank
+    len before the pass, per-rank list of (virtual shard, pos, index) in arrival order)."""
+    delivered, states, lengths, tagged = [], [], [], []
+    for rank in range(world):
+        ds = LeRobotStreamingDataset(root, return_uint8=True, rank=rank, world_size=world, **{**RESUME_KW, **kw})
+        if epoch is not None:
+            ds.set_epoch(epoch)
+        if state is not None:
+            ds.load_state_dict(state)
+        lengths.append(len(ds))
+        loader = stream_loader(ds, workers)
+        seen = []
+        for k, batch in enumerate(loader):
+            ds.observe(batch)
+            delivered += batch["index"].tolist()
+            seen += zip(batch["_shard"].tolist(), batch["_pos"].tolist(), batch["index"].tolist())
+            for item in unbatch(batch):
+                check_item(ds, item)
+            if stops is not None and k + 1 == stops[rank]:
+                break
+        del loader  # its workers stop; batches they had prefetched are not delivered
+        states.append(ds.state_dict())
+        tagged.append(seen)
+    return delivered, states, lengths, tagged
+
+
+@pytest.mark.parametrize(
+    "first, then", [((1, 1), (1, 2)), ((1, 2), (1, 3)), ((2, 1), (1, 2)), ((2, 2), (3, 1)), ((1, 0), (2, 2))]
+)
+def test_resume_with_other_ranks_and_workers_delivers_the_rest_exactly_once(v30_h264, first, then):
+    """A state taken mid-epoch with (ranks, workers) = `first`, each rank stopped at another batch, merged and
+    resumed with `then`: every frame of the epoch arrives exactly once over both parts."""
+    total = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, **RESUME_KW).num_frames
+    before, states, _, _ = run_ranks(str(v30_h264), *first, stops=[5, 3, 7][: first[0]], epoch=2)
+    state = json.loads(json.dumps(LeRobotStreamingDataset.merge_states(states)))  # as a checkpoint file holds it
+    assert state["epoch"] == 2 and sum(state["delivered"].values()) == len(before) > 0
+    after, _, lengths, _ = run_ranks(str(v30_h264), *then, state=state)
     assert not set(before) & set(after)
-    assert sorted(before + after) == list(range(resumed.meta.num_frames))
-    # the persistent workers' next epoch is whole again: the skip applies to the resumed epoch only
-    again = [i for b in loader for i in b["index"].tolist()]
-    assert sorted(again) == list(range(resumed.meta.num_frames))
-    # a different split (3 workers instead of 2) cannot resume this state
-    other = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, **kw)
-    other.load_state_dict(state)
-    with pytest.raises(Exception, match="resume with the same num_workers"):
-        next(iter(torch_loader(other, batch_size=4, num_workers=3)))
+    assert sorted(before + after) == list(range(total))
+    assert sum(lengths) == len(after)  # len() after load_state_dict: what each rank still yields
+
+
+def test_virtual_shard_order_does_not_depend_on_workers(v30_h264):
+    """Each virtual shard's items come in the order of its own stream (positions 0, 1, 2...), the same with 1 and
+    3 DataLoader workers and on every run with the same seed and epoch; another epoch reorders them."""
+
+    def per_shard(workers, epoch=0):
+        _, _, _, [seen] = run_ranks(str(v30_h264), 1, workers, epoch=epoch)
+        order = collections.defaultdict(list)
+        for shard, pos, index in seen:
+            assert pos == len(order[shard])  # a prefix of the shard's stream at every point
+            order[shard].append(index)
+        return dict(order)
+
+    one = per_shard(1)
+    assert len(one) == 6 and one == per_shard(3) == per_shard(1)
+    assert per_shard(0, epoch=1) != one
+
+
+def test_rank_reads_the_same_virtual_shards_whatever_its_workers(v30_h264):
+    ds = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, rank=1, world_size=2, **RESUME_KW)
+    mine = sorted(ds.rank_shards(3).tolist())
+    for workers in (1, 2, 3, 4):
+        dealt = [v for w in range(workers) for v in ds.worker_shards(3, workers, w).tolist()]
+        assert sorted(dealt) == mine
+    other = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, rank=0, world_size=2, **RESUME_KW)
+    assert sorted(mine + other.rank_shards(3).tolist()) == list(range(6))
+    assert len(ds) + len(other) == ds.num_frames
+
+
+def test_a_state_of_another_stream_is_refused(v30_h264):
+    _, [state], _, _ = run_ranks(str(v30_h264), 1, 0, stops=[3])
+    for other in (dict(seed=6), dict(virtual_shards=3), dict(pool_size=3), dict(episodes=[0, 1, 2])):
+        ds = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, **{**RESUME_KW, **other})
+        with pytest.raises(UserError, match="cannot resume: the state belongs to another stream"):
+            ds.load_state_dict(state)
+    ds = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, **RESUME_KW)
+    with pytest.raises(UserError, match="older dlbench"):
+        ds.load_state_dict({"seed": 5, "epoch": 0, "world_size": 1, "num_shards": 2, "consumed": {0: 4}})
+    with pytest.raises(UserError, match="do not fit"):
+        ds.load_state_dict({**state, "delivered": {0: 10_000}})
+    with pytest.raises(UserError, match="differs from state 0 in epoch"):
+        LeRobotStreamingDataset.merge_states([state, {**state, "epoch": 1}])
+    # one rank's state of two: enough to resume that rank with the same world size, not the whole epoch elsewhere
+    _, [_, rank1], _, _ = run_ranks(str(v30_h264), 2, 0, stops=[1, 3])
+    LeRobotStreamingDataset(str(v30_h264), return_uint8=True, rank=1, world_size=2, **RESUME_KW).load_state_dict(rank1)
+    with pytest.raises(UserError, match=r"holds the counts of rank\(s\) \[1\] of 2 only.*merge_states"):
+        ds.load_state_dict(rank1)
+    with pytest.raises(UserError, match="tag_items=True"):
+        ds.observe({"index": torch.arange(4)})
+
+
+def _distributed_rank(rank, root, store, out):
+    """One of two ranks with torch.distributed initialized: rank and world size come from it, and state_dict()
+    gathers both ranks' counts."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        ds = LeRobotStreamingDataset(root, return_uint8=True, **RESUME_KW)
+        delivered = []
+        for k, batch in enumerate(torch.utils.data.DataLoader(ds, batch_size=4)):
+            delivered += batch["index"].tolist()
+            if k + 1 == (4, 6)[rank]:
+                break
+        state = ds.state_dict()
+        (Path(out) / f"rank{rank}.json").write_text(json.dumps([ds.rank, ds.world_size, delivered, state]))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_state_dict_gathers_the_ranks_under_torch_distributed(v30_h264, tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "5")  # torch.distributed comes first
+    monkeypatch.setenv("WORLD_SIZE", "9")
+    torch.multiprocessing.start_processes(
+        _distributed_rank, args=(str(v30_h264), str(tmp_path / "store"), str(tmp_path)), nprocs=2, start_method="spawn"
+    )
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [(r[0], r[1]) for r in ranks] == [(0, 2), (1, 2)]
+    assert ranks[0][3] == ranks[1][3]  # every rank returns the global state
+    before = ranks[0][2] + ranks[1][2]
+    assert sum(ranks[0][3]["delivered"].values()) == len(before)
+    after, _, _, _ = run_ranks(str(v30_h264), 1, 2, state=ranks[0][3])
+    assert sorted(before + after) == list(range(LeRobotStreamingDataset(str(v30_h264)).num_frames))
 
 
 def test_decoder_cache_counters_add_up(v30_h264):
@@ -129,17 +239,21 @@ def test_decoder_cache_counters_add_up(v30_h264):
 def test_streaming_decoders_follow_pool_slots_not_episodes(v30_h264_one_file):
     """Live episodes of one file are read in turn by decoders of their own (none seeks back); an episode that starts
     takes over the decoder of the one that finished, so a camera's file is opened once per pool slot, not once per
-    episode, and every frame is still the right one after those seeks."""
-    ds = LeRobotStreamingDataset(str(v30_h264_one_file), return_uint8=True, mode="single", pool_size=3, buffer_size=8)
-    assert {len(set(ds.meta.video_url(c, e) for e in range(len(ds.meta.ep_from)))) for c in ds.meta.cameras} == {1}
-    n = 0
-    for item in ds:
-        check_item(ds, item)
-        n += 1
-    assert n == ds.meta.num_frames
-    s = ds.cache.stats()
-    assert len(ds.meta.ep_from) > 3 and s["misses"] == 3 * len(ds.meta.cameras)
-    assert s["size"] <= len(ds.meta.cameras) * (3 + 2)
+    episode, and every frame is still the right one after those seeks. The slots' decoders carry over from one
+    virtual shard to the next (4 shards of 2 episodes use 2 slots)."""
+    for shards, slots in ((1, 3), (4, 2)):
+        ds = LeRobotStreamingDataset(
+            str(v30_h264_one_file), return_uint8=True, pool_size=3, buffer_size=8, virtual_shards=shards
+        )
+        assert {len(set(ds.meta.video_url(c, e) for e in range(len(ds.meta.ep_from)))) for c in ds.meta.cameras} == {1}
+        n = 0
+        for item in ds:
+            check_item(ds, item)
+            n += 1
+        assert n == ds.meta.num_frames
+        s = ds.cache.stats()
+        assert len(ds.meta.ep_from) == 8 and s["misses"] == slots * len(ds.meta.cameras)
+        assert s["size"] <= len(ds.meta.cameras) * (3 + 2)
 
 
 def test_split_balances_frames_and_keeps_episodes_whole():
@@ -288,7 +402,7 @@ def test_buffer_is_capped_by_decoded_bytes(v30_h264):
     ds = LeRobotStreamingDataset(
         str(v30_h264), return_uint8=True, mode="sarm", buffer_size=256, read_ahead=4, buffer_mb=2 * 4 * item_mb
     )
-    assert ds.max_blocks() == 2 and ds.max_blocks(2) == 1
+    assert ds.max_blocks() == 2  # per DataLoader worker, whatever their number
     events = list(
         shard_order(
             ds.meta.ep_from,

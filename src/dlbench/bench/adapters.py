@@ -53,8 +53,9 @@ def _dlbench_adapter(ds, iterable: bool) -> Adapter:
     )  # dlbench.loader.DataLoader's batching
 
 
-def make_adapter(cfg) -> Adapter:
-    """Build the loader named by `cfg.loader` (a BenchConfig) over `cfg.root`."""
+def make_adapter(cfg, tag_items: bool = False) -> Adapter:
+    """Build the loader named by `cfg.loader` (a BenchConfig) over `cfg.root`; `tag_items`: dlbench_stream's items
+    carry their place in the stream, for its `observe` and `state_dict` (the resume check)."""
     if cfg.loader == "dlbench_map":
         from ..loader.map import LeRobotMapDataset
 
@@ -84,6 +85,7 @@ def make_adapter(cfg) -> Adapter:
             buffer_size=cfg.buffer_size,
             data_files_root=cfg.data_files_root,
             return_uint8=True,
+            tag_items=tag_items,
         )
         return _dlbench_adapter(ds, iterable=True)
     if cfg.loader in LEROBOT_LOADERS:

@@ -4,13 +4,17 @@ Timeline of one run: build the loader; the first batch (its latency is reported)
 `repeats` steady windows of `duration_s` seconds (or `num_batches`, whichever comes first), back to back, during
 which every batch is moved to the GPU where torch sees one (from pinned memory, as training does) and counted. The
 headline rate is the median window's; the record keeps every window. After the DataLoader pass, a single-process
-probe splits the time per sample into fetch (parquet, indexing, collation) and decode.
+probe splits the time per sample into fetch (parquet, indexing, collation) and decode; with `resume_check`
+(dlbench_stream only), one more epoch of the rank, interrupted and resumed with one worker more, checks that
+`state_dict` / `load_state_dict` deliver every frame exactly once.
 """
 
 from __future__ import annotations
 
+import collections
+import json
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from functools import partial
 
 import numpy as np
@@ -59,6 +63,7 @@ class BenchConfig:
     seed: int = _RUN["seed"]
     verify: bool = _RUN["verify"]
     check_frames: int = _RUN["check_frames"]  # per camera: compared with an independent decode
+    resume_check: bool = _RUN["resume_check"]  # dlbench_stream: an epoch interrupted and resumed (`_resume_check`)
     probe_samples: int = _RUN["probe_samples"]
     scenario: str = "adhoc"
     run_id: str = ""
@@ -448,17 +453,19 @@ def _metrics(cfg: BenchConfig, measured: _Pass, dmeta: DatasetMeta, adapter, bar
     }
 
 
-def _record(cfg: BenchConfig, metrics: dict, decoded: DecodeCheck | None) -> dict:
-    """The rank's record: unverified where no frame was checked; the wrong frames' problems as its reason."""
+def _record(cfg: BenchConfig, metrics: dict, decoded: DecodeCheck | None, resume_problem: str = "") -> dict:
+    """The rank's record: unverified where no frame was checked; the wrong frames' problems and a failed resume
+    check as its reason."""
     if metrics["frames_verified"] == 0:
         why = (
             "verify is off"
             if not cfg.verify
             else "no frame was checked (check_frames: 0 on a dataset without barcodes)"
         )
-        return recordmod.make_record(asdict(cfg), metrics, status="unverified", reason=f"unverified: {why}")
-    reason = f"wrong frames: {'; '.join(decoded.problems)}" if decoded is not None and decoded.problems else ""
-    return recordmod.make_record(asdict(cfg), metrics, reason=reason)
+        reason = "; ".join(r for r in (f"unverified: {why}", resume_problem) if r)
+        return recordmod.make_record(asdict(cfg), metrics, status="unverified", reason=reason)
+    wrong = f"wrong frames: {'; '.join(decoded.problems)}" if decoded is not None and decoded.problems else ""
+    return recordmod.make_record(asdict(cfg), metrics, reason="; ".join(r for r in (wrong, resume_problem) if r))
 
 
 def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None, meter=None) -> dict:
@@ -473,6 +480,11 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None, meter=N
     reason = cuda_unavailable_reason(cfg.decode_device)
     if reason:
         raise UserError(reason)
+    if cfg.resume_check and cfg.loader != "dlbench_stream":
+        raise UserError(
+            f"resume_check applies to loader dlbench_stream only (this run's is {cfg.loader}); "
+            f"turn it off for the others"
+        )
     device = torch.device("cuda" if cfg.decode_device.startswith("cuda") else "cpu")
     dmeta = DatasetMeta.load(cfg.root, data_files_root=cfg.data_files_root)
     adapter = make_adapter(cfg)
@@ -484,9 +496,71 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None, meter=N
             f"no samples arrived in the {cfg.duration_s} s window (loader {cfg.loader}, {cfg.num_workers} workers); "
             f"rerun with --num-workers 0 to see the loader's own error in this process, and check the job's log"
         )
+    resume, resume_problem = _resume_check(cfg, dmeta, device) if cfg.resume_check else ({}, "")
     if decoded is not None:
         decoded.finish()
-    return _record(cfg, _metrics(cfg, measured, dmeta, adapter, barcodes, decoded, samples_out), decoded)
+    metrics = {**_metrics(cfg, measured, dmeta, adapter, barcodes, decoded, samples_out), **resume}
+    return _record(cfg, metrics, decoded, resume_problem)
+
+
+def _rank_rows(ds, epoch: int) -> np.ndarray:
+    """The rows a streaming dataset's rank yields in `epoch` (its virtual shards' episodes)."""
+    ep_from, ep_to = ds.meta.ep_from, ds.meta.ep_to
+    eps = [e for v in ds.rank_shards(epoch) for e in ds.virtual_shard_episodes(int(v))]
+    return np.concatenate([np.arange(ep_from[e], ep_to[e]) for e in eps] or [np.zeros(0, np.int64)])
+
+
+def _few(rows: list[int], most: int = 8) -> str:
+    return ", ".join(map(str, rows[:most])) + (", ..." if len(rows) > most else "")
+
+
+def _resume_check(cfg: BenchConfig, dmeta: DatasetMeta, device: torch.device) -> tuple[dict, str]:
+    """One epoch of the rank's stream, interrupted after a seeded random batch: its `state_dict` (through JSON, as a
+    checkpoint keeps it) is loaded by a fresh dataset read by one DataLoader worker more, which finishes the epoch.
+    Every frame of the rank's epoch must arrive exactly once over both parts, with the right barcodes on synthetic
+    data. Returns the metrics (resume_exact, resume_checked_samples) and what went wrong ('' when nothing did)."""
+    barcodes = BarcodeCheck(dmeta, cfg.mode, cfg.delta_timestamps) if is_synthetic(dmeta.info) else None
+    got: list[int] = []
+
+    def consume(adapter, workers: int, stop: int | None = None) -> None:
+        loader, _ = _dataloader(replace(cfg, num_workers=workers), adapter, device, pin=False)
+        for k, (batch, _) in enumerate(loader):
+            batch = to_torch(batch)
+            adapter.dataset.observe(batch)
+            got.extend(batch["index"].tolist())
+            if barcodes is not None:
+                barcodes.check(batch)
+            if stop is not None and k + 1 >= stop:
+                break
+        # returning drops the DataLoader: its workers stop, and the batches they had made undelivered are lost
+
+    first = make_adapter(cfg, tag_items=True)
+    expected = _rank_rows(first.dataset, first.dataset.epoch)
+    batches = -(-len(first.dataset) // cfg.batch_size)
+    stop = int(np.random.default_rng([cfg.seed, cfg.rank]).integers(1, max(2, batches)))
+    consume(first, cfg.num_workers, stop)
+    state = json.loads(json.dumps(first.dataset.state_dict()))
+    del first
+    second = make_adapter(cfg, tag_items=True)
+    second.dataset.load_state_dict(state)
+    consume(second, cfg.num_workers + 1)
+    counts = collections.Counter(got)
+    missing = sorted(set(expected.tolist()) - counts.keys())
+    repeated = sorted(r for r, n in counts.items() if n > 1)
+    foreign = sorted(counts.keys() - set(expected.tolist()))
+    problems = [
+        f"{len(missing)} frame(s) never arrived (rows {_few(missing)})" if missing else "",
+        f"{len(repeated)} arrived more than once (rows {_few(repeated)})" if repeated else "",
+        f"{len(foreign)} are not this rank's (rows {_few(foreign)})" if foreign else "",
+        f"{barcodes.wrong} frame(s) with a wrong barcode" if barcodes is not None and barcodes.wrong else "",
+    ]
+    problem = "; ".join(p for p in problems if p)
+    if problem:
+        problem = (
+            f"resume check (stopped after batch {stop} of {batches} with {cfg.num_workers} workers, resumed with "
+            f"{cfg.num_workers + 1}): {problem}"
+        )
+    return {"resume_exact": not problem, "resume_checked_samples": len(got)}, problem
 
 
 def _probe(cfg: BenchConfig) -> dict:

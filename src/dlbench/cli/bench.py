@@ -29,6 +29,7 @@ RUN_OPTIONS = (
     "buffer_size",
     "probe_samples",
     "check_frames",
+    "resume_check",
     "seed",
     "ranks",
     "nodes",
@@ -96,6 +97,9 @@ def _add_run_options(p) -> None:
         integer = prop.get("type") == "integer" or prop.get("$ref", "").endswith("axis_int")
         text = helps.get(name) or prop.get("description", "")
         shown = f" (default: {d[name]})" if name in d else ""
+        if prop.get("type") == "boolean":  # a flag: given, it turns the check on
+            p.add_argument(f"--{name.replace('_', '-')}", action="store_true", default=None, help=text)
+            continue
         p.add_argument(
             f"--{name.replace('_', '-')}",
             type=types.get(name, int if integer else str),

@@ -97,10 +97,25 @@ class ItemBuilder:
         self.dmeta, self.windows, self.cols = dmeta, windows, columns
         self.decode_device, self.cache_size = decode_device, cache_size
         self.return_float, self.tolerance_s = return_float, tolerance_s
-        self.row_offset = 0  # global row of position 0 in `columns` (a shard may hold only part of the rows)
+        # `columns` hold runs of rows back to back (a streaming worker holds only its shards' rows): each run's
+        # first global row and its position in `columns`
+        self.run_rows, self.run_pos = np.zeros(1, np.int64), np.zeros(1, np.int64)
         self._cache: VideoDecoderCache | None = None
         self._pid = None
         self.decode_s = 0.0  # time spent decoding in this process (for the fetch/decode split)
+
+    def hold(self, columns: dict[str, np.ndarray], runs: list[tuple[int, int]]) -> None:
+        """Take `columns` holding the global rows of `runs` ([start, stop) each, ascending), stored back to back."""
+        self.cols = columns
+        self.run_rows = np.array([a for a, _ in runs], np.int64)
+        self.run_pos = np.concatenate([[0], np.cumsum([b - a for a, b in runs])[:-1]]).astype(np.int64)
+
+    def local(self, rows: np.ndarray) -> np.ndarray:
+        """Positions in `cols` of global rows (each must be in a held run)."""
+        if len(self.run_rows) == 1:
+            return rows - (self.run_rows[0] - self.run_pos[0])
+        run = np.searchsorted(self.run_rows, rows, side="right") - 1
+        return rows - self.run_rows[run] + self.run_pos[run]
 
     def __getstate__(self) -> dict:
         # open decoders (and the cache's lock) stay in their process; a spawned worker builds its own cache
@@ -182,24 +197,24 @@ class ItemBuilder:
 
     def _fields(self, rows, eps, window) -> dict[str, np.ndarray | list]:
         """The numeric fields of `rows` (with windows and their pad masks), each camera's pad mask and the tasks."""
-        c, off = self.cols, self.row_offset
+        c, at = self.cols, self.local(rows)
         fields: dict[str, np.ndarray | list] = {}
         for name, arr in c.items():
             if name in self.windows:
                 q, pad = window(name)
-                fields[name], fields[f"{name}_is_pad"] = arr[q - off], pad
+                fields[name], fields[f"{name}_is_pad"] = arr[self.local(q)], pad
             else:
-                fields[name] = arr[rows - off]
+                fields[name] = arr[at]
         for cam in self.dmeta.cameras:
             if cam in self.windows:
                 fields[f"{cam}_is_pad"] = window(cam)[1]
-        fields["task"] = [self.dmeta.tasks[int(t)] for t in c["task_index"][rows - off]]
+        fields["task"] = [self.dmeta.tasks[int(t)] for t in c["task_index"][at]]
         return fields
 
     def _windows(self, rows):
         """(rows, their episodes, window): window(key) gives the clamped query rows (k, W) and the pad mask."""
         rows = np.asarray(rows, dtype=np.int64)
-        eps = self.cols["episode_index"][rows - self.row_offset].astype(np.int64)
+        eps = self.cols["episode_index"][self.local(rows)].astype(np.int64)
         lo, hi = self.dmeta.ep_from[eps][:, None], self.dmeta.ep_to[eps][:, None] - 1
 
         def window(key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -211,7 +226,7 @@ class ItemBuilder:
     def _frame_times(self, cam: str, rows, eps, window) -> np.ndarray:
         """Timestamps in `cam`'s video files of the frames the rows need, (k, W) (W = 1 without a window)."""
         q = window(cam)[0] if cam in self.windows else rows[:, None]
-        ts = self.cols["timestamp"][q - self.row_offset].astype(np.float64)
+        ts = self.cols["timestamp"][self.local(q)].astype(np.float64)
         return self.dmeta.video_from[cam][eps][:, None] + ts
 
     def decode_requests(self, rows) -> list[tuple[str, np.ndarray]]:

@@ -1,26 +1,52 @@
 """Streaming dataset (a torch IterableDataset) over a LeRobot v3.0 dataset at any fsspec URL.
 
-Sharding: the episodes are cut into `world_size * num_workers` contiguous ranges of about equal frame count (so
-episodes that share a data or video file mostly stay together), one per (rank, DataLoader worker); one epoch yields
-every frame of the dataset exactly once across all shards. The range a rank reads rotates with the epoch.
+Virtual shards: the episodes read (all, or `episodes=`) are cut into `virtual_shards` contiguous runs of about equal
+frame count (so episodes that share a data or video file mostly stay together). How many, and where the cuts fall,
+depends on the dataset and the constructor's arguments only, never on the ranks or DataLoader workers. Each epoch a
+permutation of the virtual shards seeded by (seed, epoch) is dealt out: rank r of R takes every R-th (perm[r::R]),
+its DataLoader worker w of W every W-th of those (perm[r::R][w::W]), and a worker reads its virtual shards one after
+another. One epoch yields every frame exactly once over all ranks and workers; which virtual shards a rank reads
+depends on (seed, epoch, R), not on W. With `shuffle=False` rank r takes a contiguous block of virtual shards (the
+blocks rotate with the epoch) and each worker a contiguous part of it. A rank reads the floor or the ceiling of K / R
+virtual shards (K of them), so ranks' epochs differ by up to one virtual shard's frames unless R divides K; the
+same holds for a rank's workers.
 
-Shuffling: each shard visits its episodes in a seeded random order, keeping `pool_size` episodes live at once. It
-repeatedly picks a random live episode and takes its next `read_ahead` consecutive frames, which are decoded with
-one sorted request per video file by a decoder kept for that episode's place in the pool (so decoding moves forward
-through each episode's GOPs and never seeks back when the reader switches between episodes of one file, and an
-episode that starts reuses the decoder of the one it replaces instead of opening a new one); these items go into a
-buffer of `buffer_size`, from which a random one is yielded (from the start of a pass once the buffer holds
-`pool_size * read_ahead` items, while it grows to full). Items decoded together share one block of frames, and
-at most `buffer_mb` of such blocks stay alive per rank (over it, the oldest block's items leave first), so memory stays
-bounded however large the frames and windows are. Everything random is drawn from a generator seeded by
-(seed, epoch, shard), so an epoch's order is reproducible and can be resumed: `state_dict()` records how many items
-each shard has yielded and `load_state_dict()` makes each shard skip exactly those (by replaying the order without
-decoding).
+Shuffling: each virtual shard is one stream of events (`shard_order`). It visits the shard's episodes in a seeded
+random order, keeping `pool_size` episodes live at once. It repeatedly picks a random live episode and takes its
+next `read_ahead` consecutive frames, which are decoded with one sorted request per video file by a decoder kept for
+that episode's place in the pool (so decoding moves forward through each episode's GOPs and never seeks back when
+the reader switches between episodes of one file, and an episode that starts reuses the decoder of the one it
+replaces instead of opening a new one); these items go into a buffer of `buffer_size`, from which a random one is
+yielded (from the start of the stream once the buffer holds `pool_size * read_ahead` items, while it grows to full).
+Items decoded together share one block of frames, and at most `buffer_mb` of such blocks stay alive per DataLoader
+worker (over it, the oldest block's items leave first), so memory stays bounded however large the frames and
+windows are. Everything random in a stream is drawn from a generator seeded by (seed, epoch, virtual shard), so a
+virtual shard's order is a function of (seed, epoch, shard) and the constructor's arguments, whoever reads it.
+
+Resuming: a worker yields each virtual shard's items in stream order and the consumer receives each worker's
+batches in order, so what an epoch has delivered is, for each virtual shard, a prefix of its stream: the state is
+one count per virtual shard (`state_dict`; the ranks' counts are gathered under torch.distributed, or combined
+with `merge_states`). `load_state_dict` resumes it with any ranks and workers: each worker replays the delivered
+prefix of its virtual shards without decoding and yields the rest, so the epoch ends with every frame delivered
+exactly once.
+
+What depends on W: the consumer's sequence of items. The DataLoader takes batches from its workers in turn, so which
+virtual shards are read at the same time, and which batch comes from which, follows R and W. A consumer order
+independent of W would fix, batch by batch, the virtual shard each batch comes from and deal batches, not virtual
+shards, to workers; each worker would then read all its virtual shards at once, each with its own pool, buffer and
+decoders (memory and open decoders times its shards, decoding spread over many more files), or, with the pool
+split among them, batches drawn from fewer episodes.
+
+Per-batch diversity: a virtual shard's pool holds at most its episodes, and a worker reads one virtual shard at a
+time, so batches mix about min(pool_size, episodes per virtual shard) episodes, a little fewer at each virtual
+shard's end. The default number of virtual shards (`auto_virtual_shards`) keeps at least pool_size / 2 episodes in
+each.
 """
 
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -32,16 +58,21 @@ from .dataset_meta import DatasetMeta, check_readable, dataset_root, episode_row
 from .items import BuilderViews, ItemBuilder, data_columns, read_columns
 from .lerobot_args import check_lerobot_args
 
-SHARD_KEY = "_shard"
-POS_KEY = "_pos"
-SHARDS_KEY = "_shards"  # ranks x DataLoader workers: a resumed run must split the same way
+SHARD_KEY = "_shard"  # the item's virtual shard
+POS_KEY = "_pos"  # its place in that virtual shard's stream of the epoch
+EPOCH_KEY = "_epoch"  # the epoch it belongs to (persistent DataLoader workers advance their own)
+MAX_AUTO_SHARDS = 64
+_STATE_KEYS = ("seed", "virtual_shards", "dataset", "order")  # what a state must match to be resumed or merged
 
 
 def rank_and_world(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
-    """Explicit arguments, else RANK/WORLD_SIZE, else SLURM_PROCID/SLURM_NTASKS, else (0, 1)."""
+    """Explicit arguments, else torch.distributed's (once its process group is initialized), else RANK/WORLD_SIZE,
+    else SLURM_PROCID/SLURM_NTASKS, else (0, 1)."""
     if rank is None or world_size is None:
         env = os.environ
-        if "RANK" in env and "WORLD_SIZE" in env:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        elif "RANK" in env and "WORLD_SIZE" in env:
             rank, world_size = int(env["RANK"]), int(env["WORLD_SIZE"])
         elif "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
             rank, world_size = int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"])
@@ -50,6 +81,14 @@ def rank_and_world(rank: int | None = None, world_size: int | None = None) -> tu
     if not 0 <= rank < world_size:
         raise UserError(f"rank {rank} is outside world size {world_size}")
     return rank, world_size
+
+
+def auto_virtual_shards(num_episodes: int, pool_size: int) -> int:
+    """The default number of virtual shards: the largest power of two up to 64 that leaves each at least
+    pool_size / 2 episodes on average (1 for fewer episodes). Powers of two split evenly among power-of-two ranks
+    and workers; fewer episodes per virtual shard would leave its pool part empty (fewer episodes per batch)."""
+    most = min(MAX_AUTO_SHARDS, 2 * num_episodes // max(pool_size, 1))
+    return 1 << (max(most, 1).bit_length() - 1)
 
 
 def split_episodes(lengths: np.ndarray, parts: int) -> list[range]:
@@ -145,7 +184,8 @@ def shard_order(
 
 
 class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
-    """Stream a v3.0 dataset, split by rank and DataLoader worker, shuffled through an episode pool and a buffer.
+    """Stream a v3.0 dataset in virtual shards dealt to ranks and DataLoader workers, shuffled through an episode
+    pool and a buffer; resumable mid-epoch with any ranks and workers (see the module docstring).
 
     The arguments up to `token` are StreamingLeRobotDataset's (LeRobot 0.6.1), in its order, so the class stands in
     for it in LeRobot's training (docs/library.md). A `UserError` names a value that cannot be honoured.
@@ -156,23 +196,27 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             data_files_root: as for `LeRobotMapDataset` (root: a local path or an fsspec URL, s3://, http(s)://,
             hf://...).
         streaming: ignored: files are always streamed (False asks LeRobot to download them first).
-        buffer_size: items in the shuffle buffer.
-        max_num_shards: ignored: the episodes are split by rank and DataLoader worker when an epoch starts.
+        buffer_size: items in each virtual shard's shuffle buffer.
+        max_num_shards: ignored: the episodes are cut into `virtual_shards`.
         seed: with the epoch, decides every random choice. Call `set_epoch(e)` before each epoch.
         rng: refused (a `UserError`): the order is drawn from `seed`, so it can be reproduced and resumed.
-        shuffle: False streams every shard's episodes in order (still disjoint across shards).
-        rank, world_size: this process's place among the ranks; default from RANK/WORLD_SIZE, then
-            SLURM_PROCID/SLURM_NTASKS, then a single rank.
-        pool_size: live episodes interleaved per shard.
-        buffer_mb: the most decoded frame data the shuffle buffers of this rank keep alive (MB), split evenly among
-            its DataLoader workers, for large items (a sarm item of two 480x640 cameras is 15 MB). Items decoded
-            together (`read_ahead` of them) share one block, so this bounds the blocks a worker's buffer holds items
-            of: `max_blocks(num_workers)`.
+        shuffle: False streams every virtual shard's episodes in order (still disjoint across ranks and workers).
+        rank, world_size: this process's place among the ranks; default from torch.distributed once its process
+            group is initialized, then RANK/WORLD_SIZE, then SLURM_PROCID/SLURM_NTASKS, then a single rank.
+        pool_size: live episodes interleaved per virtual shard (so per DataLoader worker).
+        buffer_mb: the most decoded frame data one DataLoader worker's shuffle buffer keeps alive (MB), for large
+            items (a sarm item of two 480x640 cameras is 15 MB). Items decoded together (`read_ahead` of them) share
+            one block, so this bounds the blocks the buffer holds items of: `max_blocks()`. Per worker, so that a
+            virtual shard's order does not depend on the number of workers (a rank's bound is W x buffer_mb).
         read_ahead: consecutive frames taken from an episode and decoded together.
+        virtual_shards: how many runs of episodes to cut the dataset into (the unit of dealing and of resuming;
+            at most the number of episodes, empty runs dropped); None: `auto_virtual_shards`. More than
+            ranks x workers keeps every worker busy and the load even; fewer than pool_size episodes in each
+            mixes fewer episodes per batch.
         decoder_cache_size: open decoders per worker (on the CPU one per pool slot, camera and file); the default,
             cameras x (pool_size + 2), keeps every live episode's decoders open plus a few of another file.
-        tag_items: add `_shard`, `_pos` and `_shards` to each item, for `observe` (resumable state under
-            DataLoader workers); off by default, so items hold LeRobot's keys only.
+        tag_items: add `_shard` (virtual shard), `_pos` (place in its stream) and `_epoch` to each item, for
+            `observe` (resumable state under DataLoader workers); off by default, so items hold LeRobot's keys only.
     """
 
     def __init__(
@@ -205,12 +249,13 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         world_size: int | None = None,
         pool_size: int = 8,
         read_ahead: int = 8,
-        buffer_mb: float = 256.0,
+        buffer_mb: float = 128.0,
+        virtual_shards: int | None = None,
         tag_items: bool = False,
         data_files_root: str | None = None,
     ):
-        if pool_size < 1 or buffer_size < 1 or read_ahead < 1:
-            raise UserError("pool_size, buffer_size and read_ahead must be >= 1")
+        if pool_size < 1 or buffer_size < 1 or read_ahead < 1 or (virtual_shards is not None and virtual_shards < 1):
+            raise UserError("pool_size, buffer_size, read_ahead and virtual_shards must be >= 1")
         check_lerobot_args(token=token, depth_output_unit=depth_output_unit, rng=rng)
         self.meta = DatasetMeta.load(dataset_root(repo_id, root, revision, repo_type), cameras, data_files_root)
         check_readable(self.meta, cameras)
@@ -231,105 +276,197 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         self.buffer_mb = buffer_mb
         self.pool_size, self.buffer_size, self.read_ahead, self.shuffle = pool_size, buffer_size, read_ahead, shuffle
         self.tag_items = tag_items
-        self._consumed: dict[int, int] = {}
-        self._loaded: tuple[int, int] | None = None  # rows whose parquet columns are in memory
-        self._skip: dict[int, int] = {}  # items each shard skips on the first pass after load_state_dict
-        self._num_shards: int | None = None  # as seen by observe() or a worker-less iteration
-        self._resume_shards: int | None = None
+        self._cut(virtual_shards)
+        self._loaded: tuple | None = None  # the runs of rows whose parquet columns are in memory
+        self._delivered: dict[int, int] = {}  # virtual shard -> items of its stream delivered in `_state_epoch`
+        self._state_epoch = 0
+        self._skip: dict[int, int] = {}  # items each virtual shard skips on the first pass after load_state_dict
 
-    # ------------------------------------------------------------------------------------------------ state
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch, self._iters = epoch, 0
-        self._consumed, self._skip = {}, {}
-
-    def observe(self, batch: dict) -> None:
-        """Record a batch the consumer has taken (needed for `state_dict()` when num_workers > 0)."""
-        for shard, pos in zip(torch.as_tensor(batch[SHARD_KEY]).tolist(), torch.as_tensor(batch[POS_KEY]).tolist()):
-            self._consumed[shard] = max(self._consumed.get(shard, 0), pos + 1)
-        if SHARDS_KEY in batch:
-            self._num_shards = int(torch.as_tensor(batch[SHARDS_KEY]).reshape(-1)[0])
-
-    def state_dict(self) -> dict:
-        return {
-            "seed": self.seed,
-            "epoch": self.epoch,
-            "world_size": self.world_size,
-            "num_shards": self._num_shards,
-            "consumed": {int(k): int(v) for k, v in self._consumed.items()},
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        if state["world_size"] != self.world_size:
-            raise UserError(
-                f"cannot resume: the state was saved with world size {state['world_size']}, "
-                f"this run has {self.world_size}"
-            )
-        self.seed, self.epoch, self._iters = state["seed"], state["epoch"], 0
-        self._resume_shards = state.get("num_shards")
-        self._skip = {int(k): int(v) for k, v in state["consumed"].items()}
-        self._consumed = dict(self._skip)
-
-    def max_blocks(self, num_workers: int = 1) -> int:
-        """Decoded blocks one worker's buffer keeps alive: its share of `buffer_mb`."""
-        block_bytes = max(self.builder.frame_bytes_per_item() * self.read_ahead, 1)
-        return max(1, int(self.buffer_mb * 2**20 / max(num_workers, 1) // block_bytes))
-
-    # ---------------------------------------------------------------------------------------------- sharding
-    def _split(self, parts: int) -> tuple[np.ndarray, list[np.ndarray]]:
-        """The episodes read (all, or `episodes=`), cut into `parts` runs of about equal frames: (lengths, runs)."""
+    def _cut(self, virtual_shards: int | None) -> None:
+        """The episodes read (all, or `episodes=`), cut into virtual shards of about equal frames."""
         chosen = (
             np.arange(self.meta.num_episodes)
             if self.episodes is None
             else np.unique(np.asarray(self.episodes, np.int64))
         )
-        lengths = self.meta.ep_to - self.meta.ep_from
-        return lengths, [chosen[list(r)] for r in split_episodes(lengths[chosen], parts)]
+        lengths = (self.meta.ep_to - self.meta.ep_from)[chosen]
+        count = auto_virtual_shards(len(chosen), self.pool_size) if virtual_shards is None else virtual_shards
+        parts = split_episodes(lengths, max(1, min(count, len(chosen))))
+        self._shards = [chosen[list(r)] for r in parts if len(r)]  # a very long episode may leave a run empty
+        self._shard_frames = np.array([int(lengths[list(r)].sum()) for r in parts if len(r)], np.int64)
+        self._episodes_crc = zlib.crc32(chosen.astype("<i8").tobytes())
 
-    def shard_episodes(self, shard: int, num_shards: int, epoch: int) -> np.ndarray:
-        _, parts = self._split(num_shards)
-        per_rank = num_shards // max(1, self.world_size)
-        # rotate whole ranks with the epoch, so a rank does not read the same episodes every epoch
-        rotated = (shard + per_rank * epoch) % num_shards
-        return parts[rotated]
+    # ------------------------------------------------------------------------------------------------ state
+    def set_epoch(self, epoch: int) -> None:
+        """Start epoch `epoch` from its beginning (forgets what was delivered or loaded of another)."""
+        self.epoch, self._iters = epoch, 0
+        self._delivered, self._skip, self._state_epoch = {}, {}, epoch
 
-    @property
-    def num_frames(self) -> int:
-        """Frames of the episodes read, over all ranks (LeRobot's `StreamingLeRobotDataset.num_frames`)."""
-        lengths, parts = self._split(1)
-        return int(lengths[parts[0]].sum())
+    def observe(self, batch: dict) -> None:
+        """Record a batch the consumer has taken (needed for `state_dict()` when num_workers > 0; items must carry
+        `_shard`, `_pos` and `_epoch`: build with tag_items=True). A `UserError` if they do not."""
+        if SHARD_KEY not in batch or POS_KEY not in batch or EPOCH_KEY not in batch:
+            raise UserError("observe(batch) needs items tagged with their place: build the dataset with tag_items=True")
+        shards, positions, epochs = (
+            torch.as_tensor(batch[k]).reshape(-1).tolist() for k in (SHARD_KEY, POS_KEY, EPOCH_KEY)
+        )
+        for shard, pos, epoch in zip(shards, positions, epochs):
+            self._note(epoch, shard, pos + 1)
 
-    def __len__(self) -> int:
-        """Frames this rank yields in one epoch (all its workers together)."""
-        lengths, parts = self._split(self.world_size)
-        return int(lengths[parts[(self.rank + self.epoch) % self.world_size]].sum())
+    def _note(self, epoch: int, shard: int, count: int) -> None:
+        """`count` items of `shard`'s stream in `epoch` are delivered; an item of a later epoch starts its count."""
+        if epoch != self._state_epoch:
+            if epoch < self._state_epoch:
+                return  # a batch of an epoch already left behind
+            self._state_epoch, self._delivered = epoch, {}
+        if count > self._delivered.get(shard, 0):
+            self._delivered[shard] = count
 
-    # --------------------------------------------------------------------------------------------- iteration
-    def __iter__(self):
-        info = torch.utils.data.get_worker_info()
-        num_workers, worker = (info.num_workers, info.id) if info else (1, 0)
-        shard = self.rank * num_workers + worker
-        num_shards = self.world_size * num_workers
-        if self._iters == 0 and self._skip and self._resume_shards not in (None, num_shards):
+    def _identity(self) -> dict:
+        """What a state must match to be resumed here: every virtual shard's order depends on all of it."""
+        return {
+            "seed": self.seed,
+            "virtual_shards": len(self._shards),
+            "dataset": {
+                "num_frames": self.num_frames,
+                "episodes": int(sum(len(s) for s in self._shards)),
+                "episodes_crc32": self._episodes_crc,
+            },
+            "order": {
+                "pool_size": self.pool_size,
+                "buffer_size": self.buffer_size,
+                "read_ahead": self.read_ahead,
+                "shuffle": self.shuffle,
+                "max_blocks": self.max_blocks(),
+            },
+        }
+
+    def state_dict(self) -> dict:
+        """Where the epoch stands: {seed, epoch, virtual_shards, dataset, order, ranks: {world_size, counted: the
+        ranks whose counts it holds}, delivered: {virtual shard: items of its stream delivered}} (numbers, strings
+        and dicts: JSON-safe, though JSON turns the keys of `delivered` into strings).
+
+        This rank's counts are what `observe` recorded (or, without DataLoader workers, what this process yielded).
+        Where torch.distributed's process group is initialized and matches this dataset's rank and world size,
+        every rank must call it at the same point (it gathers the ranks' counts) and each gets the global state;
+        otherwise combine the ranks' states with `merge_states`."""
+        state = {
+            **self._identity(),
+            "epoch": self._state_epoch,
+            "ranks": {"world_size": self.world_size, "counted": [self.rank]},
+            "delivered": {int(k): int(v) for k, v in sorted(self._delivered.items())},
+        }
+        dist = torch.distributed
+        if (
+            self.world_size > 1
+            and dist.is_available()
+            and dist.is_initialized()
+            and (dist.get_rank(), dist.get_world_size()) == (self.rank, self.world_size)
+        ):
+            states: list = [None] * self.world_size
+            dist.all_gather_object(states, state)
+            state = self.merge_states(states)
+        return state
+
+    @staticmethod
+    def merge_states(states: list[dict]) -> dict:
+        """One state from every rank's `state_dict()` of the same point of an epoch (each rank counts only the
+        virtual shards its workers read). A `UserError` if they come from different streams or epochs."""
+        if not states:
+            raise UserError("merge_states needs at least one state")
+        first = states[0]
+        for k, other in enumerate(states[1:], 1):
+            differ = [key for key in (*_STATE_KEYS, "epoch") if other.get(key) != first.get(key)]
+            if other["ranks"]["world_size"] != first["ranks"]["world_size"]:
+                differ.append("ranks.world_size")
+            if differ:
+                raise UserError(
+                    f"cannot merge these states: state {k} differs from state 0 in {', '.join(differ)} "
+                    f"(merge the states of one run's ranks, taken at the same step)"
+                )
+        delivered: dict[int, int] = {}
+        for state in states:
+            for shard, count in state["delivered"].items():
+                delivered[int(shard)] = max(delivered.get(int(shard), 0), int(count))
+        counted = sorted({r for state in states for r in state["ranks"]["counted"]})
+        ranks = {"world_size": first["ranks"]["world_size"], "counted": counted}
+        return {**first, "ranks": ranks, "delivered": dict(sorted(delivered.items()))}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume the epoch of `state` (from `state_dict`, merged over ranks): the next pass yields exactly what it
+        had not delivered, with any ranks and DataLoader workers. A `UserError` if the state is not this stream's
+        (another dataset, episodes, seed, virtual_shards or order arguments), is damaged, or lacks the counts of a
+        rank that read some of the virtual shards this rank will read (merge the ranks' states first)."""
+        if "delivered" not in state or "ranks" not in state:
             raise UserError(
-                f"cannot resume: the state was saved with {self._resume_shards} shards (ranks x DataLoader "
-                f"workers), this run has {num_shards}; resume with the same num_workers"
+                "cannot resume: this state was saved by an older dlbench (counts per rank and worker); "
+                "it cannot be resumed exactly: start the epoch again (set_epoch)"
             )
-        epoch = self.epoch + self._iters
-        # only the first pass after load_state_dict resumes; later epochs (persistent workers) start from the top
-        skip = self._skip.get(shard, 0) if self._iters == 0 else 0
-        self._iters += 1
-        if info is None:
-            self._num_shards = num_shards
-        episodes = self.shard_episodes(shard, num_shards, epoch)
-        if not len(episodes):
-            return
-        rows = slice(int(self.meta.ep_from[episodes[0]]), int(self.meta.ep_to[episodes[-1]]))
-        if self._loaded != (rows.start, rows.stop):
-            self._load_rows(rows)
-        events = shard_order(
+        mine = self._identity()
+        differ = [
+            f"{key} {state.get(key)!r} (here {mine[key]!r})" for key in _STATE_KEYS if state.get(key) != mine[key]
+        ]
+        if differ:
+            raise UserError(
+                f"cannot resume: the state belongs to another stream: {'; '.join(differ)}; build the dataset with "
+                f"the same dataset, episodes, seed, virtual_shards, pool_size, buffer_size, read_ahead, buffer_mb, "
+                f"mode and return_uint8"
+            )
+        skip = {int(k): int(v) for k, v in state["delivered"].items()}
+        bad = [v for v, n in skip.items() if not (0 <= v < len(self._shards) and 0 <= n <= self._shard_frames[v])]
+        if bad:
+            raise UserError(f"cannot resume: the state's counts for virtual shards {bad} do not fit them (damaged?)")
+        epoch, saved = int(state["epoch"]), state["ranks"]
+        covered = {int(v) for r in saved["counted"] for v in self.rank_shards(epoch, r, saved["world_size"])}
+        uncounted = sorted(set(self.rank_shards(epoch).tolist()) - covered)
+        if uncounted:
+            raise UserError(
+                f"cannot resume: the state holds the counts of rank(s) {saved['counted']} of {saved['world_size']} "
+                f"only, and this rank reads virtual shards {uncounted[:8]} that others read; merge every rank's state "
+                f"first (LeRobotStreamingDataset.merge_states) or take it under torch.distributed"
+            )
+        self.epoch, self._iters, self._state_epoch = epoch, 0, epoch
+        self._skip = {v: n for v, n in skip.items() if n}
+        self._delivered = dict(self._skip)
+
+    def max_blocks(self) -> int:
+        """Decoded blocks one worker's buffer keeps alive: `buffer_mb` over one block's bytes (at least 1)."""
+        block_bytes = max(self.builder.frame_bytes_per_item() * self.read_ahead, 1)
+        return max(1, int(self.buffer_mb * 2**20 // block_bytes))
+
+    # ---------------------------------------------------------------------------------------------- sharding
+    @property
+    def num_virtual_shards(self) -> int:
+        return len(self._shards)
+
+    def virtual_shard_episodes(self, shard: int) -> np.ndarray:
+        """The episodes of virtual shard `shard` (contiguous among the episodes read)."""
+        return self._shards[shard]
+
+    def rank_shards(self, epoch: int, rank: int | None = None, world_size: int | None = None) -> np.ndarray:
+        """The virtual shards rank `rank` of `world_size` (default: this one's) reads in `epoch`, in the order its
+        workers take them (depends on seed, epoch and world size, not on DataLoader workers)."""
+        rank = self.rank if rank is None else rank
+        world = self.world_size if world_size is None else world_size
+        count = len(self._shards)
+        if not self.shuffle:  # contiguous blocks, rotating with the epoch
+            return np.array_split(np.arange(count), world)[(rank + epoch) % world]
+        return np.random.default_rng([self.seed, epoch]).permutation(count)[rank::world]
+
+    def worker_shards(self, epoch: int, num_workers: int = 1, worker: int = 0) -> np.ndarray:
+        """The virtual shards DataLoader worker `worker` of `num_workers` of this rank reads in `epoch`, in order."""
+        mine = self.rank_shards(epoch)
+        if not self.shuffle:
+            return np.array_split(mine, max(num_workers, 1))[worker]
+        return mine[worker :: max(num_workers, 1)]
+
+    def shard_events(self, shard: int, epoch: int) -> Iterator[tuple[str, tuple[list[int], int] | int]]:
+        """Virtual shard `shard`'s event stream in `epoch` (`shard_order`): a function of (seed, epoch, shard) and
+        the constructor's arguments only."""
+        return shard_order(
             self.meta.ep_from,
             self.meta.ep_to,
-            episodes,
+            self._shards[shard],
             self.seed,
             epoch,
             shard,
@@ -337,12 +474,47 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             self.buffer_size,
             self.read_ahead,
             self.shuffle,
-            self.max_blocks(num_workers),
+            self.max_blocks(),
         )
+
+    @property
+    def num_frames(self) -> int:
+        """Frames of the episodes read, over all ranks (LeRobot's `StreamingLeRobotDataset.num_frames`)."""
+        return int(self._shard_frames.sum())
+
+    def __len__(self) -> int:
+        """Frames this rank yields in epoch `epoch` (all its workers together); after `load_state_dict`, those it
+        has still to yield in the loaded epoch (until `set_epoch`)."""
+        shards = self.rank_shards(self.epoch)
+        done = np.array([self._skip.get(int(v), 0) for v in shards], np.int64)
+        return int((self._shard_frames[shards] - done).sum())
+
+    # --------------------------------------------------------------------------------------------- iteration
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        num_workers, worker = (info.num_workers, info.id) if info else (1, 0)
+        epoch = self.epoch + self._iters
+        # only the first pass after load_state_dict resumes; later epochs (persistent workers) start from the top
+        skip = self._skip if self._iters == 0 else {}
+        self._iters += 1
+        todo = [
+            (int(v), skip.get(int(v), 0))
+            for v in self.worker_shards(epoch, num_workers, worker)
+            if skip.get(int(v), 0) < self._shard_frames[v]
+        ]
+        if not todo:
+            return
+        self._load_shards([v for v, _ in todo])
+        for shard, done in todo:
+            yield from self._shard_items(shard, epoch, done, record=info is None)
+
+    def _shard_items(self, shard: int, epoch: int, skip: int, record: bool) -> Iterator:
+        """The items of one virtual shard's stream after its first `skip` (replayed without decoding); `record`:
+        count them as delivered (no DataLoader workers: what this process yields is what the consumer takes)."""
         ready: dict[int, dict] = {}
         pending: set[int] = set()
         pos = 0
-        for kind, value in events:
+        for kind, value in self.shard_events(shard, epoch):
             if kind == "decode":
                 rows, slot = value
                 if pos < skip:
@@ -359,15 +531,34 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
                 continue
             item = ready.pop(value)
             if self.tag_items:
-                item[SHARD_KEY], item[POS_KEY], item[SHARDS_KEY] = shard, pos, num_shards
+                item[SHARD_KEY], item[POS_KEY], item[EPOCH_KEY] = shard, pos, epoch
             pos += 1
-            if info is None:
-                self._consumed[shard] = pos
+            if record:
+                self._note(epoch, shard, pos)
             yield item
 
-    def _load_rows(self, rows: slice) -> None:
-        """Read the parquet columns of this shard's rows only (files outside the shard's range are not read)."""
-        cols = read_columns(self.meta, self.meta.data_files_for_rows(rows.start, rows.stop), self._columns_spec)
-        self.builder.cols = cols
-        self.builder.row_offset = int(cols["index"][0])  # files are contiguous in index
-        self._loaded = (rows.start, rows.stop)
+    def _load_shards(self, shards: list[int]) -> None:
+        """Read the parquet columns of these virtual shards' rows only (each data file once; files outside them are
+        not read). All of a pass's shards at once: items of one shard may be batched with the next one's."""
+        spans = sorted(
+            (int(self.meta.ep_from[self._shards[v][0]]), int(self.meta.ep_to[self._shards[v][-1]])) for v in shards
+        )
+        runs: list[list[int]] = []
+        for a, b in spans:  # merge touching spans
+            if runs and a <= runs[-1][1]:
+                runs[-1][1] = max(runs[-1][1], b)
+            else:
+                runs.append([a, b])
+        key = tuple(map(tuple, runs))
+        if self._loaded == key:
+            return
+        files = list(dict.fromkeys(f for a, b in runs for f in self.meta.data_files_for_rows(a, b)))
+        cols = read_columns(self.meta, files, self._columns_spec)
+        index = cols["index"]  # ascending: data files are contiguous in index and read in order
+        cuts = [(int(np.searchsorted(index, a)), int(np.searchsorted(index, b))) for a, b in runs]
+        if len(cuts) == 1:
+            held = {name: col[cuts[0][0] : cuts[0][1]] for name, col in cols.items()}  # views
+        else:
+            held = {name: np.concatenate([col[i:j] for i, j in cuts]) for name, col in cols.items()}
+        self.builder.hold(held, [(a, b) for a, b in runs])
+        self._loaded = key
