@@ -55,6 +55,7 @@ class BenchConfig:
     num_batches: int | None = None
     repeats: int = _RUN["repeats"]  # steady windows, back to back
     decoder_cache_size: int | None = None  # None: the loader's own default
+    decoder_cache_mb: float | None = None  # dlbench loaders: the decoders' memory budget per process
     pool_size: int = _RUN["pool_size"]  # streaming loaders: live episodes
     buffer_size: int = _RUN["buffer_size"]  # streaming loaders: shuffle buffer
     prefetch_factor: int = 2

@@ -25,6 +25,7 @@ RUN_OPTIONS = (
     "repeats",
     "num_batches",
     "decoder_cache_size",
+    "decoder_cache_mb",
     "pool_size",
     "buffer_size",
     "probe_samples",
@@ -76,7 +77,7 @@ def _add_run_options(p) -> None:
 
     d = defaults("bench", "defaults")
     run = schema()["definitions"]["run"]["properties"]
-    types = {"num_workers": _workers, "duration_s": float, "warmup_s": float}
+    types = {"num_workers": _workers, "duration_s": float, "warmup_s": float, "decoder_cache_mb": float}
     helps = {
         "root": "the v3.0 dataset: local path or URL (s3://, hf://datasets/ORG/NAME@REV)",
         "dataset": "the dataset's name in records (default: the root's last path component)",

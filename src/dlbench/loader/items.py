@@ -21,6 +21,10 @@ from .collate import RowItem, collating_worker, floats_made_in_collate
 from .dataset_meta import DatasetMeta
 
 INDEX_COLUMNS = ("index", "episode_index", "frame_index", "timestamp", "task_index")
+# remote video read sizes: the streaming loader reads each episode forward (few large reads); a random frame needs
+# one GOP: on 480x640 AV1 from the loopback Hub, 4 MB blocks read 3.9 GB per 1,000 random frames, 128 KB blocks 0.2 GB,
+# in the same ~1,000 requests and at the same frames/s (docs/benchmarks.md)
+SEQUENTIAL_BLOCK, RANDOM_ACCESS_BLOCK = 4 * 2**20, 128 * 2**10
 
 
 def read_columns(dmeta: DatasetMeta, rel_files: list[str], columns: list[str]) -> dict[str, np.ndarray]:
@@ -92,8 +96,12 @@ class ItemBuilder:
         return_float: bool,
         tolerance_s: float,
         image_transforms=None,
+        *,
+        decoder_cache_mb: float | None = None,
+        block_size: int = SEQUENTIAL_BLOCK,
     ):
         self.image_transforms = image_transforms  # applied to each camera's frames of an item, as LeRobot does
+        self.decoder_cache_mb, self.block_size = decoder_cache_mb, block_size
         self.dmeta, self.windows, self.cols = dmeta, windows, columns
         self.decode_device, self.cache_size = decode_device, cache_size
         self.return_float, self.tolerance_s = return_float, tolerance_s
@@ -126,7 +134,10 @@ class ItemBuilder:
         if self._cache is None or self._pid != os.getpid():  # one cache per process: never share decoders across fork
             if torch.utils.data.get_worker_info() is not None:  # a DataLoader worker: its allocator is ours to tune
                 keep_freed_blocks()
-            self._cache = VideoDecoderCache(self.cache_size, device=self.decode_device)
+            budget = None if self.decoder_cache_mb is None else int(self.decoder_cache_mb * 2**20)
+            self._cache = VideoDecoderCache(
+                self.cache_size, device=self.decode_device, block_size=self.block_size, max_bytes=budget
+            )
             self._pid = os.getpid()
         return self._cache
 

@@ -15,7 +15,7 @@ import torch
 from ..errors import UserError
 from ..video import DEFAULT_TOLERANCE_S
 from .dataset_meta import DatasetMeta, check_readable, dataset_root, episode_rows, resolve_windows
-from .items import BuilderViews, ItemBuilder, data_columns, read_columns
+from .items import RANDOM_ACCESS_BLOCK, BuilderViews, ItemBuilder, data_columns, read_columns
 from .lerobot_args import check_lerobot_args
 
 
@@ -49,6 +49,8 @@ class LeRobotMapDataset(BuilderViews, torch.utils.data.Dataset):
             unless `cameras` names the video cameras to read).
         decode_device: "cpu" or "cuda".
         decoder_cache_size: open decoders kept per process.
+        decoder_cache_mb: the most memory (MB) the open decoders of a process may hold, by their estimated size
+            (`dlbench.video.decoder_bytes`); None: `decoder_cache_size` alone bounds them.
         data_files_root: where data/ and videos/ are, if not under the root (which then holds only meta/).
     """
 
@@ -80,6 +82,7 @@ class LeRobotMapDataset(BuilderViews, torch.utils.data.Dataset):
         cameras: list[str] | None = None,
         decode_device: str = "cpu",
         decoder_cache_size: int = 16,
+        decoder_cache_mb: float | None = None,
         data_files_root: str | None = None,
     ):
         check_lerobot_args(
@@ -111,6 +114,8 @@ class LeRobotMapDataset(BuilderViews, torch.utils.data.Dataset):
             not return_uint8,
             tolerance_s,
             image_transforms,
+            decoder_cache_mb=decoder_cache_mb,
+            block_size=RANDOM_ACCESS_BLOCK,
         )
 
     @cached_property

@@ -215,6 +215,9 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             mixes fewer episodes per batch.
         decoder_cache_size: open decoders per worker (on the CPU one per pool slot, camera and file); the default,
             cameras x (pool_size + 2), keeps every live episode's decoders open plus a few of another file.
+        decoder_cache_mb: the most memory (MB) a worker's open decoders may hold, by their estimated size
+            (`dlbench.video.decoder_bytes`); under it the least recently used close (a live episode's decoder may
+            then reopen and seek). With `buffer_mb` it bounds a worker's decoded data and decoders in bytes.
         tag_items: add `_shard` (virtual shard), `_pos` (place in its stream) and `_epoch` to each item, for
             `observe` (resumable state under DataLoader workers); off by default, so items hold LeRobot's keys only.
     """
@@ -245,6 +248,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         cameras: list[str] | None = None,
         decode_device: str = "cpu",
         decoder_cache_size: int | None = None,
+        decoder_cache_mb: float | None = None,
         rank: int | None = None,
         world_size: int | None = None,
         pool_size: int = 8,
@@ -268,7 +272,15 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         # keyframe costs more than decoding on); NVDEC decoders cost 50-70 ms and GPU memory to create, so there one
         # per file seeks
         self.builder = ItemBuilder(
-            self.meta, windows, {}, decode_device, cache, not return_uint8, tolerance_s, image_transforms
+            self.meta,
+            windows,
+            {},
+            decode_device,
+            cache,
+            not return_uint8,
+            tolerance_s,
+            image_transforms,
+            decoder_cache_mb=decoder_cache_mb,
         )
         self._slot_cursors = decode_device == "cpu"
         self.seed, self.epoch = seed, 0
