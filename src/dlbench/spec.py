@@ -20,7 +20,8 @@ from .errors import UserError
 from .format.paths import is_remote
 
 AXES = ("dataset", "loader", "mode", "batch_size", "num_workers", "decode_device", "step_ms")
-UNSET = {"num_batches": None, "decoder_cache_size": None, "decoder_cache_mb": None}  # run keys without a schema default: None is "not set"
+# run keys without a schema default: None is "not set"
+UNSET = {"num_batches": None, "decoder_cache_size": None, "decoder_cache_mb": None}
 
 
 def run_id(run: dict) -> str:
