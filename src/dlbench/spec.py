@@ -21,7 +21,7 @@ from .format.paths import is_remote
 
 AXES = ("dataset", "loader", "mode", "batch_size", "num_workers", "decode_device", "step_ms")
 # run keys without a schema default: None is "not set"
-UNSET = {"num_batches": None, "decoder_cache_size": None, "decoder_cache_mb": None}
+UNSET = {"num_batches": None, "decoder_cache_size": None, "decoder_cache_mb": None, "remote_block_kb": None}
 
 
 def run_id(run: dict) -> str:

@@ -66,6 +66,7 @@ def make_adapter(cfg, tag_items: bool = False) -> Adapter:
             decode_device=cfg.decode_device,
             decoder_cache_size=cfg.decoder_cache_size or 16,
             decoder_cache_mb=cfg.decoder_cache_mb,
+            remote_block_kb=cfg.remote_block_kb,
             data_files_root=cfg.data_files_root,
             return_uint8=True,  # as LeRobot's training factory asks of LeRobotDataset, and of the baselines here
         )
@@ -80,6 +81,7 @@ def make_adapter(cfg, tag_items: bool = False) -> Adapter:
             decode_device=cfg.decode_device,
             decoder_cache_size=cfg.decoder_cache_size,
             decoder_cache_mb=cfg.decoder_cache_mb,
+            remote_block_kb=cfg.remote_block_kb,
             rank=cfg.rank,
             world_size=cfg.world_size,
             seed=cfg.seed,

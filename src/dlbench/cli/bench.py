@@ -26,6 +26,7 @@ RUN_OPTIONS = (
     "num_batches",
     "decoder_cache_size",
     "decoder_cache_mb",
+    "remote_block_kb",
     "pool_size",
     "buffer_size",
     "probe_samples",
@@ -77,7 +78,13 @@ def _add_run_options(p) -> None:
 
     d = defaults("bench", "defaults")
     run = schema()["definitions"]["run"]["properties"]
-    types = {"num_workers": _workers, "duration_s": float, "warmup_s": float, "decoder_cache_mb": float}
+    types = {
+        "num_workers": _workers,
+        "duration_s": float,
+        "warmup_s": float,
+        "decoder_cache_mb": float,
+        "remote_block_kb": float,
+    }
     helps = {
         "root": "the v3.0 dataset: local path or URL (s3://, hf://datasets/ORG/NAME@REV)",
         "dataset": "the dataset's name in records (default: the root's last path component)",

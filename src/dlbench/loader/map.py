@@ -51,6 +51,8 @@ class LeRobotMapDataset(BuilderViews, torch.utils.data.Dataset):
         decoder_cache_size: open decoders kept per process.
         decoder_cache_mb: the most memory (MB) the open decoders of a process may hold, by their estimated size
             (`dlbench.video.decoder_bytes`); None: `decoder_cache_size` alone bounds them.
+        remote_block_kb: the size (KB) of each read of a remote video file; None: 128 KB (a random frame needs one
+            GOP, so larger reads mostly fetch bytes no frame needs).
         data_files_root: where data/ and videos/ are, if not under the root (which then holds only meta/).
     """
 
@@ -83,6 +85,7 @@ class LeRobotMapDataset(BuilderViews, torch.utils.data.Dataset):
         decode_device: str = "cpu",
         decoder_cache_size: int = 16,
         decoder_cache_mb: float | None = None,
+        remote_block_kb: float | None = None,
         data_files_root: str | None = None,
     ):
         check_lerobot_args(
@@ -115,7 +118,7 @@ class LeRobotMapDataset(BuilderViews, torch.utils.data.Dataset):
             tolerance_s,
             image_transforms,
             decoder_cache_mb=decoder_cache_mb,
-            block_size=RANDOM_ACCESS_BLOCK,
+            block_size=int(remote_block_kb * 1024) if remote_block_kb else RANDOM_ACCESS_BLOCK,
         )
 
     @cached_property
