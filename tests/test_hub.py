@@ -242,3 +242,24 @@ def test_remote_block_kb_sets_the_read_size_of_remote_video(endpoint):
     assert block_sizes(LeRobotStreamingDataset(root, return_uint8=True)) == {4 * 2**20}
     assert block_sizes(LeRobotMapDataset(root, return_uint8=True)) == {128 * 2**10}
     assert block_sizes(LeRobotStreamingDataset(root, return_uint8=True, remote_block_kb=16384)) == {16 * 2**20}
+
+
+def test_local_cache_downloads_the_chosen_episodes_files_once(endpoint, repos):
+    """local_cache=True: meta/, the data files and the chosen episodes' videos only come down into huggingface_hub's
+    cache, and the loader reads that local copy, its items equal to those of the dataset itself."""
+    episodes = [0, 5]
+    ds = LeRobotMapDataset("hf://datasets/local/several@main", episodes=episodes, local_cache=True, return_uint8=True)
+    local = Path(ds.meta.root)
+    assert local.is_dir() and ds.meta.data_root == str(local)
+    got = {str(p.relative_to(local)) for p in local.rglob("*") if p.is_file() and p.parts[len(local.parts)] != "meta"}
+    remote = LeRobotMapDataset("hf://datasets/local/several@main", episodes=episodes, return_uint8=True).meta
+    videos = {remote.video_file[c][e] for c in remote.cameras for e in episodes}
+    assert got == set(remote.data_file) | videos
+    assert videos != {f for c in remote.cameras for f in remote.video_file[c]}  # only the chosen episodes' videos
+    reference = LeRobotMapDataset(str(repos / "local" / "several"), episodes=episodes, return_uint8=True)
+    assert len(ds) == len(reference)
+    for i in (0, len(ds) // 2, len(ds) - 1):
+        a, b = ds[i], reference[i]
+        assert int(a["index"]) == int(b["index"])
+        for cam in ds.meta.cameras:
+            assert torch.equal(a[cam], b[cam])

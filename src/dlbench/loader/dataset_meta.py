@@ -214,6 +214,28 @@ def dataset_root(repo_id: str | None, root: str | None, revision: str | None, re
     return f"hf://datasets/{repo_id}@{revision or paths.V30}"
 
 
+def local_snapshot(dmeta: DatasetMeta, episodes: list[int] | None) -> DatasetMeta:
+    """A Hub dataset (hf://datasets/ORG/NAME@REV) read from a local copy: meta/, the data files (small; the
+    map-style loader indexes every row) and the video files of `episodes` (all by default; of the cameras read) are
+    downloaded once into huggingface_hub's cache
+    (`snapshot_download`, which skips files already there), and the metadata of that copy is returned, so epochs
+    read local files instead of range requests. Raises UserError for a dataset not on the Hub or a Hub error."""
+    if not dmeta.root.startswith("hf://datasets/") or dmeta.data_root != dmeta.root:
+        raise UserError(f"{dmeta.root}: local_cache applies to Hub datasets (hf://datasets/...) read whole from there")
+    repo, _, revision = dmeta.root.removeprefix("hf://datasets/").partition("@")
+    chosen = range(dmeta.num_episodes) if episodes is None else sorted({int(e) for e in episodes})
+    files = {"meta/*", *dmeta.data_file}
+    files |= {dmeta.video_file[cam][e] for cam in dmeta.cameras for e in chosen}
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        local = snapshot_download(repo, repo_type="dataset", revision=revision or None, allow_patterns=sorted(files))
+    except (HfHubHTTPError, OSError) as e:
+        raise UserError(f"{dmeta.root}: cannot download its files ({e}); check the repo and the network") from None
+    return DatasetMeta.load(local, dmeta.cameras)
+
+
 def check_readable(dmeta: DatasetMeta, cameras: list[str] | None) -> None:
     """Refuse, in one line naming the keys, features the loaders cannot put in items, rather than leave them out:
     cameras stored as images (PNG in the data files; `cameras=` naming the video cameras leaves them out on

@@ -14,7 +14,14 @@ import torch
 
 from ..errors import UserError
 from ..video import DEFAULT_TOLERANCE_S
-from .dataset_meta import DatasetMeta, check_readable, dataset_root, episode_rows, resolve_windows
+from .dataset_meta import (
+    DatasetMeta,
+    check_readable,
+    dataset_root,
+    episode_rows,
+    local_snapshot,
+    resolve_windows,
+)
 from .items import RANDOM_ACCESS_BLOCK, BuilderViews, ItemBuilder, data_columns, read_columns
 from .lerobot_args import check_lerobot_args
 
@@ -53,6 +60,8 @@ class LeRobotMapDataset(BuilderViews, torch.utils.data.Dataset):
             (`dlbench.video.decoder_bytes`); None: `decoder_cache_size` alone bounds them.
         remote_block_kb: the size (KB) of each read of a remote video file; None: 128 KB (a random frame needs one
             GOP, so larger reads mostly fetch bytes no frame needs).
+        local_cache: for a Hub dataset, download meta/ and the files of `episodes` once into huggingface_hub's
+            cache and read them there (`dataset_meta.local_snapshot`), instead of range reads every epoch.
         data_files_root: where data/ and videos/ are, if not under the root (which then holds only meta/).
     """
 
@@ -86,6 +95,7 @@ class LeRobotMapDataset(BuilderViews, torch.utils.data.Dataset):
         decoder_cache_size: int = 16,
         decoder_cache_mb: float | None = None,
         remote_block_kb: float | None = None,
+        local_cache: bool = False,
         data_files_root: str | None = None,
     ):
         check_lerobot_args(
@@ -100,6 +110,8 @@ class LeRobotMapDataset(BuilderViews, torch.utils.data.Dataset):
         )
         root = dataset_root(repo_id, root, revision, repo_type)
         self.meta = DatasetMeta.load(root, cameras, data_files_root)
+        if local_cache:
+            self.meta = local_snapshot(self.meta, episodes)
         check_readable(self.meta, cameras)
         windows = resolve_windows(mode, delta_timestamps, self.meta)
         columns = read_columns(self.meta, self.meta.data_files(), data_columns(self.meta))

@@ -54,7 +54,14 @@ import torch
 
 from ..errors import UserError
 from ..video import DEFAULT_TOLERANCE_S
-from .dataset_meta import DatasetMeta, check_readable, dataset_root, episode_rows, resolve_windows
+from .dataset_meta import (
+    DatasetMeta,
+    check_readable,
+    dataset_root,
+    episode_rows,
+    local_snapshot,
+    resolve_windows,
+)
 from .items import SEQUENTIAL_BLOCK, BuilderViews, ItemBuilder, data_columns, read_columns
 from .lerobot_args import check_lerobot_args
 
@@ -221,6 +228,8 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         remote_block_kb: the size (KB) of each read of a remote video file; None: 4 MB. Each open decoder holds one
             such buffer, so larger reads trade memory for fewer requests (480x640 AV1 from the loopback Hub: 9.2
             requests per 1,000 frames at 4 MB, 2.5 at 16 MB).
+        local_cache: for a Hub dataset, download meta/ and the files of `episodes` once into huggingface_hub's
+            cache and stream them from there (`dataset_meta.local_snapshot`), instead of range reads every epoch.
         tag_items: add `_shard` (virtual shard), `_pos` (place in its stream) and `_epoch` to each item, for
             `observe` (resumable state under DataLoader workers); off by default, so items hold LeRobot's keys only.
     """
@@ -253,6 +262,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         decoder_cache_size: int | None = None,
         decoder_cache_mb: float | None = None,
         remote_block_kb: float | None = None,
+        local_cache: bool = False,
         rank: int | None = None,
         world_size: int | None = None,
         pool_size: int = 8,
@@ -266,6 +276,8 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             raise UserError("pool_size, buffer_size, read_ahead and virtual_shards must be >= 1")
         check_lerobot_args(token=token, depth_output_unit=depth_output_unit, rng=rng)
         self.meta = DatasetMeta.load(dataset_root(repo_id, root, revision, repo_type), cameras, data_files_root)
+        if local_cache:
+            self.meta = local_snapshot(self.meta, episodes)
         check_readable(self.meta, cameras)
         self.episodes, _ = episode_rows(self.meta, episodes, episode_filter)
         self.rank, self.world_size = rank_and_world(rank, world_size)
