@@ -329,3 +329,23 @@ def test_max_requests_per_s_is_honoured_and_429_answers_are_retried(s3, tmp_path
         assert m["frames_wrong"] == 0 and m["remote_requests"] > 0 and m["remote_throttled"] == 0
         window = m["window_end_unix"] - m["window_start_unix"]
         assert m["remote_requests"] <= 15 * window + 1, (m["remote_requests"], window)
+
+
+def test_seaweedfs_starts_again_when_another_process_took_one_of_its_ports(tmp_path, monkeypatch):
+    """SeaweedFS's internal ports are picked free just before it starts; a process that binds one first makes it
+    exit, and the server is started again on other ports instead of failing the workflow."""
+    from dlbench.loopback import server
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        first = iter([taken.getsockname()[1]])  # the first internal port handed out is one another process holds
+        real = server._free_port
+        monkeypatch.setattr(server, "_free_port", lambda host: next(first, None) or real(host))
+        state = tmp_path / "state.json"
+        try:
+            server.start(free_port(), [], state, tmp_path / "logs", data_dir=tmp_path / "data")
+            assert "address already in use" in (tmp_path / "logs" / "seaweedfs.log").read_text()
+            assert len(json.loads(state.read_text())["pids"]) == 1  # the failed start is not recorded
+        finally:
+            server.stop(state)

@@ -189,18 +189,33 @@ def _check_ports_free(host: str, ports: list[int]) -> None:
             )
 
 
-def _start_server(host: str, port: int, data_dir: Path, log_dir: Path, pids: list[int]) -> None:
-    """Start SeaweedFS and wait until its S3 gateway answers; its PID goes to `pids` as soon as it runs."""
+def _start_server(host: str, port: int, data_dir: Path, log_dir: Path, pids: list[int], tries: int = 3) -> None:
+    """Start SeaweedFS and wait until its S3 gateway answers; its PID goes to `pids` as soon as it runs. Its
+    internal ports are picked free just before it starts, so another process may bind one first: then it exits
+    saying so, and is started again on other ports (up to `tries` times)."""
     log = log_dir / "seaweedfs.log"
     # no AWS_* variables: SeaweedFS would make them its only identity and refuse every other key
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    with open(log, "ab") as f:
-        server = subprocess.Popen(
-            _weed_command(host, port, data_dir), stdout=f, stderr=f, env=env, start_new_session=True
-        )
-    pids.append(server.pid)
-    _wait_port(host, port, server, log)
-    _wait_ready(f"http://{host}:{port}/", server, log)
+    for attempt in range(1, tries + 1):
+        start = log.stat().st_size if log.exists() else 0
+        with open(log, "ab") as f:
+            server = subprocess.Popen(
+                _weed_command(host, port, data_dir), stdout=f, stderr=f, env=env, start_new_session=True
+            )
+        pids.append(server.pid)
+        try:
+            _wait_port(host, port, server, log)
+            _wait_ready(f"http://{host}:{port}/", server, log)
+            return
+        except UserError:
+            with open(log, "rb") as f:
+                f.seek(start)
+                raced = b"address already in use" in f.read()
+            if not raced or attempt == tries:
+                raise
+            _kill([server.pid])
+            server.wait(timeout=30)
+            pids.remove(server.pid)
 
 
 def _start_proxy(host: str, proxy: tuple[int, float, float], target: int, log_dir: Path, pids: list[int]) -> None:
