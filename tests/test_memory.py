@@ -16,7 +16,7 @@ from .conftest import tiny_config
 
 CAMERAS = tuple(Camera(f"observation.images.cam{i}", 240, 320) for i in range(6))
 DECODERS_MB, BUFFER_MB = 24, 8
-SLACK_MB = 24  # the allocator's and FFmpeg's own: what a budget cannot see
+SLACK_MB = 32  # the allocator's and FFmpeg's own: what a budget cannot see
 
 
 @pytest.fixture(scope="module")
