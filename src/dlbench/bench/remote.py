@@ -65,14 +65,6 @@ def metered(cfg) -> Iterator:
             _point_at(cfg.root, target)
 
 
-def _sample_offsets(track: mp4.Track) -> np.ndarray:
-    """Each sample's first byte in the file, in decode order."""
-    chunk_of = np.repeat(np.arange(len(track.chunk_samples)), track.chunk_samples)
-    starts = np.concatenate([[0], np.cumsum(track.chunk_samples)[:-1]])
-    within = np.cumsum(track.sizes) - track.sizes
-    return track.chunk_offsets[chunk_of] + within - within[starts[chunk_of]]
-
-
 def _gop_bytes(track: mp4.Track, frames: np.ndarray) -> int:
     """Bytes of the samples decoding `frames` (presentation indices) needs: each one's samples back to the
     keyframe before it in decode order, each sample once."""
