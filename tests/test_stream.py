@@ -3,6 +3,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -10,7 +11,7 @@ from dlbench import barcode
 from dlbench.errors import UserError
 from dlbench.format import paths
 from dlbench.loader.map import LeRobotMapDataset
-from dlbench.loader.stream import LeRobotStreamingDataset, shard_order, split_episodes
+from dlbench.loader.stream import LeRobotStreamingDataset, entry_groups, shard_order, split_episodes
 from dlbench.workers import start_method
 
 from .test_loader import expected_frames
@@ -477,3 +478,21 @@ def test_batch_ring_reuses_slots_and_never_overwrites_a_held_batch(v30_h264, con
     # ends, torch lets the other run up to prefetch_factor x num_workers batches ahead)
     assert len(from_ring) > 4 * ring.workers * ring.slots and sum(from_ring) >= 0.8 * len(from_ring)
     assert ring.busy() == 0
+
+
+def test_fetch_groups_of_consecutive_episodes_enter_the_pool_one_after_another():
+    """With `fetch_episodes` k, a virtual shard's episodes enter the pool in runs of k consecutive episodes (the unit
+    fetched together), the runs and the episodes within them in a seeded random order."""
+    groups = entry_groups(range(10), 3, np.random.default_rng(0))
+    assert sorted(sorted(g) for g in groups) == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+    assert groups != entry_groups(range(10), 3, np.random.default_rng(1))
+    lengths = np.array([5, 7, 3, 9, 4, 6, 8, 2, 5, 3])
+    ep_from = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    events = shard_order(ep_from, ep_from + lengths, range(10), 0, 0, 0, 2, 16, 4, True, None, 3)
+    entered = list(
+        dict.fromkeys(int(np.searchsorted(ep_from, v[0][0], side="right")) - 1 for k, v in events if k == "decode")
+    )
+    groups = entry_groups(range(10), 3, np.random.default_rng([0, 0, 0]))  # the generator shard_order draws from
+    group_of = {ep: k for k, g in enumerate(groups) for ep in g}
+    assert sorted(entered) == list(range(10))
+    assert list(dict.fromkeys(group_of[ep] for ep in entered)) == list(range(len(groups)))

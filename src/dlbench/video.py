@@ -197,6 +197,8 @@ class VideoDecoderCache:
         max_bytes: the most memory (bytes) the open decoders may hold, by `decoder_bytes` (host memory; an NVDEC
             decoder's GPU memory is not counted); least recently used decoders are closed to stay under it, down to
             one. None: `capacity` alone bounds the cache.
+        wrap: for remote files, `wrap(url, fsspec_file)` gives the file object the decoder reads (the streaming
+            loader's `EpisodeFetcher.file`); None: the fsspec file itself.
 
     One cache belongs to one process; DataLoader workers each build their own (see the loaders).
     """
@@ -209,6 +211,7 @@ class VideoDecoderCache:
         num_ffmpeg_threads: int = 1,
         block_size: int = 4 * 1024 * 1024,
         max_bytes: int | None = None,
+        wrap=None,
     ):
         if capacity < 1:
             raise UserError(f"decoder cache capacity must be >= 1 (got {capacity})")
@@ -218,6 +221,7 @@ class VideoDecoderCache:
             raise UserError(f"DLBENCH_CUDA_BACKEND={CUDA_BACKEND!r} is unknown; use 'ffmpeg' (the default) or 'beta'")
         self.capacity, self.device, self.seek_mode = capacity, device, seek_mode
         self.num_ffmpeg_threads, self.block_size, self.max_bytes = num_ffmpeg_threads, block_size, max_bytes
+        self.wrap = wrap
         self.bytes = 0  # estimated memory of the open decoders (`decoder_bytes`)
         self._entries: OrderedDict[tuple[str, int | None], _Entry] = OrderedDict()
         self._lock = threading.Lock()
@@ -232,7 +236,7 @@ class VideoDecoderCache:
             if is_remote(url):
                 fs, path = fsspec.core.url_to_fs(url)
                 handle = fs.open(path, "rb", block_size=self.block_size, cache_type="readahead")
-                source = handle
+                source = handle if self.wrap is None else self.wrap(url, handle)
             else:
                 source = local_path(url)
             kwargs = {"seek_mode": self.seek_mode, "device": device}

@@ -82,6 +82,7 @@ def make_adapter(cfg, tag_items: bool = False) -> Adapter:
             decoder_cache_size=cfg.decoder_cache_size,
             decoder_cache_mb=cfg.decoder_cache_mb,
             remote_block_kb=cfg.remote_block_kb,
+            fetch_episodes=cfg.fetch_episodes,
             rank=cfg.rank,
             world_size=cfg.world_size,
             seed=cfg.seed,

@@ -57,6 +57,7 @@ class BenchConfig:
     decoder_cache_size: int | None = None  # None: the loader's own default
     decoder_cache_mb: float | None = None  # dlbench loaders: the decoders' memory budget per process
     remote_block_kb: float | None = None  # dlbench loaders: read size of remote video files
+    fetch_episodes: int = _RUN["fetch_episodes"]  # dlbench_stream: episodes fetched per request (0: as decoders ask)
     pool_size: int = _RUN["pool_size"]  # streaming loaders: live episodes
     buffer_size: int = _RUN["buffer_size"]  # streaming loaders: shuffle buffer
     prefetch_factor: int = 2

@@ -27,6 +27,7 @@ RUN_OPTIONS = (
     "decoder_cache_size",
     "decoder_cache_mb",
     "remote_block_kb",
+    "fetch_episodes",
     "pool_size",
     "buffer_size",
     "probe_samples",

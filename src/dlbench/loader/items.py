@@ -19,12 +19,14 @@ from ..video import VideoDecoderCache, split_runs
 from ..workers import keep_freed_blocks
 from .collate import RowItem, collating_worker, floats_made_in_collate
 from .dataset_meta import DatasetMeta
+from .fetch import EpisodeFetcher
 
 INDEX_COLUMNS = ("index", "episode_index", "frame_index", "timestamp", "task_index")
 # remote video read sizes: the streaming loader reads each episode forward (few large reads); a random frame needs
 # one GOP: on 480x640 AV1 from the loopback Hub, 4 MB blocks read 3.9 GB per 1,000 random frames, 128 KB blocks 0.2 GB,
 # in the same ~1,000 requests and at the same frames/s (docs/benchmarks.md)
 SEQUENTIAL_BLOCK, RANDOM_ACCESS_BLOCK = 4 * 2**20, 128 * 2**10
+FETCH_FALLBACK_BLOCK = 256 * 2**10
 
 
 def read_columns(dmeta: DatasetMeta, rel_files: list[str], columns: list[str]) -> dict[str, np.ndarray]:
@@ -99,7 +101,11 @@ class ItemBuilder:
         *,
         decoder_cache_mb: float | None = None,
         block_size: int = SEQUENTIAL_BLOCK,
+        fetch: bool = False,
+        spill_dir: str | None = None,
     ):
+        self.fetch, self.spill_dir = fetch and paths.is_remote(dmeta.data_root), spill_dir
+        self._fetcher: EpisodeFetcher | None = None
         self.image_transforms = image_transforms  # applied to each camera's frames of an item, as LeRobot does
         self.decoder_cache_mb, self.block_size = decoder_cache_mb, block_size
         self.dmeta, self.windows, self.cols = dmeta, windows, columns
@@ -127,7 +133,7 @@ class ItemBuilder:
 
     def __getstate__(self) -> dict:
         # open decoders (and the cache's lock) stay in their process; a spawned worker builds its own cache
-        return {**self.__dict__, "_cache": None, "_pid": None}
+        return {**self.__dict__, "_cache": None, "_pid": None, "_fetcher": None}
 
     @property
     def cache(self) -> VideoDecoderCache:
@@ -135,11 +141,23 @@ class ItemBuilder:
             if torch.utils.data.get_worker_info() is not None:  # a DataLoader worker: its allocator is ours to tune
                 keep_freed_blocks()
             budget = None if self.decoder_cache_mb is None else int(self.decoder_cache_mb * 2**20)
+            self._fetcher = EpisodeFetcher(self.dmeta, self.dmeta.cameras, self.spill_dir) if self.fetch else None
             self._cache = VideoDecoderCache(
-                self.cache_size, device=self.decode_device, block_size=self.block_size, max_bytes=budget
+                self.cache_size,
+                device=self.decode_device,
+                # with episodes fetched, only what lies outside them is read as the decoder asks: a few packets
+                block_size=FETCH_FALLBACK_BLOCK if self.fetch else self.block_size,
+                max_bytes=budget,
+                wrap=self._fetcher.file if self._fetcher else None,
             )
             self._pid = os.getpid()
         return self._cache
+
+    @property
+    def fetcher(self) -> EpisodeFetcher | None:
+        """This process's `EpisodeFetcher` (see `fetch`), or None when episodes are not fetched."""
+        _ = self.cache  # made with the cache, in each process
+        return self._fetcher
 
     def build(self, row: int) -> dict:
         """The item for global row `row`."""

@@ -107,6 +107,18 @@ def split_episodes(lengths: np.ndarray, parts: int) -> list[range]:
     return [range(int(cuts[k]), int(cuts[k + 1])) for k in range(parts)]
 
 
+def entry_groups(episodes, group: int, rng: np.random.Generator | None) -> list[list[int]]:
+    """The episodes in the order they enter the pool, as groups of up to `group` consecutive episodes that enter
+    one after another (the unit `EpisodeFetcher` fetches together); rng None: in order."""
+    eps = np.asarray(episodes, dtype=np.int64)
+    runs = [eps[i : i + max(group, 1)] for i in range(0, len(eps), max(group, 1))]
+    if rng is None:
+        return [[int(e) for e in run] for run in runs]
+    if group <= 1:
+        return [[int(e)] for e in rng.permutation(eps)[::-1]]
+    return [[int(e) for e in rng.permutation(runs[j])] for j in rng.permutation(len(runs))]
+
+
 def shard_order(
     ep_from: np.ndarray,
     ep_to: np.ndarray,
@@ -119,6 +131,7 @@ def shard_order(
     read_ahead: int,
     shuffle: bool = True,
     max_blocks: int | None = None,
+    group: int = 1,
 ) -> Iterator[tuple[str, tuple[list[int], int] | int]]:
     """The deterministic event stream of one shard: ("decode", (rows, slot)) and ("emit", row), no I/O.
 
@@ -127,7 +140,8 @@ def shard_order(
     reader with one decoder per (file, slot) reuses it (a seek to the new episode's first keyframe) instead of
     opening a decoder per episode. The rows of one decode event share one block of decoded frames, which lives until
     the last of them is emitted; `max_blocks` bounds how many blocks the buffer keeps alive (over it, the oldest
-    block's rows are emitted, in random order, until it is gone).
+    block's rows are emitted, in random order, until it is gone). Episodes enter the pool in `entry_groups`
+    order: with `group` > 1, runs of that many consecutive episodes enter one after another.
     """
     if not shuffle:
         for ep in episodes:
@@ -138,7 +152,7 @@ def shard_order(
                     yield "emit", r
         return
     rng = np.random.default_rng([seed, epoch, shard])
-    pending = list(rng.permutation(np.asarray(episodes, dtype=np.int64)))
+    pending = [ep for g in reversed(entry_groups(episodes, group, rng)) for ep in reversed(g)]  # popped from the end
     live: list[list[int]] = []  # [next_row, end_row, slot] per live episode
     free_slots = list(range(pool_size - 1, -1, -1))
     buffer: list[int] = []
@@ -228,6 +242,11 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         remote_block_kb: the size (KB) of each read of a remote video file; None: 4 MB. Each open decoder holds one
             such buffer, so larger reads trade memory for fewer requests (480x640 AV1 from the loopback Hub: 9.2
             requests per 1,000 frames at 4 MB, 2.5 at 16 MB).
+        fetch_episodes: remote video only. 0: read it as the decoders ask (`remote_block_kb`). k >= 1: fetch the
+            video of k consecutive episodes of a virtual shard with one request per file, ahead of use, into spill
+            files on local disk (`loader.fetch`); those k episodes enter the pool one after another (k > 1 pairs
+            neighbouring recordings in the shuffle). Disk per worker: about (pool_size + 2 k) episodes' video.
+        spill_dir: where fetched episodes are spilled (a local disk, not a RAM-backed /tmp); None: TMPDIR.
         local_cache: for a Hub dataset, download meta/ and the files of `episodes` once into huggingface_hub's
             cache and stream them from there (`dataset_meta.local_snapshot`), instead of range reads every epoch.
         tag_items: add `_shard` (virtual shard), `_pos` (place in its stream) and `_epoch` to each item, for
@@ -262,6 +281,8 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         decoder_cache_size: int | None = None,
         decoder_cache_mb: float | None = None,
         remote_block_kb: float | None = None,
+        fetch_episodes: int = 0,
+        spill_dir: str | None = None,
         local_cache: bool = False,
         rank: int | None = None,
         world_size: int | None = None,
@@ -274,6 +295,8 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
     ):
         if pool_size < 1 or buffer_size < 1 or read_ahead < 1 or (virtual_shards is not None and virtual_shards < 1):
             raise UserError("pool_size, buffer_size, read_ahead and virtual_shards must be >= 1")
+        if fetch_episodes < 0:
+            raise UserError(f"fetch_episodes must be >= 0 (got {fetch_episodes})")
         check_lerobot_args(token=token, depth_output_unit=depth_output_unit, rng=rng)
         self.meta = DatasetMeta.load(dataset_root(repo_id, root, revision, repo_type), cameras, data_files_root)
         if local_cache:
@@ -298,7 +321,10 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             image_transforms,
             decoder_cache_mb=decoder_cache_mb,
             block_size=int(remote_block_kb * 1024) if remote_block_kb else SEQUENTIAL_BLOCK,
+            fetch=fetch_episodes > 0,
+            spill_dir=spill_dir,
         )
+        self.fetch_episodes = fetch_episodes
         self._slot_cursors = decode_device == "cpu"
         self.seed, self.epoch = seed, 0
         self._iters = 0  # __iter__ calls since set_epoch: persistent DataLoader workers advance their own epoch
@@ -367,6 +393,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
                 "read_ahead": self.read_ahead,
                 "shuffle": self.shuffle,
                 "max_blocks": self.max_blocks(),
+                "groups": max(self.fetch_episodes, 1),
             },
         }
 
@@ -504,7 +531,14 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             self.read_ahead,
             self.shuffle,
             self.max_blocks(),
+            max(self.fetch_episodes, 1),
         )
+
+    def shard_groups(self, shard: int, epoch: int) -> list[list[int]]:
+        """The order in which virtual shard `shard`'s episodes enter its pool in `epoch`, in fetch groups (the
+        `entry_groups` its `shard_events` use)."""
+        rng = np.random.default_rng([self.seed, epoch, shard]) if self.shuffle else None
+        return entry_groups(self._shards[shard], max(self.fetch_episodes, 1), rng)
 
     @property
     def num_frames(self) -> int:
@@ -543,19 +577,30 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         ready: dict[int, dict] = {}
         pending: set[int] = set()
         pos = 0
+        fetcher = self.builder.fetcher
+        if fetcher is not None:
+            fetcher.plan(self.shard_groups(shard, epoch))
         for kind, value in self.shard_events(shard, epoch):
             if kind == "decode":
                 rows, slot = value
                 if pos < skip:
                     pending.update(rows)  # replaying: decode only what is still in the buffer after the skip
                 else:
+                    ep = self._episode_of(rows[0])
+                    if fetcher is not None:
+                        fetcher.need(ep)
                     ready.update(zip(rows, self.builder.build_many(rows, slot if self._slot_cursors else None)))
+                    if fetcher is not None and rows[-1] + 1 == self.meta.ep_to[ep]:
+                        fetcher.done(ep)
                 continue
             if pos < skip:
                 pending.discard(value)
                 pos += 1
                 if pos == skip and pending:
-                    ready.update(zip(sorted(pending), self.builder.build_many(sorted(pending))))
+                    rows = sorted(pending)
+                    for ep in {self._episode_of(r) for r in rows} if fetcher is not None else ():
+                        fetcher.need(ep)
+                    ready.update(zip(rows, self.builder.build_many(rows)))
                     pending.clear()
                 continue
             item = ready.pop(value)
@@ -565,6 +610,11 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             if record:
                 self._note(epoch, shard, pos)
             yield item
+        if fetcher is not None:
+            fetcher.release_all()
+
+    def _episode_of(self, row: int) -> int:
+        return int(np.searchsorted(self.meta.ep_from, row, side="right")) - 1
 
     def _load_shards(self, shards: list[int]) -> None:
         """Read the parquet columns of these virtual shards' rows only (each data file once; files outside them are
