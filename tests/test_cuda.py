@@ -149,3 +149,24 @@ def test_cpu_decoded_batches_reach_the_gpu_from_pinned_ring_slots(v30_h264, tmp_
     )
     m = run_rank(cfg, tmp_path)["metrics"]
     assert m["consumer_device"] == "cuda" and m["pin_memory"] and m["frames_wrong"] == 0
+
+
+@needs_cuda
+def test_a_gpu_training_step_is_a_kernel_the_next_batch_loads_under(v30_h264, tmp_path):
+    """With step_ms on a GPU each batch is held by a kernel of that length, queued after the batch's copy: the window
+    lasts about batches x step_ms, and a loader faster than the step barely waits."""
+    cfg = BenchConfig(
+        root=str(v30_h264),
+        loader="dlbench_map",
+        batch_size=2,
+        num_workers=2,
+        step_ms=100,
+        duration_s=3,
+        warmup_s=0.5,
+        repeats=1,
+        probe_samples=0,
+    )
+    m = run_rank(cfg, tmp_path)["metrics"]
+    assert m["consumer_device"] == "cuda" and m["frames_wrong"] == 0
+    assert m["steady_window_s"] == pytest.approx(m["batches"] * 0.1, rel=0.15), (m["steady_window_s"], m["batches"])
+    assert m["data_wait_frac"] < 0.2, m["data_wait_frac"]

@@ -284,6 +284,43 @@ def _warm_up(cfg: BenchConfig, batches: _Epochs, t_start: float) -> float:
     return first_batch_latency
 
 
+class _GpuStep:
+    """A training step of `step_ms` on the GPU: a kernel spinning that long on the consumer's stream, queued after
+    the batch's copy. The next batch is fetched, and its copy queued, while it runs, as in training; the CPU stays
+    at most one step ahead (as a loss read back each step keeps it), and each batch is held until its step is done,
+    so its pinned ring slot is not reused under its copy."""
+
+    def __init__(self, step_ms: float):
+        self.cycles = max(1, int(step_ms * _gpu_cycles_per_ms()))
+        self.previous: tuple | None = None  # (event after the previous step, its batch)
+
+    def run(self, batch) -> None:
+        torch.cuda._sleep(self.cycles)
+        done = torch.cuda.Event()
+        done.record()
+        if self.previous is not None:
+            self.previous[0].synchronize()
+        self.previous = (done, batch)
+
+    def finish(self) -> None:
+        if self.previous is not None:
+            self.previous[0].synchronize()
+        self.previous = None
+
+
+def _gpu_cycles_per_ms() -> float:
+    """Clock cycles `torch.cuda._sleep` spins per millisecond, measured on this GPU as it runs now."""
+    torch.cuda._sleep(1000)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    cycles = 20_000_000
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    return cycles / start.elapsed_time(end)
+
+
 def _window(
     cfg: BenchConfig, batches: _Epochs, consumer: torch.device, checks: list, samples_out, seen: _Window
 ) -> dict:
@@ -291,6 +328,8 @@ def _window(
     noted in `seen`, then checked. Returns the window's start/end time, samples, batches and seconds."""
     samples = count = 0
     waited = 0.0  # seconds the consumer was blocked on the next batch (and its copy)
+    # on a GPU the step is a kernel the next batch's loading overlaps (`_GpuStep`); on the CPU, a sleep
+    gpu_step = _GpuStep(cfg.step_ms) if cfg.step_ms and consumer.type == "cuda" else None
     window_start_unix, w0 = time.time(), time.perf_counter()
     last = w0
     while True:
@@ -301,7 +340,8 @@ def _window(
         batch = to_torch(batch)  # held until the copy is done: ring slots are reused once released
         if consumer.type == "cuda":  # the copy training pays; the checks below read the host batch
             _to_device(batch, consumer)
-            torch.cuda.synchronize()  # the batch is on the GPU before the clock is read
+            if gpu_step is None:
+                torch.cuda.synchronize()  # the batch is on the GPU before the clock is read
         arrived = time.perf_counter()
         waited += arrived - now
         seen.intervals.append(arrived - last)
@@ -313,8 +353,12 @@ def _window(
             samples_out.extend(batch["index"].cpu().tolist())
         for check in checks:
             check(batch)
-        if cfg.step_ms:  # the step as training takes it: the checks above run inside it when they fit
+        if gpu_step is not None:
+            gpu_step.run(batch)
+        elif cfg.step_ms:  # the step as training takes it: the checks above run inside it when they fit
             time.sleep(max(0.0, cfg.step_ms / 1000.0 - (time.perf_counter() - arrived)))
+    if gpu_step is not None:
+        gpu_step.finish()
     elapsed = time.perf_counter() - w0
     return {
         "start_unix": window_start_unix,
