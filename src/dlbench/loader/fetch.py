@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import fsspec
@@ -29,6 +30,7 @@ from .dataset_meta import DatasetMeta
 # returns (x264's B-frames: up to 4); the rest of the GOP is not needed
 REORDER_SAMPLES = 8
 MERGE_GAP = 2**20  # episode ranges of one file closer than this are fetched in one request
+KEPT_INDEXES = 32  # file layouts kept per process (32 B per frame of the file, plus its moov)
 
 
 class FileIndex:
@@ -84,7 +86,8 @@ class _Span:
         self.lo, self.hi, self.future, self.group = lo, hi, future, group
 
     def close(self) -> None:
-        self.future.add_done_callback(lambda f: f.exception() is None and os.close(f.result()))
+        if not self.future.cancel():  # fetched or being fetched: close its file once it is there
+            self.future.add_done_callback(lambda f: f.exception() is None and os.close(f.result()))
 
 
 class EpisodeFetcher:
@@ -107,7 +110,7 @@ class EpisodeFetcher:
         self.spill_dir = spill_dir or tempfile.gettempdir()
         if not os.path.isdir(self.spill_dir):
             raise UserError(f"spill_dir {self.spill_dir!r} is not a directory; create it or choose another")
-        self._indexes: dict[str, FileIndex | None] = {}
+        self._indexes: OrderedDict[str, FileIndex | None] = OrderedDict()
         self._spans: dict[str, list[_Span]] = {}
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="dlbench-fetch")
@@ -163,13 +166,18 @@ class EpisodeFetcher:
     def index(self, url: str) -> FileIndex | None:
         """The file's layout (parsed once per process); None where its layout cannot be read (then it is read as
         the decoders ask)."""
-        if url not in self._indexes:
-            fs, path = fsspec.core.url_to_fs(url)
-            try:
-                self._indexes[url] = FileIndex(fs, path)
-            except mp4.Unsupported:
-                self._indexes[url] = None
-        return self._indexes[url]
+        if url in self._indexes:
+            self._indexes.move_to_end(url)
+            return self._indexes[url]
+        fs, path = fsspec.core.url_to_fs(url)
+        try:
+            index = FileIndex(fs, path)
+        except Exception:  # an MP4 layout this parser does not know, or a failed read: the decoders' reads tell
+            index = None
+        self._indexes[url] = index
+        if len(self._indexes) > KEPT_INDEXES:
+            self._indexes.popitem(last=False)
+        return index
 
     def _submit(self, k: int) -> None:
         ranges: dict[str, list[list[int]]] = {}
@@ -204,16 +212,21 @@ class EpisodeFetcher:
             raise UserError(f"{url}: asked for bytes {lo}-{hi}, got {len(data)}; the file changed while being read")
         fd, name = tempfile.mkstemp(prefix="dlbench-spill-", dir=self.spill_dir)
         os.unlink(name)  # the space is freed when the descriptor closes, whatever happens to this process
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        except BaseException:
+            os.close(fd)
+            raise
         self.requests += 1
         self.bytes += hi - lo
         return fd
 
     # --------------------------------------------------------------------------------------------- reading
     def read(self, url: str, pos: int, n: int) -> bytes | None:
-        """Up to n bytes at `pos` from memory or a spill file; None where neither holds `pos`."""
+        """Up to n bytes at `pos` from memory or a spill file; None where neither holds `pos`. Called from the
+        thread that calls `plan`, `need` and `done` (a spill file closes only through them)."""
         idx = self._indexes.get(url)
         if idx is not None:
             pinned = idx.pinned(pos, n)
@@ -223,7 +236,13 @@ class EpisodeFetcher:
             span = next((s for s in self._spans.get(url, ()) if s.lo <= pos < s.hi), None)
         if span is None:
             return None
-        return os.pread(span.future.result(), min(n, span.hi - pos), pos - span.lo)
+        try:
+            fd = span.future.result()
+        except Exception:  # a failed fetch: its range is read as the decoders ask, which reports a lasting failure
+            with self._lock:
+                self._spans[url] = [s for s in self._spans.get(url, ()) if s is not span]
+            return None
+        return os.pread(fd, min(n, span.hi - pos), pos - span.lo)
 
     def file(self, url: str, fallback) -> SpilledFile:
         """The file object a decoder reads `url` through; `fallback` (an fsspec file) serves what is not fetched."""

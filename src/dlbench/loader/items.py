@@ -141,6 +141,8 @@ class ItemBuilder:
             if torch.utils.data.get_worker_info() is not None:  # a DataLoader worker: its allocator is ours to tune
                 keep_freed_blocks()
             budget = None if self.decoder_cache_mb is None else int(self.decoder_cache_mb * 2**20)
+            if self._fetcher is not None:  # a forked child's copy: close the spill files it inherited
+                self._fetcher.release_all()
             self._fetcher = EpisodeFetcher(self.dmeta, self.dmeta.cameras, self.spill_dir) if self.fetch else None
             self._cache = VideoDecoderCache(
                 self.cache_size,

@@ -242,10 +242,11 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         remote_block_kb: the size (KB) of each read of a remote video file; None: 4 MB. Each open decoder holds one
             such buffer, so larger reads trade memory for fewer requests (480x640 AV1 from the loopback Hub: 9.2
             requests per 1,000 frames at 4 MB, 2.5 at 16 MB).
-        fetch_episodes: remote video only. 0: read it as the decoders ask (`remote_block_kb`). k >= 1: fetch the
-            video of k consecutive episodes of a virtual shard with one request per file, ahead of use, into spill
-            files on local disk (`loader.fetch`); those k episodes enter the pool one after another (k > 1 pairs
-            neighbouring recordings in the shuffle). Disk per worker: about (pool_size + 2 k) episodes' video.
+        fetch_episodes: remote video only (ignored for local files). 0: read it as the decoders ask
+            (`remote_block_kb`). k >= 1: fetch the video of k consecutive episodes of a virtual shard with one request
+            per file, ahead of use, into spill files on local disk (`loader.fetch`); those k episodes enter the pool
+            one after another (k > 1 pairs neighbouring recordings in the shuffle). Disk per worker: up to
+            (pool_size + 2) x k episodes' video (a group's files go when its last episode is read).
         spill_dir: where fetched episodes are spilled (a local disk, not a RAM-backed /tmp); None: TMPDIR.
         local_cache: for a Hub dataset, download meta/ and the files of `episodes` once into huggingface_hub's
             cache and stream them from there (`dataset_meta.local_snapshot`), instead of range reads every epoch.
@@ -324,7 +325,8 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             fetch=fetch_episodes > 0,
             spill_dir=spill_dir,
         )
-        self.fetch_episodes = fetch_episodes
+        # episodes fetched together enter the pool together: groups change the order only where fetching is on
+        self.group = fetch_episodes if self.builder.fetch else 1
         self._slot_cursors = decode_device == "cpu"
         self.seed, self.epoch = seed, 0
         self._iters = 0  # __iter__ calls since set_epoch: persistent DataLoader workers advance their own epoch
@@ -393,7 +395,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
                 "read_ahead": self.read_ahead,
                 "shuffle": self.shuffle,
                 "max_blocks": self.max_blocks(),
-                "groups": max(self.fetch_episodes, 1),
+                **({"groups": self.group} if self.group > 1 else {}),
             },
         }
 
@@ -531,14 +533,14 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             self.read_ahead,
             self.shuffle,
             self.max_blocks(),
-            max(self.fetch_episodes, 1),
+            self.group,
         )
 
     def shard_groups(self, shard: int, epoch: int) -> list[list[int]]:
         """The order in which virtual shard `shard`'s episodes enter its pool in `epoch`, in fetch groups (the
         `entry_groups` its `shard_events` use)."""
         rng = np.random.default_rng([self.seed, epoch, shard]) if self.shuffle else None
-        return entry_groups(self._shards[shard], max(self.fetch_episodes, 1), rng)
+        return entry_groups(self._shards[shard], self.group, rng)
 
     @property
     def num_frames(self) -> int:
@@ -574,24 +576,36 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
     def _shard_items(self, shard: int, epoch: int, skip: int, record: bool) -> Iterator:
         """The items of one virtual shard's stream after its first `skip` (replayed without decoding); `record`:
         count them as delivered (no DataLoader workers: what this process yields is what the consumer takes)."""
+        fetcher = self.builder.fetcher
+        if fetcher is None:
+            yield from self._shard_stream(shard, epoch, skip, record, None)
+            return
+        fetcher.plan(self.shard_groups(shard, epoch))
+        try:
+            yield from self._shard_stream(shard, epoch, skip, record, fetcher)
+        finally:  # also when the consumer stops early: the spill files go
+            fetcher.release_all()
+
+    def _shard_stream(self, shard: int, epoch: int, skip: int, record: bool, fetcher) -> Iterator:
         ready: dict[int, dict] = {}
         pending: set[int] = set()
+        replayed_ends: list[int] = []  # episodes whose last rows were decoded before the resumed position
         pos = 0
-        fetcher = self.builder.fetcher
-        if fetcher is not None:
-            fetcher.plan(self.shard_groups(shard, epoch))
         for kind, value in self.shard_events(shard, epoch):
             if kind == "decode":
                 rows, slot = value
+                ep = self._episode_of(rows[0])
+                ends = rows[-1] + 1 == self.meta.ep_to[ep]
                 if pos < skip:
                     pending.update(rows)  # replaying: decode only what is still in the buffer after the skip
-                else:
-                    ep = self._episode_of(rows[0])
-                    if fetcher is not None:
-                        fetcher.need(ep)
-                    ready.update(zip(rows, self.builder.build_many(rows, slot if self._slot_cursors else None)))
-                    if fetcher is not None and rows[-1] + 1 == self.meta.ep_to[ep]:
-                        fetcher.done(ep)
+                    if ends:
+                        replayed_ends.append(ep)
+                    continue
+                if fetcher is not None:
+                    fetcher.need(ep)
+                ready.update(zip(rows, self.builder.build_many(rows, slot if self._slot_cursors else None)))
+                if fetcher is not None and ends:
+                    fetcher.done(ep)
                 continue
             if pos < skip:
                 pending.discard(value)
@@ -602,6 +616,9 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
                         fetcher.need(ep)
                     ready.update(zip(rows, self.builder.build_many(rows)))
                     pending.clear()
+                if pos == skip and fetcher is not None:
+                    for ep in replayed_ends:
+                        fetcher.done(ep)
                 continue
             item = ready.pop(value)
             if self.tag_items:
@@ -610,8 +627,6 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             if record:
                 self._note(epoch, shard, pos)
             yield item
-        if fetcher is not None:
-            fetcher.release_all()
 
     def _episode_of(self, row: int) -> int:
         return int(np.searchsorted(self.meta.ep_from, row, side="right")) - 1
