@@ -297,10 +297,11 @@ def test_data_wait_of_the_slowest_rank_no_target_at_a_step_and_the_step_it_is_fe
 
 def test_remote_cost_sums_requests_and_bytes_over_ranks_before_dividing(tmp_path):
     remote = [
-        # rank 0: 100 samples x 2 frames, 50 requests, 4 MB read of 2 MB needed; rank 1: 300 x 2, 30, 4 MB of 6 MB
-        {"samples": 100, "frames_per_sample": 2, "remote_requests": 50, "remote_bytes_read": 4e6,
+        # over each rank's run: rank 0 delivered 200 frames with 50 requests, 4 MB read of 2 MB needed; rank 1: 600
+        # frames, 30, 4 MB of 6 MB (the windows' samples are not what counts: fetching ahead moves requests out)
+        {"samples": 50, "frames_per_sample": 2, "remote_frames": 200, "remote_requests": 50, "remote_bytes_read": 4e6,
          "remote_bytes_needed": 2e6, "remote_throttled": 1},
-        {"samples": 300, "frames_per_sample": 2, "remote_requests": 30, "remote_bytes_read": 4e6,
+        {"samples": 250, "frames_per_sample": 2, "remote_frames": 600, "remote_requests": 30, "remote_bytes_read": 4e6,
          "remote_bytes_needed": 6e6, "remote_throttled": 0},
     ]  # fmt: skip
     runs = [

@@ -229,7 +229,9 @@ def _remote(m: pd.DataFrame) -> dict:
     """Requests and MB per 1,000 delivered frames and read amplification over all ranks (NaN where unmetered)."""
     if "remote_requests" not in m or m["remote_requests"].isna().all():
         return dict.fromkeys(REMOTE_COLUMNS, float("nan"))
-    kframes = (m["samples"] * m["frames_per_sample"]).sum() / 1000.0
+    # frames delivered over the ranks' whole runs, as the counts (records before that counted the windows alone)
+    frames = m["remote_frames"] if "remote_frames" in m else m["samples"] * m["frames_per_sample"]
+    kframes = frames.sum() / 1000.0
     needed = m["remote_bytes_needed"].sum()
     return {
         "remote_requests_per_kframe": m["remote_requests"].sum() / kframes,

@@ -119,24 +119,24 @@ def _distinct_bytes(dmeta: DatasetMeta, rows: np.ndarray, mode: str, deltas: dic
 
 
 def cost_metrics(before: dict | None, after: dict | None, frames: int, needed: int | None) -> dict:
-    """The record's remote-cost figures over the steady windows (None where nothing was metered)."""
+    """The record's remote-cost figures over the rank's whole run, from its start to the windows' end: opening the
+    dataset (LeRobot's map-style loader downloads it whole then), the first batch and the warm-up included, as a
+    reader that fetches ahead makes its requests before the frames they serve. `frames`: delivered in that time;
+    `before`: the counts at the windows' start (for `remote_requests_window`). None where nothing was metered."""
     if before is None or after is None:
-        keys = ("requests", "bytes_read", "bytes_needed", "requests_per_kframe", "mb_per_kframe")
-        keys += ("read_amplification", "throttled", "requests_run", "bytes_run")
+        keys = ("requests", "bytes_read", "bytes_needed", "frames", "requests_per_kframe", "mb_per_kframe")
+        keys += ("read_amplification", "throttled", "requests_window")
         return {f"remote_{k}": None for k in keys}
-    requests = after["requests"] - before["requests"]
-    read = after["bytes_down"] - before["bytes_down"]
+    requests, read = after["requests"], after["bytes_down"]
     per_k = 1000.0 / frames if frames else float("nan")
     return {
         "remote_requests": requests,
         "remote_bytes_read": read,
         "remote_bytes_needed": needed,
+        "remote_frames": frames,
         "remote_requests_per_kframe": requests * per_k,
         "remote_mb_per_kframe": read / 1e6 * per_k,
         "remote_read_amplification": read / needed if needed else None,
-        "remote_throttled": after["throttled"] - before["throttled"],
-        # from the rank's start to the windows' end: opening the dataset (LeRobot's map-style loader downloads it
-        # whole then), the first batch and warm-up included
-        "remote_requests_run": after["requests"],
-        "remote_bytes_run": after["bytes_down"],
+        "remote_throttled": after["throttled"],
+        "remote_requests_window": after["requests"] - before["requests"],  # the steady windows' alone
     }

@@ -255,6 +255,7 @@ class _Pass:
     wallclock: float
     peak_pss_mb: float
     remote: tuple[dict, dict] | None = None  # the metering proxy's counts at the windows' start and end
+    warm_rows: list | None = None  # the samples delivered before the windows (first batch and warm-up)
 
 
 def _frame_checks(cfg: BenchConfig, dmeta: DatasetMeta, device: torch.device) -> tuple:
@@ -275,12 +276,13 @@ def _frame_checks(cfg: BenchConfig, dmeta: DatasetMeta, device: torch.device) ->
     return barcodes, decoded
 
 
-def _warm_up(cfg: BenchConfig, batches: _Epochs, t_start: float) -> float:
-    """The first batch, then batches for `warmup_s` more; returns the first batch's latency from `t_start`."""
-    batches.next()
+def _warm_up(cfg: BenchConfig, batches: _Epochs, t_start: float, rows: list) -> float:
+    """The first batch, then batches for `warmup_s` more (their samples' `index` into `rows`); returns the first
+    batch's latency from `t_start`."""
+    rows.extend(to_torch(batches.next()[0])["index"].tolist())
     first_batch_latency = time.perf_counter() - t_start
     while time.perf_counter() - t_start - first_batch_latency < cfg.warmup_s:
-        batches.next()
+        rows.extend(to_torch(batches.next()[0])["index"].tolist())
     return first_batch_latency
 
 
@@ -393,7 +395,8 @@ def _pass(cfg: BenchConfig, adapter, device: torch.device, checks: list, samples
     memory = MemorySampler(every_s=0.5)  # a few ms per sample: keep it off the measured cores
     memory.start()
     try:
-        first_batch_latency = _warm_up(cfg, batches, t_start)
+        warm_rows: list = []
+        first_batch_latency = _warm_up(cfg, batches, t_start, warm_rows)
         if barrier is not None:
             barrier()
         before = meter.counts() if meter else None
@@ -403,7 +406,7 @@ def _pass(cfg: BenchConfig, adapter, device: torch.device, checks: list, samples
         memory.stop()
     wallclock = time.perf_counter() - t_start
     batches.close()
-    return _Pass(seen, consumer, pin, context, first_batch_latency, wallclock, memory.peak / 2**20, remote)
+    return _Pass(seen, consumer, pin, context, first_batch_latency, wallclock, memory.peak / 2**20, remote, warm_rows)
 
 
 def _timing_metrics(measured: _Pass, frames_per_item: int) -> dict:
@@ -475,9 +478,10 @@ def _metrics(cfg: BenchConfig, measured: _Pass, dmeta: DatasetMeta, adapter, bar
     fpi = adapter.frames_per_item
     timing, cache = _timing_metrics(measured, fpi), _cache_metrics(measured.seen.worker_stats)
     remote = cost_metrics(None, None, 0, None)
-    if measured.remote is not None:
-        needed = needed_bytes(dmeta, np.asarray(rows), cfg.mode, cfg.delta_timestamps)
-        remote = cost_metrics(*measured.remote, timing["samples"] * fpi, needed)
+    if measured.remote is not None:  # over the whole run: fetching ahead moves requests out of the windows
+        delivered = np.asarray(list(measured.warm_rows) + list(rows), np.int64)
+        needed = needed_bytes(dmeta, delivered, cfg.mode, cfg.delta_timestamps)
+        remote = cost_metrics(*measured.remote, len(delivered) * fpi, needed)
     probe = _probe(cfg)
     cam0 = dmeta.info["features"][dmeta.cameras[0]]["shape"] if dmeta.cameras else [0, 0, 0]
     return {
