@@ -64,6 +64,8 @@ def _profile_resources() -> list[str]:
 FIT_NODE = [
     "--slurm-init-seconds-before-status-checks",
     "2",
+    "--seconds-between-status-checks",  # a finished job is seen within 2 s, not 10: each workflow here runs ~8 in turn
+    "2",
     "--set-threads",
     "synth=1",
     "--set-resources",
@@ -258,7 +260,12 @@ def test_a_node_dying_under_a_conversion_worker_then_a_rerun_gives_identical_out
     _same_as_one_worker(tmp_path / "results", tmp_path)
 
 
-def test_a_node_dying_under_a_bench_run_records_it_failed_and_a_rerun_redoes_only_it(cluster, tmp_path):
+def _converted(v30: Path) -> dict:
+    """SLURM_TINY reading an already converted dataset: no synth or conversion jobs before what a test is about."""
+    return {**SLURM_TINY, "datasets": {"synthetic": {"v30": str(v30)}}}
+
+
+def test_a_node_dying_under_a_bench_run_records_it_failed_and_a_rerun_redoes_only_it(cluster, tmp_path, v30_h264):
     # no second chance from SLURM or Snakemake: the run must fail
     profile = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
     profile.pop("slurm-requeue")
@@ -268,8 +275,7 @@ def test_a_node_dying_under_a_bench_run_records_it_failed_and_a_rerun_redoes_onl
     (tmp_path / "profile/config.yaml").write_text(yaml.safe_dump(profile))
     long_run = {"loader": "dlbench_stream", "duration_s": 12, "repeats": 1, "num_batches": 1000000}
     config = {
-        **SLURM_TINY,
-        "convert": {**SLURM_TINY["convert"], "scaling_workers": []},
+        **_converted(v30_h264),
         "bench": {**SLURM_TINY["bench"], "scenarios": {"mmap_local": {}, "long": long_run}},
     }
     rid = "synthetic-dlbench_stream-single-b4-w1-cpu"
@@ -307,11 +313,11 @@ def test_a_node_dying_under_a_bench_run_records_it_failed_and_a_rerun_redoes_onl
     assert not (results / f"failed/long/{rid}.json").exists() and not (results / "failed/summary.csv").exists()
 
 
-def test_a_node_that_cannot_reach_the_s3_server_fails_with_one_line(cluster, tmp_path):
+def test_a_node_that_cannot_reach_the_s3_server_fails_with_one_line(cluster, tmp_path, v30_h264):
     address = routable_address()
     if address is None:
         pytest.skip("the submit host has no default-route address to cut the nodes off from")
-    config = with_buckets({**SLURM_TINY, "convert": {**SLURM_TINY["convert"], "scaling_workers": []}}, ("bucket",))
+    config = with_buckets(_converted(v30_h264), ("bucket",))
     port = config["sources"]["bucket"]["loopback"]["port"]
     routes = [["ip", "-n", f"dlbench-node{k}", "route", "{}", "default", "via", f"{SUBNET}.1"] for k in (1, 2)]
     for route in routes:  # the nodes still reach the controller on the bridge, but not the submit host's address
