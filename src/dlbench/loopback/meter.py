@@ -86,14 +86,19 @@ def _headers(head: bytes) -> tuple[str, dict[str, str]]:
     return lines[0], fields
 
 
-async def _read_body(reader: asyncio.StreamReader, fields: dict[str, str], out: list[bytes] | None, writer=None) -> int:
+async def _read_body(
+    reader: asyncio.StreamReader, fields: dict[str, str], out: list[bytes] | None, writer=None, counts=None
+) -> int:
     """Read a message body framed by Content-Length or chunked encoding; append it to `out` and/or relay it to
-    `writer` as it arrives. Returns its size on the wire."""
+    `writer` as it arrives, adding its bytes to `counts["bytes_down"]` as they pass (a long body read while the
+    counts are taken is counted as far as it got). Returns its size on the wire."""
     n = 0
 
     async def put(data: bytes) -> None:
         nonlocal n
         n += len(data)
+        if counts is not None:
+            counts["bytes_down"] += len(data)
         if out is not None:
             out.append(data)
         if writer is not None:
@@ -177,14 +182,14 @@ async def _relay(meter: Meter, host: str, port: int, reader, writer) -> None:
                     meter.counts["throttled"] += 1
                     meter.counts["retried"] += 1
                     if _has_body(method, status):
-                        meter.counts["bytes_down"] += await _read_body(up_r, rfields, None)
+                        await _read_body(up_r, rfields, None, counts=meter.counts)
                     await asyncio.sleep(_retry_after(rfields, attempt))
                     continue
                 if status in RETRY_STATUSES:
                     meter.counts["throttled"] += 1
                 writer.write(rhead)
                 if _has_body(method, status):
-                    meter.counts["bytes_down"] += await _read_body(up_r, rfields, None, writer)
+                    await _read_body(up_r, rfields, None, writer, meter.counts)
                 await writer.drain()
                 if rfields.get("connection", "").lower() == "close":
                     up_w.close()
