@@ -138,10 +138,15 @@ def test_cold_verdict_stops_a_warmed_run_and_warn_lets_it_measure(s3, tmp_path):
     assert record["metrics"]["worker_start_method"] == "forkserver"
 
 
-def test_streaming_from_loopback_s3_verifies_every_frame(s3, monkeypatch):
-    monkeypatch.setattr("fsspec.config.conf", {})  # apply_env writes the endpoint here; keep it to this test
+def _isolate_s3_env(monkeypatch) -> None:
+    """Let `apply_env` write the endpoint and credentials for this test only (restored after it)."""
+    monkeypatch.setattr("fsspec.config.conf", {})
     for key in ("FSSPEC_S3_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
-        monkeypatch.delenv(key, raising=False)  # restored after the test
+        monkeypatch.delenv(key, raising=False)
+
+
+def test_streaming_from_loopback_s3_verifies_every_frame(s3, monkeypatch):
+    _isolate_s3_env(monkeypatch)
     apply_env(s3["fast"])
     ds = LeRobotStreamingDataset(BUCKET_URL, return_uint8=True, pool_size=2, buffer_size=8)
     seen = []
@@ -166,9 +171,7 @@ def test_fetched_episodes_read_every_frame_right_in_one_request_per_group_and_fi
     benchmark's: docs/benchmarks.md "Remote cost"; these files are smaller than one of FFmpeg's reads.)"""
     from dlbench.loopback.meter import MeterProcess
 
-    monkeypatch.setattr("fsspec.config.conf", {})
-    for key in ("FSSPEC_S3_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
-        monkeypatch.delenv(key, raising=False)
+    _isolate_s3_env(monkeypatch)
     url = BUCKET_URL + "-one-file"  # every episode of a camera in one video file, as in real datasets
     staged = dlbench("stage", str(v30_h264_one_file), url, "--marker", str(tmp_path / "staged.json"), spec=s3["fast"])
     assert staged.returncode == 0, staged.stderr
