@@ -74,11 +74,13 @@ def requests_for(root: str, mode: str, pattern: str, workers: int, seed: int = 0
         for w in range(workers):
             per_proc.append([group([int(r)]) for r in order[w::workers]])
     else:
-        # its defaults: pool, buffer, blocks, virtual shards; each worker reads its virtual shards in turn
+        # its defaults: pool, buffer, blocks, virtual shards, each worker's shards read in lanes
         ds = LeRobotStreamingDataset(root, mode=mode, rank=0, world_size=1, seed=seed, return_uint8=True)
-        for w in range(workers):
-            events = [e for v in ds.worker_shards(0, workers, w) for e in ds.shard_events(int(v), 0)]
-            per_proc.append([group(*value) for kind, value in events if kind == "decode"])
+        note = ds.work_note(workers)
+        if note:
+            print(f"note: {note}", file=sys.stderr)
+        for w in range(ds.busy_workers(workers)):
+            per_proc.append([group(rows, slot) for rows, slot in ds.worker_decodes(0, workers, w)])
     return per_proc
 
 
@@ -131,6 +133,8 @@ class _Replay(torch.utils.data.IterableDataset):
 
     def __iter__(self):
         items = list(itertools.islice(iter(self.dataset), self.pool))
+        if not items:  # a worker without episodes (more workers than the dataset has): the others hand over
+            return
         rng = random.Random(0)
         while True:
             yield items[rng.randrange(len(items))]

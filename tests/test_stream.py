@@ -11,7 +11,8 @@ from dlbench import barcode
 from dlbench.errors import UserError
 from dlbench.format import paths
 from dlbench.loader.map import LeRobotMapDataset
-from dlbench.loader.stream import LeRobotStreamingDataset, entry_groups, shard_order, split_episodes
+from dlbench.loader.partition import entry_groups, shard_order, split_episodes
+from dlbench.loader.stream import LeRobotStreamingDataset
 from dlbench.workers import start_method
 
 from .test_loader import expected_frames
@@ -240,13 +241,14 @@ def test_decoder_cache_counters_add_up(v30_h264):
 def test_streaming_decoders_follow_pool_slots_not_episodes(v30_h264_one_file):
     """Live episodes of one file are read in turn by decoders of their own (none seeks back); an episode that starts
     takes over the decoder of the one that finished, so a camera's file is opened once per pool slot, not once per
-    episode, and every frame is still the right one after those seeks. The slots' decoders carry over from one
-    virtual shard to the next (4 shards of 2 episodes use 2 slots)."""
-    for shards, slots in ((1, 3), (4, 2)):
+    episode, and every frame is still the right one after those seeks. A worker reading several virtual shards at
+    once (4 shards of 2 episodes: 2 lanes of 2 slots) keeps the slots' decoders from one shard to the next."""
+    for shards, lanes, slots in ((1, 1, 3), (4, 2, 4)):
         ds = LeRobotStreamingDataset(
             str(v30_h264_one_file), return_uint8=True, pool_size=3, buffer_size=8, virtual_shards=shards
         )
         assert {len(set(ds.meta.video_url(c, e) for e in range(len(ds.meta.ep_from)))) for c in ds.meta.cameras} == {1}
+        assert ds.lanes.at_once == lanes and ds.lanes.at_once * ds.lanes.pool == slots
         n = 0
         for item in ds:
             check_item(ds, item)
@@ -254,7 +256,7 @@ def test_streaming_decoders_follow_pool_slots_not_episodes(v30_h264_one_file):
         assert n == ds.meta.num_frames
         s = ds.cache.stats()
         assert len(ds.meta.ep_from) == 8 and s["misses"] == slots * len(ds.meta.cameras)
-        assert s["size"] <= len(ds.meta.cameras) * (3 + 2)
+        assert s["size"] <= len(ds.meta.cameras) * (slots + 2)
 
 
 def test_split_balances_frames_and_keeps_episodes_whole():

@@ -151,6 +151,7 @@ def aggregate(
         if ok:
             nodes = len(hosts) or configured
             row.update(_measured(ok, nodes), nodes_used=nodes)
+            row["work_note"] = "; ".join(r["metrics"]["work_note"] for r in ok if r["metrics"].get("work_note"))
         target = None if row["step_ms"] else targets.get(cfg.get("mode"))  # a step caps the rate by design
         row["target_frames_per_s_node"] = target
         row["pass"] = bool(
@@ -182,7 +183,7 @@ def _window_totals(recs: list[dict]) -> np.ndarray | None:
 def _measured(ok: list[dict], nodes: int) -> dict:
     """A run's measured columns from its rank records; per-node figures over `nodes` hosts."""
     m = pd.DataFrame([r["metrics"] for r in ok]).drop(
-        columns=["image_shape", "worker_start_method", "windows", "consumer_device"], errors="ignore"
+        columns=["image_shape", "worker_start_method", "windows", "consumer_device", "work_note"], errors="ignore"
     )
     m = m.apply(pd.to_numeric, errors="coerce")  # None (a loader without cache counters) -> NaN
     samples = _window_totals(ok)
@@ -217,6 +218,8 @@ def _measured(ok: list[dict], nodes: int) -> dict:
         "frames_barcode_checked": int(col("frames_barcode_checked").fillna(0).sum()),
         "frames_decode_checked": int(col("frames_decode_checked").fillna(0).sum()),
         "probe_samples_per_s": col("probe_samples_per_s").mean(),
+        # DataLoader workers with something to read, over the ranks (dlbench_stream says; empty for the others)
+        "busy_workers": col("busy_workers").sum(min_count=1),
         "worker_start_method": ok[0]["metrics"].get("worker_start_method"),
         "consumer_device": ok[0]["metrics"].get("consumer_device"),
         **_remote(m),
@@ -318,6 +321,8 @@ def _notes(row: pd.Series) -> list[str]:
         )
     if row.get("source_verdict") == "cold":
         why.append("measured on a cold source (prewarm check said cold)")
+    if isinstance(row.get("work_note"), str) and row["work_note"]:
+        why.append(row["work_note"])
     return why
 
 

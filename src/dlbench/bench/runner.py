@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from functools import partial
@@ -202,10 +203,12 @@ def _dataloader(cfg: BenchConfig, adapter, device: torch.device, pin: bool):
 
 
 class _Epochs:
-    """Batches from a DataLoader without end: a short dataset starts its next epoch (set_epoch where there is one)."""
+    """Batches from a DataLoader without end: a rank that runs out starts its next epoch (set_epoch where there is
+    one), as training does. A `UserError` if a whole epoch brings no batch (this rank has nothing to read)."""
 
-    def __init__(self, loader, dataset):
+    def __init__(self, loader, dataset, rank: int = 0, world_size: int = 1):
         self.loader, self.dataset, self.epoch = loader, dataset, 0
+        self.rank, self.world_size = rank, world_size
         self.it = iter(loader)  # forks the workers: before any sampler thread exists (never fork beside a thread)
 
     def next(self):
@@ -217,7 +220,13 @@ class _Epochs:
                 if hasattr(epoch_aware, "set_epoch"):
                     epoch_aware.set_epoch(self.epoch)
             self.it = iter(self.loader)
-            return next(self.it)
+            try:
+                return next(self.it)
+            except StopIteration:
+                raise UserError(
+                    f"rank {self.rank} of {self.world_size}: an epoch of this loader brought no batch (no episode "
+                    f"for this rank, or fewer samples than one batch); use fewer ranks or a smaller batch_size"
+                ) from None
 
     def close(self) -> None:
         self.it = self.loader = None  # shuts the workers down
@@ -274,6 +283,18 @@ def _frame_checks(cfg: BenchConfig, dmeta: DatasetMeta, device: torch.device) ->
         else None
     )
     return barcodes, decoded
+
+
+def busy_workers(adapter, num_workers: int) -> int | None:
+    """How many of this rank's DataLoader workers have something to read (None: the loader does not say)."""
+    count = getattr(adapter.dataset, "busy_workers", None)
+    return count(num_workers) if count else None
+
+
+def work_note(adapter, num_workers: int) -> str:
+    """One line when a rank or worker of this run has nothing to read (dlbench_stream says), else ''."""
+    note = getattr(adapter.dataset, "work_note", None)
+    return note(num_workers) if note else ""
 
 
 def _warm_up(cfg: BenchConfig, batches: _Epochs, t_start: float, rows: list) -> float:
@@ -391,7 +412,7 @@ def _pass(cfg: BenchConfig, adapter, device: torch.device, checks: list, samples
     t_start = time.perf_counter()
     if context is not None:
         import_decoder_before_fork(adapter.dataset, context)  # as dlbench's DataLoader does, on the clock
-    batches = _Epochs(loader, adapter.dataset)
+    batches = _Epochs(loader, adapter.dataset, cfg.rank, cfg.world_size)
     memory = MemorySampler(every_s=0.5)  # a few ms per sample: keep it off the measured cores
     memory.start()
     try:
@@ -402,10 +423,10 @@ def _pass(cfg: BenchConfig, adapter, device: torch.device, checks: list, samples
         before = meter.counts() if meter else None
         seen = _measure(cfg, batches, consumer, checks, samples_out)
         remote = (before, meter.counts()) if meter else None
-    finally:
+        wallclock = time.perf_counter() - t_start
+    finally:  # also on an error: the workers stop before the process exits
         memory.stop()
-    wallclock = time.perf_counter() - t_start
-    batches.close()
+        batches.close()
     return _Pass(seen, consumer, pin, context, first_batch_latency, wallclock, memory.peak / 2**20, remote, warm_rows)
 
 
@@ -539,6 +560,11 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None, meter=N
     device = torch.device("cuda" if cfg.decode_device.startswith("cuda") else "cpu")
     dmeta = DatasetMeta.load(cfg.root, data_files_root=cfg.data_files_root)
     adapter = make_adapter(cfg)
+    note = work_note(adapter, cfg.num_workers)
+    if busy_workers(adapter, cfg.num_workers) == 0:
+        raise UserError(note)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
     barcodes, decoded = _frame_checks(cfg, dmeta, device)
     checks = [c for c in (barcodes and barcodes.check, decoded and decoded.offer) if c]
     measured = _pass(cfg, adapter, device, checks, samples_out, barrier, meter)
@@ -551,6 +577,8 @@ def run(cfg: BenchConfig, samples_out: list | None = None, barrier=None, meter=N
     if decoded is not None:
         decoded.finish()
     metrics = {**_metrics(cfg, measured, dmeta, adapter, barcodes, decoded, samples_out), **resume}
+    metrics["busy_workers"] = busy_workers(adapter, cfg.num_workers)
+    metrics["work_note"] = note
     return _record(cfg, metrics, decoded, resume_problem)
 
 
@@ -624,7 +652,8 @@ def _probe(cfg: BenchConfig) -> dict:
     count = cfg.probe_samples
     if adapter.iterable:
         it = iter(ds)
-        next(it)  # open decoders and fill the shuffle buffer outside the timing
+        if next(it, None) is None:  # this rank has nothing to read (its run says so)
+            return none
         take = lambda: next(it)  # noqa: E731
         count += getattr(ds, "buffer_size", 0)  # so that the timed items include decoding as much as yielding
     else:

@@ -1,53 +1,36 @@
 """Streaming dataset (a torch IterableDataset) over a LeRobot v3.0 dataset at any fsspec URL.
 
-Virtual shards: the episodes read (all, or `episodes=`) are cut into `virtual_shards` contiguous runs of about equal
-frame count (so episodes that share a data or video file mostly stay together). How many, and where the cuts fall,
-depends on the dataset and the constructor's arguments only, never on the ranks or DataLoader workers. Each epoch a
-permutation of the virtual shards seeded by (seed, epoch) is dealt out: rank r of R takes every R-th (perm[r::R]),
-its DataLoader worker w of W every W-th of those (perm[r::R][w::W]), and a worker reads its virtual shards one after
-another. One epoch yields every frame exactly once over all ranks and workers; which virtual shards a rank reads
-depends on (seed, epoch, R), not on W. With `shuffle=False` rank r takes a contiguous block of virtual shards (the
-blocks rotate with the epoch) and each worker a contiguous part of it. A rank reads the floor or the ceiling of K / R
-virtual shards (K of them), so ranks' epochs differ by up to one virtual shard's frames unless R divides K; the
-same holds for a rank's workers.
+The episodes read are cut into virtual shards, dealt to ranks and DataLoader workers each epoch, and each read as a
+seeded stream of events; a worker interleaves a few of its shards at once (`loader.partition` has the pure logic and
+its reasoning). One epoch yields every frame exactly once over all ranks and workers; whenever there are at least
+ranks x workers episodes (fetch groups, when fetching), every worker of every rank has some.
 
-Shuffling: each virtual shard is one stream of events (`shard_order`). It visits the shard's episodes in a seeded
-random order, keeping `pool_size` episodes live at once. It repeatedly picks a random live episode and takes its
-next `read_ahead` consecutive frames, which are decoded with one sorted request per video file by a decoder kept for
-that episode's place in the pool (so decoding moves forward through each episode's GOPs and never seeks back when
-the reader switches between episodes of one file, and an episode that starts reuses the decoder of the one it
-replaces instead of opening a new one); these items go into a buffer of `buffer_size`, from which a random one is
-yielded (from the start of the stream once the buffer holds `pool_size * read_ahead` items, while it grows to full).
-Items decoded together share one block of frames, and at most `buffer_mb` of such blocks stay alive per DataLoader
-worker (over it, the oldest block's items leave first), so memory stays bounded however large the frames and
-windows are. Everything random in a stream is drawn from a generator seeded by (seed, epoch, virtual shard), so a
-virtual shard's order is a function of (seed, epoch, shard) and the constructor's arguments, whoever reads it.
+Shuffling: a virtual shard's stream visits its episodes in a seeded random order, keeping some live at once; it
+repeatedly picks a random live episode and takes its next `read_ahead` consecutive frames, which are decoded with
+one sorted request per video file by a decoder kept for that episode's place in the worker's pool (so decoding moves
+forward through each episode's GOPs and never seeks back when the reader switches between episodes of one file, and
+an episode that starts reuses the decoder of the one it replaces instead of opening a new one); these items go into
+a shuffle buffer, from which a random one is yielded. Items decoded together share one block of frames, and at most
+`buffer_mb` of such blocks stay alive per DataLoader worker (over it, the oldest block's items leave first), so
+memory stays bounded however large the frames and windows are.
 
-Resuming: a worker yields each virtual shard's items in stream order and the consumer receives each worker's
-batches in order, so what an epoch has delivered is, for each virtual shard, a prefix of its stream: the state is
-one count per virtual shard (`state_dict`; the ranks' counts are gathered under torch.distributed, or combined
-with `merge_states`). `load_state_dict` resumes it with any ranks and workers: each worker replays the delivered
-prefix of its virtual shards without decoding and yields the rest, so the epoch ends with every frame delivered
-exactly once.
+Resuming: what an epoch has delivered is, for each virtual shard, a prefix of its stream: the state is one count per
+virtual shard (`state_dict`; the ranks' counts are gathered under torch.distributed, or combined with
+`merge_states`). `load_state_dict` resumes it with any ranks and workers: each worker replays the delivered prefix
+of its virtual shards without decoding and yields the rest, so the epoch ends with every frame delivered exactly once.
 
-What depends on W: the consumer's sequence of items. The DataLoader takes batches from its workers in turn, so which
-virtual shards are read at the same time, and which batch comes from which, follows R and W. A consumer order
-independent of W would fix, batch by batch, the virtual shard each batch comes from and deal batches, not virtual
-shards, to workers; each worker would then read all its virtual shards at once, each with its own pool, buffer and
-decoders (memory and open decoders times its shards, decoding spread over many more files), or, with the pool
-split among them, batches drawn from fewer episodes.
-
-Per-batch diversity: a virtual shard's pool holds at most its episodes, and a worker reads one virtual shard at a
-time, so batches mix about min(pool_size, episodes per virtual shard) episodes, a little fewer at each virtual
-shard's end. The default number of virtual shards (`auto_virtual_shards`) keeps at least pool_size / 2 episodes in
-each.
+What depends on W: the consumer's sequence of items. The DataLoader takes batches from its workers in turn, and a
+worker interleaves its own shards, so which virtual shards are read at the same time, and which batch comes from
+which, follows R and W. A consumer order independent of W would fix, batch by batch, the virtual shard each batch
+comes from and deal batches, not virtual shards, to workers: each worker would then read all its virtual shards at
+once (memory and open decoders times its shards), or W workers would decode the same GOPs.
 """
 
 from __future__ import annotations
 
-import os
 import zlib
 from collections.abc import Callable, Iterator
+from functools import partial
 
 import numpy as np
 import torch
@@ -64,144 +47,24 @@ from .dataset_meta import (
 )
 from .items import SEQUENTIAL_BLOCK, BuilderViews, ItemBuilder, data_columns, read_columns
 from .lerobot_args import check_lerobot_args
+from .partition import (
+    Lanes,
+    auto_virtual_shards,
+    busy_workers,
+    emit_units,
+    entry_groups,
+    interleave,
+    rank_shards,
+    shard_order,
+    split_episodes,
+    worker_shards,
+)
+from .world import rank_and_world
 
 SHARD_KEY = "_shard"  # the item's virtual shard
 POS_KEY = "_pos"  # its place in that virtual shard's stream of the epoch
 EPOCH_KEY = "_epoch"  # the epoch it belongs to (persistent DataLoader workers advance their own)
-MAX_AUTO_SHARDS = 64
 _STATE_KEYS = ("seed", "virtual_shards", "dataset", "order")  # what a state must match to be resumed or merged
-
-
-def rank_and_world(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
-    """Explicit arguments, else torch.distributed's (once its process group is initialized), else RANK/WORLD_SIZE,
-    else SLURM_PROCID/SLURM_NTASKS, else (0, 1)."""
-    if rank is None or world_size is None:
-        env = os.environ
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
-        elif "RANK" in env and "WORLD_SIZE" in env:
-            rank, world_size = int(env["RANK"]), int(env["WORLD_SIZE"])
-        elif "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
-            rank, world_size = int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"])
-        else:
-            rank, world_size = 0, 1
-    if not 0 <= rank < world_size:
-        raise UserError(f"rank {rank} is outside world size {world_size}")
-    return rank, world_size
-
-
-def auto_virtual_shards(num_episodes: int, pool_size: int) -> int:
-    """The default number of virtual shards: the largest power of two up to 64 that leaves each at least
-    pool_size / 2 episodes on average (1 for fewer episodes). Powers of two split evenly among power-of-two ranks
-    and workers; fewer episodes per virtual shard would leave its pool part empty (fewer episodes per batch)."""
-    most = min(MAX_AUTO_SHARDS, 2 * num_episodes // max(pool_size, 1))
-    return 1 << (max(most, 1).bit_length() - 1)
-
-
-def split_episodes(lengths: np.ndarray, parts: int) -> list[range]:
-    """Cut episodes 0..N-1 into `parts` contiguous ranges of about equal total length (some may be empty)."""
-    cum = np.concatenate([[0], np.cumsum(lengths)])
-    total = cum[-1]
-    cuts = [0] + [int(np.searchsorted(cum, total * k / parts, side="left")) for k in range(1, parts)] + [len(lengths)]
-    cuts = np.maximum.accumulate(np.clip(cuts, 0, len(lengths)))
-    return [range(int(cuts[k]), int(cuts[k + 1])) for k in range(parts)]
-
-
-def entry_groups(episodes, group: int, rng: np.random.Generator | None) -> list[list[int]]:
-    """The episodes in the order they enter the pool, as groups of up to `group` consecutive episodes that enter
-    one after another (the unit `EpisodeFetcher` fetches together); rng None: in order."""
-    eps = np.asarray(episodes, dtype=np.int64)
-    runs = [eps[i : i + max(group, 1)] for i in range(0, len(eps), max(group, 1))]
-    if rng is None:
-        return [[int(e) for e in run] for run in runs]
-    if group <= 1:
-        return [[int(e)] for e in rng.permutation(eps)[::-1]]
-    return [[int(e) for e in rng.permutation(runs[j])] for j in rng.permutation(len(runs))]
-
-
-def shard_order(
-    ep_from: np.ndarray,
-    ep_to: np.ndarray,
-    episodes: range,
-    seed: int,
-    epoch: int,
-    shard: int,
-    pool_size: int,
-    buffer_size: int,
-    read_ahead: int,
-    shuffle: bool = True,
-    max_blocks: int | None = None,
-    group: int = 1,
-) -> Iterator[tuple[str, tuple[list[int], int] | int]]:
-    """The deterministic event stream of one shard: ("decode", (rows, slot)) and ("emit", row), no I/O.
-
-    Every row of the shard's episodes is decoded once and emitted once. `slot` (0..pool_size-1) is the place in the
-    pool of live episodes the rows' episode holds; an episode that finishes hands its slot to the next one, so a
-    reader with one decoder per (file, slot) reuses it (a seek to the new episode's first keyframe) instead of
-    opening a decoder per episode. The rows of one decode event share one block of decoded frames, which lives until
-    the last of them is emitted; `max_blocks` bounds how many blocks the buffer keeps alive (over it, the oldest
-    block's rows are emitted, in random order, until it is gone). Episodes enter the pool in `entry_groups`
-    order: with `group` > 1, runs of that many consecutive episodes enter one after another.
-    """
-    if not shuffle:
-        for ep in episodes:
-            for start in range(int(ep_from[ep]), int(ep_to[ep]), read_ahead):
-                rows = list(range(start, min(start + read_ahead, int(ep_to[ep]))))
-                yield "decode", (rows, 0)
-                for r in rows:
-                    yield "emit", r
-        return
-    rng = np.random.default_rng([seed, epoch, shard])
-    pending = [ep for g in reversed(entry_groups(episodes, group, rng)) for ep in reversed(g)]  # popped from the end
-    live: list[list[int]] = []  # [next_row, end_row, slot] per live episode
-    free_slots = list(range(pool_size - 1, -1, -1))
-    buffer: list[int] = []
-    block_of: dict[int, int] = {}  # row in the buffer -> its decode event
-    left: dict[int, int] = {}  # decode event -> its rows still in the buffer (oldest first)
-
-    def take(j: int) -> int:
-        buffer[j], buffer[-1] = buffer[-1], buffer[j]
-        row = buffer.pop()
-        its_block = block_of.pop(row)
-        left[its_block] -= 1
-        if not left[its_block]:
-            del left[its_block]
-        return row
-
-    # with a block bound, the buffer holds half the items its blocks could: emitted at random, blocks drain unevenly,
-    # and the other half absorbs partly drained ones before the oldest must be emptied in a row
-    cap = buffer_size if max_blocks is None else max(1, min(buffer_size, max_blocks * read_ahead // 2))
-    # items start to leave once every live episode has a block in the buffer, not once it is full: the first batch
-    # comes after pool_size decodes instead of buffer_size / read_ahead; then the buffer grows to `cap`, one item
-    # for every two decoded
-    fill = min(cap, pool_size * read_ahead)
-    block = 0
-    while pending or live:
-        while len(live) < pool_size and pending:
-            ep = int(pending.pop())
-            live.append([int(ep_from[ep]), int(ep_to[ep]), free_slots.pop()])
-        k = int(rng.integers(len(live)))
-        nxt, end, slot = live[k]
-        rows = list(range(nxt, min(nxt + read_ahead, end)))
-        live[k][0] = rows[-1] + 1
-        if live[k][0] >= end:
-            free_slots.append(live.pop(k)[2])
-        yield "decode", (rows, slot)
-        left[block] = len(rows)
-        for r in rows:
-            buffer.append(r)
-            block_of[r] = block
-            if len(buffer) >= fill:
-                yield "emit", take(int(rng.integers(len(buffer))))
-                fill = min(cap, fill + 1)
-        block += 1
-        while max_blocks is not None and len(left) > max_blocks:
-            oldest = next(iter(left))
-            members = [j for j, r in enumerate(buffer) if block_of[r] == oldest]
-            yield "emit", take(members[int(rng.integers(len(members)))])
-    rng.shuffle(buffer)
-    for r in buffer:
-        yield "emit", r
 
 
 class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
@@ -224,18 +87,17 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         shuffle: False streams every virtual shard's episodes in order (still disjoint across ranks and workers).
         rank, world_size: this process's place among the ranks; default from torch.distributed once its process
             group is initialized, then RANK/WORLD_SIZE, then SLURM_PROCID/SLURM_NTASKS, then a single rank.
-        pool_size: live episodes interleaved per virtual shard (so per DataLoader worker).
+        pool_size: live episodes interleaved per DataLoader worker (over the virtual shards it reads at once).
         buffer_mb: the most decoded frame data one DataLoader worker's shuffle buffer keeps alive (MB), for large
             items (a sarm item of two 480x640 cameras is 15 MB). Items decoded together (`read_ahead` of them) share
             one block, so this bounds the blocks the buffer holds items of: `max_blocks()`. Per worker, so that a
             virtual shard's order does not depend on the number of workers (a rank's bound is W x buffer_mb).
         read_ahead: consecutive frames taken from an episode and decoded together.
         virtual_shards: how many runs of episodes to cut the dataset into (the unit of dealing and of resuming;
-            at most the number of episodes, empty runs dropped); None: `auto_virtual_shards`. More than
-            ranks x workers keeps every worker busy and the load even; fewer than pool_size episodes in each
-            mixes fewer episodes per batch.
+            at most the number of episodes); None: `partition.auto_virtual_shards`, one per episode (per fetch
+            group when fetching) up to 512. Fewer than ranks x workers leaves workers without work.
         decoder_cache_size: open decoders per worker (on the CPU one per pool slot, camera and file); the default,
-            cameras x (pool_size + 2), keeps every live episode's decoders open plus a few of another file.
+            cameras x (the worker's pool slots + 2), keeps every live episode's decoders open plus a few more.
         decoder_cache_mb: the most memory (MB) a worker's open decoders may hold, by their estimated size
             (`dlbench.video.decoder_bytes`); under it the least recently used close (a live episode's decoder may
             then reopen and seek). With `buffer_mb` it bounds a worker's decoded data and decoders in bytes.
@@ -306,7 +168,6 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         self.episodes, _ = episode_rows(self.meta, episodes, episode_filter)
         self.rank, self.world_size = rank_and_world(rank, world_size)
         windows = resolve_windows(mode, delta_timestamps, self.meta)
-        cache = decoder_cache_size or len(self.meta.cameras) * (pool_size + 2)
         self._columns_spec = data_columns(self.meta)
         # live episodes are read in turn: on the CPU each pool slot gets its own decoder per file (a seek back to a
         # keyframe costs more than decoding on); NVDEC decoders cost 50-70 ms and GPU memory to create, so there one
@@ -316,7 +177,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             windows,
             {},
             decode_device,
-            cache,
+            decoder_cache_size or 0,  # the default is set below, once the worker's pool slots are known
             not return_uint8,
             tolerance_s,
             image_transforms,
@@ -334,6 +195,11 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         self.pool_size, self.buffer_size, self.read_ahead, self.shuffle = pool_size, buffer_size, read_ahead, shuffle
         self.tag_items = tag_items
         self._cut(virtual_shards)
+        self.lanes = Lanes.plan(
+            sum(len(s) for s in self._shards), len(self._shards), pool_size, buffer_size, self.max_blocks(), shuffle
+        )
+        if not decoder_cache_size:
+            self.builder.cache_size = len(self.meta.cameras) * (self.lanes.at_once * self.lanes.pool + 2)
         self._loaded: tuple | None = None  # the runs of rows whose parquet columns are in memory
         self._delivered: dict[int, int] = {}  # virtual shard -> items of its stream delivered in `_state_epoch`
         self._state_epoch = 0
@@ -347,10 +213,10 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             else np.unique(np.asarray(self.episodes, np.int64))
         )
         lengths = (self.meta.ep_to - self.meta.ep_from)[chosen]
-        count = auto_virtual_shards(len(chosen), self.pool_size) if virtual_shards is None else virtual_shards
-        parts = split_episodes(lengths, max(1, min(count, len(chosen))))
-        self._shards = [chosen[list(r)] for r in parts if len(r)]  # a very long episode may leave a run empty
-        self._shard_frames = np.array([int(lengths[list(r)].sum()) for r in parts if len(r)], np.int64)
+        count = auto_virtual_shards(len(chosen), self.group) if virtual_shards is None else virtual_shards
+        parts = split_episodes(lengths, count)
+        self._shards = [chosen[list(r)] for r in parts]
+        self._shard_frames = np.array([int(lengths[list(r)].sum()) for r in parts], np.int64)
         self._episodes_crc = zlib.crc32(chosen.astype("<i8").tobytes())
 
     # ------------------------------------------------------------------------------------------------ state
@@ -395,6 +261,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
                 "read_ahead": self.read_ahead,
                 "shuffle": self.shuffle,
                 "max_blocks": self.max_blocks(),
+                "at_once": self.lanes.at_once,
                 **({"groups": self.group} if self.group > 1 else {}),
             },
         }
@@ -506,17 +373,33 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         workers take them (depends on seed, epoch and world size, not on DataLoader workers)."""
         rank = self.rank if rank is None else rank
         world = self.world_size if world_size is None else world_size
-        count = len(self._shards)
-        if not self.shuffle:  # contiguous blocks, rotating with the epoch
-            return np.array_split(np.arange(count), world)[(rank + epoch) % world]
-        return np.random.default_rng([self.seed, epoch]).permutation(count)[rank::world]
+        return rank_shards(len(self._shards), self.seed, epoch, rank, world, self.shuffle)
 
     def worker_shards(self, epoch: int, num_workers: int = 1, worker: int = 0) -> np.ndarray:
         """The virtual shards DataLoader worker `worker` of `num_workers` of this rank reads in `epoch`, in order."""
-        mine = self.rank_shards(epoch)
-        if not self.shuffle:
-            return np.array_split(mine, max(num_workers, 1))[worker]
-        return mine[worker :: max(num_workers, 1)]
+        return worker_shards(self.rank_shards(epoch), num_workers, worker, self.shuffle)
+
+    def busy_workers(self, num_workers: int) -> int:
+        """How many of this rank's `num_workers` DataLoader workers have episodes to read (0 workers: 1 process)."""
+        return busy_workers(len(self._shards), self.rank, self.world_size, num_workers)
+
+    def work_note(self, num_workers: int) -> str:
+        """One line when a rank or DataLoader worker of this stream has nothing to read, else ''."""
+        workers, busy = max(num_workers, 1), self.busy_workers(num_workers)
+        if busy == workers:
+            return ""
+        unit = f"fetch groups of {self.group} episodes" if self.group > 1 else "episodes"
+        if busy == 0:
+            return (
+                f"rank {self.rank} of {self.world_size} has no episode to read: {len(self._shards)} virtual shard(s) "
+                f"({unit}) for {self.world_size} ranks; use at most {len(self._shards)} ranks or more episodes"
+            )
+        who = "this process" if num_workers == 0 else f"{busy} of {workers} DataLoader workers"
+        return (
+            f"rank {self.rank} of {self.world_size}: {who} ha{'s' if num_workers == 0 else 've'} episodes to read: "
+            f"{len(self._shards)} virtual shards ({unit}) for {self.world_size} rank(s) x {workers} worker(s); "
+            f"use at most {max(1, len(self._shards) // self.world_size)} workers per rank or more episodes"
+        )
 
     def shard_events(self, shard: int, epoch: int) -> Iterator[tuple[str, tuple[list[int], int] | int]]:
         """Virtual shard `shard`'s event stream in `epoch` (`shard_order`): a function of (seed, epoch, shard) and
@@ -528,13 +411,26 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             self.seed,
             epoch,
             shard,
-            self.pool_size,
-            self.buffer_size,
+            self.lanes.pool,
+            self.lanes.buffer,
             self.read_ahead,
             self.shuffle,
-            self.max_blocks(),
+            self.lanes.blocks,
             self.group,
         )
+
+    def worker_decodes(self, epoch: int, num_workers: int = 1, worker: int = 0) -> Iterator[tuple[list[int], int]]:
+        """The decode requests (rows, decoder slot) DataLoader worker `worker` of `num_workers` makes in `epoch`, in
+        its order (its virtual shards interleaved in lanes, as `__iter__` reads them), without decoding anything."""
+
+        def units(shard: int, lane: int):
+            for decodes, _ in emit_units(self.shard_events(shard, epoch)):
+                yield [(rows, lane * self.lanes.pool + slot) for rows, slot in decodes]
+
+        streams = [partial(units, int(v)) for v in self.worker_shards(epoch, num_workers, worker)]
+        rng = np.random.default_rng([self.seed, epoch, self.rank, self.world_size, worker, num_workers])
+        for decodes in interleave(streams, self.lanes.at_once, rng):
+            yield from decodes
 
     def shard_groups(self, shard: int, epoch: int) -> list[list[int]]:
         """The order in which virtual shard `shard`'s episodes enter its pool in `epoch`, in fetch groups (the
@@ -570,23 +466,21 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         if not todo:
             return
         self._load_shards([v for v, _ in todo])
-        for shard, done in todo:
-            yield from self._shard_items(shard, epoch, done, record=info is None)
-
-    def _shard_items(self, shard: int, epoch: int, skip: int, record: bool) -> Iterator:
-        """The items of one virtual shard's stream after its first `skip` (replayed without decoding); `record`:
-        count them as delivered (no DataLoader workers: what this process yields is what the consumer takes)."""
         fetcher = self.builder.fetcher
-        if fetcher is None:
-            yield from self._shard_stream(shard, epoch, skip, record, None)
-            return
-        fetcher.plan(self.shard_groups(shard, epoch))
+        if fetcher is not None:  # one plan for the pass: each lane's next groups are fetched ahead as it reads
+            fetcher.plan([g for v, _ in todo for g in self.shard_groups(v, epoch)])
+        streams = [partial(self._shard_stream, v, epoch, done, info is None, fetcher) for v, done in todo]
+        rng = np.random.default_rng([self.seed, epoch, self.rank, self.world_size, worker, num_workers])
         try:
-            yield from self._shard_stream(shard, epoch, skip, record, fetcher)
+            yield from interleave(streams, self.lanes.at_once, rng)
         finally:  # also when the consumer stops early: the spill files go
-            fetcher.release_all()
+            if fetcher is not None:
+                fetcher.release_all()
 
-    def _shard_stream(self, shard: int, epoch: int, skip: int, record: bool, fetcher) -> Iterator:
+    def _shard_stream(self, shard: int, epoch: int, skip: int, record: bool, fetcher, lane: int) -> Iterator:
+        """The items of one virtual shard's stream after its first `skip` (replayed without decoding), read in
+        `lane` of the worker (its decoders are the lane's pool slots); `record`: count them as delivered (no
+        DataLoader workers: what this process yields is what the consumer takes)."""
         ready: dict[int, dict] = {}
         pending: set[int] = set()
         replayed_ends: list[int] = []  # episodes whose last rows were decoded before the resumed position
@@ -603,7 +497,8 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
                     continue
                 if fetcher is not None:
                     fetcher.need(ep)
-                ready.update(zip(rows, self.builder.build_many(rows, slot if self._slot_cursors else None)))
+                cursor = lane * self.lanes.pool + slot if self._slot_cursors else None
+                ready.update(zip(rows, self.builder.build_many(rows, cursor)))
                 if fetcher is not None and ends:
                     fetcher.done(ep)
                 continue

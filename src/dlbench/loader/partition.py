@@ -1,0 +1,261 @@
+"""Who streams which frames, and in what order: pure functions of the episodes' lengths, the ranks, the DataLoader
+workers, the seed and the epoch (no I/O), so that they are tested directly over many shapes.
+
+Virtual shards: the episodes read are cut into contiguous runs of about equal frame count (`split_episodes`), by
+default one per episode, or one per fetch group of `group` consecutive episodes, up to `MAX_AUTO_SHARDS`
+(`auto_virtual_shards`). How many, and where the cuts fall, depends on the dataset and the stream's arguments only,
+never on the ranks or DataLoader workers, so a state (one count per virtual shard) resumes under any of them.
+
+Dealing: each epoch a permutation of the K virtual shards seeded by (seed, epoch) is dealt out: rank r of R takes
+every R-th (perm[r::R]), its DataLoader worker w of W every W-th of those (`rank_shards`, `worker_shards`). Worker
+(r, w) therefore has work exactly when K > r + R * w: with K >= R x W every worker of every rank has some, which the
+default K guarantees whenever there are R x W episodes (R x W fetch groups when fetching) and R x W <= 512.
+With `shuffle=False` rank r takes a contiguous block of virtual shards (the blocks rotate with the epoch) and each
+worker a contiguous part of it.
+
+Order: each virtual shard is one stream of events (`shard_order`) drawn from a generator seeded by (seed, epoch,
+shard): it visits the shard's episodes in a seeded random order, keeping `pool` of them live, takes `read_ahead`
+consecutive frames of a random live one at a time (decoded together), and yields items at random from a buffer. A
+worker reads `Lanes.at_once` of its virtual shards at once (`interleave`): each next item comes from a random one of
+them, and one that ends hands its lane to the next. The lanes share the worker's pool, buffer and decoded-block
+bound, so a worker keeps about `pool_size` episodes live whether its shards are one episode each or many.
+
+Resuming: a worker yields each virtual shard's items in that shard's stream order, and the consumer receives each
+worker's batches in order, so what an epoch has delivered is, for each virtual shard, a prefix of its stream. The
+interleaving of lanes may differ between runs (it depends on the worker); the shards' streams do not.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+
+MAX_AUTO_SHARDS = 512  # the state holds one count per virtual shard; more shards than this gain no parallelism
+T = TypeVar("T")
+
+
+def auto_virtual_shards(num_episodes: int, group: int = 1) -> int:
+    """The default number of virtual shards: one per episode, or per `group` episodes fetched together, at most
+    `MAX_AUTO_SHARDS`, at least 1. As many as the episodes allow, so that no rank or worker goes without work."""
+    return max(1, min(MAX_AUTO_SHARDS, num_episodes // max(group, 1)))
+
+
+def split_episodes(lengths: np.ndarray, parts: int) -> list[range]:
+    """Cut episodes 0..N-1 into min(parts, N) contiguous, non-empty ranges of about equal total length."""
+    n = len(lengths)
+    if n == 0:
+        return []
+    parts = max(1, min(parts, n))
+    cum = np.concatenate([[0], np.cumsum(lengths)])
+    cuts = [0]
+    for k in range(1, parts):
+        cut = int(np.searchsorted(cum, cum[-1] * k / parts, side="left"))
+        # every range keeps at least one episode, and leaves one for each range after it
+        cuts.append(min(max(cut, cuts[-1] + 1), n - (parts - k)))
+    cuts.append(n)
+    return [range(cuts[k], cuts[k + 1]) for k in range(parts)]
+
+
+def rank_shards(num_shards: int, seed: int, epoch: int, rank: int, world: int, shuffle: bool = True) -> np.ndarray:
+    """The virtual shards rank `rank` of `world` reads in `epoch`, in the order its workers take them."""
+    if not shuffle:  # contiguous blocks, rotating with the epoch
+        return np.array_split(np.arange(num_shards), world)[(rank + epoch) % world]
+    return np.random.default_rng([seed, epoch]).permutation(num_shards)[rank::world]
+
+
+def worker_shards(mine: np.ndarray, num_workers: int, worker: int, shuffle: bool = True) -> np.ndarray:
+    """The virtual shards DataLoader worker `worker` of `num_workers` takes of its rank's `mine`, in order."""
+    if not shuffle:
+        return np.array_split(mine, max(num_workers, 1))[worker]
+    return mine[worker :: max(num_workers, 1)]
+
+
+def busy_workers(num_shards: int, rank: int, world: int, num_workers: int) -> int:
+    """How many of rank `rank`'s `num_workers` DataLoader workers (0: the process itself) have a virtual shard."""
+    mine = len(range(rank, num_shards, world))
+    return min(mine, max(num_workers, 1))
+
+
+@dataclass(frozen=True)
+class Lanes:
+    """How a worker reads its virtual shards: `at_once` of them interleaved, each with its share of the worker's
+    pool of live episodes, its shuffle buffer (items) and its decoded blocks (None: no bound)."""
+
+    at_once: int
+    pool: int
+    buffer: int
+    blocks: int | None
+
+    @classmethod
+    def plan(
+        cls,
+        num_episodes: int,
+        num_shards: int,
+        pool_size: int,
+        buffer_size: int,
+        max_blocks: int | None,
+        shuffle: bool = True,
+    ) -> Lanes:
+        """Enough lanes that about `pool_size` episodes are live (no more than the blocks allow: each lane keeps
+        one decoded block at least; one lane without shuffling); a function of the dataset and the stream's
+        arguments, not of the workers."""
+        if not shuffle:
+            return cls(1, pool_size, buffer_size, max_blocks)
+        per_shard = num_episodes / max(num_shards, 1)
+        at_once = max(1, math.ceil(pool_size / max(per_shard, 1) - 1e-9))
+        if max_blocks is not None:
+            at_once = min(at_once, max(1, max_blocks))
+        return cls(
+            at_once,
+            math.ceil(pool_size / at_once),
+            math.ceil(buffer_size / at_once),
+            None if max_blocks is None else max(1, max_blocks // at_once),
+        )
+
+
+def interleave(streams: Iterable[Callable[[int], Iterator[T]]], at_once: int, rng: np.random.Generator) -> Iterator[T]:
+    """The items of several streams, `at_once` read at a time: each next item comes from a live stream chosen at
+    random, and a stream that ends hands its lane to the next. `streams` gives factories called with their lane
+    (0..at_once-1), so that a reader can keep per-lane resources (decoders) for the stream that follows."""
+    pending = iter(streams)
+    live: list[tuple[int, Iterator[T]]] = []
+    free = list(range(at_once - 1, -1, -1))
+
+    def fill() -> None:
+        while free:
+            factory = next(pending, None)
+            if factory is None:
+                return
+            lane = free.pop()
+            live.append((lane, factory(lane)))
+
+    fill()
+    try:
+        while live:
+            k = int(rng.integers(len(live))) if len(live) > 1 else 0
+            lane, it = live[k]
+            try:
+                item = next(it)
+            except StopIteration:
+                live.pop(k)
+                free.append(lane)
+                fill()
+                continue
+            yield item
+    finally:  # the consumer stopped early: close what is still open
+        for _, it in live:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+
+
+def entry_groups(episodes, group: int, rng: np.random.Generator | None) -> list[list[int]]:
+    """The episodes in the order they enter the pool, as groups of up to `group` consecutive episodes that enter
+    one after another (the unit `EpisodeFetcher` fetches together); rng None: in order."""
+    eps = np.asarray(episodes, dtype=np.int64)
+    runs = [eps[i : i + max(group, 1)] for i in range(0, len(eps), max(group, 1))]
+    if rng is None:
+        return [[int(e) for e in run] for run in runs]
+    if group <= 1:
+        return [[int(e)] for e in rng.permutation(eps)[::-1]]
+    return [[int(e) for e in rng.permutation(runs[j])] for j in rng.permutation(len(runs))]
+
+
+def shard_order(
+    ep_from: np.ndarray,
+    ep_to: np.ndarray,
+    episodes,
+    seed: int,
+    epoch: int,
+    shard: int,
+    pool_size: int,
+    buffer_size: int,
+    read_ahead: int,
+    shuffle: bool = True,
+    max_blocks: int | None = None,
+    group: int = 1,
+) -> Iterator[tuple[str, tuple[list[int], int] | int]]:
+    """The deterministic event stream of one shard: ("decode", (rows, slot)) and ("emit", row), no I/O.
+
+    Every row of the shard's episodes is decoded once and emitted once. `slot` (0..pool_size-1) is the place in the
+    pool of live episodes the rows' episode holds; an episode that finishes hands its slot to the next one, so a
+    reader with one decoder per (file, slot) reuses it (a seek to the new episode's first keyframe) instead of
+    opening a decoder per episode. The rows of one decode event share one block of decoded frames, which lives until
+    the last of them is emitted; `max_blocks` bounds how many blocks the buffer keeps alive (over it, the oldest
+    block's rows are emitted, in random order, until it is gone). Episodes enter the pool in `entry_groups`
+    order: with `group` > 1, runs of that many consecutive episodes enter one after another.
+    """
+    if not shuffle:
+        for ep in episodes:
+            for start in range(int(ep_from[ep]), int(ep_to[ep]), read_ahead):
+                rows = list(range(start, min(start + read_ahead, int(ep_to[ep]))))
+                yield "decode", (rows, 0)
+                for r in rows:
+                    yield "emit", r
+        return
+    rng = np.random.default_rng([seed, epoch, shard])
+    pending = [ep for g in reversed(entry_groups(episodes, group, rng)) for ep in reversed(g)]  # popped from the end
+    live: list[list[int]] = []  # [next_row, end_row, slot] per live episode
+    free_slots = list(range(pool_size - 1, -1, -1))
+    buffer: list[int] = []
+    block_of: dict[int, int] = {}  # row in the buffer -> its decode event
+    left: dict[int, int] = {}  # decode event -> its rows still in the buffer (oldest first)
+
+    def take(j: int) -> int:
+        buffer[j], buffer[-1] = buffer[-1], buffer[j]
+        row = buffer.pop()
+        its_block = block_of.pop(row)
+        left[its_block] -= 1
+        if not left[its_block]:
+            del left[its_block]
+        return row
+
+    # with a block bound, the buffer holds half the items its blocks could: emitted at random, blocks drain unevenly,
+    # and the other half absorbs partly drained ones before the oldest must be emptied in a row
+    cap = buffer_size if max_blocks is None else max(1, min(buffer_size, max_blocks * read_ahead // 2))
+    # items start to leave once every live episode has a block in the buffer, not once it is full: the first batch
+    # comes after pool_size decodes instead of buffer_size / read_ahead; then the buffer grows to `cap`, one item
+    # for every two decoded
+    fill = min(cap, pool_size * read_ahead)
+    block = 0
+    while pending or live:
+        while len(live) < pool_size and pending:
+            ep = int(pending.pop())
+            live.append([int(ep_from[ep]), int(ep_to[ep]), free_slots.pop()])
+        k = int(rng.integers(len(live)))
+        nxt, end, slot = live[k]
+        rows = list(range(nxt, min(nxt + read_ahead, end)))
+        live[k][0] = rows[-1] + 1
+        if live[k][0] >= end:
+            free_slots.append(live.pop(k)[2])
+        yield "decode", (rows, slot)
+        left[block] = len(rows)
+        for r in rows:
+            buffer.append(r)
+            block_of[r] = block
+            if len(buffer) >= fill:
+                yield "emit", take(int(rng.integers(len(buffer))))
+                fill = min(cap, fill + 1)
+        block += 1
+        while max_blocks is not None and len(left) > max_blocks:
+            oldest = next(iter(left))
+            members = [j for j, r in enumerate(buffer) if block_of[r] == oldest]
+            yield "emit", take(members[int(rng.integers(len(members)))])
+    rng.shuffle(buffer)
+    for r in buffer:
+        yield "emit", r
+
+
+def emit_units(events: Iterable[tuple[str, object]]) -> Iterator[tuple[list, int]]:
+    """A shard's events grouped by the item each leads to: (the decode events made just before it, its row)."""
+    decodes: list = []
+    for kind, value in events:
+        if kind == "decode":
+            decodes.append(value)
+        else:
+            yield decodes, value
+            decodes = []

@@ -1,0 +1,171 @@
+"""Properties of the streaming loader's partition and order (`dlbench.loader.partition`), over many dataset shapes:
+every frame once per epoch across ranks and workers, no idle worker where the episodes allow, and exact resume
+under other ranks and workers. Pure functions, no I/O: each example models what each rank's DataLoader delivers."""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dlbench.loader.partition import (
+    MAX_AUTO_SHARDS,
+    Lanes,
+    auto_virtual_shards,
+    busy_workers,
+    interleave,
+    rank_shards,
+    shard_order,
+    split_episodes,
+    worker_shards,
+)
+
+
+@dataclass
+class Stream:
+    """A stream's layout as `LeRobotStreamingDataset` builds it, over episodes of `lengths` frames."""
+
+    lengths: list[int]
+    seed: int
+    pool: int
+    buffer: int
+    read_ahead: int
+    blocks: int | None
+    group: int
+
+    def __post_init__(self):
+        lengths = np.asarray(self.lengths, np.int64)
+        self.ep_to = np.cumsum(lengths)
+        self.ep_from = self.ep_to - lengths
+        count = auto_virtual_shards(len(lengths), self.group)
+        self.shards = [np.arange(r.start, r.stop) for r in split_episodes(lengths, count)]
+        self.lanes = Lanes.plan(len(lengths), len(self.shards), self.pool, self.buffer, self.blocks)
+
+    def rows(self, shard: int, epoch: int) -> list[int]:
+        """The shard's stream of rows in `epoch`, as its events emit them."""
+        events = shard_order(
+            self.ep_from,
+            self.ep_to,
+            self.shards[shard],
+            self.seed,
+            epoch,
+            shard,
+            self.lanes.pool,
+            self.lanes.buffer,
+            self.read_ahead,
+            True,
+            self.lanes.blocks,
+            self.group,
+        )
+        return [value for kind, value in events if kind == "emit"]
+
+    def worker_items(self, epoch: int, rank: int, world: int, workers: int, worker: int, skip: dict):
+        """(shard, position, row) in the order a worker yields them, after `skip` items of each shard."""
+        mine = worker_shards(rank_shards(len(self.shards), self.seed, epoch, rank, world), workers, worker)
+
+        def stream(shard: int, lane: int):
+            rows = self.rows(shard, epoch)
+            for pos in range(skip.get(shard, 0), len(rows)):
+                yield shard, pos, rows[pos]
+
+        rng = np.random.default_rng([self.seed, epoch, rank, world, worker, workers])
+        return interleave([partial(stream, int(v)) for v in mine], self.lanes.at_once, rng)
+
+    def deliver(self, epoch: int, world: int, workers: int, batch: int, stop: int | None = None, skip=None):
+        """What each rank's consumer receives, its DataLoader taking the workers' batches in turn (a worker that
+        ends drops out), up to `stop` batches a rank: {rank: [[(shard, pos, row), ...] per worker]}."""
+        out = {}
+        for rank in range(world):
+            procs = [self.worker_items(epoch, rank, world, workers, w, skip or {}) for w in range(max(workers, 1))]
+            got: list[list] = [[] for _ in procs]
+            live, taken = list(range(len(procs))), 0
+            while live and (stop is None or taken < stop):
+                for w in list(live):
+                    if stop is not None and taken >= stop:
+                        break
+                    items = [x for _, x in zip(range(batch), procs[w])]
+                    if not items:
+                        live.remove(w)
+                        continue
+                    got[w].extend(items)
+                    taken += 1
+            out[rank] = got
+        return out
+
+
+@st.composite
+def streams(draw, most_episodes: int = 300):
+    n = draw(st.integers(1, most_episodes))
+    lengths = draw(st.lists(st.integers(1, 30), min_size=n, max_size=n))
+    return Stream(
+        lengths,
+        seed=draw(st.integers(0, 2**16)),
+        pool=draw(st.integers(1, 10)),
+        buffer=draw(st.integers(1, 64)),
+        read_ahead=draw(st.integers(1, 8)),
+        blocks=draw(st.one_of(st.none(), st.integers(1, 12))),
+        group=draw(st.sampled_from([1, 1, 2, 4])),
+    )
+
+
+def _rows(delivered: dict) -> collections.Counter:
+    return collections.Counter(row for per_worker in delivered.values() for items in per_worker for _, _, row in items)
+
+
+@settings(max_examples=60, deadline=None)
+@given(streams(), st.integers(1, 8), st.integers(0, 8), st.integers(1, 16), st.integers(0, 3))
+def test_an_epoch_delivers_every_frame_once_and_leaves_no_worker_idle(stream, world, workers, batch, epoch):
+    delivered = stream.deliver(epoch, world, workers, batch)
+    total = int(stream.ep_to[-1])
+    assert _rows(delivered) == collections.Counter(range(total))
+    units = len(stream.lengths) // stream.group
+    for rank, per_worker in delivered.items():
+        busy = sum(1 for items in per_worker if items)
+        assert busy == busy_workers(len(stream.shards), rank, world, workers)  # what the run's note says
+        if world * max(workers, 1) <= min(units, MAX_AUTO_SHARDS):
+            assert busy == max(workers, 1), f"rank {rank}: {busy} of {max(workers, 1)} workers have episodes"
+
+
+@settings(max_examples=60, deadline=None)
+@given(streams(), st.integers(1, 8), st.integers(0, 8), st.integers(1, 8), st.integers(0, 8), st.data())
+def test_a_state_saved_anywhere_resumes_under_other_ranks_and_workers_exactly(stream, world, workers, w2, r2, data):
+    batch = data.draw(st.integers(1, 16))
+    stop = data.draw(st.integers(0, 40))  # batches each rank took before the checkpoint
+    first = stream.deliver(1, world, workers, batch, stop=stop)
+    state: dict[int, int] = {}  # the merged state: items delivered of each shard's stream
+    for per_worker in first.values():
+        for items in per_worker:
+            for shard, pos, _ in items:
+                state[shard] = max(state.get(shard, 0), pos + 1)
+    then = stream.deliver(1, max(r2, 1), w2, batch, skip=state)
+    both = _rows(first) + _rows(then)
+    assert both == collections.Counter(range(int(stream.ep_to[-1])))
+
+
+@given(st.lists(st.integers(1, 500), min_size=1, max_size=300), st.integers(1, 600))
+def test_split_keeps_episodes_whole_in_order_and_no_range_empty(lengths, parts):
+    cut = split_episodes(np.asarray(lengths), parts)
+    assert [e for r in cut for e in r] == list(range(len(lengths)))
+    assert len(cut) == min(parts, len(lengths)) and all(len(r) for r in cut)
+
+
+def test_interleave_reads_at_once_streams_and_hands_lanes_on():
+    """Three streams, two lanes: the third starts in the lane the first one to end frees, and every item comes."""
+    lanes_seen: dict[str, int] = {}
+
+    def stream(name: str, n: int, lane: int):
+        lanes_seen[name] = lane
+        yield from (f"{name}{i}" for i in range(n))
+
+    got = list(
+        interleave(
+            [partial(stream, "a", 1), partial(stream, "b", 5), partial(stream, "c", 3)], 2, np.random.default_rng(0)
+        )
+    )
+    assert sorted(got) == sorted(["a0", *(f"b{i}" for i in range(5)), *(f"c{i}" for i in range(3))])
+    assert lanes_seen == {"a": 0, "b": 1, "c": 0}
+    assert got.index("c0") > got.index("a0")
