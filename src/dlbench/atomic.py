@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .errors import UserError
+
 
 def _read_umask() -> int:
     mask = os.umask(0o022)
@@ -25,11 +27,30 @@ def _read_umask() -> int:
 _UMASK = _read_umask()  # read once, at import: umask is process-wide and threads may be creating files later
 
 
+@contextlib.contextmanager
+def _creating(path: Path) -> Iterator[None]:
+    """The OS refusing to create `path`'s directory or its temporary sibling (a file in the way, no permission, a
+    read-only or full disk) is the user's to fix: a `UserError` naming the path."""
+    try:
+        yield
+    except OSError as e:
+        raise UserError(f"{path}: cannot write here ({e.strerror or e}); choose a writable location") from None
+
+
+def make_dir(path: str | os.PathLike) -> Path:
+    """Create directory `path` (and its parents) if missing; `UserError` naming it if that cannot be done."""
+    path = Path(path)
+    with _creating(path):
+        path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def tmp_path_for(path: str | os.PathLike) -> Path:
     """A unique temporary sibling of `path` (same directory, so the final rename is atomic)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with _creating(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600: outputs get the usual mode, readable on shared storage
     os.close(fd)
     return Path(tmp)
@@ -72,8 +93,9 @@ def directory(path: str | os.PathLike, replace: bool = False) -> Iterator[Path]:
     `FileExistsError` is raised and the new content is discarded.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    with _creating(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     tmp.chmod(0o777 & ~_UMASK)  # mkdtemp makes 0700
     try:
         yield tmp

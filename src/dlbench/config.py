@@ -109,23 +109,115 @@ def _with_defaults(cls):
     return validators.extend(cls, {"properties": set_defaults})
 
 
-def _explain(error) -> str:
+def _json_type(value) -> str:
+    """The JSON type of a Python value, as a schema's `type` names it."""
+    if isinstance(value, bool):
+        return "boolean"
+    names = {int: "integer", float: "number", str: "string", list: "array", dict: "object", type(None): "null"}
+    return next((n for t, n in names.items() if isinstance(value, t)), "object")
+
+
+def _fits(branch: dict, value) -> bool:
+    """Whether a oneOf branch is for values of this JSON type (an integer fits a number)."""
+    wanted, have = branch.get("type"), _json_type(value)
+    return wanted is None or wanted == have or (wanted == "number" and have == "integer")
+
+
+def _bounds(node: dict) -> str:
+    """A number's bounds in words: ' of 1 or more', ' above 0', ' up to 1'."""
+    low = f" of {node['minimum']} or more" if "minimum" in node else ""
+    low = f" above {node['exclusiveMinimum']}" if "exclusiveMinimum" in node else low
+    high = f" up to {node['maximum']}" if "maximum" in node else ""
+    return low + (" and" if low and high else "") + high
+
+
+def _describe(node: dict) -> str:
+    """What a schema node accepts, in words: 'a whole number of 1 or more, or a list of them'."""
+    if "$ref" in node:
+        node = _resolve(node["$ref"])
+    branches = node.get("oneOf") or node.get("anyOf")
+    if branches:
+        scalars = [_describe(b) for b in branches if b.get("type") != "array"]
+        listed = any(b.get("type") == "array" for b in branches)
+        return ", ".join(scalars) + (", or a list of them" if listed else "")
+    if "enum" in node:
+        return ("one of " if len(node["enum"]) > 1 else "") + ", ".join(str(v) for v in node["enum"])
+    kind = {
+        "integer": "a whole number",
+        "number": "a number",
+        "boolean": "true or false",
+        "string": "text",
+        "array": "a list",
+        "object": "a map (key: value)",
+    }.get(node.get("type"), "a valid value")
+    return kind + _bounds(node)
+
+
+def _show(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _explain(error, label=None) -> str:
+    """One line for the first schema error: the key path (`label` turns the path into a name), what is wrong with
+    the value, and what to give instead."""
     import jsonschema
 
+    allowed = _describe(error.schema) if isinstance(error.schema, dict) else "a valid value"
     while error.validator in ("oneOf", "anyOf", "allOf") and error.context:
         # a scalar-or-list axis: report the branch that matches the value's shape
-        branch_index = 1 if isinstance(error.instance, list) else 0
-        branch = [e for e in error.context if e.schema_path and e.schema_path[0] == branch_index]
+        fitting = [i for i, b in enumerate(error.validator_value) if _fits(b, error.instance)]
+        branch = [e for e in error.context if e.schema_path and e.schema_path[0] in fitting[:1]]
         error = jsonschema.exceptions.best_match(branch or error.context)
-    key = ".".join(str(p) for p in error.absolute_path) or "(top level)"
+    path = list(error.absolute_path)
+    key = (label(path) if label and path else ".".join(str(p) for p in path)) or "(top level)"
+    value, limit = _show(error.instance), error.validator_value
     if error.validator == "additionalProperties":
-        allowed = sorted(error.schema.get("properties", {}))
-        extra = sorted(set(error.instance) - set(allowed))
-        hint = f"allowed keys: {', '.join(allowed)}" if allowed else "check the key's spelling"
+        names = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(names))
+        hint = f"allowed keys: {', '.join(names)}" if names else "check the key's spelling"
         return f"{key}: unknown key(s) {extra}; {hint}"
     if error.validator == "enum":
-        return f"{key}: {error.instance!r} is not allowed; choose one of {error.validator_value}"
+        return f"{key}: {value} is not allowed; give {allowed}"
+    problem = {
+        "type": "has the wrong type",
+        "minimum": f"is below the minimum {limit}",
+        "exclusiveMinimum": f"must be above {limit}",
+        "maximum": f"is above the maximum {limit}",
+        "minItems": "is an empty list",
+        "minLength": "is empty",
+    }.get(error.validator)
+    if problem:
+        return f"{key}: {value} {problem}; give {allowed}"
+    if error.validator == "required":
+        missing = [k for k in limit if k not in error.instance]
+        return f"{key}: {', '.join(missing)} missing; add it"
+    if error.validator == "minProperties":
+        return f"{key}: is empty; give at least {limit} entry"
+    if error.validator == "pattern":
+        return f"{key}: {value} does not match {limit}; rename it"
     return f"{key}: {error.message}"
+
+
+@lru_cache(maxsize=1)
+def _run_validator():
+    from jsonschema import validators
+
+    run = _resolve("#/definitions/run")
+    return validators.validator_for(schema())({**run, "definitions": schema()["definitions"]})
+
+
+# the keys of a run the schema defines (a run spec holds more: root, scenario, run_id, where it reads from...)
+RUN_KEYS = frozenset(schema()["definitions"]["run"]["properties"])
+
+
+def check_run_values(run: dict, label) -> None:
+    """Check a run's values against the schema's run definition (types, bounds, choices); `label(key)` names a key
+    in the message (`bench.scenarios.s.batch_size`, `--batch-size`). Unset (None) values are not checked."""
+    values = {k: v for k, v in run.items() if k in RUN_KEYS and v is not None}
+    errors = sorted(_run_validator().iter_errors(values), key=lambda e: list(e.absolute_path))
+    if errors:
+        raise UserError(_explain(errors[0], lambda path: ".".join([label(str(path[0])), *map(str, path[1:])])))
 
 
 def _check_shape(config: dict) -> None:

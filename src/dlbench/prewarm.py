@@ -19,6 +19,7 @@ import fsspec
 import numpy as np
 
 from . import atomic
+from .errors import UserError
 from .sources import _friendly
 
 
@@ -55,6 +56,8 @@ def check(
     url: str, files: int = 8, range_mb: float = 4.0, ttfb_p50_ms_max: float = 50.0, throughput_mbps_min: float = 400.0
 ) -> dict:
     """Measure `url` (a dataset root) and return the report with its verdict."""
+    if files < 1 or range_mb <= 0:
+        raise UserError(f"prewarm check of {url}: files ({files}) must be at least 1 and range_mb ({range_mb}) above 0")
     t_start, start_unix = time.perf_counter(), time.time()
     try:
         fs, root = fsspec.core.url_to_fs(url)

@@ -131,6 +131,7 @@ def stage(local_root: str | Path, url: str, marker: str | Path, callback=None) -
     One fsspec `put` of every file (s3fs uploads them concurrently); `callback` is an fsspec Callback told of each
     file done (a progress bar)."""
     local_root = Path(local_root)
+    _check_readable(local_root)
     if url.startswith("hf://datasets/"):
         return _stage_to_loopback_hub(local_root, url, marker)
     try:
@@ -148,6 +149,16 @@ def stage(local_root: str | Path, url: str, marker: str | Path, callback=None) -
     info = {"url": url, "files": len(files), "bytes": sum(p.stat().st_size for p in files)}
     atomic.write_json(marker, info)
     return info
+
+
+def _check_readable(local_root: Path) -> None:
+    """A v3.0 dataset whose metadata reads (info, tasks, episodes), checked before anything at the target is
+    replaced: a wrong or damaged dataset stops with one line naming it, and the source keeps what it holds."""
+    from .format import meta, paths
+
+    meta.require_version(str(local_root), paths.V30)
+    meta.read_tasks_v30(str(local_root))
+    meta.read_episodes_v30(str(local_root), columns=["episode_index"])
 
 
 def _stage_to_loopback_hub(local_root: Path, url: str, marker: str | Path) -> dict:

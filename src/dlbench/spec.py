@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from . import atomic
-from .config import BUILTIN_MODES, DATASET_KINDS, LEROBOT_LOADERS, defaults
+from .config import BUILTIN_MODES, DATASET_KINDS, LEROBOT_LOADERS, check_deltas, check_run_values, defaults
 from .errors import UserError
 from .format.paths import is_remote
 
@@ -162,36 +162,16 @@ def expand_runs(config: dict) -> list[dict]:
 def resolve(config: dict, run: dict, scenario: str) -> dict:
     """One run's spec: its values plus where it reads from and how it treats an unreachable or cold source."""
     where = f"bench.scenarios.{scenario}"
-    if run["dataset"] not in config["datasets"]:
-        raise UserError(
-            f"{where}.dataset: {run['dataset']!r} is not a configured dataset; datasets: {sorted(config['datasets'])}"
-        )
-    if run["source"] not in config["sources"]:
-        raise UserError(
-            f"{where}.source: {run['source']!r} is not a configured source; sources: {sorted(config['sources'])}"
-        )
+    check_run(run, where, config)
     src = config["sources"][run["source"]]
     ds = config["datasets"][run["dataset"]]
     remote = src["type"] != "local"
-    if src.get("stage") and is_remote(dataset_root(config, run["dataset"])):
-        raise UserError(
-            f"{where}: source {run['source']} stages datasets from local disk, but dataset "
-            f"{run['dataset']} is at {ds['v30']}; read it with source: local (where it lives)"
-        )
-    if run["mode"] not in BUILTIN_MODES and run["mode"] not in config["modes"]:
-        raise UserError(
-            f"{where}.mode: {run['mode']!r} is neither single, sarm nor a key of modes: {sorted(config['modes'])}; "
-            f"define it under modes: as delta_timestamps (seconds per feature key)"
-        )
-    root = source_url(config, run["source"], run["dataset"])
     spec = {
         **UNSET,
         **run,
         "scenario": scenario,
-        "root": root,
-        "data_files_root": f"{src['data_files_root'].rstrip('/')}/{run['dataset']}"
-        if src.get("data_files_root")
-        else None,
+        "root": source_url(config, run["source"], run["dataset"]),
+        "data_files_root": _data_files_root(src, run["dataset"]),
         "source_spec": src if remote else None,
         "delta_timestamps": config["modes"].get(run["mode"]),
         "on_unreachable": ds.get("on_unreachable") or (src["on_unreachable"] if remote else "error"),
@@ -199,45 +179,127 @@ def resolve(config: dict, run: dict, scenario: str) -> dict:
         "on_cold": src.get("on_cold", "error"),
     }
     spec["run_id"] = run_id(spec)
-    _check_run(spec, where)
     return spec
 
 
-def _check_run(run: dict, where: str) -> None:
-    """Combinations no loader can measure honestly stop the workflow with one line naming the scenario."""
-    if run["loader"] in LEROBOT_LOADERS and run["decode_device"] != "cpu":
-        raise UserError(
-            f"{where}: loader {run['loader']} decodes on the CPU only (LeRobot 0.6.1); use "
-            f"decode_device: cpu, or loader dlbench_map / dlbench_stream for cuda"
-        )
-    if run["loader"] == "lerobot_stream" and run["ranks"] > 1:
-        raise UserError(
-            f"{where}: loader lerobot_stream does not split its stream by rank, so {run['ranks']} ranks "
-            f"would read the same frames; use ranks: 1 (or loader dlbench_stream)"
-        )
-    remote = is_remote(run["root"]) and not str(run["root"]).startswith("hf://datasets/")
-    if run["loader"] in LEROBOT_LOADERS and remote:
-        raise UserError(
-            f"{where}: loader {run['loader']} reads local datasets and Hub repos only, not "
-            f"{run['root']}; use dlbench_map or dlbench_stream there"
-        )
-    if run["loader"] in LEROBOT_LOADERS and run["data_files_root"]:
-        raise UserError(
-            f"{where}: loader {run['loader']} reads data files under its root only; data_files_root "
-            f"needs a dlbench loader"
-        )
-    if run["repeats"] < 1 or run["duration_s"] <= 0:
-        raise UserError(
-            f"{where}: repeats ({run['repeats']}) must be at least 1 and duration_s ({run['duration_s']}) above 0"
-        )
+def _data_files_root(src: dict, dataset: str) -> str | None:
+    """Where a source's `data_files_root` puts this dataset's data/ and videos/ (None: under the root)."""
+    return f"{src['data_files_root'].rstrip('/')}/{dataset}" if src.get("data_files_root") else None
+
+
+# ----------------------------------------------------------------------------------------- the rules of a run
+def check_run(run: dict, where: str, config: dict | None = None, label=None) -> None:
+    """Check every rule of one run, in one place: the workflow calls it for each run of the matrix when it is parsed
+    (`snakemake -n` finds every mistake), `make_run` and `dlbench bench-run` for a run given by hand.
+
+    The schema's run definition gives each value's type, bounds and choices; the rules below tie values together
+    (what each loader can do). With `config` (a validated config.yaml), the run's dataset, source and mode must be
+    defined there; without it, `run` is a whole spec (it has `root`). Raises `UserError`: one line naming the key,
+    as `label(key)` writes it (default `<where>.<key>`), and what to do."""
+    label = label or (lambda key: f"{where}.{key}")
+    check_run_values(run, label)
+    if config is not None:
+        _check_references(run, config, where, label)
+        root = source_url(config, run["source"], run["dataset"])
+        data_files_root = _data_files_root(config["sources"][run["source"]], run["dataset"])
+    else:
+        _check_mode(run, label)
+        root, data_files_root = run["root"], run.get("data_files_root")
+    _check_lerobot(run, where, root, data_files_root)
+    _check_dlbench_only(run, label)
     if run["nodes"] > run["ranks"]:
         raise UserError(
             f"{where}: nodes ({run['nodes']}) must not exceed ranks ({run['ranks']}): every node runs at least one rank"
         )
 
 
-def make_run(values: dict, scenario: str = "adhoc") -> dict:
-    """A run spec by hand (the CLI, the library): the schema's run defaults under `values`, which needs `root`."""
+def _check_references(run: dict, config: dict, where: str, label) -> None:
+    """The run's dataset, source and mode are defined in the config, and a staging source has a local dataset."""
+    if run["dataset"] not in config["datasets"]:
+        raise UserError(
+            f"{label('dataset')}: {run['dataset']!r} is not a configured dataset; datasets: "
+            f"{sorted(config['datasets'])}"
+        )
+    if run["source"] not in config["sources"]:
+        raise UserError(
+            f"{label('source')}: {run['source']!r} is not a configured source; sources: {sorted(config['sources'])}"
+        )
+    root = dataset_root(config, run["dataset"])
+    if config["sources"][run["source"]].get("stage") and is_remote(root):
+        raise UserError(
+            f"{where}: source {run['source']} stages datasets from local disk, but dataset {run['dataset']} is at "
+            f"{root}; read it with source: local (where it lives)"
+        )
+    if run["mode"] not in BUILTIN_MODES and run["mode"] not in config["modes"]:
+        raise UserError(
+            f"{label('mode')}: {run['mode']!r} is neither single, sarm nor a key of modes: {sorted(config['modes'])}; "
+            f"define it under modes: as delta_timestamps (seconds per feature key)"
+        )
+
+
+def _check_mode(run: dict, label) -> None:
+    """A run by hand: its mode is built in, or comes with its delta_timestamps."""
+    if run.get("delta_timestamps") is not None:
+        check_deltas(run["delta_timestamps"], label("delta_timestamps"))
+    elif run["mode"] not in BUILTIN_MODES:
+        raise UserError(
+            f"{label('mode')}: {run['mode']!r} is neither single nor sarm; give its delta_timestamps "
+            f"(--delta-timestamps FILE: seconds per feature key)"
+        )
+
+
+def _check_lerobot(run: dict, where: str, root: str, data_files_root: str | None) -> None:
+    """What LeRobot 0.6.1's loaders cannot do: decode on a GPU, split a stream by rank, read other stores, read data
+    files apart from the metadata."""
+    loader = run["loader"]
+    if loader not in LEROBOT_LOADERS:
+        return
+    if run["decode_device"] != "cpu":
+        raise UserError(
+            f"{where}: loader {loader} decodes on the CPU only (LeRobot 0.6.1); use "
+            f"decode_device: cpu, or loader dlbench_map / dlbench_stream for cuda"
+        )
+    if loader == "lerobot_stream" and run["ranks"] > 1:
+        raise UserError(
+            f"{where}: loader lerobot_stream does not split its stream by rank, so {run['ranks']} ranks "
+            f"would read the same frames; use ranks: 1 (or loader dlbench_stream)"
+        )
+    if is_remote(root) and not str(root).startswith("hf://datasets/"):
+        raise UserError(
+            f"{where}: loader {loader} reads local datasets and Hub repos only, not {root}; use dlbench_map or "
+            f"dlbench_stream there"
+        )
+    if data_files_root:
+        raise UserError(
+            f"{where}: loader {loader} reads data files under its root only; data_files_root needs a dlbench loader"
+        )
+
+
+# settings only dlbench's loaders have (LeRobot's would ignore them, measuring something else than asked)
+DLBENCH_ONLY = ("decoder_cache_size", "decoder_cache_mb", "remote_block_kb")
+STREAM_ONLY = ("fetch_episodes", "resume_check")  # dlbench_stream alone fetches ahead and resumes from a state
+
+
+def _check_dlbench_only(run: dict, label) -> None:
+    """Settings a run's loader does not have are refused rather than silently ignored."""
+    loader = run["loader"]
+    for key in STREAM_ONLY:
+        if run.get(key) and loader != "dlbench_stream":
+            raise UserError(
+                f"{label(key)}: applies to loader dlbench_stream only, not {loader}; turn it off for this run "
+                f"(set it only where the loader is dlbench_stream)"
+            )
+    for key in DLBENCH_ONLY:
+        if run.get(key) is not None and loader in LEROBOT_LOADERS:
+            raise UserError(
+                f"{label(key)}: applies to dlbench_map and dlbench_stream only, not {loader}; leave it unset for "
+                f"this run"
+            )
+
+
+def make_run(values: dict, scenario: str = "adhoc", label=None) -> dict:
+    """A run spec by hand (the CLI, the library): the schema's run defaults under `values`, which needs `root`;
+    checked by `check_run` (`label` names a key in its messages, e.g. as a command-line option)."""
     spec = {
         **defaults("bench", "defaults"),
         **UNSET,
@@ -254,7 +316,7 @@ def make_run(values: dict, scenario: str = "adhoc") -> dict:
     spec.setdefault("dataset", Path(str(spec["root"]).rstrip("/").split("@")[0]).name or "dataset")
     spec["scenario"] = spec.get("scenario") or scenario
     spec["run_id"] = run_id(spec)
-    _check_run(spec, f"run {spec['run_id']}")
+    check_run(spec, f"run {spec['run_id']}", label=label)
     return spec
 
 

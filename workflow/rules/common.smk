@@ -12,28 +12,45 @@ import dlbench.failed
 import dlbench.loopback
 import dlbench.sources
 from dlbench import spec as runspec
-from dlbench.config import validate_config
+from dlbench.config import SCHEMA_PATH, validate_config
 from dlbench.errors import UserError
 from dlbench.format.paths import is_remote
 from dlbench.outputs import PLOT_NAMES
 
 
-def checked(fn, *args, what="invalid configuration"):
-    """Run a config check (or a start-up step); a user mistake stops the workflow with its one line."""
+def config_error(message):
+    """Stop parsing the workflow: a mistake in the config is one line on stderr naming the key and what to do,
+    without the frame list Snakemake prints for an exception (it is no bug)."""
+    print(f"invalid configuration: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def configured(fn, *args):
+    """Run a parse-time check of the config (or a step that reads it); a user mistake stops the workflow here."""
+    try:
+        return fn(*args)
+    except UserError as e:
+        config_error(e)
+
+
+def checked(fn, *args, what):
+    """Run a start-up step (onstart); a user mistake stops the workflow with its one line."""
     try:
         return fn(*args)
     except UserError as e:
         raise WorkflowError(f"{what}: {e}") from None
 
 
-checked(validate_config, config)
-checked(runspec.complete_sources, config)
+CONFIG_FILES = ", ".join(map(str, workflow.configfiles)) or "config.yaml"
+configured(validate_config, config, SCHEMA_PATH, CONFIG_FILES)
+configured(runspec.complete_sources, config)
 
 # Rules call the `dlbench` CLI. The directory of the interpreter running Snakemake goes at the end of PATH, so a
 # venv works without activating it, while an activated environment (conda, modules) still comes first.
 shell.prefix(f'export PATH="$PATH:{os.path.dirname(sys.executable)}"; ')
 
-RUNS = {(r["scenario"], r["run_id"]): r for r in checked(runspec.expand_runs, config)}
+# every run of the matrix, each checked by dlbench.spec.check_run: a mistake in any stops `snakemake -n` already
+RUNS = {(r["scenario"], r["run_id"]): r for r in configured(runspec.expand_runs, config)}
 READ_DATASETS = sorted({r["dataset"] for r in RUNS.values()})
 SCALING_WORKERS = config["convert"]["scaling_workers"]
 
@@ -44,16 +61,16 @@ def _scaling_datasets():
         named = [d for d in READ_DATASETS if runspec.dataset_kind(config, d) == "synth"]
     for d in named:
         if d not in config["datasets"] or runspec.dataset_kind(config, d) == "v30":
-            raise WorkflowError(
-                f"invalid configuration: convert.scaling_datasets: {d!r} is not a synth or v21 "
-                f"dataset; datasets: {sorted(config['datasets'])}"
+            config_error(
+                f"convert.scaling_datasets: {d!r} is not a synth or v21 dataset; datasets: "
+                f"{sorted(config['datasets'])}"
             )
     return named if SCALING_WORKERS else []
 
 
 SCALING_DATASETS = _scaling_datasets()
 for _name in sorted(set(READ_DATASETS) | set(SCALING_DATASETS)):
-    checked(runspec.check_local_dataset, config, _name)
+    configured(runspec.check_local_dataset, config, _name)
 
 
 def _names(kinds):

@@ -75,7 +75,8 @@ class FileBarrier:
     """All ranks write `<dir>/.barrier/<rank>` (their arrival time) and wait until W files exist (works across nodes
     on a shared FS); then every rank starts at the same instant, the last arrival plus `START_DELAY_S`, so their
     measuring windows begin together however late each one noticed the last file (clocks of a cluster's nodes are
-    assumed synchronised, as NTP keeps them to a millisecond or so)."""
+    assumed synchronised, as NTP keeps them to a millisecond or so). A rank that fails before it arrives says so
+    (`abort`), and the ranks waiting stop at once with its message instead of waiting out the timeout."""
 
     START_DELAY_S = 0.1
 
@@ -90,6 +91,9 @@ class FileBarrier:
         atomic.write_text(self.dir / str(self.rank), repr(time.time()))  # atomic: others never read a partial time
         deadline = time.time() + self.timeout_s
         while len(arrivals := self._arrivals()) < self.world:
+            failed = sorted(self.dir.glob("failed-*"))
+            if failed:
+                raise UserError(f"rank {self.rank}: stopped: {failed[0].read_text()}")
             if time.time() > deadline:
                 raise UserError(
                     f"rank {self.rank}: the other ranks did not reach the start barrier in "
@@ -97,6 +101,11 @@ class FileBarrier:
                 )
             time.sleep(0.005)
         time.sleep(max(0.0, max(arrivals) + self.START_DELAY_S - time.time()))
+
+    def abort(self, message: str) -> None:
+        """Tell the other ranks that this one failed (they stop waiting)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        atomic.write_text(self.dir / f"failed-{self.rank}", f"rank {self.rank} failed: {message}")
 
 
 def _write_skipped(cfg, out_dir: Path, reason: str) -> dict:
@@ -118,8 +127,13 @@ def run_rank(cfg, out_dir: str | Path) -> dict:
     else:
         samples: list[int] = []
         barrier = FileBarrier(out_dir, cfg.rank, cfg.world_size) if cfg.world_size > 1 else None
-        with metered(cfg) as meter:
-            rec = run(cfg, samples_out=samples, barrier=barrier, meter=meter)
+        try:
+            with metered(cfg) as meter:
+                rec = run(cfg, samples_out=samples, barrier=barrier, meter=meter)
+        except Exception as e:
+            if barrier is not None:
+                barrier.abort(str(e).splitlines()[0] if str(e) else type(e).__name__)
+            raise
         with atomic.file(rank_file(out_dir, cfg.rank, cfg.world_size, ".samples.npy")) as tmp:
             with open(tmp, "wb") as f:
                 np.save(f, np.asarray(samples, dtype=np.int64))
@@ -180,8 +194,7 @@ def launch(run: dict, out_dir: str | Path) -> dict:
     return run.json."""
     from .runner import BenchConfig
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = atomic.make_dir(out_dir)
     shutil.rmtree(out_dir / ".barrier", ignore_errors=True)
     cfg = BenchConfig.from_spec(run)
     world = cfg.world_size

@@ -103,7 +103,7 @@ def _add_run_options(p) -> None:
     }
     for name in RUN_OPTIONS:
         prop = run.get(name, {})
-        integer = prop.get("type") == "integer" or prop.get("$ref", "").endswith("axis_int")
+        integer = prop.get("type") == "integer" or prop.get("$ref", "").endswith(("axis_int", "axis_count"))
         text = helps.get(name) or prop.get("description", "")
         shown = f" (default: {d[name]})" if name in d else ""
         if prop.get("type") == "boolean":  # a flag: given, it turns the check on
@@ -155,8 +155,23 @@ def run_from_args(a) -> dict:
     if a.spec:
         run = {**runspec.read(a.spec), **given}
         run["run_id"] = runspec.run_id(run) if given else run["run_id"]
+        runspec.check_run(run, a.spec, label=_labels(given, a.spec))  # the rules the workflow checked, once more
         return run
-    return runspec.make_run(given)
+    return runspec.make_run(given, label=_labels(given, None))
+
+
+OPTION_OF = {"verify": "--no-verify", "source_spec": "--endpoint-url"}  # run keys set by an option of another name
+
+
+def _labels(given: dict, spec_path: str | None):
+    """How a run's error messages name a key: the option that set it, else the key in the spec file."""
+
+    def label(key: str) -> str:
+        if key in given or spec_path is None:
+            return OPTION_OF.get(key, f"--{key.replace('_', '-')}")
+        return f"{spec_path}: {key}"
+
+    return label
 
 
 def _read_deltas(path: str) -> dict:
@@ -183,7 +198,7 @@ def bench_run(a) -> None:
 def bench_rank(a) -> None:
     from .. import spec as runspec
     from ..bench.launch import needs_peer, rank_command, run_rank
-    from ..loader.stream import rank_and_world
+    from ..loader.world import rank_and_world
 
     run = runspec.read(a.spec)
     if needs_peer(run["loader"]):  # run this rank in the LeRobot peer environment

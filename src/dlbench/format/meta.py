@@ -16,13 +16,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import atomic
-from ..errors import UserError
+from ..errors import UserError, no_range_requests
 from . import paths
 
 
 # --------------------------------------------------------------------------------------------- generic helpers
 def open_file(root: str, relpath: str, mode: str = "rb"):
-    """Open a file of a dataset (local or fsspec URL); a missing file is a `UserError` naming it."""
+    """Open a file of a dataset (local or fsspec URL); a missing or unreadable file is a `UserError` naming it."""
     url = paths.join(str(root), relpath)
     try:
         if not paths.is_remote(url):  # local: no fsspec import (~80 ms of every converter and worker start)
@@ -30,8 +30,19 @@ def open_file(root: str, relpath: str, mode: str = "rb"):
         import fsspec
 
         return fsspec.open(url, mode).open()
-    except FileNotFoundError:
-        raise UserError(f"{url}: file not found; is {root} a complete LeRobot dataset?") from None
+    except (FileNotFoundError, NotADirectoryError):
+        raise _missing(str(root), url) from None
+    except (IsADirectoryError, PermissionError) as e:
+        raise UserError(f"{url}: cannot read it ({e.strerror}); check the file and its permissions") from None
+
+
+def _missing(root: str, url: str) -> UserError:
+    """The error for a dataset file that is not there, naming the root itself when that is what is missing."""
+    where = Path(paths.local_path(root))
+    if not paths.is_remote(root) and not where.is_dir():
+        what = "a file, not a directory" if where.exists() else "no such directory"
+        return UserError(f"{root}: {what}; give the root of a LeRobot dataset (the directory holding meta/)")
+    return UserError(f"{url}: file not found; is {root} a complete LeRobot dataset?")
 
 
 def exists(root: str, relpath: str) -> bool:
@@ -48,18 +59,18 @@ def read_json(root: str, relpath: str) -> Any:
     with open_file(root, relpath) as f:
         try:
             return json.load(f)
-        except json.JSONDecodeError as e:
+        except ValueError as e:  # not JSON, or not text at all (UnicodeDecodeError)
             raise UserError(f"{paths.join(str(root), relpath)}: not valid JSON ({e})") from None
 
 
 def iter_jsonl(root: str, relpath: str) -> Iterator[dict]:
     """Stream the rows of a JSON-lines file without holding it whole."""
-    with open_file(root, relpath, "rt") as f:
+    with open_file(root, relpath) as f:  # bytes: a line that is not UTF-8 is reported as one that is not JSON
         for lineno, line in enumerate(f, 1):
             if line.strip():
                 try:
                     yield json.loads(line)
-                except json.JSONDecodeError as e:
+                except ValueError as e:  # not JSON, or not text at all (UnicodeDecodeError)
                     raise UserError(f"{paths.join(str(root), relpath)}:{lineno}: not valid JSON ({e})") from None
 
 
@@ -78,11 +89,20 @@ def to_jsonable(obj: Any) -> Any:
 
 # ------------------------------------------------------------------------------------------------------ info
 def read_info(root: str) -> dict:
-    return read_json(root, paths.INFO_PATH)
+    info = read_json(root, paths.INFO_PATH)
+    if not isinstance(info, dict):
+        raise UserError(
+            f"{paths.join(str(root), paths.INFO_PATH)}: holds a JSON {type(info).__name__}, not the object of a "
+            f"LeRobot info.json; restore the file from the dataset's source"
+        )
+    return info
 
 
 def write_info(root: str | Path, info: dict) -> None:
     atomic.write_json(Path(root) / paths.INFO_PATH, to_jsonable(info), indent=4)
+
+
+INFO_REQUIRED = ("fps", "features")  # what every reader of either version needs from info.json
 
 
 def require_version(root: str, expected: str) -> dict:
@@ -97,6 +117,13 @@ def require_version(root: str, expected: str) -> dict:
             hint = "; it is already v3.0: use it as it is (dlbench validate checks it), nothing to convert"
         raise UserError(
             f"{paths.join(str(root), paths.INFO_PATH)}: codebase_version is {found!r}, expected {expected!r}{hint}"
+        )
+    missing = [k for k in INFO_REQUIRED if k not in info]
+    if missing or not isinstance(info["features"], dict):
+        what = f"has no {', '.join(missing)}" if missing else "has features that are not a map"
+        raise UserError(
+            f"{paths.join(str(root), paths.INFO_PATH)}: {what}; the file is damaged: restore it from the dataset's "
+            f"source"
         )
     return info
 
@@ -226,8 +253,7 @@ def write_tasks_v30(root: str | Path, tasks: list[str]) -> None:
 
 def read_tasks_v30(root: str) -> list[str]:
     """Task strings indexed by task_index (accepts the early unnamed-index files too)."""
-    with open_file(root, paths.TASKS_PARQUET_PATH) as f:
-        table = read_parquet(f)  # plain pyarrow: importing pandas costs ~0.45 s of every loader's open
+    table = read_dataset_parquet(root, paths.TASKS_PARQUET_PATH)  # plain pyarrow: pandas costs ~0.45 s to import
     names = table.column_names
     column = "task" if "task" in names else next((n for n in names if n.startswith("__index_level_")), None)
     if column is None or "task_index" not in names:
@@ -265,10 +291,7 @@ def episodes_files_v30(root: str) -> list[str]:
 
 def read_episodes_v30(root: str, columns: list[str] | None = None) -> pa.Table:
     """All meta/episodes rows (one per episode) in episode order, optionally projected to `columns`."""
-    tables = []
-    for rel in episodes_files_v30(root):
-        with open_file(root, rel) as f:
-            tables.append(read_parquet(f, columns))
+    tables = [read_dataset_parquet(root, rel, columns) for rel in episodes_files_v30(root)]
     table = pa.concat_tables(tables)
     return table.sort_by("episode_index") if "episode_index" in table.column_names else table
 
@@ -278,6 +301,20 @@ def read_parquet(source, columns: list[str] | None = None, memory_map: bool = Fa
     dataset scanner, which costs ~100 us and tens of KB per row group: 6x the time and 3x the memory of this on a
     LeRobot data file, which holds one row group per episode."""
     return pq.ParquetFile(source, memory_map=memory_map).read(columns=columns)
+
+
+def read_dataset_parquet(root: str, relpath: str, columns: list[str] | None = None) -> pa.Table:
+    """A parquet file of a dataset read whole (or `columns` of it); a damaged or truncated file is a `UserError`
+    naming it."""
+    url = paths.join(str(root), relpath)
+    with open_file(root, relpath) as f:
+        try:
+            return read_parquet(f, columns)
+        except (pa.ArrowException, OSError, ValueError) as e:
+            raise no_range_requests(url, e) or UserError(
+                f"{url}: cannot read parquet ({e}); the file is damaged or not parquet: restore it from the "
+                f"dataset's source"
+            ) from None
 
 
 def write_parquet(path: str | Path, table: pa.Table, **kwargs) -> None:

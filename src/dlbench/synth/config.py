@@ -84,6 +84,10 @@ class SynthConfig:
             raise UserError(f"synth content {self.content!r} is unknown; choose one of {list(CONTENTS)}")
         if self.tasks < 1 or self.state_dim < 1 or self.action_dim < 1 or self.fps < 1 or self.chunks_size < 1:
             raise UserError("synth tasks, state_dim, action_dim, fps and chunks_size must be >= 1")
+        if self.seed < 0:  # numpy's generators take non-negative seeds only
+            raise UserError(f"synth seed must be >= 0 (got {self.seed})")
+        if (self.gop is not None and self.gop < 1) or (self.crf is not None and self.crf < 0):
+            raise UserError(f"synth gop must be >= 1 and crf >= 0 (got gop {self.gop}, crf {self.crf})")
 
     @property
     def encoder(self) -> str:
