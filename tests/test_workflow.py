@@ -389,3 +389,72 @@ def test_your_own_datasets_through_the_dag(tmp_path, v21_h264, lerobot_recorded_
     assert not (tmp_path / "wd/results/datasets/recorded").exists()  # read where it is, nothing copied
     valid = json.loads((tmp_path / "wd/results/validate/recorded.json").read_text())
     assert valid["ok"] and valid["frames_decoded"] > 0
+
+
+def _few(episodes: int, cameras: int) -> dict:
+    """A synthetic dataset of a handful of short episodes (what a user tries first)."""
+    cams = [{"key": f"observation.images.cam{k}", "height": 32, "width": 32} for k in range(cameras)]
+    return {"synth": {"episodes": episodes, "length_min": 10, "length_max": 20, "cameras": cams}}
+
+
+FEW = {
+    "datasets": {"few3": _few(3, 1), "few6": _few(6, 2)},
+    "convert": {"workers": 1, "episodes_per_batch": 2},
+    "bench": {
+        # 8 batches of 4 cross an epoch on every rank: a rank that runs out starts its next epoch
+        "defaults": {"batch_size": 4, "num_batches": 8, "duration_s": 5, "warmup_s": 0, "probe_samples": 0},
+        "scenarios": {
+            "few_1rank": {
+                "dataset": ["few3", "few6"],
+                "loader": ["dlbench_stream", "dlbench_map", "lerobot_stream", "lerobot_map"],
+                "num_workers": 4,
+            },
+            "few_2rank": {
+                "dataset": "few3",
+                "loader": ["dlbench_stream", "dlbench_map", "lerobot_map"],
+                "num_workers": [0, 4],
+                "ranks": 2,
+            },
+            # the case that died in warm-up: 6 episodes, 2 ranks, batch 8, 1 worker
+            "few_2rank_b8": {
+                "dataset": "few6",
+                "loader": "dlbench_stream",
+                "batch_size": 8,
+                "num_workers": 1,
+                "ranks": 2,
+            },
+        },
+    },
+}
+
+
+@pytest.mark.slow
+def test_a_handful_of_episodes_runs_every_loader_with_more_workers_than_episodes(tmp_path):
+    """3 and 6 episodes, one camera and two, ranks 1-2, workers 0-4: every run ends with its frames verified, and a
+    stream with more ranks x workers than episodes says how many workers have work."""
+    from dlbench import peer
+
+    config = FEW
+    if peer.peer_python() is None:  # without LeRobot's environment its runs are recorded as skipped, with the reason
+        config = json.loads(json.dumps(FEW))
+        config["bench"]["scenarios"]["few_1rank"]["loader"] = ["dlbench_stream", "dlbench_map"]
+        config["bench"]["scenarios"]["few_2rank"]["loader"] = ["dlbench_stream", "dlbench_map"]
+    proc = snakemake(tmp_path, config, "-c", "2", "results/summary.csv")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = pd.read_csv(tmp_path / "results/summary.csv")
+    assert (
+        len(summary)
+        == 2 * len(config["bench"]["scenarios"]["few_1rank"]["loader"])
+        + 2 * len(config["bench"]["scenarios"]["few_2rank"]["loader"])
+        + 1
+    )
+    assert (summary["status"] == "ok").all(), summary[["run_id", "status", "reason"]].to_string()
+    assert (summary["frames_verified"] > 0).all() and (summary["frames_wrong"] == 0).all()
+    stream = summary[summary["loader"] == "dlbench_stream"].set_index(["scenario", "num_workers"])
+    # 3 episodes over 2 ranks x 4 workers: 2 + 1 workers have one each; said in notes
+    assert stream.loc[("few_2rank", 4), "busy_workers"] == 3
+    assert all(f"{n} of 4 DataLoader workers" in stream.loc[("few_2rank", 4), "notes"] for n in (1, 2))
+    assert stream.loc[("few_2rank", 0), "busy_workers"] == 2 and "workers" not in str(
+        stream.loc[("few_2rank", 0), "notes"]
+    )
+    assert stream.loc[("few_2rank_b8", 1), "busy_workers"] == 2

@@ -388,17 +388,17 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         workers, busy = max(num_workers, 1), self.busy_workers(num_workers)
         if busy == workers:
             return ""
-        unit = f"fetch groups of {self.group} episodes" if self.group > 1 else "episodes"
+        # with fetching, a fetch group of episodes is the unit dealt out
+        unit = f", fetch_episodes {self.group}" if self.group > 1 else ""
+        shards = f"{len(self._shards)} virtual shard(s){unit} for {self.world_size} rank(s)"
         if busy == 0:
             return (
-                f"rank {self.rank} of {self.world_size} has no episode to read: {len(self._shards)} virtual shard(s) "
-                f"({unit}) for {self.world_size} ranks; use at most {len(self._shards)} ranks or more episodes"
+                f"rank {self.rank} of {self.world_size} has no episode to read ({shards}); "
+                f"use at most {len(self._shards)} ranks, or more episodes"
             )
-        who = "this process" if num_workers == 0 else f"{busy} of {workers} DataLoader workers"
         return (
-            f"rank {self.rank} of {self.world_size}: {who} ha{'s' if num_workers == 0 else 've'} episodes to read: "
-            f"{len(self._shards)} virtual shards ({unit}) for {self.world_size} rank(s) x {workers} worker(s); "
-            f"use at most {max(1, len(self._shards) // self.world_size)} workers per rank or more episodes"
+            f"rank {self.rank} of {self.world_size}: {busy} of {workers} DataLoader workers have episodes to read "
+            f"({shards} x {workers} workers); the others idle: use num_workers <= {busy}, or more episodes"
         )
 
     def shard_events(self, shard: int, epoch: int) -> Iterator[tuple[str, tuple[list[int], int] | int]]:
