@@ -131,12 +131,12 @@ def test_two_local_ranks_overlap_and_read_disjoint_samples(v30_h264, tmp_path, l
 def test_harness_wrapper_survives_spawned_workers(v30_h264, loader):
     """cuda decode starts DataLoader workers with spawn, which pickles the wrapped dataset and its stats hooks."""
     from dlbench.bench.adapters import make_adapter
-    from dlbench.bench.runner import _collate, _Timed, _TimedIterable
+    from dlbench.bench.harness import Timed, TimedIterable, collate_with_info
 
     adapter = make_adapter(BenchConfig(root=str(v30_h264), loader=loader, buffer_size=8, **FAST))
-    wrap = (_TimedIterable if adapter.iterable else _Timed)(adapter.dataset, adapter.cache_stats)
+    wrap = (TimedIterable if adapter.iterable else Timed)(adapter.dataset, adapter.cache_stats)
     loader_ = torch.utils.data.DataLoader(
-        wrap, batch_size=4, num_workers=1, collate_fn=_collate, multiprocessing_context="spawn"
+        wrap, batch_size=4, num_workers=1, collate_fn=collate_with_info, multiprocessing_context="spawn"
     )
     batch, info = next(iter(loader_))
     assert len(batch["index"]) == 4 and (info[:, 1] == 0).all()  # made in worker 0
@@ -226,7 +226,7 @@ def test_a_training_step_is_held_and_the_data_wait_measured(v30_h264):
 def test_resume_check_interrupts_an_epoch_and_resumes_it_with_one_worker_more(v30_h264, monkeypatch):
     """`bench-run --resume-check`: after the windows, an epoch stopped at a random batch and resumed from its
     state_dict with one more worker delivers every frame of the rank once; a resume that repeats frames is caught."""
-    from dlbench.bench import runner
+    from dlbench.bench import resume
     from dlbench.cli import build_parser
     from dlbench.cli.bench import run_from_args
     from dlbench.loader.dataset_meta import DatasetMeta
@@ -243,7 +243,7 @@ def test_resume_check_interrupts_an_epoch_and_resumes_it_with_one_worker_more(v3
     # a resume that forgets what was delivered repeats it: the check says so
     monkeypatch.setattr(LeRobotStreamingDataset, "load_state_dict", lambda self, state: None)
     dmeta = DatasetMeta.load(str(v30_h264))
-    metrics, problem = runner._resume_check(replace(cfg, num_workers=0), dmeta, torch.device("cpu"))
+    metrics, problem = resume.resume_check(replace(cfg, num_workers=0), dmeta, torch.device("cpu"))
     assert metrics["resume_exact"] is False and "arrived more than once" in problem
     with pytest.raises(UserError, match="dlbench_stream only"):
         run(BenchConfig(root=str(v30_h264), loader="dlbench_map", resume_check=True, **FAST))

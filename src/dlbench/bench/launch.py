@@ -117,7 +117,8 @@ def _write_skipped(cfg, out_dir: Path, reason: str) -> dict:
 
 def run_rank(cfg, out_dir: str | Path) -> dict:
     """Run one rank and write its files atomically; a killed rank leaves no rank file."""
-    from .runner import cuda_unavailable_reason, run
+    from .gpu import cuda_unavailable_reason
+    from .runner import run
 
     out_dir = Path(out_dir)
     out = rank_file(out_dir, cfg.rank, cfg.world_size)

@@ -1,0 +1,286 @@
+"""The measured pass: the DataLoader as the loader's users build it, its first batch, warm-up, and the steady
+windows a dummy consumer pulls batches through (moved to the GPU where torch sees one, held for a training step)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from ..errors import UserError
+from ..loader.collate import CollateWorkerInit, collate, to_torch
+from ..loader.dataloader import import_decoder_before_fork, make_ring
+from ..procstat import MemorySampler
+from ..workers import start_method
+from .gpu import GpuStep, to_device
+
+if TYPE_CHECKING:  # the run's config; the runner imports this module
+    from .runner import BenchConfig
+
+
+def sample_info(t0: float, stats) -> np.ndarray:
+    """[latency_ms, worker, cache hits, misses, evictions, size, cpu fallbacks] for one sample (-1 where unknown)."""
+    ms = (time.perf_counter() - t0) * 1000.0
+    w = torch.utils.data.get_worker_info()
+    s = stats() if stats else {}
+    return np.array(
+        [
+            ms,
+            w.id if w else -1,
+            s.get("hits", -1),
+            s.get("misses", -1),
+            s.get("evictions", -1),
+            s.get("size", -1),
+            s.get("cpu_fallbacks", -1),
+        ],
+        dtype=np.float64,
+    )
+
+
+def collate_with_info(samples, collate_items=torch.utils.data.default_collate):
+    """The items collate as the loader's users batch them; the per-sample infos stay one small numpy array, pickled
+    with the batch rather than passed as one more shared-memory tensor (see `dlbench.loader.collate`)."""
+    items, infos = zip(*samples)
+    return collate_items(list(items)), np.stack(infos)
+
+
+class Timed(torch.utils.data.Dataset):
+    """Wraps a map-style dataset: each sample comes with its `sample_info`."""
+
+    def __init__(self, inner, stats):
+        self.inner, self.stats = inner, stats
+
+    def __len__(self):
+        return len(self.inner)
+
+    def __getitem__(self, idx):
+        t0 = time.perf_counter()
+        item = self.inner[idx]
+        return item, sample_info(t0, self.stats)
+
+
+class TimedIterable(torch.utils.data.IterableDataset):
+    """Wraps an iterable dataset: each sample comes with its `sample_info` (latency = time in the iterator's next)."""
+
+    def __init__(self, inner, stats):
+        self.inner, self.stats = inner, stats
+
+    def __iter__(self):
+        it = iter(self.inner)
+        while True:
+            t0 = time.perf_counter()
+            try:
+                item = next(it)
+            except StopIteration:
+                return
+            yield item, sample_info(t0, self.stats)
+
+
+def make_dataloader(cfg: BenchConfig, adapter, device: torch.device, pin: bool):
+    """The DataLoader the run measures, batched as the loader's users batch it: (loader, worker start method)."""
+    workers = cfg.num_workers
+    # spawned for CUDA decoding, else forked unless a thread runs here (dlbench.workers)
+    context = start_method(cuda=device.type == "cuda") if workers > 0 else None
+    prefetch = cfg.prefetch_factor if workers > 0 else None
+    collate_items, worker_init = adapter.collate, None
+    if collate_items is collate:  # as dlbench.loader.DataLoader batches: through a ring of shared slots
+        ring = make_ring(adapter.dataset, cfg.batch_size, workers, prefetch)
+        collate_items = partial(collate, ring=ring)
+        worker_init = CollateWorkerInit()
+        if ring is not None and pin:
+            ring.pin()  # batches in ring slots reach the GPU by DMA, uncopied
+    common = dict(
+        batch_size=cfg.batch_size,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+        collate_fn=partial(collate_with_info, collate_items=collate_items),
+        prefetch_factor=prefetch,
+        pin_memory=pin,
+        multiprocessing_context=context,
+        worker_init_fn=worker_init,
+        in_order=cfg.in_order,
+    )
+    if adapter.iterable:
+        return torch.utils.data.DataLoader(TimedIterable(adapter.dataset, adapter.cache_stats), **common), context
+    # map-style: every rank shuffles its own disjoint part of the dataset (as DistributedSampler does in training)
+    sampler = torch.utils.data.distributed.DistributedSampler(
+        adapter.dataset, num_replicas=cfg.world_size, rank=cfg.rank, shuffle=True, seed=cfg.seed, drop_last=True
+    )
+    return torch.utils.data.DataLoader(Timed(adapter.dataset, adapter.cache_stats), sampler=sampler, **common), context
+
+
+class Epochs:
+    """Batches from a DataLoader without end: a rank that runs out starts its next epoch (set_epoch where there is
+    one), as training does. A `UserError` if a whole epoch brings no batch (this rank has nothing to read)."""
+
+    def __init__(self, loader, dataset, rank: int = 0, world_size: int = 1):
+        self.loader, self.dataset, self.epoch = loader, dataset, 0
+        self.rank, self.world_size = rank, world_size
+        self.it = iter(loader)  # forks the workers: before any sampler thread exists (never fork beside a thread)
+
+    def next(self):
+        try:
+            return next(self.it)
+        except StopIteration:
+            self.epoch += 1
+            for epoch_aware in (self.dataset, self.loader.sampler):
+                if hasattr(epoch_aware, "set_epoch"):
+                    epoch_aware.set_epoch(self.epoch)
+            self.it = iter(self.loader)
+            try:
+                return next(self.it)
+            except StopIteration:
+                raise UserError(
+                    f"rank {self.rank} of {self.world_size}: an epoch of this loader brought no batch (no episode "
+                    f"for this rank, or fewer samples than one batch); use fewer ranks or a smaller batch_size"
+                ) from None
+
+    def close(self) -> None:
+        self.it = self.loader = None  # shuts the workers down
+
+
+@dataclass
+class Window:
+    """What the consumer saw over the measured windows."""
+
+    windows: list = field(default_factory=list)  # per window: start/end time, samples, batches, seconds
+    latencies: list = field(default_factory=list)  # per batch: each item's time to build inside its worker
+    intervals: list = field(default_factory=list)  # seconds between batches arriving
+    distinct: list = field(default_factory=list)  # distinct episodes per batch (shuffle randomness)
+    sizes: list = field(default_factory=list)
+    worker_stats: dict = field(default_factory=dict)  # worker id -> its latest decoder cache counters
+
+    def add(self, batch, info: np.ndarray) -> None:
+        """One batch that arrived, with its per-sample infos (`sample_info`)."""
+        self.latencies.append(info[:, 0])
+        for row in info:
+            self.worker_stats[int(row[1])] = row[2:7]
+        self.distinct.append(len(np.unique(batch["episode_index"].cpu().numpy())))
+        self.sizes.append(len(info))
+
+
+@dataclass
+class Pass:
+    """The DataLoader pass: what the consumer saw, where, and the clock around it."""
+
+    seen: Window
+    consumer: torch.device
+    pin: bool
+    context: str | None  # workers' start: fork, forkserver (a thread ran here) or spawn (CUDA); None: no workers
+    first_batch_latency: float
+    wallclock: float
+    peak_pss_mb: float
+    remote: tuple[dict, dict] | None = None  # the metering proxy's counts at the windows' start and end
+    warm_rows: list | None = None  # the samples delivered before the windows (first batch and warm-up)
+
+
+def busy_workers(adapter, num_workers: int) -> int | None:
+    """How many of this rank's DataLoader workers have something to read (None: the loader does not say)."""
+    count = getattr(adapter.dataset, "busy_workers", None)
+    return count(num_workers) if count else None
+
+
+def work_note(adapter, num_workers: int) -> str:
+    """One line when a rank or worker of this run has nothing to read (dlbench_stream says), else ''."""
+    note = getattr(adapter.dataset, "work_note", None)
+    return note(num_workers) if note else ""
+
+
+def warm_up(cfg: BenchConfig, batches: Epochs, t_start: float, rows: list) -> float:
+    """The first batch, then batches for `warmup_s` more (their samples' `index` into `rows`); returns the first
+    batch's latency from `t_start`."""
+    rows.extend(to_torch(batches.next()[0])["index"].tolist())
+    first_batch_latency = time.perf_counter() - t_start
+    while time.perf_counter() - t_start - first_batch_latency < cfg.warmup_s:
+        rows.extend(to_torch(batches.next()[0])["index"].tolist())
+    return first_batch_latency
+
+
+def measure_window(
+    cfg: BenchConfig, batches: Epochs, consumer: torch.device, checks: list, samples_out, seen: Window
+) -> dict:
+    """One steady window of `duration_s` (or `num_batches`): each batch moved to the consumer as training moves it,
+    noted in `seen`, then checked. Returns the window's start/end time, samples, batches and seconds."""
+    samples = count = 0
+    waited = 0.0  # seconds the consumer was blocked on the next batch (and its copy)
+    # on a GPU the step is a kernel the next batch's loading overlaps (`GpuStep`); on the CPU, a sleep
+    gpu_step = GpuStep(cfg.step_ms) if cfg.step_ms and consumer.type == "cuda" else None
+    window_start_unix, w0 = time.time(), time.perf_counter()
+    last = w0
+    while True:
+        now = time.perf_counter()
+        if now - w0 >= cfg.duration_s or (cfg.num_batches is not None and count >= cfg.num_batches):
+            break
+        batch, info = batches.next()
+        batch = to_torch(batch)  # held until the copy is done: ring slots are reused once released
+        if consumer.type == "cuda":  # the copy training pays; the checks below read the host batch
+            to_device(batch, consumer)
+            if gpu_step is None:
+                torch.cuda.synchronize()  # the batch is on the GPU before the clock is read
+        arrived = time.perf_counter()
+        waited += arrived - now
+        seen.intervals.append(arrived - last)
+        last = arrived
+        samples += len(info)
+        count += 1
+        seen.add(batch, info)
+        if samples_out is not None:
+            samples_out.extend(batch["index"].cpu().tolist())
+        for check in checks:
+            check(batch)
+        if gpu_step is not None:
+            gpu_step.run(batch)
+        elif cfg.step_ms:  # the step as training takes it: the checks above run inside it when they fit
+            time.sleep(max(0.0, cfg.step_ms / 1000.0 - (time.perf_counter() - arrived)))
+    if gpu_step is not None:
+        gpu_step.finish()
+    elapsed = time.perf_counter() - w0
+    return {
+        "start_unix": window_start_unix,
+        "end_unix": window_start_unix + elapsed,
+        "samples": samples,
+        "batches": count,
+        "seconds": elapsed,
+        "data_wait_s": waited,
+    }
+
+
+def measure(cfg: BenchConfig, batches: Epochs, consumer: torch.device, checks: list, samples_out) -> Window:
+    """`repeats` windows of `duration_s` back to back (their spread is the run's noise)."""
+    seen = Window()
+    for _ in range(cfg.repeats):
+        seen.windows.append(measure_window(cfg, batches, consumer, checks, samples_out, seen))
+    return seen
+
+
+def measure_pass(cfg: BenchConfig, adapter, device: torch.device, checks: list, samples_out, barrier, meter) -> Pass:
+    """Build the DataLoader, take the first batch and warm up, wait for every rank, then measure (and read the
+    metering proxy's counts, if any, on either side of the windows)."""
+    # every batch goes to the GPU where there is one, as training moves it; frames decoded on the CPU travel from
+    # pinned memory, frames decoded on the GPU are there already
+    consumer = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    pin = consumer.type == "cuda" and device.type == "cpu"
+    loader, context = make_dataloader(cfg, adapter, device, pin)
+    t_start = time.perf_counter()
+    if context is not None:
+        import_decoder_before_fork(adapter.dataset, context)  # as dlbench's DataLoader does, on the clock
+    batches = Epochs(loader, adapter.dataset, cfg.rank, cfg.world_size)
+    memory = MemorySampler(every_s=0.5)  # a few ms per sample: keep it off the measured cores
+    memory.start()
+    try:
+        warm_rows: list = []
+        first_batch_latency = warm_up(cfg, batches, t_start, warm_rows)
+        if barrier is not None:
+            barrier()
+        before = meter.counts() if meter else None
+        seen = measure(cfg, batches, consumer, checks, samples_out)
+        remote = (before, meter.counts()) if meter else None
+        wallclock = time.perf_counter() - t_start
+    finally:  # also on an error: the workers stop before the process exits
+        memory.stop()
+        batches.close()
+    return Pass(seen, consumer, pin, context, first_batch_latency, wallclock, memory.peak / 2**20, remote, warm_rows)

@@ -1,0 +1,149 @@
+"""A rank's record from what its pass saw: rates and latencies, decoder caches, frame checks, remote cost."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from ..loader.dataset_meta import DatasetMeta
+from ..validate import is_synthetic
+from . import record as recordmod
+from .harness import Pass
+from .probe import probe
+from .remote import cost_metrics, needed_bytes
+from .shuffle import shuffle_score
+from .verify import BarcodeCheck, DecodeCheck
+
+if TYPE_CHECKING:  # the run's config; the runner imports this module
+    from .runner import BenchConfig
+
+
+def frame_checks(cfg: BenchConfig, dmeta: DatasetMeta, device: torch.device) -> tuple:
+    """The checks of the frames consumed, each None where it does not apply: (barcodes, independent decode)."""
+    barcodes = BarcodeCheck(dmeta, cfg.mode, cfg.delta_timestamps) if cfg.verify and is_synthetic(dmeta.info) else None
+    decoded = (
+        DecodeCheck(
+            dmeta,
+            cfg.mode,
+            cfg.check_frames,
+            deltas=cfg.delta_timestamps,
+            gpu=device.type == "cuda",
+            seed=cfg.seed + cfg.rank,
+        )
+        if cfg.verify
+        else None
+    )
+    return barcodes, decoded
+
+
+def timing_metrics(measured: Pass, frames_per_item: int) -> dict:
+    """Rates (the median window's, with the spread), the consumer's and the dataset's latencies, the clock."""
+    windows = measured.seen.windows
+    lat = np.concatenate(measured.seen.latencies)
+    gaps = np.asarray(measured.seen.intervals) * 1000.0
+    rates = np.array([w["samples"] / w["seconds"] for w in windows])
+    return {
+        "samples": sum(w["samples"] for w in windows),
+        "batches": sum(w["batches"] for w in windows),
+        "repeats": len(windows),
+        "frames_per_s_node": float(np.median(rates)) * frames_per_item,  # the median window; min and max: spread
+        "frames_per_s_min": float(rates.min()) * frames_per_item,
+        "frames_per_s_max": float(rates.max()) * frames_per_item,
+        "samples_per_s": float(np.median(rates)),
+        "first_batch_latency_s": measured.first_batch_latency,
+        # the share of the steady windows the consumer spent blocked on data (at step_ms per batch)
+        "data_wait_frac": sum(w["data_wait_s"] for w in windows) / sum(w["seconds"] for w in windows),
+        # the consumer's view: time between batches arriving (on the GPU where there is one)
+        "batch_interval_p50_ms": float(np.percentile(gaps, 50)),
+        "batch_interval_p95_ms": float(np.percentile(gaps, 95)),
+        "batch_interval_p99_ms": float(np.percentile(gaps, 99)),
+        # the dataset's view: time to produce one item inside a worker (a streaming loader's is a buffer pop)
+        "latency_p50_ms": float(np.percentile(lat, 50)),
+        "latency_p95_ms": float(np.percentile(lat, 95)),
+        "latency_p99_ms": float(np.percentile(lat, 99)),
+        "wallclock_s": measured.wallclock,
+        "steady_window_s": float(sum(w["seconds"] for w in windows)),
+        "window_start_unix": windows[0]["start_unix"],
+        "window_end_unix": windows[-1]["end_unix"],
+        "windows": windows,
+    }
+
+
+def cache_metrics(worker_stats: dict) -> dict:
+    """The decoder caches' counters summed over the workers; None where the loader keeps none."""
+    cache = np.sum(list(worker_stats.values()), axis=0)
+    known = cache[0] >= 0
+    lookups = cache[0] + cache[1]
+    return {
+        "cache_hits": int(cache[0]) if known else None,
+        "cache_misses": int(cache[1]) if known else None,
+        "cache_evictions": int(cache[2]) if known else None,
+        "cache_hit_rate": (float(cache[0] / lookups) if lookups else 0.0) if known else None,
+        "cache_size": int(cache[3]) if known else None,
+        # files NVDEC could not decode (e.g. AV1 on Hopper) that torchcodec decoded on the CPU instead
+        "decode_cpu_fallbacks": int(cache[4]) if known else None,
+    }
+
+
+def check_metrics(barcodes: BarcodeCheck | None, decoded: DecodeCheck | None) -> dict:
+    """Frames checked and found wrong, by barcode and by independent decode, and in all."""
+    out = {
+        "frames_barcode_checked": barcodes.checked if barcodes else 0,
+        "frames_barcode_wrong": barcodes.wrong if barcodes else 0,
+        "frames_decode_checked": decoded.checked if decoded else 0,
+        "frames_decode_wrong": decoded.wrong if decoded else 0,
+        "decode_check_worst_diff": decoded.worst_mean_abs_diff if decoded else None,
+    }
+    out["frames_verified"] = out["frames_barcode_checked"] + out["frames_decode_checked"]
+    out["frames_wrong"] = out["frames_barcode_wrong"] + out["frames_decode_wrong"]
+    return out
+
+
+def run_metrics(cfg: BenchConfig, measured: Pass, dmeta: DatasetMeta, adapter, barcodes, decoded, rows) -> dict:
+    """The record's metrics: the pass, the single-process probe, the decoder caches, the dataset, the checks, what
+    the storage served (`rows`: the samples delivered in the windows)."""
+    fpi = adapter.frames_per_item
+    timing, cache = timing_metrics(measured, fpi), cache_metrics(measured.seen.worker_stats)
+    remote = cost_metrics(None, None, 0, None)
+    if measured.remote is not None:  # over the whole run: fetching ahead moves requests out of the windows
+        delivered = np.asarray(list(measured.warm_rows) + list(rows), np.int64)
+        needed = needed_bytes(dmeta, delivered, cfg.mode, cfg.delta_timestamps)
+        remote = cost_metrics(*measured.remote, len(delivered) * fpi, needed)
+    probed = probe(cfg)
+    cam0 = dmeta.info["features"][dmeta.cameras[0]]["shape"] if dmeta.cameras else [0, 0, 0]
+    return {
+        **timing,
+        "consumer_device": measured.consumer.type,
+        "pin_memory": measured.pin,
+        "peak_pss_mb": measured.peak_pss_mb,
+        "shuffle_randomness": shuffle_score(measured.seen.distinct, measured.seen.sizes, dmeta.ep_to - dmeta.ep_from),
+        "probe_samples_per_s": probed["samples_per_s"],
+        "probe_fetch_ms": probed["fetch_ms"],
+        "probe_decode_ms": probed["decode_ms"],
+        **cache,
+        "worker_start_method": measured.context,
+        "num_cameras": len(dmeta.cameras),
+        "frames_per_sample": fpi,
+        "image_shape": "x".join(str(v) for v in cam0),
+        "fps": dmeta.fps,
+        **check_metrics(barcodes, decoded),
+        **remote,
+    }
+
+
+def rank_record(cfg: BenchConfig, metrics: dict, decoded: DecodeCheck | None, resume_problem: str = "") -> dict:
+    """The rank's record: unverified where no frame was checked; the wrong frames' problems and a failed resume
+    check as its reason."""
+    if metrics["frames_verified"] == 0:
+        why = (
+            "verify is off"
+            if not cfg.verify
+            else "no frame was checked (check_frames: 0 on a dataset without barcodes)"
+        )
+        reason = "; ".join(r for r in (f"unverified: {why}", resume_problem) if r)
+        return recordmod.make_record(asdict(cfg), metrics, status="unverified", reason=reason)
+    wrong = f"wrong frames: {'; '.join(decoded.problems)}" if decoded is not None and decoded.problems else ""
+    return recordmod.make_record(asdict(cfg), metrics, reason="; ".join(r for r in (wrong, resume_problem) if r))

@@ -1,0 +1,50 @@
+"""The single-process probe: samples/s of one loader in one process, split into fetch and decode."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .adapters import make_adapter
+
+if TYPE_CHECKING:  # the run's config; the runner imports this module
+    from .runner import BenchConfig
+
+
+def probe(cfg: BenchConfig) -> dict:
+    """Single-process samples/s and (for dlbench loaders) the fetch vs decode split, on `probe_samples` items."""
+    none = {"samples_per_s": None, "fetch_ms": None, "decode_ms": None}
+    if cfg.probe_samples <= 0:
+        return none
+    adapter = make_adapter(cfg)
+    ds = adapter.dataset
+    count = cfg.probe_samples
+    if adapter.iterable:
+        it = iter(ds)
+        if next(it, None) is None:  # this rank has nothing to read (its run says so)
+            return none
+        take = lambda: next(it)  # noqa: E731
+        count += getattr(ds, "buffer_size", 0)  # so that the timed items include decoding as much as yielding
+    else:
+        idx = iter(np.random.default_rng(cfg.seed).integers(0, len(ds), size=cfg.probe_samples + 1).tolist())
+        take = lambda: ds[next(idx)]  # noqa: E731
+        take()
+    d0 = adapter.decode_seconds() if adapter.decode_seconds else 0.0
+    t0 = time.perf_counter()
+    n = 0
+    try:
+        for _ in range(count):
+            take()
+            n += 1
+    except StopIteration:
+        pass
+    total = time.perf_counter() - t0
+    if n == 0:
+        return none
+    out = {"samples_per_s": n / total, "fetch_ms": None, "decode_ms": None}
+    if adapter.decode_seconds:
+        decode = adapter.decode_seconds() - d0
+        out.update(fetch_ms=(total - decode) / n * 1000, decode_ms=decode / n * 1000)
+    return out
