@@ -14,10 +14,10 @@ run: install peer
 test: install peer lint
 	$(BIN)/python -m pytest -q tests
 
-# the inner loop: no end-to-end runs (Snakemake, converters), no lint, and the LeRobot peer hidden (a peer path that
-# does not exist), so its tests skip and say why
+# the inner loop: the unit tier (tests/conftest.py: no servers, peer, cluster or end-to-end runs), no lint, on
+# two processes (pytest-xdist)
 test-fast: install
-	DLBENCH_PEER_PYTHON=none $(BIN)/python -m pytest -q -m "not slow" tests
+	DLBENCH_PEER_PYTHON=none $(BIN)/python -m pytest -q -m unit -n 2 tests
 
 # rewrite what `make lint` checks: ruff's fixes and formatting, snakefmt
 format: install

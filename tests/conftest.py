@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import faulthandler
 import functools
+import hashlib
 import http.server
 import os
+import shutil
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +31,30 @@ def _watchdog_in_forked_child() -> None:
 
 
 os.register_at_fork(after_in_child=_watchdog_in_forked_child)
+
+# test tiers by what a test needs (`pytest -m unit` is the inner loop): module -> marker
+TIERS = {
+    "test_slurm": "slurm",
+    "test_cuda": "cuda",
+    "test_sources": "server",
+    "test_hub": "server",
+    "test_lerobot_interop": "peer",
+}
+PEER_FIXTURES = {"lerobot_recorded_v30", "lerobot_recorded_images_v30"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark each test with its tier: slurm, cuda, server (loopback S3 or Hub), peer (LeRobot's environment), slow
+    (end to end), else unit."""
+    for item in items:
+        tier = TIERS.get(item.module.__name__.rsplit(".", 1)[-1])
+        if tier:
+            item.add_marker(tier)
+        if PEER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker("peer")
+        if not any(item.get_closest_marker(m) for m in ("slurm", "cuda", "server", "peer", "slow")):
+            item.add_marker("unit")
+
 
 CAMS2 = (Camera("observation.images.front", 64, 64), Camera("observation.images.wrist", 64, 96))
 # thresholds small enough that data and every camera span several files
@@ -52,9 +80,31 @@ def tiny_config(**kw) -> SynthConfig:
     return SynthConfig(**base)
 
 
+# synthesized datasets kept between sessions, keyed by their config and the generator's code
+SYNTH_CACHE = Path(os.environ.get("DLBENCH_TEST_CACHE", Path(__file__).resolve().parents[1] / ".pytest_cache"))
+
+
+def synth_cached(cfg: SynthConfig, out: Path) -> Path:
+    """`synthesize(cfg, out)`, copied from the on-disk cache when an earlier session made the same dataset (each
+    test gets its own copy, so none can damage the cache)."""
+    import dlbench.synth
+
+    code = b"".join(p.read_bytes() for p in sorted(Path(dlbench.synth.__file__).parent.glob("*.py")))
+    key = hashlib.sha256(repr(dataclasses.asdict(cfg)).encode() + code).hexdigest()[:16]
+    cached = SYNTH_CACHE / "dlbench-datasets" / key
+    if not cached.is_dir():
+        made = synthesize(cfg, cached.with_suffix(f".{os.getpid()}.tmp"), overwrite=True, workers=2, progress=False)
+        try:
+            made.rename(cached)  # whole or not at all
+        except OSError:  # another session cached it meanwhile
+            shutil.rmtree(made, ignore_errors=True)
+    shutil.copytree(cached, out)
+    return out
+
+
 @pytest.fixture(scope="session")
 def v21_h264(tmp_path_factory):
-    return synthesize(tiny_config(), tmp_path_factory.mktemp("h264") / "v21", workers=2, progress=False)
+    return synth_cached(tiny_config(), tmp_path_factory.mktemp("h264") / "v21")
 
 
 @pytest.fixture(scope="session")

@@ -88,6 +88,7 @@ def test_peer_loader_without_peer_env_names_the_command(v30_h264, tmp_path, monk
         launch({**spec, "on_unavailable": "error"}, tmp_path / "run2")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loader", ["dlbench_stream", "dlbench_map"])
 def test_two_local_ranks_overlap_and_read_disjoint_samples(v30_h264, tmp_path, loader):
     from dlbench.cli import main
@@ -210,6 +211,7 @@ def _same_length_other_content(video, out):
     )
 
 
+@pytest.mark.slow
 def test_a_training_step_is_held_and_the_data_wait_measured(v30_h264):
     """With num_workers=0 the consumer waits for every batch it decodes itself; with 2 workers and a step far longer
     than a batch takes, the workers keep ahead and the consumer hardly waits."""

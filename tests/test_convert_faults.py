@@ -19,10 +19,10 @@ from dlbench.convert import work as workmod
 from dlbench.convert.lease import LeaseDir
 from dlbench.errors import UserError
 from dlbench.format import paths
-from dlbench.synth import Camera, synthesize
+from dlbench.synth import Camera
 from dlbench.validate import validate
 
-from .conftest import SMALL_FILES, plain_http_server, tiny_config
+from .conftest import SMALL_FILES, plain_http_server, synth_cached, tiny_config
 
 # one unit holds several output files, so a worker can be stopped between two of them
 BIG_UNITS = planmod.PlanOptions(episodes_per_batch=100, data_file_size_in_mb=0.012, video_file_size_in_mb=0.008)
@@ -143,9 +143,9 @@ def test_truncated_parquet_fails_its_unit_and_the_manifest_survives_the_fix(v21_
     shutil.copytree(v21_h264, src)
     bad = src / paths.v21_data_path(2, 1000)
     good = bad.read_bytes()
-    bad.write_bytes(good[: len(good) // 2])
     work = tmp_path / "work"
     planmod.plan(str(src), work, SMALL_FILES)
+    bad.write_bytes(good[: len(good) // 2])  # damaged after planning (the plan itself refuses a damaged source)
     with pytest.raises(UserError, match=r"episode_000002.parquet: unreadable parquet"):
         workmod.work(work)
     bad.write_bytes(good)  # the fix
@@ -182,13 +182,11 @@ def test_different_plan_into_a_used_work_dir_is_refused(v21_h264, tmp_path):
         planmod.plan(str(v21_h264), tmp_path / "w", BIG_UNITS)
 
 
+@pytest.mark.slow
 def test_three_cameras_av1_and_uneven_lengths(tmp_path):
     cams = tuple(Camera(f"observation.images.c{i}", 64, 64) for i in range(3))
-    src = synthesize(
-        tiny_config(codec="av1", episodes=5, length_min=3, length_max=70, cameras=cams, chunks_size=2),
-        tmp_path / "v21",
-        workers=2,
-        progress=False,
+    src = synth_cached(
+        tiny_config(codec="av1", episodes=5, length_min=3, length_max=70, cameras=cams, chunks_size=2), tmp_path / "v21"
     )
     from dlbench.convert.run import run
 

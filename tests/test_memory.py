@@ -12,7 +12,7 @@ import pytest
 from dlbench.convert.run import run as convert_run
 from dlbench.synth import Camera
 
-from .conftest import tiny_config
+from .conftest import synth_cached, tiny_config
 
 CAMERAS = tuple(Camera(f"observation.images.cam{i}", 240, 320) for i in range(6))
 DECODERS_MB, BUFFER_MB = 24, 8
@@ -22,11 +22,8 @@ SLACK_MB = 32  # the allocator's and FFmpeg's own: what a budget cannot see
 @pytest.fixture(scope="module")
 def many_cameras(tmp_path_factory):
     """12 episodes of 6 cameras at 240x320: a pool of 8 live episodes wants 48 decoders (~4 MB each)."""
-    from dlbench.synth import synthesize
-
     home = tmp_path_factory.mktemp("memory")
-    v21 = synthesize(tiny_config(episodes=12, length_min=24, length_max=32, cameras=CAMERAS), home / "v21",
-                     workers=2, progress=False)  # fmt: skip
+    v21 = synth_cached(tiny_config(episodes=12, length_min=24, length_max=32, cameras=CAMERAS), home / "v21")
     return convert_run(str(v21), home / "v30", workers=2, progress=False)
 
 
@@ -63,6 +60,7 @@ def epoch(root, **kwargs) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_decoders_and_buffers_stay_under_their_byte_budgets(many_cameras):
     bounded = epoch(many_cameras, decoder_cache_mb=DECODERS_MB, buffer_mb=BUFFER_MB)
     assert bounded["growth_mb"] <= DECODERS_MB + BUFFER_MB + SLACK_MB, bounded

@@ -17,10 +17,10 @@ from dlbench.convert import plan as planmod
 from dlbench.convert import work as workmod
 from dlbench.convert.run import run as convert_run
 from dlbench.format import meta, paths
-from dlbench.synth import Camera, synthesize
+from dlbench.synth import Camera
 from dlbench.validate import validate
 
-from .conftest import SMALL_FILES, tiny_config
+from .conftest import SMALL_FILES, synth_cached, tiny_config
 
 CAM = "observation.images.front"
 
@@ -46,10 +46,10 @@ def packets(path) -> list[tuple[int, int, bool, bytes]]:
 def v21_av1(tmp_path_factory):
     cams = (Camera(CAM, 64, 64),)
     cfg = tiny_config(codec="av1", episodes=4, cameras=cams)
-    return synthesize(cfg, tmp_path_factory.mktemp("av1") / "v21", workers=2, progress=False)
+    return synth_cached(cfg, tmp_path_factory.mktemp("av1") / "v21")
 
 
-@pytest.mark.parametrize("dataset", ["v21_h264", "v21_av1"])
+@pytest.mark.parametrize("dataset", ["v21_h264", pytest.param("v21_av1", marks=pytest.mark.slow)])
 def test_joined_video_equals_ffmpeg_remux(dataset, request, tmp_path):
     """H.264 brings B-frames (ctts, an edit list), AV1 the sdtp table: same packets, timestamps and frames."""
     src = request.getfixturevalue(dataset)

@@ -5,6 +5,7 @@ import sys
 import threading
 
 import fsspec.config
+import pytest
 import torch
 
 from dlbench.loader import DataLoader
@@ -31,6 +32,7 @@ print(alone, beside, start_method(), start_method(cuda=True))
     assert out.stdout.split() == ["fork", "forkserver", "fork", "spawn"]
 
 
+@pytest.mark.slow  # a fresh interpreter faulting 1.2 GB of pages
 def test_workers_reuse_freed_frame_blocks_instead_of_faulting_new_pages():
     """A decode's frames are a fresh block of tens of MB. glibc maps such blocks anew each time, so every 4 KB of
     every decode is a page fault; `keep_freed_blocks` (set in DataLoader workers) keeps them on the heap for reuse."""
@@ -57,6 +59,7 @@ print(plain, faults_once_settled())
     assert kept < plain / 10
 
 
+@pytest.mark.slow  # a fresh interpreter; under pytest-xdist it sees a thread and does not fork
 def test_forked_loader_workers_inherit_the_decoder_module(v30_h264):
     """torchcodec imports torch._dynamo (over a second of CPU): dlbench's DataLoader imports it once before forking,
     so the workers of every epoch start with it instead of each importing it again."""
