@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create (once) the LeRobot peer environment: Python 3.12 + lerobot[dataset]==0.6.1 in .venv-lerobot.
+# Create (once) the LeRobot peer environment: Python 3.12 + lerobot[dataset]==0.6.1 in .venv-lerobot, with
+# lerobot-lancedb==0.3.1 (its lerobot-lance-doctor is compared with `dlbench validate`; its Lance loader is a peer).
 # LeRobot 0.5+ needs Python >= 3.12; its pins (torch<2.12, torchcodec<0.12, datasets<5, ...) clash with dlbench's,
 # so it lives in its own venv and dlbench drives it as a subprocess. About 100 s and 5.4 GB.
 # Python 3.12 is looked up as: $PYTHON312, python3.12 on PATH, then pyenv.
@@ -7,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${PEER_VENV:-.venv-lerobot}
 READY="$VENV/.dlbench-peer-ready"  # written last: dlbench uses the environment only when this marker exists
-if [ -f "$READY" ] && "$VENV/bin/python" -c "import lerobot.datasets.lerobot_dataset, psutil" 2>/dev/null; then
+if [ -f "$READY" ] && "$VENV/bin/python" -c "import lerobot.datasets.lerobot_dataset, lerobot_lancedb, psutil" 2>/dev/null; then
   exit 0
 fi
 is312() { [ -n "$1" ] && "$1" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; }
@@ -26,13 +27,13 @@ rm -rf "$VENV"
 "$PY" -m venv "$VENV"
 # Several GB come from the package index; a dropped connection mid-download is retried (pip keeps what it finished).
 for attempt in 1 2 3; do
-  if "$VENV/bin/pip" install -q --retries 10 --timeout 120 "lerobot[dataset]==0.6.1" psutil; then  # psutil: the bench harness runs here too
+  if "$VENV/bin/pip" install -q --retries 10 --timeout 120 "lerobot[dataset]==0.6.1" "lerobot-lancedb==0.3.1" psutil; then  # psutil: the bench harness runs here too
     break
   fi
   [ "$attempt" = 3 ] && { echo "peer-env: pip install failed 3 times" >&2; false; }
   echo "peer-env: pip install failed (attempt $attempt of 3); retrying in 10 s" >&2
   sleep 10
 done
-"$VENV/bin/python" -c "import lerobot.datasets.lerobot_dataset, lerobot.datasets.streaming_dataset"
+"$VENV/bin/python" -c "import lerobot.datasets.lerobot_dataset, lerobot.datasets.streaming_dataset, lerobot_lancedb"
 touch "$READY"
 echo "peer environment ready: $VENV"

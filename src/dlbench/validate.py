@@ -1,8 +1,21 @@
-"""`dlbench validate`: check the invariants of a v3.0 dataset, decoding the edges of every episode.
+"""`dlbench validate`: find what in a v3.0 dataset breaks training or silently feeds it wrong frames, one line each.
 
-Checks: contiguous episode indices; dataset_from/to_index cover every row exactly once and agree with the data
-files; totals in info.json; file size thresholds; every episode's first and last frame of every camera decodes at
-`from_timestamp + timestamp`, and, for datasets made by `dlbench synth`, carries the right barcode.
+Every problem is one line that names the file or episode and what it does to training with LeRobot 0.6.1's
+loaders. The checks, each a function below:
+  metadata    meta/episodes has every column LeRobot reads; meta/tasks.parquet lists tasks 0..K-1 in row order;
+              meta/stats.json has stats for every camera and float feature
+  boundaries  the episodes' row ranges tile [0, total_frames) and agree with their lengths; totals in info.json
+  cameras     every camera with videos or meta/episodes columns is one that info.json lists
+  orphans     no parquet under data/ and no video under videos/ that no episode references (where the filesystem
+              can list directories; plain HTTP cannot, and the report says so)
+  data        each data file of a checked episode exists, reads and holds exactly its episodes' rows: index =
+              dataset_from..to_index, frame_index 0..length-1, timestamp = frame_index / fps within LeRobot's
+              tolerance, task_index in meta/tasks
+  videos      each video file of a checked episode exists, is not empty, not cut short, and declares the frames its
+              episodes need (container headers only); then the first and last frame of every checked episode
+              decodes at from_timestamp + timestamp and, on datasets made by `dlbench synth`, carries its barcode
+A dataset that cannot be read at all (a missing or empty directory, another format version, an unreadable info.json
+or meta/episodes) is one `UserError`; otherwise all problems are listed together in one.
 """
 
 from __future__ import annotations
@@ -10,17 +23,27 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-import fsspec
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from . import barcode
-from .errors import UserError
-from .format import meta, paths
+from .convert import mp4
+from .errors import UserError, no_range_requests
+from .format import listing, meta, paths
 from .video import VideoDecoderCache
 
 SYNTHETIC_ROBOT = "dlbench_synthetic"
 SIZE_SLACK = 1.05  # output files may exceed the planned size by their own headers and footers
 MAX_LISTED = 10
+# LeRobot 0.6.1's default tolerance_s: a decoded frame whose pts is this far (or more) from its query raises
+# FrameTimestampError (lerobot/datasets/video_utils.py: `min_ < tolerance_s`)
+TOLERANCE_S = 1e-4
+EPISODE_COLUMNS = ("episode_index", "length", "data/chunk_index", "data/file_index", "dataset_from_index",
+                   "dataset_to_index")  # fmt: skip
+VIDEO_COLUMNS = ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
+DATA_COLUMNS = ("index", "episode_index", "frame_index", "timestamp", "task_index")
+NO_LISTING = "orphan files not looked for: this filesystem cannot list directories (plain HTTP)"
 
 
 def is_synthetic(info: dict) -> bool:
@@ -30,21 +53,27 @@ def is_synthetic(info: dict) -> bool:
 def validate(root: str, check_barcodes: bool | None = None, sample_episodes: int = 0, progress: bool = False) -> dict:
     """Validate the v3.0 dataset at `root`; return a report, or raise `UserError` listing the problems.
 
-    The metadata is checked whole. Data files and video edges are checked for every episode, or, with
-    `sample_episodes` > 0, for that many episodes spread evenly over the dataset (a large remote dataset).
-    `progress` shows a bar over the episodes' videos as their edges are decoded."""
+    The metadata, the totals and the orphan files are checked whole. Data files and videos are checked for every
+    episode, or, with `sample_episodes` > 0, for that many episodes spread evenly over the dataset (a large remote
+    dataset). `progress` shows a bar over the episodes' videos as they are checked."""
     root = str(root)
     info = meta.require_version(root, paths.V30)
     problems: list[str] = []
-    cams = meta.video_keys(info)
-    eps = _read_episodes(root, cams)
+    eps, cams, columns = _read_episodes(root, info, problems)
     n = len(eps["episode_index"])
-    frames = _check_metadata(info, eps, problems)
+    tiled = _check_boundaries(info, eps, problems)
+    frames = _check_totals(info, eps, problems)
+    tasks = _check_tasks(root, problems)
+    _check_stats(root, info, problems)
+    files = {folder: listing.list_files(root, folder) for folder in ("data", "videos")}
+    strays = _check_cameras(info, columns, files["videos"], problems)
+    orphans_checked = _check_orphans(eps, cams, strays, files, problems)
     sample = _sample(n, sample_episodes)
-    fs, _ = fsspec.core.url_to_fs(root)
-    data_files = _check_data_files(fs, root, info, eps, set(sample), problems)
+    data_files = _check_data_files(root, info, eps, set(sample), tiled, tasks, files["data"], problems)
     check_barcodes = is_synthetic(info) if check_barcodes is None else check_barcodes
-    decoded, wrong = _check_videos(fs, root, info, eps, sample, check_barcodes, progress, problems)
+    decoded, wrong = _check_videos(
+        root, info, cams, eps, sample, tiled, check_barcodes, progress, files["videos"], problems
+    )
     report = {
         "dataset": root,
         "episodes": n,
@@ -55,6 +84,8 @@ def validate(root: str, check_barcodes: bool | None = None, sample_episodes: int
         "frames_decoded": decoded,
         "barcodes_checked": check_barcodes,
         "frames_wrong": wrong,
+        "orphans_checked": orphans_checked,
+        "notes": [] if orphans_checked else [NO_LISTING],
         "problems": problems,
         "ok": not problems,
     }
@@ -65,34 +96,182 @@ def validate(root: str, check_barcodes: bool | None = None, sample_episodes: int
     return report
 
 
-def _read_episodes(root: str, cams: list[str]) -> dict[str, list]:
-    """The columns of meta/episodes that validation reads, as lists."""
-    cols = ["episode_index", "length", "data/chunk_index", "data/file_index", "dataset_from_index", "dataset_to_index"]
-    for cam in cams:
-        cols += [f"videos/{cam}/{c}" for c in ("chunk_index", "file_index", "from_timestamp", "to_timestamp")]
-    return meta.read_episodes_v30(root, columns=cols).to_pydict()
+# ------------------------------------------------------------------------------------------------- metadata
+def _read_episodes(root: str, info: dict, problems: list[str]) -> tuple[dict[str, list], list[str], list[str]]:
+    """The columns of meta/episodes that validation reads, as lists; the cameras that have all of theirs (one
+    without them is a problem: LeRobot cannot find its frames); the names of all its columns. Missing episode
+    columns are fatal."""
+    names = _episode_column_names(root)
+    missing = [c for c in EPISODE_COLUMNS if c not in names]
+    if missing:
+        raise UserError(
+            f"{paths.join(root, 'meta/episodes')}: no {', '.join(missing)} column(s); LeRobot cannot place any "
+            f"episode's rows: restore meta/episodes from the dataset's source"
+        )
+    columns, cams = list(EPISODE_COLUMNS), []
+    for cam in meta.video_keys(info):
+        wanted = [f"videos/{cam}/{c}" for c in VIDEO_COLUMNS]
+        if all(c in names for c in wanted):
+            columns += wanted
+            cams.append(cam)
+        else:
+            problems.append(
+                f"meta/episodes: no videos/{cam}/ columns though info.json lists camera {cam}: LeRobot cannot find "
+                f"its frames (KeyError on every item)"
+            )
+    try:
+        table = meta.read_episodes_v30(root, columns=columns)
+    except pa.ArrowException as e:  # files of meta/episodes with different columns
+        raise UserError(f"{paths.join(root, 'meta/episodes')}: its files do not fit together ({e})") from None
+    empty = [c for c in columns if table.column(c).null_count]
+    if empty:
+        raise UserError(f"{paths.join(root, 'meta/episodes')}: column(s) {', '.join(empty)} have empty values")
+    return table.to_pydict(), cams, names
 
 
-def _check_metadata(info: dict, eps: dict[str, list], problems: list[str]) -> int:
-    """Check episode indices, row ranges and totals; return the rows the episodes cover."""
+def _episode_column_names(root: str) -> list[str]:
+    """The column names of meta/episodes (its first file's schema: one footer read)."""
+    rel = meta.episodes_files_v30(root)[0]
+    with meta.open_file(root, rel) as f:
+        try:
+            return pq.ParquetFile(f).schema_arrow.names
+        except (pa.ArrowException, OSError, ValueError) as e:
+            url = paths.join(root, rel)
+            raise no_range_requests(url, e) or UserError(f"{url}: not a readable parquet file ({e})") from None
+
+
+def _check_tasks(root: str, problems: list[str]) -> int | None:
+    """Check that meta/tasks.parquet lists task_index 0..K-1 in row order (LeRobot looks a row's task up by
+    position: `tasks.iloc[task_index]`); return K, or None where the file cannot be read."""
+    rel = paths.TASKS_PARQUET_PATH
+    if not meta.exists(root, rel):
+        problems.append(f"{rel}: missing: LeRobot cannot open the dataset (it reads the task strings first)")
+        return None
+    try:
+        table = meta.read_dataset_parquet(root, rel)
+    except UserError:
+        problems.append(f"{rel}: not a readable parquet file: LeRobot cannot open the dataset")
+        return None
+    if "task_index" not in table.column_names:
+        problems.append(f"{rel}: no task_index column: LeRobot cannot give any item its task")
+        return None
+    order = table.column("task_index").to_pylist()
+    if order != list(range(len(order))):
+        problems.append(
+            f"{rel}: task_index is {order[:5]}{'...' if len(order) > 5 else ''} in row order, not 0..{len(order) - 1}:"
+            f" LeRobot takes a row's task by position (tasks.iloc[task_index]), so rows get another task's string"
+        )
+    return len(order)
+
+
+def _check_stats(root: str, info: dict, problems: list[str]) -> None:
+    """Check that meta/stats.json has stats for every camera (lerobot-train's make_dataset writes ImageNet stats
+    into stats[camera], by default) and every float feature (the normalizer skips a feature without stats)."""
+    rel = paths.STATS_PATH
+    if not meta.exists(root, rel):
+        problems.append(f"{rel}: missing: lerobot-train fails in make_dataset (it sets each camera's ImageNet stats)")
+        return
+    try:
+        stats = meta.read_json(root, rel)
+    except UserError:
+        stats = None
+    if not isinstance(stats, dict):
+        problems.append(f"{rel}: not a JSON object of stats: LeRobot cannot open the dataset")
+        return
+    feats = info["features"]
+    cams = [k for k, ft in feats.items() if ft.get("dtype") in ("video", "image") and k not in stats]
+    floats = [k for k, ft in feats.items() if str(ft.get("dtype")).startswith("float") and k not in stats]
+    parts = []
+    if cams:
+        parts.append(f"{', '.join(cams)} (lerobot-train's make_dataset raises KeyError setting its ImageNet stats)")
+    if floats:
+        parts.append(f"{', '.join(floats)} (LeRobot's normalizer passes it through unnormalized)")
+    if parts:
+        problems.append(f"{rel}: no stats for {'; '.join(parts)}")
+
+
+# ----------------------------------------------------------------------------------------------- boundaries
+def _check_boundaries(info: dict, eps: dict[str, list], problems: list[str]) -> bool:
+    """Check that the episodes are numbered 0..N-1 and that their row ranges follow on from 0 without gaps or
+    overlaps, each as long as its length (one line for all breaks); return whether they do."""
     n = len(eps["episode_index"])
     if eps["episode_index"] != list(range(n)):
-        problems.append("meta/episodes: episode_index is not 0..N-1 in order")
-    if n != info.get("total_episodes"):
-        problems.append(f"info.json total_episodes={info.get('total_episodes')} but meta/episodes has {n} rows")
-    expect = 0
+        problems.append("meta/episodes: episode_index is not 0..N-1: LeRobot finds an episode's metadata by position")
+    breaks, expect = [], 0
     for i in range(n):
-        f, t = eps["dataset_from_index"][i], eps["dataset_to_index"][i]
-        if f != expect or t - f != eps["length"][i]:
-            problems.append(
-                f"episode {i}: rows [{f}, {t}) do not follow on from {expect} with length {eps['length'][i]}"
-            )
+        f, t, length = eps["dataset_from_index"][i], eps["dataset_to_index"][i], eps["length"][i]
+        if f != expect:
+            what = "a gap" if f > expect else "an overlap"
+            breaks.append(f"episode {i} starts at row {f}, after {expect}: {what} of {abs(f - expect)} row(s)")
+        if t - f != length:
+            breaks.append(f"episode {i} spans rows [{f}, {t}) but its length is {length}")
         expect = t
-    if expect != info.get("total_frames"):
-        problems.append(f"info.json total_frames={info.get('total_frames')} but the episodes cover {expect} rows")
-    return expect
+    if breaks:
+        more = f"; and {len(breaks) - 3} more" if len(breaks) > 3 else ""
+        problems.append(
+            f"meta/episodes: {'; '.join(breaks[:3])}{more}: LeRobot takes an episode's rows, delta windows and "
+            f"padding from these ranges, so items near these episodes get another episode's rows"
+        )
+    return not breaks
 
 
+def _check_totals(info: dict, eps: dict[str, list], problems: list[str]) -> int:
+    """Check info.json's total_episodes and total_frames against meta/episodes; return the rows they cover."""
+    n, covered = len(eps["episode_index"]), (eps["dataset_to_index"][-1] if eps["dataset_to_index"] else 0)
+    if info.get("total_episodes") != n:
+        problems.append(
+            f"meta/info.json: total_episodes is {info.get('total_episodes')} but meta/episodes has {n}: LeRobot "
+            f"counts and selects episodes by total_episodes"
+        )
+    total = info.get("total_frames")
+    if total != covered:
+        effect = "asks for rows that do not exist" if (total or 0) > covered else "never samples the last rows"
+        problems.append(
+            f"meta/info.json: total_frames is {total} but the episodes end at row {covered}: LeRobot's len() is "
+            f"total_frames, so its sampler {effect}"
+        )
+    return covered
+
+
+# ------------------------------------------------------------------------------------------ cameras, orphans
+def _check_cameras(info: dict, columns: list[str], videos: dict[str, int] | None, problems: list[str]) -> set:
+    """Cameras with videos/ folders or meta/episodes columns that info.json does not list (LeRobot loads none of
+    their frames): one line each; return them."""
+    known = set(meta.video_keys(info))
+    strays = {c.split("/")[1] for c in columns if c.startswith("videos/") and c.count("/") == 2} - known
+    strays |= {rel.split("/")[1] for rel in videos or {} if rel.count("/") >= 2} - known
+    for cam in sorted(strays):
+        problems.append(
+            f"videos/{cam}: a camera that info.json features does not list: LeRobot loads none of its frames"
+        )
+    return strays
+
+
+def _check_orphans(eps: dict[str, list], cams: list[str], strays: set, files: dict, problems: list[str]) -> bool:
+    """Check for parquet files under data/ and videos under videos/ that no episode references; return False where
+    the filesystem cannot list directories (nothing checked)."""
+    if files["data"] is None or files["videos"] is None:
+        return False
+    data = set(_episodes_by_file(eps, "data"))
+    orphans = sorted(r for r in files["data"] if r.endswith(".parquet") and r not in data)
+    if orphans:
+        problems.append(
+            f"{_names(orphans)}: under data/ but no episode references it: LeRobot's loaders read every "
+            f"data/*/*.parquet, so training sees its rows as extra frames"
+        )
+    videos = {rel for cam in cams for rel in _episodes_by_file(eps, cam)}
+    orphans = sorted(
+        r for r in files["videos"] if r.endswith(".mp4") and r not in videos and r.split("/")[1] not in strays
+    )
+    if orphans:
+        problems.append(
+            f"{_names(orphans)}: under videos/ but no episode references it: never read; a leftover of an "
+            f"interrupted write or of deleted episodes (delete it, or restore its episodes)"
+        )
+    return True
+
+
+# ------------------------------------------------------------------------------------------------------ data
 def _sample(n: int, sample_episodes: int) -> Sequence[int]:
     """The episodes to check: all `n`, or `sample_episodes` of them spread evenly."""
     if 0 < sample_episodes < n:
@@ -100,88 +279,230 @@ def _sample(n: int, sample_episodes: int) -> Sequence[int]:
     return range(n)
 
 
-def _check_data_files(fs, root: str, info: dict, eps: dict[str, list], sampled: set[int], problems: list[str]) -> int:
-    """Check that each data file holding a sampled episode holds exactly its episodes' rows, in order; return how
-    many files were checked."""
+def _episodes_by_file(eps: dict[str, list], stream: str) -> dict[str, list[int]]:
+    """{file: its episodes, in order} of the data ("data") or of a camera."""
+    key = "data" if stream == "data" else f"videos/{stream}"
     by_file = defaultdict(list)
-    for i in range(len(eps["episode_index"])):
-        by_file[(eps["data/chunk_index"][i], eps["data/file_index"][i])].append(i)
-    by_file = {k: v for k, v in by_file.items() if sampled.intersection(v)}
-    data_limit = info.get("data_files_size_in_mb", paths.DEFAULT_DATA_FILE_SIZE_IN_MB) * 1024 * 1024
-    for (c, f), members in sorted(by_file.items()):
-        rel = paths.v30_data_path(c, f)
-        with meta.open_file(root, rel) as fh:
-            t = meta.read_parquet(fh, ["episode_index", "index"])
-        ep_col, idx_col = t.column("episode_index").to_numpy(), t.column("index").to_numpy()
-        lo, hi = eps["dataset_from_index"][members[0]], eps["dataset_to_index"][members[-1]]
-        if not np.array_equal(idx_col, np.arange(lo, hi)):
-            problems.append(f"{rel}: index column is not {lo}..{hi - 1}")
-        want = np.repeat(members, [eps["length"][i] for i in members])
-        if len(ep_col) != len(want) or not np.array_equal(ep_col, want):
-            problems.append(f"{rel}: episode_index column does not match meta/episodes")
-        _check_size(fs, root, rel, data_limit, len(members), problems)
-    return len(by_file)
+    for i, (c, f) in enumerate(zip(eps[f"{key}/chunk_index"], eps[f"{key}/file_index"])):
+        c, f = int(c), int(f)  # some writers store them as floats
+        by_file[paths.v30_data_path(c, f) if stream == "data" else paths.v30_video_path(stream, c, f)].append(i)
+    return by_file
 
 
-def _check_videos(
-    fs,
+def _check_data_files(
     root: str,
     info: dict,
     eps: dict[str, list],
+    sampled: set[int],
+    tiled: bool,
+    tasks: int | None,
+    data: dict[str, int] | None,
+    problems: list[str],
+) -> int:
+    """Check each data file holding a sampled episode (see `_data_file_problems`) and its size; return how many
+    files were checked."""
+    by_file = {rel: m for rel, m in _episodes_by_file(eps, "data").items() if sampled.intersection(m)}
+    sizes = listing.file_sizes(root, by_file, data)
+    limit = info.get("data_files_size_in_mb", paths.DEFAULT_DATA_FILE_SIZE_IN_MB) * 1024 * 1024
+    for rel, members in sorted(by_file.items()):
+        problems += _data_file_problems(root, rel, sizes[rel], members, eps, info["fps"], tiled, tasks)
+        _check_size(rel, sizes[rel], limit, len(members), problems)
+    return len(by_file)
+
+
+def _data_file_problems(
+    root: str, rel: str, size, members: list[int], eps: dict[str, list], fps: float, tiled: bool, tasks: int | None
+) -> list[str]:
+    """The problems of one data file: missing, unreadable, without a column LeRobot reads, or its rows, timestamps
+    and task indices (one line each at most)."""
+    lo, hi = eps["dataset_from_index"][members[0]], eps["dataset_to_index"][members[-1]]
+    if size is None:
+        return [
+            f"{rel}: missing (episodes {_span(members)}, rows {lo}..{hi - 1}): LeRobot reads the data files it "
+            f"finds, so rows from {lo} on sit at other rows' positions and the last ones fail with IndexError"
+        ]
+    try:
+        table = meta.read_dataset_parquet(root, rel, list(DATA_COLUMNS))
+    except UserError as e:
+        if "range requests" in str(e):
+            raise
+        return [f"{rel}: not a readable parquet file: LeRobot cannot open the dataset"]
+    missing = [c for c in DATA_COLUMNS if c not in table.column_names]
+    if missing:
+        return [f"{rel}: no {', '.join(missing)} column: LeRobot fails on every item of episodes {_span(members)}"]
+    cols = {c: table.column(c).to_numpy() for c in DATA_COLUMNS}
+    found = (
+        _row_problem(rel, cols, members, eps, tiled),
+        _timestamp_problem(rel, cols, fps),
+        _task_problem(rel, cols, tasks),
+    )
+    return [p for p in found if p]
+
+
+def _row_problem(rel: str, cols: dict, members: list[int], eps: dict[str, list], tiled: bool) -> str | None:
+    """The first of: a duplicated index; rows of episodes meta/episodes does not put in this file; an episode with
+    more or fewer rows than its length, or frame_index not 0..n-1; an index column other than dataset_from..to.
+    The comparisons with meta/episodes are skipped where its ranges are already broken (`tiled` False)."""
+    idx, ep, fi = cols["index"], cols["episode_index"], cols["frame_index"]
+    values, counts = np.unique(idx, return_counts=True)
+    if (counts > 1).any():
+        k = values[counts > 1][0]
+        return (
+            f"{rel}: index {k} is on {counts.max()} rows (episode {ep[idx == k][0]}): duplicate rows; LeRobot serves "
+            f"that frame twice and reads every later row of the file at the wrong position"
+        )
+    held = sorted(set(ep.tolist()))
+    if held != members:
+        return f"{rel}: holds rows of episodes {_span(held)}, meta/episodes puts episodes {_span(members)} here"
+    for e in members:
+        rows, length = fi[ep == e], eps["length"][e]
+        if tiled and len(rows) != length:
+            lost = sorted(set(range(length)) - set(rows.tolist()))
+            which = f" (frame_index {lost[0]} missing)" if lost else ""
+            return (
+                f"{rel}: episode {e} has {len(rows)} rows, its length is {length}{which}: LeRobot's len() counts rows "
+                f"that are not there, so later rows are read at the wrong position"
+            )
+        if not np.array_equal(rows, np.arange(len(rows))):
+            return f"{rel}: episode {e}: frame_index is not 0..{len(rows) - 1} in order: its rows are out of place"
+    lo, hi = eps["dataset_from_index"][members[0]], eps["dataset_to_index"][members[-1]]
+    if tiled and not np.array_equal(idx, np.arange(lo, hi)):
+        return f"{rel}: index column is not {lo}..{hi - 1} in order: LeRobot reads windows by index, so other rows"
+    return None
+
+
+def _timestamp_problem(rel: str, cols: dict, fps: float) -> str | None:
+    """Rows whose timestamp is not frame_index / fps within LeRobot's tolerance: off the 1/fps grid (LeRobot raises
+    FrameTimestampError decoding them) or on another frame's time (LeRobot decodes that frame instead)."""
+    ts, fi, ep = cols["timestamp"].astype(np.float64), cols["frame_index"], cols["episode_index"]
+    bad = np.flatnonzero(np.abs(ts - fi / fps) >= TOLERANCE_S)
+    if not len(bad):
+        return None
+    k = bad[0]
+    where = f"{rel}: episode {ep[k]} frame {fi[k]} (and {len(bad) - 1} more rows)"
+    off = abs(ts[k] * fps - round(ts[k] * fps)) / fps
+    if off >= TOLERANCE_S:
+        return (
+            f"{where}: timestamp {ts[k]:.6f} s is {off * 1e3:.2f} ms off the 1/{fps:g} s frame grid: LeRobot raises "
+            f"FrameTimestampError decoding its frames (tolerance_s {TOLERANCE_S:g} s)"
+        )
+    return (
+        f"{where}: timestamp {ts[k]:.6f} s is frame {round(ts[k] * fps)}'s, not frame_index / fps = "
+        f"{fi[k] / fps:.6f} s: LeRobot decodes another frame for the row, or fails past the video's end"
+    )
+
+
+def _task_problem(rel: str, cols: dict, tasks: int | None) -> str | None:
+    """Rows whose task_index is not a row of meta/tasks.parquet (LeRobot's tasks.iloc raises IndexError)."""
+    if tasks is None:
+        return None
+    ti = cols["task_index"]
+    bad = np.flatnonzero((ti < 0) | (ti >= tasks))
+    if not len(bad):
+        return None
+    k = bad[0]
+    return (
+        f"{rel}: task_index {ti[k]} (episode {cols['episode_index'][k]}, {len(bad)} rows) is not in "
+        f"meta/tasks.parquet ({tasks} tasks): LeRobot raises IndexError on these rows"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------- videos
+def _check_videos(
+    root: str,
+    info: dict,
+    cams: list[str],
+    eps: dict[str, list],
     sample: Sequence[int],
+    tiled: bool,
     check_barcodes: bool,
     progress: bool,
+    videos: dict[str, int] | None,
     problems: list[str],
 ) -> tuple[int, int]:
-    """Decode the first and last frame of each sampled episode of every camera at from_timestamp + timestamp;
-    return (frames decoded, frames with a wrong barcode)."""
-    cams, fps = meta.video_keys(info), info["fps"]
-    video_limit = info.get("video_files_size_in_mb", paths.DEFAULT_VIDEO_FILE_SIZE_IN_MB) * 1024 * 1024
+    """Check each video file holding a sampled episode (`_video_file_problem`); where it is whole, decode the first
+    and last frame of its sampled episodes at from_timestamp + timestamp. Return (frames decoded, frames with a
+    wrong barcode)."""
+    fps, sampled = info["fps"], set(sample)
+    limit = info.get("video_files_size_in_mb", paths.DEFAULT_VIDEO_FILE_SIZE_IN_MB) * 1024 * 1024
     cache = VideoDecoderCache(capacity=4)
     bar = _progress_bar(len(sample) * len(cams)) if progress else None
     decoded = wrong = 0
     try:
-        for cam_index, cam in enumerate(cams):
-            for rel, reqs in _edge_requests(eps, cam, sample, fps, problems).items():
-                members = len({r[0] for r in reqs})
-                _check_size(fs, root, rel, video_limit, members, problems)
-                frames = _decode(cache, root, rel, reqs, fps, problems)
-                if frames is not None:
-                    decoded += len(reqs)
-                    if check_barcodes:
-                        wrong += _check_barcodes(rel, reqs, frames, cam_index, problems)
+        for cam in cams:
+            cam_index = meta.video_keys(info).index(cam)  # the barcode's camera number
+            by_file = {rel: m for rel, m in _episodes_by_file(eps, cam).items() if sampled.intersection(m)}
+            sizes = listing.file_sizes(root, by_file, videos)
+            for rel, members in sorted(by_file.items()):
+                checked = [i for i in members if i in sampled]
+                problem = _video_file_problem(root, rel, sizes[rel], members, eps, cam, fps)
+                if problem is None:
+                    _check_size(rel, sizes[rel], limit, len(members), problems)
+                    reqs = _edge_requests(eps, cam, checked, fps, tiled, problems)
+                    frames = _decode(cache, root, rel, reqs, fps, problems)
+                    if frames is not None:
+                        decoded += len(reqs)
+                        wrong += _check_barcodes(rel, reqs, frames, cam_index, problems) if check_barcodes else 0
+                else:
+                    problems.append(problem)
                 if bar is not None:
-                    bar.update(members)
+                    bar.update(len(checked))
     finally:
         if bar is not None:
             bar.close()
-    cache.close()
+        cache.close()
     return decoded, wrong
 
 
 def _progress_bar(total: int):
-    """A bar that counts each sampled episode once per camera, as its edges are decoded."""
+    """A bar that counts each sampled episode once per camera, as its video is checked."""
     from tqdm import tqdm
 
     return tqdm(total=total, desc="validate episode videos", unit="video", mininterval=1.0)
 
 
+def _video_file_problem(
+    root: str, rel: str, size, members: list[int], eps: dict[str, list], cam: str, fps: float
+) -> str | None:
+    """Why one video file cannot supply its episodes' frames, from its size and container headers (no decoding):
+    missing, empty, cut short, not MP4, or fewer frames declared than the episodes' to_timestamp needs."""
+    if size is None:
+        return f"{rel}: missing: LeRobot raises FileNotFoundError on every item of episodes {_span(members)}"
+    if size == 0:
+        return f"{rel}: zero bytes: LeRobot fails to decode every item of episodes {_span(members)}"
+    ends = {i: round(eps[f"videos/{cam}/to_timestamp"][i] * fps) for i in members}
+    try:
+        with meta.open_file(root, rel) as fh:
+            declared = mp4.declared_frames(fh, rel)
+    except mp4.Damaged as e:
+        return f"{e}: LeRobot fails to decode episodes {_span(members)}"
+    need = max(ends.values())
+    if declared is not None and declared < need:
+        short = [i for i, end in ends.items() if end > declared]
+        return (
+            f"{rel}: holds {declared} frames but its episodes need {need}: LeRobot fails on the last "
+            f"{need - declared} frame(s), of episode(s) {_span(short)}"
+        )
+    return None
+
+
 def _edge_requests(
-    eps: dict[str, list], cam: str, sample: Sequence[int], fps: float, problems: list[str]
-) -> dict[str, list[tuple[int, int, float]]]:
-    """Per video file of `cam`: (episode, frame index, time) of each sampled episode's first and last frame; checks
-    that each episode's span matches its length."""
-    requests = defaultdict(list)
-    for i in sample:
-        rel = paths.v30_video_path(cam, eps[f"videos/{cam}/chunk_index"][i], eps[f"videos/{cam}/file_index"][i])
+    eps: dict[str, list], cam: str, episodes: list[int], fps: float, tiled: bool, problems: list[str]
+) -> list[tuple[int, int, float]]:
+    """(episode, frame index, time in the file) of the first and last frame of each of `episodes` in its video, by
+    the video's own from/to_timestamp; where the episodes' row ranges are sound (`tiled`), checks that each
+    episode's span of the video matches its length (where they are not, that is already one line)."""
+    requests = []
+    for i in episodes:
         start = eps[f"videos/{cam}/from_timestamp"][i]
         span = eps[f"videos/{cam}/to_timestamp"][i] - start
-        if abs(span - eps["length"][i] / fps) > 1e-4:
+        if tiled and abs(span - eps["length"][i] / fps) > TOLERANCE_S:
             problems.append(
-                f"episode {i} {cam}: to-from = {span:.6f} s but length/fps = {eps['length'][i] / fps:.6f} s"
+                f"episode {i} {cam}: to-from = {span:.6f} s but length/fps = {eps['length'][i] / fps:.6f} s: "
+                f"its frames are not where its rows say"
             )
-        last = eps["length"][i] - 1
-        requests[rel] += [(i, 0, start), (i, last, start + last / fps)]
+        last = round(span * fps) - 1
+        requests += [(i, 0, start), (i, last, start + last / fps)] if last >= 0 else [(i, 0, start)]
     return requests
 
 
@@ -210,7 +531,20 @@ def _check_barcodes(rel: str, reqs: list[tuple[int, int, float]], frames, cam_in
     return wrong
 
 
-def _check_size(fs, root: str, rel: str, limit: int, episodes_in_file: int, problems: list[str]) -> None:
-    size = fs.size(fsspec.core.url_to_fs(paths.join(root, rel))[1])
-    if episodes_in_file > 1 and size > limit * SIZE_SLACK:
+# ----------------------------------------------------------------------------------------------------- shared
+def _check_size(rel: str, size: int | None, limit: int, episodes_in_file: int, problems: list[str]) -> None:
+    """A file of several episodes over its size threshold (info.json's *_files_size_in_mb) is a conversion bug."""
+    if size is not None and episodes_in_file > 1 and size > limit * SIZE_SLACK:
         problems.append(f"{rel}: {size} bytes holds {episodes_in_file} episodes, over the {limit}-byte threshold")
+
+
+def _span(episodes: list[int]) -> str:
+    """Episode numbers as text: "4", "3-5" (consecutive) or "1, 4, 9"."""
+    if len(episodes) > 1 and episodes == list(range(episodes[0], episodes[-1] + 1)):
+        return f"{episodes[0]}-{episodes[-1]}"
+    return ", ".join(map(str, episodes[:5])) + (", ..." if len(episodes) > 5 else "")
+
+
+def _names(rels: list[str]) -> str:
+    """Files as text: the first, and how many more."""
+    return rels[0] + (f" and {len(rels) - 1} more" if len(rels) > 1 else "")

@@ -1,4 +1,5 @@
-"""`dlbench validate`: check a v3.0 dataset's metadata, and frames decoded at episode edges."""
+"""`dlbench validate`: check a v3.0 dataset's metadata, files and rows, and frames decoded at episode edges; each
+problem is one line naming the file or episode (docs/validation.md)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,17 @@ from .common import command, say
 
 
 def add(sub) -> None:
-    p = command(sub, "validate", help="check a v3.0 dataset (metadata, and frames decoded at episode edges)")
+    p = command(
+        sub, "validate", help="check a v3.0 dataset (metadata, files, rows, and frames decoded at episode edges)"
+    )
     p.add_argument("dataset", help="the dataset root: local path or URL")
     p.add_argument("--report", default=None, help="write the report as JSON here")
     p.add_argument(
         "--sample-episodes",
         type=int,
         default=0,
-        help="decode the edges of this many episodes spread over the dataset (default: 0, every episode)",
+        help="check the data files and videos of this many episodes spread over the dataset, decoding their edges "
+        "(default: 0, every episode; the metadata and orphan files are always checked whole)",
     )
     p.add_argument(
         "--on-unreachable",
@@ -43,6 +47,8 @@ def run(a) -> None:
     report = validate(a.dataset, sample_episodes=a.sample_episodes, progress=a.bars)
     if a.report:
         atomic.write_json(a.report, report)
+    for note in report["notes"]:
+        say(f"{a.dataset}: note: {note}")
     say(
         f"{a.dataset}: valid v3.0 ({report['episodes']} episodes, {report['frames']} frames, "
         f"{report['frames_decoded']} edge frames decoded, {report['frames_wrong']} wrong)"

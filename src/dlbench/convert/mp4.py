@@ -32,6 +32,10 @@ class Unsupported(Exception):
     """These inputs need FFmpeg's remuxer; the message says why."""
 
 
+class Damaged(Unsupported):
+    """The file is not a whole MP4: cut short, without its index (moov), or not MP4 at all; the message says which."""
+
+
 def _children(buf: bytes, start: int, end: int):
     """(type, payload start, box end) of each box in buf[start:end]."""
     while start < end:
@@ -108,6 +112,42 @@ class Track:
 
 def read_track(fh, name: str) -> Track:
     """Parse the moov of an MP4 file object (seekable); raise `Unsupported` for what `join` cannot copy."""
+    file_size, top = _top_level(fh, name)
+    if b"moof" in top:
+        raise Unsupported(f"{name}: fragmented MP4")
+    if b"ftyp" not in top or b"moov" not in top:
+        raise Unsupported(f"{name}: no ftyp or moov box")
+    return _parse_moov(name, top[b"ftyp"], top[b"moov"], file_size)
+
+
+def declared_frames(fh, name: str) -> int | None:
+    """The frames (samples) the video track of an MP4 file object declares in its moov, reading only the top-level
+    box headers and the moov; None for a fragmented MP4 (its moov lists no samples). Raises `Damaged` for a file
+    cut short (a top-level box runs past its end: a truncated copy or an unfinished write), one without a moov or a
+    video track, and one that is not MP4."""
+    _, top = _top_level(fh, name)
+    if b"moof" in top:
+        return None
+    if b"moov" not in top:
+        raise Damaged(f"{name}: no moov box (the index of its frames): the write never finished")
+    moov = top[b"moov"]
+    try:
+        _, start, end = next(_children(moov, 0, len(moov)))
+        for kind, s, e in _children(moov, start, end):
+            if kind == b"trak":
+                boxes = _boxes_within(moov, s, e)
+                hdlr, stsz = boxes.get(b"hdlr"), boxes.get(b"stsz")
+                if hdlr and stsz and moov[hdlr[0] + 8 : hdlr[0] + 12] == b"vide":
+                    return struct.unpack_from(">I", moov, stsz[0] + 8)[0]
+    except (Unsupported, struct.error) as e:
+        raise Damaged(f"{name}: its moov box is malformed ({e})") from None
+    raise Damaged(f"{name}: no video track")
+
+
+def _top_level(fh, name: str) -> tuple[int, dict[bytes, bytes]]:
+    """(file size, {type: box}) of the top-level boxes of an MP4 file object, up to its first moof if it is
+    fragmented: ftyp and moov read whole, the others as b"" (only their presence matters). Raises `Damaged` where a
+    box runs past the end of the file or the bytes are no box structure."""
     fh.seek(0, io.SEEK_END)
     file_size = fh.tell()
     top, pos = {}, 0
@@ -115,23 +155,30 @@ def read_track(fh, name: str) -> Track:
         fh.seek(pos)
         head = fh.read(16)
         if len(head) < 8:
-            raise Unsupported(f"{name}: truncated box header at byte {pos}")
+            raise Damaged(f"{name}: cut short: the box header at byte {pos} is incomplete")
         size, kind = struct.unpack_from(">I4s", head)
+        if not all(32 <= c < 127 for c in kind):  # box types are four printable characters
+            raise Damaged(f"{name}: not an MP4 file (no box at byte {pos})")
         if size == 1 and len(head) == 16:
             (size,) = struct.unpack_from(">Q", head, 8)
         elif size == 0:
             size = file_size - pos
-        if size < 8 or pos + size > file_size:
-            raise Unsupported(f"{name}: box {kind.decode('latin-1')} at byte {pos} runs past the end of the file")
+        if size < 8:
+            raise Damaged(f"{name}: not an MP4 file (box {kind.decode('latin-1')} at byte {pos} is {size} bytes)")
+        if pos + size > file_size:
+            raise Damaged(
+                f"{name}: cut short: box {kind.decode('latin-1')} at byte {pos} runs past the end of the file "
+                f"({pos + size - file_size} of its {size} bytes missing)"
+            )
         if kind in (b"ftyp", b"moov"):
             fh.seek(pos)
             top[kind] = fh.read(size)
-        elif kind == b"moof":
-            raise Unsupported(f"{name}: fragmented MP4")
+        else:
+            top.setdefault(kind, b"")
+        if kind == b"moof":  # fragmented: what follows is more fragments (a request each, remotely)
+            break
         pos += size
-    if b"ftyp" not in top or b"moov" not in top:
-        raise Unsupported(f"{name}: no ftyp or moov box")
-    return _parse_moov(name, top[b"ftyp"], top[b"moov"], file_size)
+    return file_size, top
 
 
 def _parse_moov(name: str, ftyp: bytes, moov: bytes, file_size: int) -> Track:
@@ -179,6 +226,17 @@ def _index_boxes(name: str, moov: bytes) -> dict[bytes, tuple[int, int]]:
     for kind in (b"mdhd", b"stsd", b"stts", b"stsc", b"stsz"):
         if kind not in boxes:
             raise Unsupported(f"{name}: no {kind.decode()} box")
+    return boxes
+
+
+def _boxes_within(buf: bytes, start: int, end: int) -> dict[bytes, tuple[int, int]]:
+    """(payload start, end) of the first box of each type in buf[start:end], descending into container boxes."""
+    boxes: dict[bytes, tuple[int, int]] = {}
+    for kind, s, e in _children(buf, start, end):
+        boxes.setdefault(kind, (s, e))
+        if kind in CONTAINERS:
+            for k, v in _boxes_within(buf, s, e).items():
+                boxes.setdefault(k, v)
     return boxes
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from .. import atomic
 from ..errors import UserError
 from ..format import meta, paths
+from .check import check_source
 
 MANIFEST = "manifest.json"
 UNITS_DIR = "units"
@@ -137,6 +138,8 @@ class _StreamPacker:
 def plan(src: str, work: str | Path, options: PlanOptions = PlanOptions()) -> dict:
     """Write the manifest for converting `src` (v2.1) into work directory `work`; return the manifest.
 
+    The source is checked first (`check.py`: files present, whole, as long as meta/episodes.jsonl says): a damaged
+    one is refused with one `UserError` listing every problem, before anything is written.
     Planning again into a work directory that already holds the same plan is a no-op, so workers' progress is kept;
     a different plan into a used work directory is refused.
     """
@@ -144,12 +147,12 @@ def plan(src: str, work: str | Path, options: PlanOptions = PlanOptions()) -> di
         raise UserError("convert plan: --episodes-per-batch and the file size thresholds must be positive")
     src = str(src)
     info = meta.require_version(src, paths.V21)
-    work = Path(work)
-    _require_writable(work)
     chunks_size = int(info.get("chunks_size", paths.DEFAULT_CHUNK_SIZE))
     cameras = meta.video_keys(info)
-    size_of = _size_reader(src, cameras)
     episodes = _source_episodes(src)
+    size_of = check_source(src, episodes, cameras, chunks_size).__getitem__  # a damaged source: refused here
+    work = Path(work)
+    _require_writable(work)
     packers = _packers(cameras, options)
     episodes_tmp = atomic.tmp_path_for(work / EPISODES)
     total_frames = _pack_episodes(episodes, packers, chunks_size, size_of, episodes_tmp)
@@ -208,30 +211,6 @@ def _packers(cameras: list[str], options: PlanOptions) -> list[_StreamPacker]:
         for cam in cameras
     ]
     return packers
-
-
-def _size_reader(src: str, cameras: list[str]) -> Callable[[str], int]:
-    """A function from a path relative to `src` to its size in bytes; `UserError` naming a missing file."""
-    if paths.is_remote(src):
-        import fsspec
-
-        fs = fsspec.core.url_to_fs(src)[0]
-        stat = lambda url: fs.size(fsspec.core.url_to_fs(url)[1])  # noqa: E731
-    else:
-        stat = lambda url: os.path.getsize(paths.local_path(url))  # noqa: E731 (local: no fsspec import, ~80 ms)
-
-    def size_of(relpath: str) -> int:
-        url = paths.join(src, relpath)
-        try:
-            return int(stat(url))
-        except FileNotFoundError:
-            raise UserError(
-                f"{url}: missing; every episode in meta/episodes.jsonl needs its parquet file and one video per "
-                f"camera ({', '.join(cameras) or 'no cameras'}). Restore the file or remove the episode, "
-                f"then plan again"
-            ) from None
-
-    return size_of
 
 
 def _pack_episodes(
