@@ -101,11 +101,6 @@ CROSS_FIELD = [
         "loader lerobot_map decodes on the CPU only",
     ),
     (
-        {"loader": "lerobot_stream", "ranks": 2},
-        "bench.scenarios.s: loader lerobot_stream does not split its stream by rank",
-        "loader lerobot_stream does not split its stream by rank",
-    ),
-    (
         {"ranks": 2, "nodes": 3},
         "bench.scenarios.s: nodes (3) must not exceed ranks (2)",
         "nodes (3) must not exceed ranks (2)",

@@ -188,11 +188,11 @@ def test_lerobot_reads_the_hub(endpoint, repos, tmp_path):
             assert torch.equal(item[cam], want[cam]), ("StreamingLeRobotDataset", i, cam)
 
 
-def _dlbench(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+def _dlbench(cwd: Path, *args: str, endpoint: str = "loopback-hub") -> subprocess.CompletedProcess:
     """The dlbench command run in `cwd`, where results/sources/ holds the loopback state, as a workflow job."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FSSPEC_"))}
     env.update(HF_HUB_DISABLE_TELEMETRY="1", HF_HOME=str(cwd / "hf-home"))  # no cache a run could share
-    cmd = [sys.executable, "-m", "dlbench", "-q", *args, "--endpoint-url", "loopback-hub"]
+    cmd = [sys.executable, "-m", "dlbench", "-q", *args, "--endpoint-url", endpoint]
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -263,3 +263,177 @@ def test_local_cache_downloads_the_chosen_episodes_files_once(endpoint, repos):
         assert int(a["index"]) == int(b["index"])
         for cam in ds.meta.cameras:
             assert torch.equal(a[cam], b[cam])
+
+
+# ------------------------------------------------------------------------------------------ storage buckets
+@pytest.fixture(scope="module")
+def buckets(v30_h264_one_file, v30_h264, tmp_path_factory):
+    """Storage bucket me/lerobot holding the two datasets under a prefix: hf://buckets/me/lerobot/sets/<name>."""
+    root = tmp_path_factory.mktemp("hub") / "buckets"
+    (root / "me" / "lerobot" / "sets").mkdir(parents=True)
+    (root / "me" / "lerobot" / "sets" / "tiny").symlink_to(v30_h264_one_file)
+    (root / "me" / "lerobot" / "sets" / "several").symlink_to(v30_h264)
+    return root
+
+
+@pytest.fixture(scope="module")
+def bucket_endpoint(repos, buckets, tmp_path_factory):
+    with hub.serve(repos, "127.0.0.1", buckets_dir=buckets, page_size=3) as url, pytest.MonkeyPatch.context() as mp:
+        _point_hf_at(mp, url, tmp_path_factory.mktemp("hf_home"))
+        yield url
+
+
+def test_bucket_api_as_huggingface_hub_reads_it(bucket_endpoint, buckets):
+    """bucket_info, list_bucket_tree (prefix, recursive, pages of 3), paths-info, and reads through HfFileSystem:
+    `resolve` answers 302 to the storage host, which serves the byte ranges."""
+    import http.client
+    import urllib.request
+
+    from huggingface_hub import HfApi, HfFileSystem
+    from huggingface_hub.errors import BucketNotFoundError
+
+    api, local = HfApi(), buckets / "me" / "lerobot" / "sets" / "several"
+    want = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
+    info = api.bucket_info("me/lerobot")
+    tiny = [p for p in (local.parent / "tiny").rglob("*") if p.is_file()]
+    assert (info.id, info.total_files) == ("me/lerobot", len(want) + len(tiny))
+    listed = api.list_bucket_tree("me/lerobot", "sets/several", recursive=True)
+    assert sorted(e.path.removeprefix("sets/several/") for e in listed) == want
+    top = {(e.type, e.path) for e in api.list_bucket_tree("me/lerobot", "sets/several")}
+    assert top == {("directory", f"sets/several/{d}") for d in ("data", "meta", "videos")}
+    got = list(api.get_bucket_paths_info("me/lerobot", ["sets/several/meta/info.json", "sets/several/nope"]))
+    assert [(f.path, f.size, f.xet_hash) for f in got] == [
+        ("sets/several/meta/info.json", (local / "meta/info.json").stat().st_size, None)
+    ]
+    with pytest.raises(BucketNotFoundError):
+        api.bucket_info("me/missing")
+
+    fs = HfFileSystem()
+    assert (
+        sorted(
+            p.removeprefix("buckets/me/lerobot/sets/several/") for p in fs.find("hf://buckets/me/lerobot/sets/several")
+        )
+        == want
+    )
+    video = "videos/observation.images.front/chunk-000/file-001.mp4"
+    raw = (local / video).read_bytes()
+    conn = http.client.HTTPConnection(bucket_endpoint.removeprefix("http://"))
+    conn.request("GET", f"/buckets/me/lerobot/resolve/sets/several/{video}", headers={"Range": "bytes=5-9"})
+    reply = conn.getresponse()
+    location = reply.getheader("Location")
+    assert reply.status == 302 and "/storage/buckets/me/lerobot/sets/several/" in location
+    with urllib.request.urlopen(urllib.request.Request(location, headers={"Range": "bytes=5-9"})) as r:
+        assert (r.status, r.read()) == (206, raw[5:10])
+    with fs.open(f"hf://buckets/me/lerobot/sets/several/{video}", "rb", block_size=1024) as f:
+        f.seek(1000)
+        assert f.read(3000) == raw[1000:4000]
+    assert fs.cat_file(f"hf://buckets/me/lerobot/sets/several/{video}", start=-100) == raw[-100:]
+    assert not fs.exists("hf://buckets/me/lerobot/sets/several/meta/nope.json")
+    with pytest.raises(FileNotFoundError):
+        fs.ls("hf://buckets/me/missing/sets")
+
+
+def test_dlbench_loaders_read_a_bucket_frame_by_frame(bucket_endpoint, buckets):
+    """dlbench's loaders over hf://buckets give the items they give from local disk, every one of them; the stream
+    also with `fetch_episodes` (episodes fetched ahead, one request per file)."""
+    local = str(buckets / "me" / "lerobot" / "sets" / "several")
+    root = "hf://buckets/me/lerobot/sets/several"
+    expected = {int(item["index"]): item for item in LeRobotStreamingDataset(root=local, return_uint8=True)}
+    assert len(expected) == len(LeRobotMapDataset(local))
+    for fetch in (0, 2):  # fetched ahead, episodes arrive as their files do: compare by index, every frame once
+        items = list(LeRobotStreamingDataset(root=root, seed=3, return_uint8=True, fetch_episodes=fetch))
+        assert sorted(int(item["index"]) for item in items) == sorted(expected)
+        for got in items:
+            _assert_items_equal(got, expected[int(got["index"])], (fetch, int(got["index"])))
+    mapped, ref = LeRobotMapDataset(root, return_uint8=True), LeRobotMapDataset(local, return_uint8=True)
+    assert len(mapped) == len(ref)
+    for i in range(len(ref)):
+        _assert_items_equal(mapped[i], ref[i], i)
+
+
+def test_a_bucket_source_is_staged_read_and_metered_for_dlbench_and_lerobot(v30_h264_one_file, tmp_path):
+    """The workflow's bucket sources: `stage` links the dataset into a loopback bucket, and each rank of a run reads
+    hf://buckets/dlbench/cold/<name> through its own metering proxy, dlbench's stream (with fetch_episodes) and
+    LeRobot's (repo_type="bucket", meta/ placed by dlbench), on 1 and on 2 ranks (LeRobot's split by node): every
+    frame checked right, the requests counted for both, the note saying what dlbench did for LeRobot."""
+    from dlbench.loopback import HUB_BUCKETS, STATE
+
+    work = tmp_path / "wf"
+    (work / HUB_BUCKETS).mkdir(parents=True)
+    with hub.serve(work / "repos", "127.0.0.1", buckets_dir=work / HUB_BUCKETS) as url:
+        host, port = url.removeprefix("http://").split(":")
+        (work / STATE).write_text(json.dumps({"host": host, "port": 1, "hub_port": int(port), "pids": []}))
+        root = "hf://buckets/dlbench/cold/tiny"
+        staged = _dlbench(work, "stage", str(v30_h264_one_file), root, "--marker", str(work / "staged.json"))
+        assert staged.returncode == 0, staged.stderr
+        assert (work / HUB_BUCKETS / "dlbench" / "cold" / "tiny").resolve() == v30_h264_one_file.resolve()
+        runs = [("dlbench_stream", 1, ["--fetch-episodes", "2"]), ("dlbench_stream", 2, [])]
+        if peer.peer_python():
+            runs += [("lerobot_stream", 1, []), ("lerobot_stream", 2, [])]
+        for loader, ranks, extra in runs:
+            out = work / f"{loader}-{ranks}"
+            run = _dlbench(
+                work, "bench-run", "--root", root, "--out-dir", str(out), "--loader", loader, "--num-workers", "1",
+                "--batch-size", "4", "--duration-s", "2", "--warmup-s", "0", "--probe-samples", "0",
+                "--ranks", str(ranks), *extra,
+            )  # fmt: skip
+            assert run.returncode == 0, run.stderr[-3000:]
+            for r in range(ranks):
+                m = json.loads((out / f"rank{r}of{ranks}.json").read_text())["metrics"]
+                assert m["frames_wrong"] == 0 and m["frames_verified"] > 0, (loader, ranks, r)
+                assert m["remote_requests"] > 0, (loader, ranks, r)
+                if loader == "lerobot_stream":
+                    assert "meta/ placed in LeRobot's bucket cache" in m["work_note"]
+                    assert ("split by rank" in m["work_note"]) == (ranks > 1)
+    if not peer.peer_python():
+        pytest.skip("LeRobot peer environment missing; dlbench_stream checked alone")
+
+
+def test_a_missing_or_unreachable_bucket_is_one_line_naming_it(tmp_path, v30_h264_one_file):
+    from dlbench.loopback import HUB_BUCKETS, STATE
+
+    work = tmp_path / "wf"
+    (work / HUB_BUCKETS).mkdir(parents=True)
+    args = ["--loader", "dlbench_stream", "--duration-s", "1", "--warmup-s", "0"]
+    with hub.serve(work / "repos", "127.0.0.1", buckets_dir=work / HUB_BUCKETS) as url:
+        host, port = url.removeprefix("http://").split(":")
+        (work / STATE).write_text(json.dumps({"host": host, "port": 1, "hub_port": int(port), "pids": []}))
+        missing = _dlbench(work, "bench-run", "--root", "hf://buckets/dlbench/nope/tiny", "--out-dir", "o", *args)
+    assert missing.returncode != 0 and "Traceback" not in missing.stderr
+    assert "hf://buckets/dlbench/nope/tiny: bucket or path not found" in missing.stderr
+    gone = _dlbench(work, "bench-run", "--root", "hf://buckets/dlbench/nope/tiny", "--out-dir", "o", *args)
+    assert gone.returncode != 0 and "Traceback" not in gone.stderr
+    assert "hf://buckets/dlbench/nope/tiny: unreachable" in gone.stderr
+
+
+def test_prewarm_check_of_a_bucket_passes_warm_and_fails_cold(v30_h264, tmp_path):
+    """`dlbench prewarm-check` on an HF bucket: read straight from the loopback Hub it is warm; behind a shaping
+    proxy of 60 ms (what the workflow puts in front of a cold bucket) it is cold, and the run gated on it stops."""
+    from dlbench.loopback import HUB_BUCKETS, STATE
+    from dlbench.loopback.server import _free_port, _proxy_command, _wait_port
+
+    work = tmp_path / "wf"
+    (work / HUB_BUCKETS / "dlbench" / "b").mkdir(parents=True)
+    (work / HUB_BUCKETS / "dlbench" / "b" / "tiny").symlink_to(v30_h264)
+    url = "hf://buckets/dlbench/b/tiny"
+    with hub.serve(work / "repos", "127.0.0.1", buckets_dir=work / HUB_BUCKETS) as endpoint:
+        host, port = endpoint.removeprefix("http://").split(":")
+        listen = _free_port(host)
+        proxy = subprocess.Popen(_proxy_command(host, listen, int(port), 60.0, 0.0), start_new_session=True)
+        try:
+            _wait_port(host, listen, proxy, tmp_path / "proxy.log")
+            (work / STATE).write_text(json.dumps({"host": host, "port": 1, "hub_port": int(port), "pids": []}))
+            verdicts = {}
+            for name, option in (("warm", "loopback-hub"), ("cold", f"loopback-hub:{listen}")):
+                out = work / f"{name}.json"
+                args = ["prewarm-check", url, "--out", str(out), "--files", "4", "--ttfb-ms-max", "50"]
+                args += ["--mbps-min", "1"]
+                proc = _dlbench(work, *args, endpoint=option)
+                assert proc.returncode == 0, proc.stderr[-2000:]
+                verdicts[name] = json.loads(out.read_text())
+        finally:
+            proxy.terminate()
+            proxy.wait(timeout=10)
+    assert verdicts["warm"]["verdict"] == "warm", verdicts["warm"]["first"]
+    assert verdicts["cold"]["verdict"] == "cold", verdicts["cold"]["first"]
+    assert verdicts["cold"]["first"]["ttfb_p50_ms"] >= 120  # the redirect and the storage read: two round trips

@@ -319,7 +319,12 @@ def test_endpoint_option_names_a_source_in_one_plain_value(tmp_path, monkeypatch
     monkeypatch.setattr(loopback.address, "__defaults__", (None, state))
     assert spec_from_endpoint("loopback")["endpoint_url"] == "http://10.0.0.5:8333"
     assert spec_from_endpoint("loopback:9771")["endpoint_url"] == "http://10.0.0.5:9771"
-    for bad in ("loopback:x", "h:9000"):
+    # HF storage buckets: a loopback bucket by the Hub itself or by its shaping proxy; a real one by the environment
+    assert endpoint_option({"type": "bucket", "bucket": "o/n", "loopback": {}}) == "loopback-hub"
+    assert endpoint_option({"type": "bucket", "loopback": {"port": 9771, "latency_ms": 20}}) == "loopback-hub:9771"
+    assert endpoint_option({"type": "bucket", "bucket": "o/n"}) is None
+    assert spec_from_endpoint("loopback-hub:9771") == {"type": "bucket", "hf_endpoint": "http://10.0.0.5:9771"}
+    for bad in ("loopback:x", "h:9000", "loopback-hub:x"):
         with pytest.raises(UserError, match=f"--endpoint-url {bad}"):
             spec_from_endpoint(bad)
 

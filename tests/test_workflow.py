@@ -294,10 +294,6 @@ def test_a_loopback_server_that_cannot_start_stops_the_run_before_any_job(tmp_pa
             r"bench.scenarios.s: loader lerobot_map decodes on the CPU only",
         ),
         (
-            {"bench": {"scenarios": {"s": {"loader": "lerobot_stream", "ranks": 2}}}},
-            r"bench.scenarios.s: loader lerobot_stream does not split its stream by rank",
-        ),
-        (
             {"bench": {"scenarios": {"s": {"ranks": 2, "nodes": 3}}}},
             r"bench.scenarios.s: nodes \(3\) must not exceed ranks",
         ),
@@ -458,3 +454,68 @@ def test_a_handful_of_episodes_runs_every_loader_with_more_workers_than_episodes
         stream.loc[("few_2rank", 0), "notes"]
     )
     assert stream.loc[("few_2rank_b8", 1), "busy_workers"] == 2
+
+
+def with_hf_buckets(config: dict) -> dict:
+    """`config` plus the default config's bucket legs, on the loopback Hub: a cold HF storage bucket behind a shaping
+    proxy, a warm one gated on the prewarm check, and the cold one at 2 nodes; each read by dlbench's stream and
+    LeRobot's (repo_type="bucket")."""
+    sources = {
+        "local": {"type": "local"},
+        "bucket": {
+            "type": "bucket",
+            "bucket": "dlbench/cold",
+            "stage": True,
+            "loopback": {"port": free_port(), "latency_ms": 5, "bandwidth_mbps": 400},
+        },
+        "warmed_bucket": {
+            "type": "bucket",
+            "bucket": "dlbench/warm",
+            "stage": True,
+            "loopback": {},
+            "require_warm": True,
+            "prewarm": {"files": 4, "range_mb": 1, "ttfb_ms_max": 50, "mbps_min": 50},
+        },
+    }
+    stream = {"loader": ["dlbench_stream", "lerobot_stream"], "num_batches": 6, "buffer_size": 8}
+    scenarios = {
+        "stream_bucket": {**stream, "source": "bucket"},
+        "stream_warmed_bucket": {**stream, "source": "warmed_bucket"},
+        "stream_bucket_2node": {**stream, "source": "bucket", "ranks": 2, "nodes": 2},
+    }
+    return {
+        **config,
+        "loopback_server": {"port": free_port(), "hub_port": free_port()},
+        "sources": sources,
+        "bench": {**config["bench"], "scenarios": scenarios},
+    }
+
+
+@pytest.mark.slow
+def test_bucket_legs_on_the_loopback_hub_with_lerobot_beside_dlbench(tmp_path):
+    """The default config's bucket, warmed-bucket and 2-node legs as HF storage buckets on the loopback Hub: one row
+    per loader and leg, LeRobot's streaming loader beside dlbench's, each with its ratio to LeRobot's and its remote
+    cost; the warm bucket measured warm."""
+    from dlbench import peer
+
+    if peer.peer_python() is None:
+        pytest.skip(f"LeRobot peer environment missing; create it with {peer.CREATE_COMMAND}")
+    proc = snakemake(tmp_path, with_hf_buckets(TINY), "-c", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = pd.read_csv(tmp_path / "results/summary.csv")
+    assert sorted(zip(summary["scenario"], summary["loader"])) == [
+        (scenario, loader)
+        for scenario in ("stream_bucket", "stream_bucket_2node", "stream_warmed_bucket")
+        for loader in ("dlbench_stream", "lerobot_stream")
+    ]
+    assert (summary["status"] == "ok").all(), summary[["scenario", "loader", "status", "reason"]]
+    assert (summary["frames_wrong"] == 0).all() and (summary["frames_verified"] > 0).all()
+    assert (summary["remote_requests_per_kframe"] > 0).all() and (summary["remote_mb_per_kframe"] > 0).all()
+    ours = summary[summary["loader"] == "dlbench_stream"]
+    assert (ours["ratio_to_baseline"] > 0).all() and ours["baseline_run"].str.contains("lerobot_stream").all()
+    theirs = summary[summary["loader"] == "lerobot_stream"]
+    assert theirs["notes"].str.contains("meta/ placed in LeRobot's bucket cache").all()
+    assert summary.set_index(["scenario", "loader"]).loc[("stream_bucket_2node", "lerobot_stream"), "world_size"] == 2
+    assert (summary.set_index("scenario").loc["stream_warmed_bucket", "source_verdict"] == "warm").all()
+    assert (tmp_path / "results/plots/remote_cost.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (tmp_path / "results/sources/loopback.json").exists()  # the servers stopped with the run

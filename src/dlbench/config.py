@@ -33,7 +33,7 @@ SOURCE_KEYS = {  # the keys each source type uses; any other is a mistake, never
     "local": {"type", "data_files_root"},
     "s3": _REMOTE_COMMON | {"url", "endpoint_url", "loopback"},
     "http": _REMOTE_COMMON - {"stage"} | {"url"},
-    "bucket": _REMOTE_COMMON | {"bucket", "prefix"},
+    "bucket": _REMOTE_COMMON | {"bucket", "prefix", "loopback"},  # loopback: a bucket of the loopback Hub
     "hub": {"type", "stage", "loopback", "on_unreachable", "max_requests_per_s"},  # the loopback Hub
 }
 

@@ -5,7 +5,9 @@ Source specs (config.yaml `sources:`); a remote source holds each dataset under 
     {type: local}                                     each dataset where it lives (or where it was converted)
     {type: s3, url: s3://bucket/prefix, endpoint_url: http://host:port}   any S3-compatible store: URL/<dataset>
     {type: http, url: https://host/path}              a server that answers range requests: URL/<dataset>
-    {type: bucket, bucket: owner/name, prefix: path}  hf://buckets/owner/name/path/<dataset> (HF storage buckets)
+    {type: bucket, bucket: owner/name, prefix: path}  hf://buckets/owner/name/path/<dataset> (HF storage buckets);
+                                                      with `loopback: {...}` a bucket of the loopback Hub, shaped
+                                                      by a proxy of its own when latency_ms/bandwidth_mbps are set
     {type: hub, loopback: {}}                         the loopback Hub the workflow starts: hf://datasets/dlbench/
                                                       <dataset>@v3.0, read by dlbench's and LeRobot's loaders alike
 A dataset on the Hub is a dataset, not a source: datasets: {name: {v30: hf://datasets/org/name@revision}}.
@@ -42,16 +44,27 @@ def endpoint_url(spec: dict) -> str | None:
     return endpoint(spec["loopback"])
 
 
+def hub_endpoint(spec: dict) -> str | None:
+    """The Hub a `hub` or `bucket` source is read from (HF_ENDPOINT): the loopback Hub, or for a shaped loopback
+    bucket its shaping proxy; None for a real bucket (the environment's HF_ENDPOINT, else huggingface.co)."""
+    if spec.get("hf_endpoint"):
+        return spec["hf_endpoint"]
+    lb = spec.get("loopback")
+    if spec.get("type") not in ("hub", "bucket") or lb is None:
+        return None
+    from .loopback import address, hub_address
+
+    return address(lb["port"]) if lb.get("latency_ms") or lb.get("bandwidth_mbps") else hub_address()
+
+
 def fsspec_env(spec: dict) -> dict[str, str]:
     """Environment for jobs reading this source: fsspec picks FSSPEC_<PROTOCOL>_<KWARG> up as defaults; Hub clients
     read HF_ENDPOINT."""
     env = {}
     if spec.get("type") == "s3" and (url := endpoint_url(spec)):
         env["FSSPEC_S3_ENDPOINT_URL"] = url
-    if spec.get("type") == "hub":
-        from .loopback import hub_address
-
-        env.update(HF_ENDPOINT=hub_address(), HF_HUB_DISABLE_TELEMETRY="1")
+    if url := hub_endpoint(spec):
+        env.update(HF_ENDPOINT=url, HF_HUB_DISABLE_TELEMETRY="1")
     if spec.get("loopback") is not None:  # the local test server accepts any key
         env.update({k: os.environ.get(k, v) for k, v in LOOPBACK_CREDENTIALS.items()})
     return env
@@ -60,8 +73,11 @@ def fsspec_env(spec: dict) -> dict[str, str]:
 def endpoint_option(spec: dict) -> str | None:
     """The `--endpoint-url` value that gives a command this source's settings: its S3 endpoint, or `loopback[:PORT]`
     for the workflow's own S3 server (through its shaping proxy on PORT), whose address is known only at run time."""
-    if spec.get("type") == "hub":
-        return "loopback-hub"
+    if spec.get("type") in ("hub", "bucket") and spec.get("loopback") is not None:
+        lb = spec["loopback"]
+        return f"loopback-hub:{lb['port']}" if lb.get("latency_ms") or lb.get("bandwidth_mbps") else "loopback-hub"
+    if spec.get("type") == "bucket":
+        return None  # a real bucket: HF_ENDPOINT and HF_TOKEN from the environment
     if spec.get("loopback") is not None and not spec.get("endpoint_url"):
         lb = spec["loopback"]
         return f"loopback:{lb['port']}" if lb.get("latency_ms") or lb.get("bandwidth_mbps") else "loopback"
@@ -74,6 +90,13 @@ def spec_from_endpoint(text: str | None) -> dict | None:
         return None
     if text == "loopback-hub":
         return {"type": "hub", "loopback": {}}
+    if text.startswith("loopback-hub:"):  # a loopback bucket behind its shaping proxy on PORT
+        port = text.partition(":")[2]
+        if not port.isdigit():
+            raise UserError(f"--endpoint-url {text}: expected loopback-hub or loopback-hub:PORT (the proxy's port)")
+        from .loopback import address
+
+        return {"type": "bucket", "hf_endpoint": address(int(port))}
     if text == "loopback" or text.startswith("loopback:"):
         port = text.partition(":")[2]
         if port and not port.isdigit():
@@ -111,6 +134,9 @@ def point_hub_clients(endpoint: str) -> None:
     if constants is not None:
         constants.ENDPOINT = endpoint
         constants.HUGGINGFACE_CO_URL_TEMPLATE = endpoint + "/{repo_id}/resolve/{revision}/{filename}"
+    datasets_config = sys.modules.get("datasets.config")
+    if datasets_config is not None:  # `datasets` resolves hf:// data files against its own copy (LeRobot's stream)
+        datasets_config.HF_ENDPOINT = endpoint
 
 
 def _friendly(url: str, e: Exception) -> UserError:
@@ -134,6 +160,8 @@ def stage(local_root: str | Path, url: str, marker: str | Path, callback=None) -
     _check_readable(local_root)
     if url.startswith("hf://datasets/"):
         return _stage_to_loopback_hub(local_root, url, marker)
+    if url.startswith("hf://buckets/"):
+        return _stage_to_bucket(local_root, url, marker)
     try:
         fs, path = fsspec.core.url_to_fs(url)
         bucket = path.split("/", 1)[0]
@@ -176,6 +204,39 @@ def _stage_to_loopback_hub(local_root: Path, url: str, marker: str | Path) -> di
     os.replace(tmp, link)  # atomic: a reader sees the old link or the new one
     files = [p for p in local_root.rglob("*") if p.is_file()]
     info = {"url": url, "files": len(files), "bytes": sum(p.stat().st_size for p in files), "linked": str(link)}
+    atomic.write_json(marker, info)
+    return info
+
+
+def _stage_to_bucket(local_root: Path, url: str, marker: str | Path) -> dict:
+    """A dataset put into a storage bucket: on the loopback Hub (HF_ENDPOINT http://) its place in the bucket's
+    directory links to the dataset where it is; on a real Hub it is uploaded with huggingface_hub's own
+    `sync_bucket` (Xet), the bucket created first if missing."""
+    from huggingface_hub.utils import parse_hf_uri
+
+    files = [p for p in local_root.rglob("*") if p.is_file()]
+    info = {"url": url, "files": len(files), "bytes": sum(p.stat().st_size for p in files)}
+    endpoint = os.environ.get("HF_ENDPOINT", "")
+    if endpoint.startswith("http://"):
+        from .loopback import HUB_BUCKETS
+
+        uri = parse_hf_uri(url)
+        link = Path(HUB_BUCKETS, uri.id, uri.path_in_repo)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        tmp = link.with_name(link.name + ".tmp")
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(local_root.absolute(), target_is_directory=True)
+        os.replace(tmp, link)  # atomic: a reader sees the old link or the new one
+        info["linked"] = str(link)
+    else:
+        from huggingface_hub import HfApi
+
+        try:
+            api = HfApi()
+            api.create_bucket(parse_hf_uri(url).id, exist_ok=True)
+            api.sync_bucket(str(local_root), url, delete=True, quiet=True)
+        except Exception as e:  # HTTP, auth and Xet errors alike: name the bucket and what to check
+            raise _friendly(url, e) from None
     atomic.write_json(marker, info)
     return info
 

@@ -249,8 +249,8 @@ def _check_mode(run: dict, label) -> None:
 
 
 def _check_lerobot(run: dict, where: str, root: str, data_files_root: str | None) -> None:
-    """What LeRobot 0.6.1's loaders cannot do: decode on a GPU, split a stream by rank, read other stores, read data
-    files apart from the metadata."""
+    """What LeRobot 0.6.1's loaders cannot do: decode on a GPU, read other stores (buckets: the stream only), read
+    data files apart from the metadata."""
     loader = run["loader"]
     if loader not in LEROBOT_LOADERS:
         return
@@ -259,15 +259,12 @@ def _check_lerobot(run: dict, where: str, root: str, data_files_root: str | None
             f"{where}: loader {loader} decodes on the CPU only (LeRobot 0.6.1); use "
             f"decode_device: cpu, or loader dlbench_map / dlbench_stream for cuda"
         )
-    if loader == "lerobot_stream" and run["ranks"] > 1:
+    # lerobot_stream splits by rank with datasets' split_dataset_by_node (bench.lerobot_buckets) and reads buckets
+    bucket_ok = loader == "lerobot_stream" and str(root).startswith("hf://buckets/")
+    if is_remote(root) and not str(root).startswith("hf://datasets/") and not bucket_ok:
         raise UserError(
-            f"{where}: loader lerobot_stream does not split its stream by rank, so {run['ranks']} ranks "
-            f"would read the same frames; use ranks: 1 (or loader dlbench_stream)"
-        )
-    if is_remote(root) and not str(root).startswith("hf://datasets/"):
-        raise UserError(
-            f"{where}: loader {loader} reads local datasets and Hub repos only, not {root}; use dlbench_map or "
-            f"dlbench_stream there"
+            f"{where}: loader {loader} reads local datasets and Hub repos only (lerobot_stream also hf://buckets), "
+            f"not {root}; use dlbench_map or dlbench_stream there"
         )
     if data_files_root:
         raise UserError(

@@ -86,24 +86,38 @@ PLOTS = [f"results/plots/{name}" for name in PLOT_NAMES]
 CONVERSION_TABLE = ["results/tables/conversion.csv"] if SCALING_DATASETS else []
 CONVERSION_PLOT = ["results/plots/conversion.png"] if SCALING_DATASETS else []
 
-LOOPBACK_PROXIES = sorted(
-    {
-        (s["loopback"]["port"], s["loopback"]["latency_ms"], s["loopback"]["bandwidth_mbps"])
-        for s in config["sources"].values()
-        if s.get("loopback") and (s["loopback"]["latency_ms"] or s["loopback"]["bandwidth_mbps"])
-    }
-)
+
+def _shaping_proxies(types):
+    """(port, latency_ms, bandwidth_mbps) of the shaped loopback sources of these types."""
+    return sorted(
+        {
+            (s["loopback"]["port"], s["loopback"]["latency_ms"], s["loopback"]["bandwidth_mbps"])
+            for s in config["sources"].values()
+            if s["type"] in types
+            and s.get("loopback")
+            and (s["loopback"]["latency_ms"] or s["loopback"]["bandwidth_mbps"])
+        }
+    )
+
+
+LOOPBACK_PROXIES = _shaping_proxies(("s3",))  # in front of the S3 server
+HUB_PROXIES = _shaping_proxies(("bucket",))  # in front of the loopback Hub: its cold storage buckets
 USES_LOOPBACK = any(config["sources"][r["source"]].get("loopback") is not None for r in RUNS.values())
-USES_HUB = any(config["sources"][r["source"]]["type"] == "hub" for r in RUNS.values())
+USES_HUB = any(
+    config["sources"][r["source"]]["type"] in ("hub", "bucket")
+    and config["sources"][r["source"]].get("loopback") is not None
+    for r in RUNS.values()
+)
 
 
 def start_loopback():
-    """Start the S3 server of loopback sources (and the loopback Hub if a run reads it) where Snakemake runs, on an
-    address every job reaches."""
+    """Start the S3 server of loopback sources (and the loopback Hub, with the shaping proxies of its buckets, if a run
+    reads it) where Snakemake runs, on an address every job reaches."""
     server = config["loopback_server"]
     host = dlbench.loopback.server_host(server["host"], local=workflow.local_exec)
     hub_port = server["hub_port"] if USES_HUB else None
-    dlbench.loopback.start(server["port"], LOOPBACK_PROXIES, host=host, hub_port=hub_port)
+    hub_proxies = HUB_PROXIES if USES_HUB else []
+    dlbench.loopback.start(server["port"], LOOPBACK_PROXIES, host=host, hub_port=hub_port, hub_proxies=hub_proxies)
 
 
 def local_input(path):

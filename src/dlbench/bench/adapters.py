@@ -119,10 +119,18 @@ def _lerobot(cfg) -> Adapter:
     deltas = lerobot_delta_timestamps(dmeta, cfg.mode, cfg.delta_timestamps)
     fpi = sum(len(deltas.get(c, [0])) if deltas else 1 for c in dmeta.cameras)
     where = lerobot_location(cfg.root)
+    if cfg.loader == "lerobot_map" and where.get("repo_type") == "bucket":
+        raise UserError(f"{cfg.root}: LeRobot 0.6.1 reads buckets with lerobot_stream only (repo_type='bucket')")
     if cfg.loader == "lerobot_map":
         ds = LeRobotDataset(**where, delta_timestamps=deltas, return_uint8=True, video_backend="torchcodec")
         _stop_tqdm_monitor()
         return Adapter(ds, False, fpi, None, None)
+    from . import lerobot_buckets as lb
+
+    notes = []
+    if where.get("repo_type") == "bucket":  # its meta/ sync needs Xet: dlbench places meta/ (lerobot_buckets)
+        lb.place_bucket_meta(where["repo_id"])
+        notes.append(lb.META_NOTE)
     ds = StreamingLeRobotDataset(
         **where,
         delta_timestamps=deltas,
@@ -131,20 +139,28 @@ def _lerobot(cfg) -> Adapter:
         buffer_size=cfg.buffer_size,
         max_num_shards=max(1, cfg.num_workers),
     )
+    if cfg.world_size > 1:
+        notes.append(lb.split_by_node(ds, cfg.rank, cfg.world_size))
+    if notes:
+        lb.add_note(ds, "; ".join(notes))
     _stop_tqdm_monitor()
     return Adapter(ds, True, fpi, None, None)
 
 
 def lerobot_location(root: str) -> dict:
-    """What LeRobot's datasets take to find `root`: a local root, or a Hub repo id and revision."""
+    """What LeRobot's datasets take to find `root`: a local root, a Hub repo id and revision, or a bucket path."""
     root = str(root)
+    if root.startswith("hf://buckets/"):
+        from .lerobot_buckets import bucket_repo_id
+
+        return {"repo_id": bucket_repo_id(root), "repo_type": "bucket"}
     if root.startswith("hf://datasets/"):
         repo, _, revision = root.removeprefix("hf://datasets/").partition("@")
         return {"repo_id": repo.rstrip("/"), "revision": revision or None}
     if is_remote(root):
         raise UserError(
-            f"{root}: LeRobot's loaders read local datasets and Hub repos (hf://datasets/ORG/NAME@REV) "
-            f"only; read this one with dlbench_map or dlbench_stream"
+            f"{root}: LeRobot's loaders read local datasets, Hub repos (hf://datasets/ORG/NAME@REV) and "
+            f"buckets (hf://buckets/...) only; read this one with dlbench_map or dlbench_stream"
         )
     return {"repo_id": "local/bench", "root": local_path(root)}
 

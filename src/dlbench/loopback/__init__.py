@@ -1,10 +1,11 @@
 """A real S3 server for the loopback sources (`server`: SeaweedFS, its state file and address), the shaping
-proxies that make it look like remote storage (`proxy`), and a Hugging Face Hub serving dataset repos from a
-directory (`hub`, for hf:// reads offline)."""
+proxies that make it look like remote storage (`proxy`), and a Hugging Face Hub serving dataset repos and storage
+buckets from directories (`hub`, for hf:// reads offline)."""
 
 from .proxy import main
 from .server import (
     DATA_DIR,
+    HUB_BUCKETS,
     HUB_ORG,
     HUB_REPOS,
     LOOPBACK,
@@ -21,6 +22,7 @@ from .server import (
 
 __all__ = [
     "DATA_DIR",
+    "HUB_BUCKETS",
     "HUB_ORG",
     "HUB_REPOS",
     "LOOPBACK",

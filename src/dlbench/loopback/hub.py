@@ -1,6 +1,7 @@
-"""A Hugging Face Hub on loopback: dataset repos served from a directory over plain HTTP/1.1, so that hf:// reads
-(HfFileSystem, `hf_hub_download`, `snapshot_download`, `datasets.load_dataset`, LeRobot's loaders) run offline
-against a real server. Point a client at it with HF_ENDPOINT=http://HOST:PORT (read by huggingface_hub at import).
+"""A Hugging Face Hub on loopback: dataset repos and storage buckets served from directories over plain HTTP/1.1, so
+that hf:// reads (HfFileSystem, `hf_hub_download`, `snapshot_download`, `datasets.load_dataset`, LeRobot's loaders)
+run offline against a real server. Point a client at it with HF_ENDPOINT=http://HOST:PORT (read by huggingface_hub at
+import).
 
 `<repos_dir>/<org>/<name>/` is the tree of dataset repo `org/name`. Every revision (main, v3.0, any tag or sha)
 names that same tree; the repo's commit sha is a hash of `org/name`, so it stays the same while files change (a
@@ -14,7 +15,19 @@ No Xet and no LFS: files are downloaded over plain HTTP with byte ranges. Only t
     POST /api/datasets/ORG/NAME/paths-info/REV          form or JSON `paths` (missing paths left out)
     HEAD|GET /datasets/ORG/NAME/resolve/REV/PATH        the file; `Range: bytes=a-b` gives 206
 
-    python -m dlbench.loopback hub --repos DIR --host 127.0.0.1 --port 9780
+`<buckets_dir>/<owner>/<name>/` is storage bucket `owner/name` (hf://buckets/owner/name/...), read as huggingface_hub
+2.x reads buckets (`HfApi.bucket_info`, `list_bucket_tree`, `get_bucket_paths_info`, HfFileSystem). Its files have
+no Xet hash (`xetHash: null`), so clients fetch them over HTTP. As on the Hub, `resolve` answers 302 to the storage
+host, and the bytes come from there: here `/storage/buckets/...` on the host the client asked (the same metering and
+shaping proxy as the API call), so every read costs the two round trips it costs in production:
+
+    GET  /api/buckets/OWNER/NAME                        bucket info: id, size, totalFiles
+    GET  /api/buckets/OWNER/NAME/tree[/PREFIX]          ?recursive= (files only, as the Hub), pages of 1000
+    POST /api/buckets/OWNER/NAME/paths-info             JSON `paths` (files only; missing paths left out)
+    HEAD|GET /buckets/OWNER/NAME/resolve/PATH           302 to /storage/buckets/OWNER/NAME/PATH
+    HEAD|GET /storage/buckets/OWNER/NAME/PATH           the file; `Range: bytes=a-b` gives 206
+
+    python -m dlbench.loopback hub --repos DIR [--buckets DIR] --host 127.0.0.1 --port 9780
 """
 
 from __future__ import annotations
@@ -24,6 +37,7 @@ import datetime
 import hashlib
 import json
 import re
+import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -101,8 +115,15 @@ class _Repo:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: clients reuse one connection per thread
     repos_dir: Path
+    buckets_dir: Path | None = None
     quiet = True
     page_size: int | None = None
+
+    def setup(self) -> None:
+        super().setup()
+        # headers and body leave in two writes: without TCP_NODELAY, Nagle holds the body for the client's delayed
+        # ACK (40 ms a response), which no real Hub costs (their servers set it, as nginx does by default)
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def log_message(self, fmt, *args):
         if not self.quiet:
@@ -128,6 +149,16 @@ class _Handler(BaseHTTPRequestHandler):
             raise _HubError(404, "RepoNotFound", f"Repository not found: {org}/{name}")
         return _Repo(f"{org}/{name}", root)
 
+    def _bucket(self, owner: str, name: str) -> _Repo:
+        root = self.buckets_dir / owner / name if self.buckets_dir else None
+        if root is None or not owner or not name or ".." in (owner, name) or not root.is_dir():
+            # the Hub's answer: RepoNotFound on a /api/buckets/ URL is what huggingface_hub calls BucketNotFoundError
+            raise _HubError(404, "RepoNotFound", f"Bucket not found: {owner}/{name}")
+        return _Repo(f"{owner}/{name}", root)
+
+    def _host(self) -> str:
+        return self.headers.get("Host") or "{}:{}".format(*self.server.server_address[:2])
+
     def _dispatch(self) -> None:
         # read the body first: one left unread would be taken for the next request on this connection
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -147,6 +178,27 @@ class _Handler(BaseHTTPRequestHandler):
                     return self._paths_info(repo, body.decode())
             if seg[:1] == ["datasets"] and len(seg) >= 6 and seg[3] == "resolve" and self.command in ("GET", "HEAD"):
                 return self._resolve(self._repo(seg[1], seg[2]), "/".join(seg[5:]))
+            if seg[:2] == ["api", "buckets"] and len(seg) >= 4:
+                bucket, rest = self._bucket(seg[2], seg[3]), seg[4:]
+                if self.command == "GET" and not rest:
+                    return self._bucket_info(bucket)
+                if self.command == "GET" and rest[:1] == ["tree"]:
+                    return self._bucket_tree(bucket, "/".join(rest[1:]).strip("/"), query)
+                if self.command == "POST" and rest == ["paths-info"]:
+                    return self._bucket_paths_info(bucket, body.decode())
+            if seg[:1] == ["buckets"] and len(seg) >= 5 and seg[3] == "resolve" and self.command in ("GET", "HEAD"):
+                bucket, rel = self._bucket(seg[1], seg[2]), "/".join(seg[4:])
+                if not bucket.path(rel).is_file():
+                    raise _HubError(404, "EntryNotFound", f"{rel}: no such file in bucket {bucket.id}")
+                # the Hub sends bucket reads to its storage host; the client follows with the same Range
+                location = f"http://{self._host()}/storage/buckets/{quote(bucket.id)}/{quote(rel)}"
+                return self._send(302, b"", {"Location": location})
+            if seg[:2] == ["storage", "buckets"] and len(seg) >= 5 and self.command in ("GET", "HEAD"):
+                bucket, rel = self._bucket(seg[2], seg[3]), "/".join(seg[4:])
+                p = bucket.path(rel)
+                if not p.is_file():
+                    raise _HubError(404, "EntryNotFound", f"{rel}: no such file in bucket {bucket.id}")
+                return self._send_file(p, {"ETag": f'"{_bucket_entry(bucket, p)["oid"]}"'})
             raise _HubError(404, "", f"not served by the loopback hub: {self.command} {url.path}")
         except _HubError as e:
             headers = {"X-Error-Message": str(e)}
@@ -185,12 +237,14 @@ class _Handler(BaseHTTPRequestHandler):
         expand = query.get("expand", "").lower() in ("1", "true")
         recursive = query.get("recursive", "").lower() in ("1", "true")
         entries = [repo.entry(p, expand) for p in repo.walk(rel, recursive)]
-        size, start = self.page_size or (PAGE_EXPANDED if expand else PAGE), int(query.get("cursor", 0))
+        self._page(entries, query, self.page_size or (PAGE_EXPANDED if expand else PAGE))
+
+    def _page(self, entries: list, query: dict, size: int) -> None:
+        start = int(query.get("cursor", 0))
         headers = {}
         if start + size < len(entries):  # cursor pagination as the Hub's: the next page's URL in `Link`
             nxt = {**query, "cursor": str(start + size)}
-            host = self.headers.get("Host") or "{}:{}".format(*self.server.server_address[:2])
-            base = f"http://{host}{urlsplit(self.path).path}"
+            base = f"http://{self._host()}{urlsplit(self.path).path}"
             query_text = "&".join(f"{k}={quote(v, safe='')}" for k, v in nxt.items())
             headers["Link"] = f'<{base}?{query_text}>; rel="next"'
         self._json(entries[start : start + size], headers)
@@ -209,16 +263,52 @@ class _Handler(BaseHTTPRequestHandler):
                     out.append(repo.entry(p, expand))
         self._json(out)
 
+    def _bucket_info(self, bucket: _Repo) -> None:
+        files = bucket.files()
+        self._json(
+            {
+                "id": bucket.id,
+                "private": False,
+                "createdAt": DATE,
+                "size": sum(p.stat().st_size for p in files),
+                "totalFiles": len(files),
+            }
+        )
+
+    def _bucket_tree(self, bucket: _Repo, prefix: str, query: dict) -> None:
+        recursive = query.get("recursive", "").lower() in ("1", "true")
+        p = bucket.path(prefix)
+        if p.is_file():  # the Hub lists a file prefix as that file
+            found = [p]
+        elif p.is_dir():  # recursive: files only (clients rebuild the folders); else files and folders
+            found = [c for c in bucket.walk(prefix, recursive) if not recursive or c.is_file()]
+        else:
+            found = []  # no match is an empty listing, not an error (the client decides)
+        entries = [_bucket_entry(bucket, c) for c in found]
+        for e in entries:
+            e.pop("oid", None)
+        self._page(entries, query, self.page_size or PAGE)
+
+    def _bucket_paths_info(self, bucket: _Repo, body: str) -> None:
+        out = []
+        for rel in json.loads(body or "{}").get("paths", []):
+            with contextlib.suppress(_HubError):
+                if (p := bucket.path(rel.strip("/"))).is_file():
+                    entry = _bucket_entry(bucket, p)
+                    entry.pop("oid")
+                    out.append(entry)
+        self._json(out)
+
     def _resolve(self, repo: _Repo, rel: str) -> None:
         p = repo.path(rel)
         if not p.is_file():
             raise _HubError(404, "EntryNotFound", f"{rel}: no such file in {repo.id}", repo.sha)
+        self._send_file(p, {"X-Repo-Commit": repo.sha, "ETag": f'"{repo.entry(p, False)["oid"]}"'})
+
+    def _send_file(self, p: Path, headers: dict) -> None:
+        """File `p` whole (200) or the `Range` asked (206; 416 if none of it exists)."""
         size = p.stat().st_size
-        headers = {
-            "X-Repo-Commit": repo.sha,
-            "ETag": f'"{repo.entry(p, False)["oid"]}"',
-            "Accept-Ranges": "bytes",
-        }
+        headers = {**headers, "Accept-Ranges": "bytes"}
         start, end, status = 0, size, 200
         if rng := self.headers.get("Range"):
             m = re.fullmatch(r"bytes=(\d*)-(\d*)", rng.strip())
@@ -241,6 +331,25 @@ class _Handler(BaseHTTPRequestHandler):
                 self.connection.sendfile(f, start, end - start)  # zero-copy; the socket is unbuffered
 
 
+def _bucket_entry(bucket: _Repo, p: Path) -> dict:
+    """A bucket entry as the Hub lists it: a file with its size, mtime and a null Xet hash (read over HTTP), or a
+    directory. `oid` is kept for the ETag only."""
+    rel, st = p.relative_to(bucket.root).as_posix(), p.stat()
+    when = datetime.datetime.fromtimestamp(st.st_mtime, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if p.is_dir():
+        return {"type": "directory", "path": rel, "uploadedAt": when}
+    oid = hashlib.sha1(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()
+    return {
+        "type": "file",
+        "path": rel,
+        "size": st.st_size,
+        "xetHash": None,
+        "mtime": when,
+        "uploadedAt": when,
+        "oid": oid,
+    }
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True  # a client holding a keep-alive connection open must not block shutdown
 
@@ -250,22 +359,38 @@ class _Server(ThreadingHTTPServer):
 
 
 def make_server(
-    repos_dir: str | Path, host: str = LOOPBACK, port: int = 0, quiet: bool = True, page_size: int | None = None
+    repos_dir: str | Path,
+    host: str = LOOPBACK,
+    port: int = 0,
+    quiet: bool = True,
+    page_size: int | None = None,
+    buckets_dir: str | Path | None = None,
 ) -> ThreadingHTTPServer:
     """The server, bound but not yet serving (call `serve_forever`). `page_size`: tree entries per page (default:
-    the Hub's 1000, 50 with expand=true); small values exercise the clients' pagination."""
-    attrs = {"repos_dir": Path(repos_dir), "quiet": quiet, "page_size": page_size}
+    the Hub's 1000, 50 with expand=true); small values exercise the clients' pagination. `buckets_dir`: holds the
+    storage buckets OWNER/NAME/ (None: no buckets)."""
+    attrs = {
+        "repos_dir": Path(repos_dir),
+        "buckets_dir": Path(buckets_dir) if buckets_dir else None,
+        "quiet": quiet,
+        "page_size": page_size,
+    }
     return _Server((host, port), type("Handler", (_Handler,), attrs))
 
 
 @contextlib.contextmanager
 def serve(
-    repos_dir: str | Path, host: str = LOOPBACK, port: int = 0, quiet: bool = True, page_size: int | None = None
+    repos_dir: str | Path,
+    host: str = LOOPBACK,
+    port: int = 0,
+    quiet: bool = True,
+    page_size: int | None = None,
+    buckets_dir: str | Path | None = None,
 ) -> Iterator[str]:
     """Serve the repos under `repos_dir` from a background thread of this process for the `with` block; yields the
     endpoint URL (http://HOST:PORT) to give clients as HF_ENDPOINT. `port=0` picks a free port. Raises OSError if
     the port is taken; a missing `repos_dir` answers every request with RepoNotFound."""
-    server = make_server(repos_dir, host, port, quiet, page_size)
+    server = make_server(repos_dir, host, port, quiet, page_size, buckets_dir)
     thread = threading.Thread(target=server.serve_forever, name="loopback-hub", daemon=True)
     thread.start()
     try:
@@ -276,10 +401,11 @@ def serve(
         thread.join()
 
 
-def run(repos_dir: str | Path, host: str = LOOPBACK, port: int = 0) -> None:
+def run(repos_dir: str | Path, host: str = LOOPBACK, port: int = 0, buckets_dir: str | Path | None = None) -> None:
     """Serve in the foreground until interrupted, logging each request to stderr."""
-    server = make_server(repos_dir, host, port, quiet=False)
-    print(f"loopback hub: http://{host}:{server.server_address[1]} serving {Path(repos_dir).resolve()}", flush=True)
+    server = make_server(repos_dir, host, port, quiet=False, buckets_dir=buckets_dir)
+    where = f"{Path(repos_dir).resolve()}" + (f" and buckets {Path(buckets_dir).resolve()}" if buckets_dir else "")
+    print(f"loopback hub: http://{host}:{server.server_address[1]} serving {where}", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()
     server.server_close()

@@ -75,13 +75,16 @@ def main(argv=None) -> None:
     p.add_argument("--target", type=int, required=True, help="the server's port")
     p.add_argument("--latency-ms", type=float, default=0.0, help="added before each response's first byte")
     p.add_argument("--bandwidth-mbps", type=float, default=0.0, help="cap over all connections; 0: unlimited")
-    h = sub.add_parser("hub", help="a Hugging Face Hub serving the dataset repos DIR/ORG/NAME (dlbench.loopback.hub)")
+    h = sub.add_parser(
+        "hub", help="a Hugging Face Hub serving dataset repos and storage buckets (dlbench.loopback.hub)"
+    )
     h.add_argument("--repos", required=True, help="directory holding ORG/NAME/ repo trees")
+    h.add_argument("--buckets", default=None, help="directory holding OWNER/NAME/ storage buckets")
     h.add_argument("--host", default=LOOPBACK, help="address to listen on")
     h.add_argument("--port", type=int, default=0, help="port to listen on; 0: a free one, printed at start")
     a = ap.parse_args(argv)
     if a.cmd == "hub":
         from .hub import run
 
-        return run(a.repos, a.host, a.port)
+        return run(a.repos, a.host, a.port, a.buckets)
     asyncio.run(_proxy(a.host, a.listen, a.target, a.latency_ms / 1000.0, a.bandwidth_mbps * 1e6 / 8))

@@ -28,6 +28,7 @@ STATE = "results/sources/loopback.json"  # relative to the workflow's directory,
 DATA_DIR = "results/sources/seaweedfs"
 HUB_REPOS = "results/sources/hub"  # the loopback Hub's repos: ORG/NAME links to the datasets staged there
 HUB_ORG = "dlbench"  # the org of the repos staged to the loopback Hub
+HUB_BUCKETS = "results/sources/hub-buckets"  # the loopback Hub's storage buckets: OWNER/NAME/<prefix>/<dataset> links
 
 
 def routable_address() -> str | None:
@@ -231,10 +232,13 @@ def _start_proxy(host: str, proxy: tuple[int, float, float], target: int, log_di
 
 
 def _start_hub(host: str, port: int, log_dir: Path, pids: list[int]) -> None:
-    """Start the loopback Hub (`dlbench.loopback.hub`) serving HUB_REPOS; its PID goes to `pids` at once."""
+    """Start the loopback Hub (`dlbench.loopback.hub`) serving HUB_REPOS and HUB_BUCKETS; its PID goes to `pids` at
+    once."""
     Path(HUB_REPOS).mkdir(parents=True, exist_ok=True)
+    Path(HUB_BUCKETS).mkdir(parents=True, exist_ok=True)
     log = log_dir / "hub.log"
     cmd = [sys.executable, "-m", "dlbench.loopback", "hub", "--repos", str(Path(HUB_REPOS).absolute())]
+    cmd += ["--buckets", str(Path(HUB_BUCKETS).absolute())]
     with open(log, "ab") as f:
         process = subprocess.Popen(
             [*cmd, "--host", host, "--port", str(port)], stdout=f, stderr=f, start_new_session=True
@@ -251,12 +255,14 @@ def _write_state(
     pids: list[int],
     data_dir: Path,
     hub_port: int | None,
+    hub_proxies: list[tuple[int, float, float]] = (),
 ) -> dict:
     info = {
         "host": host,
         "port": port,
         "proxies": [list(p) for p in proxies],
         "hub_port": hub_port,
+        "hub_proxies": [list(p) for p in hub_proxies],
         "pids": pids,
         "data_dir": str(data_dir),
         "started": time.time(),
@@ -273,16 +279,19 @@ def start(
     host: str = LOOPBACK,
     data_dir: str | Path = DATA_DIR,
     hub_port: int | None = None,
+    hub_proxies: list[tuple[int, float, float]] = (),
 ) -> dict:
-    """Start the server and its proxies, and the loopback Hub on `hub_port` if given (unless the `state` file says
-    they already run there); return the state."""
+    """Start the server and its proxies, and the loopback Hub on `hub_port` if given with its own shaping proxies
+    `hub_proxies` (the cold storage buckets), unless the `state` file says they already run there; return the state."""
     state, log_dir, data_dir = Path(state), Path(log_dir), Path(data_dir).absolute()
     running = _still_running(state, host)
-    if running is not None and running.get("hub_port") == hub_port:
+    wanted = [list(p) for p in hub_proxies]
+    if running is not None and running.get("hub_port") == hub_port and running.get("hub_proxies", []) == wanted:
         return running
     if running is not None:
         stop(state)
-    _check_ports_free(host, [port, *(lp for lp, _, _ in proxies), *([hub_port] if hub_port else [])])
+    ports = [port, *(lp for lp, _, _ in [*proxies, *hub_proxies]), *([hub_port] if hub_port else [])]
+    _check_ports_free(host, ports)
     log_dir.mkdir(parents=True, exist_ok=True)
     data_dir.mkdir(parents=True, exist_ok=True)
     pids: list[int] = []
@@ -292,10 +301,12 @@ def start(
             _start_proxy(host, proxy, port, log_dir, pids)
         if hub_port:
             _start_hub(host, hub_port, log_dir, pids)
+            for proxy in hub_proxies:
+                _start_proxy(host, proxy, hub_port, log_dir, pids)
     except BaseException:
         _kill(pids)
         raise
-    return _write_state(state, host, port, proxies, pids, data_dir, hub_port)
+    return _write_state(state, host, port, proxies, pids, data_dir, hub_port, hub_proxies)
 
 
 def endpoint(loopback: dict, state: str | Path = STATE) -> str:
