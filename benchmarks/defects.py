@@ -142,12 +142,16 @@ def short_video(root: Path, drop: int = 3) -> str:
     return rel
 
 
-def orphan_video(root: Path) -> str:
-    rel = _video_rel(root, 0)
+def _copy_as_orphan(root: Path, rel: str) -> str:
+    """A copy of file `rel` under a name no episode references."""
     orphan = _orphan_name(rel)
     (root / orphan).parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(root / rel, root / orphan)
     return orphan
+
+
+def orphan_video(root: Path) -> str:
+    return _copy_as_orphan(root, _video_rel(root, 0))
 
 
 def camera_not_in_info(root: Path) -> str:
@@ -175,11 +179,7 @@ def corrupt_parquet(root: Path) -> str:
 
 
 def orphan_parquet(root: Path) -> str:
-    rel = _data_rel(root, 0)
-    orphan = _orphan_name(rel)
-    (root / orphan).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(root / rel, root / orphan)
-    return orphan
+    return _copy_as_orphan(root, _data_rel(root, 0))
 
 
 def duplicate_rows(root: Path) -> str:

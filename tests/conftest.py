@@ -62,9 +62,10 @@ SMALL_FILES = PlanOptions(episodes_per_batch=3, data_file_size_in_mb=0.012, vide
 
 
 @contextlib.contextmanager
-def plain_http_server(directory):
-    """Python's own HTTP server on loopback serving `directory`: it ignores Range headers. Yields its URL."""
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(directory))
+def plain_http_server(directory, handler_class=http.server.SimpleHTTPRequestHandler):
+    """Python's own HTTP server on loopback serving `directory` (its default handler ignores Range headers). Yields
+    its URL."""
+    handler = functools.partial(handler_class, directory=str(directory))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:

@@ -6,14 +6,11 @@ lerobot-lance-doctor beside it (in the LeRobot peer environment)."""
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import http.server
 import io
 import os
 import shutil
 import subprocess
-import threading
 
 import pytest
 
@@ -24,6 +21,8 @@ from dlbench.convert import plan as planmod
 from dlbench.errors import UserError
 from dlbench.format import paths
 from dlbench.validate import validate
+
+from .conftest import plain_http_server
 
 VALID = ["v30_h264", "v30_h264_one_file", "lerobot_recorded_v30"]
 DEFECT_DATASETS = ["v30_h264", "lerobot_recorded_v30"]  # several files per stream; LeRobot's own layout and AV1
@@ -120,22 +119,11 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-@contextlib.contextmanager
-def http_server(directory):
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(RangeHandler, directory=directory))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def test_plain_http_cannot_list_so_orphans_are_skipped_with_a_note(v30_h264, tmp_path):
     root = tmp_path / "d"
     shutil.copytree(v30_h264, root)
     shutil.copy(root / "data/chunk-000/file-000.parquet", root / "data/chunk-000/file-999.parquet")  # not seen
-    with http_server(tmp_path) as url:
+    with plain_http_server(tmp_path, RangeHandler) as url:
         report = validate(f"{url}/d")
         assert report["ok"] and not report["orphans_checked"] and "cannot list" in report["notes"][0]
         (root / paths.v30_video_path("observation.images.wrist", 0, 2)).unlink()
