@@ -23,6 +23,7 @@ rule all:
         CONVERSION_TABLE,
         PLOTS,
         CONVERSION_PLOT,
+        COMPARE,
 
 
 # The S3 server of loopback sources (and its shaping proxies) lives as long as this run, if a run reads one. It

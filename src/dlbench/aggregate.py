@@ -20,6 +20,9 @@ over ranks), `frames_per_s_min` and `frames_per_s_max` the spread. Derived colum
   served over the steady windows, counted at each rank's metering proxy (`bench.remote`), per 1,000 delivered
   frames; amplification is bytes read over the bytes an ideal reader needs;
 - `source_verdict`: the prewarm check's verdict (warm or cold) for runs on a checked source;
+- `window_frames_per_s`, `window_data_wait_frac`: the per-window values behind the medians (JSON lists), so
+  `dlbench compare` can test a change against the windows' noise from a summary alone; `environment`: the
+  versions (and cores, where records carry them) of the run's first rank (JSON);
 - `pass`: per-node decoded frames/s reaches the mode's target with no wrong frame; `notes` says why a run fails
   or what limits it (below target, wrong frames, decoder thrash, worker-bound, measured on a cold source).
 
@@ -103,13 +106,13 @@ def rank_files(path: str | Path) -> list[Path]:
 
 def aggregate(
     paths: list[str | Path],
-    out: str | Path,
+    out: str | Path | None,
     targets: dict | None = None,
     baseline: str = SAME_KIND,
     thrash: dict | None = None,
     prewarm: dict[str, str | Path] | None = None,
 ) -> pd.DataFrame:
-    """One summary row per run from run directories (or rank record files); writes `out` (CSV).
+    """One summary row per run from run directories (or rank record files); writes `out` (CSV) unless None.
 
     `prewarm` maps "source/dataset" to its prewarm check report; runs on that pair get `source_verdict`."""
     verdicts = {}
@@ -147,6 +150,7 @@ def aggregate(
             "status": status,
             "source_verdict": verdicts.get(f"{cfg.get('source')}/{cfg.get('dataset')}", ""),
             "reason": "; ".join(sorted({r.get("reason", "") for r in recs if r.get("reason")})),
+            "environment": json.dumps(_environment(recs[0]), sort_keys=True),
         }
         if ok:
             nodes = len(hosts) or configured
@@ -163,9 +167,27 @@ def aggregate(
         )
         rows.append(row)
     df = derive(pd.DataFrame(rows), baseline, {**defaults("thrash"), **(thrash or {})})
-    with atomic.file(out) as tmp:
-        df.to_csv(tmp, index=False)
+    if out is not None:
+        with atomic.file(out) as tmp:
+            df.to_csv(tmp, index=False)
     return df
+
+
+def _environment(rec: dict) -> dict:
+    """What a rank ran with: its versions (with its usable cores and LeRobot's version, where the record has them)."""
+    return dict(rec.get("versions") or {})
+
+
+def _window_data_wait(recs: list[dict]) -> list[float] | None:
+    """The slowest rank's data wait fraction in each window (None for records without per-window waits)."""
+    per_rank = []
+    for r in recs:
+        windows = r["metrics"].get("windows") or []
+        if not windows or any("data_wait_s" not in w for w in windows):
+            return None
+        per_rank.append([w["data_wait_s"] / w["seconds"] for w in windows])
+    n = min(len(w) for w in per_rank)
+    return [float(max(w[i] for w in per_rank)) for i in range(n)]
 
 
 def _window_totals(recs: list[dict]) -> np.ndarray | None:
@@ -192,12 +214,15 @@ def _measured(ok: list[dict], nodes: int) -> dict:
         samples = np.array([m["samples_per_s"].sum()])
         fpi = m["frames_per_s_node"].sum() / samples[0] if samples[0] else 1
     frames = samples * fpi
+    waits = _window_data_wait(ok)
     col = lambda name: m[name] if name in m else pd.Series([float("nan")])  # noqa: E731
     return {
         "frames_per_s_node": float(np.median(frames)) / nodes,
         "frames_per_s_min": float(frames.min()) / nodes,
         "frames_per_s_max": float(frames.max()) / nodes,
         "repeats": len(frames),
+        "window_frames_per_s": json.dumps([round(float(f) / nodes, 3) for f in frames]),
+        "window_data_wait_frac": json.dumps([round(w, 5) for w in waits]) if waits else "",
         "samples_per_s_node": float(np.median(samples)) / nodes,
         "frames_per_s_total": float(np.median(frames)),
         "samples_per_s_total": float(np.median(samples)),

@@ -9,6 +9,16 @@ localrules:
     plot_conversion,
 
 
+# `compare_to: path/to/old/results` in config.yaml: this run against that one, in the report
+COMPARE_TO = config.get("compare_to")
+if COMPARE_TO and not Path(COMPARE_TO).exists():
+    config_error(
+        f"compare_to: {COMPARE_TO} does not exist; give the results directory (or summary.csv) of the run to "
+        f"compare with, or remove the key"
+    )
+COMPARE = ["results/compare.csv", "results/plots/compare.png"] if COMPARE_TO else []
+
+
 rule aggregate:
     input:
         runs=run_dirs(),
@@ -64,3 +74,24 @@ rule plot_conversion:
         "../envs/cpu.yaml"
     shell:
         "dlbench -q plot --conversion {input} --outdir results/plots > {log} 2>&1"
+
+
+# Never fails on a regression: the report is there to show it (CI gates with `dlbench compare --fail-on-regression`).
+if COMPARE_TO:
+
+    localrules:
+        compare,
+
+    rule compare:
+        input:
+            base=COMPARE_TO,
+            new="results/summary.csv",
+        output:
+            table=report("results/compare.csv", caption="../report/compare_table.rst", category="Comparison"),
+            plot=report("results/plots/compare.png", caption="../report/compare.rst", category="Comparison"),
+        log:
+            "results/logs/compare.log",
+        conda:
+            "../envs/cpu.yaml"
+        shell:
+            "dlbench -q compare {input.base} {input.new} --out {output.table} --plot {output.plot} --all > {log} 2>&1"

@@ -6,8 +6,10 @@ The JSON record is the source of truth; the CSV is its flat view (one row: `conf
 from __future__ import annotations
 
 import csv
+import importlib.metadata
 import io as _io
 import json
+import os
 import platform
 import socket
 import subprocess
@@ -31,13 +33,19 @@ def versions() -> dict:
         ffmpeg = out.stdout.split()[2] if out.returncode == 0 else ""
     except (OSError, subprocess.TimeoutExpired, IndexError):
         pass
-    return {
+    out = {
         "dlbench": __version__,
         "torch": torch.__version__,
         "torchcodec": torchcodec.__version__,
         "ffmpeg": ffmpeg,
         "python": platform.python_version(),
+        "cores": len(os.sched_getaffinity(0)),  # what this rank may run on (`dlbench compare` names a difference)
     }
+    try:  # the peer environment's LeRobot, for runs of its loaders
+        out["lerobot"] = importlib.metadata.version("lerobot")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    return out
 
 
 def make_record(config: dict, metrics: dict, status: str = "ok", reason: str = "") -> dict:

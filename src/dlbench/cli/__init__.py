@@ -8,10 +8,10 @@ import logging
 import sys
 
 from ..errors import WORKFLOW_EXTRA, UserError, needs_extra
-from . import bench, convert, report, sources, synth, validate
+from . import bench, compare, convert, report, sources, synth, validate
 from .common import Help, log
 
-COMMANDS = (synth, convert, validate, bench, sources, report)  # in the order `dlbench --help` lists them
+COMMANDS = (synth, convert, validate, bench, sources, report, compare)  # in the order `dlbench --help` lists them
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     args.bars = not args.quiet and sys.stderr.isatty()  # progress bars only on a terminal: logs stay readable
     _log_to_stdout()
     try:
-        args.func(args)
+        status = args.func(args)  # a command may answer with an exit status (compare: 1 on a regression)
     except ModuleNotFoundError as e:
         if e.name not in WORKFLOW_EXTRA:
             raise
@@ -51,4 +51,4 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         sys.stderr.write(f"dlbench {args.command}: error: {e}\n")
         return 2
-    return 0
+    return status if isinstance(status, int) else 0
