@@ -371,6 +371,12 @@ def plot_data_wait(df: pd.DataFrame, path: Path) -> Path:
     return _save(fig, path)
 
 
+def _ranks(row) -> str:
+    """' · 2 ranks' for a run of several ranks (its bars sit beside the 1-rank run's), else ''."""
+    ranks = row.get("world_size", 1)
+    return f" · {int(ranks)} ranks" if pd.notna(ranks) and ranks > 1 else ""
+
+
 def plot_remote_cost(df: pd.DataFrame, path: Path) -> Path:
     """Requests per 1,000 delivered frames of each metered run (a remote source), with MB read and amplification."""
     title = "Remote cost: requests per 1,000 delivered frames (MB read per 1,000 frames; read amplification)"
@@ -381,8 +387,8 @@ def plot_remote_cost(df: pd.DataFrame, path: Path) -> Path:
         return _nothing(path, title, "no run read a metered source (an S3 source over plain HTTP, e.g. `bucket`)")
     ok = ok.sort_values(["mode", "source", "loader"])
     labels = [
-        f"{r['source']} · {r['loader']} · b{r['batch_size']} w{r['num_workers']} "
-        f"({r['remote_mb_per_kframe']:.1f} MB; x{r['read_amplification']:.2f})"
+        f"{r['source']} · {r['loader']} · b{r['batch_size']} w{r['num_workers']}"
+        f"{_ranks(r)} ({r['remote_mb_per_kframe']:.1f} MB; x{r['read_amplification']:.2f})"
         for _, r in ok.iterrows()
     ]
     colors = ["tab:blue" if str(r).startswith("dlbench") else "tab:grey" for r in ok["loader"]]
