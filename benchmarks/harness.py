@@ -22,11 +22,12 @@ from dataclasses import replace
 import torch
 
 from dlbench.bench.adapters import make_adapter
-from dlbench.bench.runner import BenchConfig, run
+from dlbench.bench.runner import run
+from dlbench.runspec import RunSpec
 from dlbench.loader import DataLoader
 
 
-def bare(cfg: BenchConfig) -> float:
+def bare(cfg: RunSpec) -> float:
     """Decoded frames/s of the plain loop over the same window as the harness."""
     adapter = make_adapter(cfg)
     kwargs = dict(
@@ -80,7 +81,7 @@ def main(argv=None) -> None:
     )
     print(f"{'loader':<16}{'bare':>10}{'harness':>10}{'h+verify':>10}{'harness cost':>14}{'with verify':>13}")
     for loader in a.loaders:
-        cfg = BenchConfig(
+        cfg = RunSpec(
             root=a.dataset,
             loader=loader,
             mode=a.mode,

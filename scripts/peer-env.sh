@@ -9,6 +9,9 @@ cd "$(dirname "$0")/.."
 VENV=${PEER_VENV:-.venv-lerobot}
 READY="$VENV/.dlbench-peer-ready"  # written last: dlbench uses the environment only when this marker exists
 if [ -f "$READY" ] && "$VENV/bin/python" -c "import lerobot.datasets.lerobot_dataset, lerobot_lancedb, psutil" 2>/dev/null; then
+  # s3fs (lance_map runs on S3 sources read the v3.0 copy through it) is added to an older environment, not rebuilt
+  "$VENV/bin/python" -c "import s3fs" 2>/dev/null ||
+    "$VENV/bin/pip" install -q "s3fs==$("$VENV/bin/python" -c 'import fsspec; print(fsspec.__version__)')"
   exit 0
 fi
 is312() { [ -n "$1" ] && "$1" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; }
@@ -27,7 +30,7 @@ rm -rf "$VENV"
 "$PY" -m venv "$VENV"
 # Several GB come from the package index; a dropped connection mid-download is retried (pip keeps what it finished).
 for attempt in 1 2 3; do
-  if "$VENV/bin/pip" install -q --retries 10 --timeout 120 "lerobot[dataset]==0.6.1" "lerobot-lancedb==0.3.1" psutil; then  # psutil: the bench harness runs here too
+  if "$VENV/bin/pip" install -q --retries 10 --timeout 120 "lerobot[dataset]==0.6.1" "lerobot-lancedb==0.3.1" psutil s3fs; then  # the bench harness runs here too
     break
   fi
   [ "$attempt" = 3 ] && { echo "peer-env: pip install failed 3 times" >&2; false; }

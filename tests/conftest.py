@@ -39,6 +39,7 @@ TIERS = {
     "test_sources": "server",
     "test_hub": "server",
     "test_lerobot_interop": "peer",
+    "test_lance": "peer",
 }
 PEER_FIXTURES = {"lerobot_recorded_v30", "lerobot_recorded_images_v30"}
 

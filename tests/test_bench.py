@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from dlbench.bench.launch import launch, run_rank
-from dlbench.bench.runner import BenchConfig, run
+from dlbench.bench.runner import run
 from dlbench.errors import UserError
 from dlbench.format import meta
-from dlbench.spec import make_run
+from dlbench.runspec import RunSpec, make_run
 
 FAST = dict(duration_s=1.0, warmup_s=0.2, batch_size=4, num_workers=0, probe_samples=4)
 
@@ -20,7 +20,7 @@ FAST = dict(duration_s=1.0, warmup_s=0.2, batch_size=4, num_workers=0, probe_sam
 @pytest.mark.parametrize("loader", ["dlbench_map", "dlbench_stream"])
 def test_record_has_sane_metrics_and_verifies_every_frame(v30_h264, loader):
     samples = []
-    rec = run(BenchConfig(root=str(v30_h264), loader=loader, mode="sarm", buffer_size=16, **FAST), samples_out=samples)
+    rec = run(RunSpec(root=str(v30_h264), loader=loader, mode="sarm", buffer_size=16, **FAST), samples_out=samples)
     m = rec["metrics"]
     assert rec["status"] == "ok" and rec["versions"]["torchcodec"] and rec["config"]["loader"] == loader
     assert m["samples"] == len(samples) > 0
@@ -45,8 +45,8 @@ def test_a_mode_given_as_delta_timestamps_is_measured_and_every_frame_checked(v3
         ["bench-run", "--root", str(v30_h264), "--out-dir", "o", "--delta-timestamps", str(tmp_path / "chunk.yaml")]
     )
     spec = run_from_args(args)
-    assert spec["mode"] == "chunk" and spec["run_id"].endswith("-chunk-b16-w2-cpu")
-    rec = run(replace(BenchConfig.from_spec(spec), loader="dlbench_stream", buffer_size=8, **FAST))
+    assert spec.mode == "chunk" and spec.run_id.endswith("-chunk-b16-w2-cpu")
+    rec = run(replace(spec, loader="dlbench_stream", buffer_size=8, **FAST))
     m = rec["metrics"]
     assert rec["status"] == "ok" and rec["config"]["mode"] == "chunk"
     assert m["frames_per_sample"] == 2 * 3 and m["frames_wrong"] == 0
@@ -59,17 +59,17 @@ def test_a_mode_given_as_delta_timestamps_is_measured_and_every_frame_checked(v3
 
 def test_zero_samples_is_an_error_that_says_where_to_look(v30_h264):
     with pytest.raises(UserError, match="no samples arrived.*--num-workers 0"):
-        run(BenchConfig(root=str(v30_h264), num_batches=0, **FAST))
+        run(RunSpec(root=str(v30_h264), num_batches=0, **FAST))
 
 
 def test_unknown_loader(v30_h264):
     with pytest.raises(UserError, match="loader 'fastest' is unknown; choose one of"):
-        run(BenchConfig(root=str(v30_h264), loader="fastest", **FAST))
+        run(RunSpec(root=str(v30_h264), loader="fastest", **FAST))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the skip path does not apply")
 def test_cuda_without_cuda_is_skipped_or_an_error(v30_h264, tmp_path):
-    cfg = BenchConfig(root=str(v30_h264), decode_device="cuda", **FAST)
+    cfg = RunSpec(root=str(v30_h264), decode_device="cuda", **FAST)
     rec = run_rank(replace(cfg, on_unavailable="skip"), tmp_path)
     assert rec["status"] == "skipped" and "no CUDA device" in rec["reason"]
     assert json.loads((tmp_path / "rank0of1.json").read_text())["status"] == "skipped"
@@ -85,7 +85,7 @@ def test_peer_loader_without_peer_env_names_the_command(v30_h264, tmp_path, monk
     rec = json.loads((tmp_path / "run" / "rank0of1.json").read_text())
     assert manifest["status"] == rec["status"] == "skipped" and "scripts/peer-env.sh" in rec["reason"]
     with pytest.raises(UserError, match="create it with scripts/peer-env.sh"):
-        launch({**spec, "on_unavailable": "error"}, tmp_path / "run2")
+        launch(replace(spec, on_unavailable="error"), tmp_path / "run2")
 
 
 @pytest.mark.slow
@@ -134,7 +134,7 @@ def test_harness_wrapper_survives_spawned_workers(v30_h264, loader):
     from dlbench.bench.adapters import make_adapter
     from dlbench.bench.harness import Timed, TimedIterable, collate_with_info
 
-    adapter = make_adapter(BenchConfig(root=str(v30_h264), loader=loader, buffer_size=8, **FAST))
+    adapter = make_adapter(RunSpec(root=str(v30_h264), loader=loader, buffer_size=8, **FAST))
     wrap = (TimedIterable if adapter.iterable else Timed)(adapter.dataset, adapter.cache_stats)
     loader_ = torch.utils.data.DataLoader(
         wrap, batch_size=4, num_workers=1, collate_fn=collate_with_info, multiprocessing_context="spawn"
@@ -154,7 +154,7 @@ def _without_barcodes(v30, dst):
 
 def test_any_dataset_is_checked_against_an_independent_decode(v30_h264, tmp_path):
     root = _without_barcodes(v30_h264, tmp_path / "plain")
-    rec = run(BenchConfig(root=str(root), loader="dlbench_stream", check_frames=6, buffer_size=8, **FAST))
+    rec = run(RunSpec(root=str(root), loader="dlbench_stream", check_frames=6, buffer_size=8, **FAST))
     m = rec["metrics"]
     assert rec["status"] == "ok" and m["frames_barcode_checked"] == 0
     assert m["frames_decode_checked"] == 2 * 6 and m["frames_wrong"] == 0
@@ -162,7 +162,7 @@ def test_any_dataset_is_checked_against_an_independent_decode(v30_h264, tmp_path
 
 
 def test_a_run_that_checked_nothing_is_unverified(v30_h264, tmp_path):
-    rec = run(BenchConfig(root=str(v30_h264), verify=False, **FAST))
+    rec = run(RunSpec(root=str(v30_h264), verify=False, **FAST))
     assert rec["status"] == "unverified" and "verify is off" in rec["reason"]
     assert rec["metrics"]["frames_verified"] == 0
 
@@ -216,9 +216,9 @@ def test_a_training_step_is_held_and_the_data_wait_measured(v30_h264):
     """With num_workers=0 the consumer waits for every batch it decodes itself; with 2 workers and a step far longer
     than a batch takes, the workers keep ahead and the consumer hardly waits."""
     base = dict(root=str(v30_h264), loader="dlbench_map", verify=False, **{**FAST, "duration_s": 1.5})
-    free = run(BenchConfig(**base))["metrics"]
+    free = run(RunSpec(**base))["metrics"]
     assert free["data_wait_frac"] > 0.8  # decoding in the consumer's own process is all waiting
-    fed = run(BenchConfig(**{**base, "num_workers": 2}, step_ms=150))["metrics"]
+    fed = run(RunSpec(**{**base, "num_workers": 2}, step_ms=150))["metrics"]
     assert fed["data_wait_frac"] < 0.2
     per_window = fed["windows"][0]
     assert per_window["batches"] <= 1.5 / 0.150 + 1  # each batch held for the step: at most one per 150 ms
@@ -235,9 +235,9 @@ def test_resume_check_interrupts_an_epoch_and_resumes_it_with_one_worker_more(v3
     from dlbench.loader.stream import LeRobotStreamingDataset
 
     argv = ["bench-run", "--root", str(v30_h264), "--out-dir", "o", "--loader", "dlbench_stream"]
-    assert run_from_args(build_parser().parse_args(argv))["resume_check"] is False
+    assert run_from_args(build_parser().parse_args(argv)).resume_check is False
     spec = run_from_args(build_parser().parse_args([*argv, "--resume-check"]))
-    cfg = replace(BenchConfig.from_spec(spec), buffer_size=8, **{**FAST, "num_workers": 1})
+    cfg = replace(spec, buffer_size=8, **{**FAST, "num_workers": 1})
     rec = run(cfg)
     m = rec["metrics"]
     assert rec["status"] == "ok" and not rec["reason"] and rec["config"]["resume_check"] is True
@@ -248,4 +248,4 @@ def test_resume_check_interrupts_an_epoch_and_resumes_it_with_one_worker_more(v3
     metrics, problem = resume.resume_check(replace(cfg, num_workers=0), dmeta, torch.device("cpu"))
     assert metrics["resume_exact"] is False and "arrived more than once" in problem
     with pytest.raises(UserError, match="dlbench_stream only"):
-        run(BenchConfig(root=str(v30_h264), loader="dlbench_map", resume_check=True, **FAST))
+        make_run({"root": str(v30_h264), "loader": "dlbench_map", "resume_check": True, **FAST})

@@ -1,12 +1,12 @@
 """Every rule of a run is checked once, when the config is read (`snakemake -n`), by one function
-(`dlbench.spec.check_run`) that the CLI applies too; each mistake is one line naming the key and what to do."""
+(`dlbench.runspec.check`) that the CLI applies too; each mistake is one line naming the key and what to do."""
 
 import json
 import re
 
 import pytest
 
-from dlbench import spec
+from dlbench import matrix, runspec
 from dlbench.cli import main
 from dlbench.config import schema, validate_config
 from dlbench.errors import UserError
@@ -65,7 +65,7 @@ def test_an_invalid_run_value_is_one_line_naming_the_key(key, what, value):
         validate_config(config, source="tiny.yaml")
     assert one_line(workflow).startswith(f"tiny.yaml: bench.scenarios.s.{key}: "), workflow.value
     with pytest.raises(UserError) as by_hand:  # the CLI's and the library's way in, through check_run
-        spec.make_run({"root": "/data/x", key: value}, label=lambda k: f"--{k.replace('_', '-')}")
+        runspec.make_run({"root": "/data/x", key: value}, label=lambda k: f"--{k.replace('_', '-')}")
     assert one_line(by_hand).startswith(f"--{key.replace('_', '-')}: "), by_hand.value
 
 
@@ -116,12 +116,12 @@ CROSS_FIELD = [
 @pytest.mark.parametrize("overrides, in_workflow, by_hand", CROSS_FIELD)
 def test_cross_field_rules_hold_in_the_workflow_and_by_hand(overrides, in_workflow, by_hand):
     config = validate_config({"datasets": DATASET, "bench": {"scenarios": {"s": overrides}}})
-    spec.complete_sources(config)
+    matrix.complete_sources(config)
     with pytest.raises(UserError) as e:
-        spec.expand_runs(config)
+        matrix.expand_runs(config)
     assert one_line(e).startswith(in_workflow), e.value
     with pytest.raises(UserError) as e:
-        spec.make_run({"root": "/data/x", **overrides}, label=lambda k: f"--{k.replace('_', '-')}")
+        runspec.make_run({"root": "/data/x", **overrides}, label=lambda k: f"--{k.replace('_', '-')}")
     assert by_hand in one_line(e), e.value
 
 
@@ -132,7 +132,7 @@ def test_a_run_must_name_what_the_config_defines():
     ]:
         config = validate_config({"datasets": DATASET, "bench": {"scenarios": {"s": scenario}}})
         with pytest.raises(UserError, match=f"^{message}"):
-            spec.expand_runs(config)
+            matrix.expand_runs(config)
     config = validate_config(
         {
             "datasets": DATASET,
@@ -141,7 +141,7 @@ def test_a_run_must_name_what_the_config_defines():
         }
     )
     with pytest.raises(UserError, match=r"^bench.scenarios.s: loader lerobot_map reads data files under its root"):
-        spec.expand_runs(config)
+        matrix.expand_runs(config)
 
 
 def test_the_cli_names_the_option_and_checks_a_spec_file(tmp_path, capsys):
@@ -158,7 +158,7 @@ def test_the_cli_names_the_option_and_checks_a_spec_file(tmp_path, capsys):
         assert err.count("\n") == 1 and message in err, err
     assert not out.exists()  # refused before anything was made
     spec_file = tmp_path / "spec.json"
-    spec_file.write_text(json.dumps({**spec.make_run({"root": str(tmp_path / "data")}), "batch_size": 0}))
+    spec_file.write_text(json.dumps({**runspec.make_run({"root": str(tmp_path / "data")}).to_dict(), "batch_size": 0}))
     assert main(["bench-run", "--spec", str(spec_file), "--out-dir", str(out)]) == 2
     assert f"{spec_file}: batch_size: 0 is below the minimum 1" in capsys.readouterr().err
 

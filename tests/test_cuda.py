@@ -11,7 +11,7 @@ import torch
 
 from dlbench import barcode
 from dlbench.bench.launch import run_rank
-from dlbench.bench.runner import BenchConfig
+from dlbench.runspec import RunSpec
 from dlbench.loader import DataLoader
 from dlbench.loader.map import LeRobotMapDataset
 from dlbench.loader.stream import LeRobotStreamingDataset
@@ -105,7 +105,7 @@ def test_av1_on_nvdec_decodes_right_and_says_whether_it_fell_back(tmp_path):
 @needs_cuda
 @pytest.mark.parametrize("loader", ["dlbench_map", "dlbench_stream"])
 def test_bench_run_on_nvdec(v30_h264, tmp_path, loader):
-    cfg = BenchConfig(
+    cfg = RunSpec(
         root=str(v30_h264),
         loader=loader,
         decode_device="cuda",
@@ -137,7 +137,7 @@ def test_cpu_decoded_batches_reach_the_gpu_from_pinned_ring_slots(v30_h264, tmp_
         torch.cuda.synchronize()
         ep, _, _, valid = barcode.read_batch(on_gpu)  # single mode: one frame per item
         assert valid.all() and (ep == batch["episode_index"].numpy()).all()
-    cfg = BenchConfig(
+    cfg = RunSpec(
         root=str(v30_h264),
         loader="dlbench_map",
         batch_size=4,
@@ -155,7 +155,7 @@ def test_cpu_decoded_batches_reach_the_gpu_from_pinned_ring_slots(v30_h264, tmp_
 def test_a_gpu_training_step_is_a_kernel_the_next_batch_loads_under(v30_h264, tmp_path):
     """With step_ms on a GPU each batch is held by a kernel of that length, queued after the batch's copy: the window
     lasts about batches x step_ms, and a loader faster than the step barely waits."""
-    cfg = BenchConfig(
+    cfg = RunSpec(
         root=str(v30_h264),
         loader="dlbench_map",
         batch_size=2,

@@ -44,11 +44,12 @@ from . import atomic
 from .bench import record as recordmod
 from .config import SAME_KIND, baseline_loader, defaults, schema
 from .errors import UserError
+from .runspec import IDENTITY
 
 WORKER_BOUND_FRAC = 0.8  # of num_workers x the single-process probe rate
-SCALING_KEY = ["dataset", "source", "loader", "mode", "batch_size", "num_workers", "decode_device", "step_ms"]
 RECORD_SCHEMA = Path(__file__).parent / "schemas" / "record.schema.json"
-RUN_KEYS = ("scenario", "dataset", "source", "loader", "mode", "batch_size", "num_workers", "decode_device", "step_ms")
+RUN_KEYS = ("scenario", *IDENTITY)  # a run in summary.csv: its scenario and the schema's axes, with its source
+SCALING_KEY = list(IDENTITY)  # the same run across scenarios
 RUN_KEY_DEFAULTS = {"step_ms": 0}  # for records made before the key existed
 VERIFIED_STATUSES = ("ok", "unverified")
 REMOTE_COLUMNS = (
@@ -60,8 +61,8 @@ REMOTE_COLUMNS = (
 
 
 def run_id(config: dict) -> str:
-    """The run id a record was made under (its spec's), or, for records without one, as `dlbench.spec` builds it."""
-    from .spec import run_id as build
+    """The run id a record was made under (its spec's), or, for records without one, as `dlbench.runspec` builds it."""
+    from .runspec import run_id as build
 
     return config.get("run_id") or build({"dataset": "adhoc", **config})
 

@@ -33,24 +33,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import atomic
+from .runspec import IDENTITY
 from .errors import UserError
 
 if TYPE_CHECKING:  # pandas (the workflow extra) only when comparing: `dlbench --help` lists this command without it
     import pandas as pd
 
-KEY = [
-    "scenario",
-    "dataset",
-    "source",
-    "loader",
-    "mode",
-    "batch_size",
-    "num_workers",
-    "decode_device",
-    "step_ms",
-    "world_size",
-    "nodes",
-]
+KEY = ["scenario", *IDENTITY, "world_size", "nodes"]  # a run, matched across the two results
 COLUMNS = [*KEY, "run_id", "metric", "base", "new", "change", "noise", "p_value", "test", "verdict"]
 THRESHOLD = 0.10  # a 10% change; below it nothing is flagged however clean the runs
 ALPHA = 0.05

@@ -3,7 +3,7 @@ explain every mistake in one line naming the key. (jsonschema is imported only t
 environment reads the defaults without it.)
 
 The schema (`schemas/config.schema.yaml`, also reached as workflow/schemas/config.schema.yaml) is the one source of
-defaults: the workflow, the CLI and the library's `BenchConfig` all read them from here.
+defaults: the workflow, the CLI and the library's `RunSpec` all read them from here.
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ def schema() -> dict:
 LOADERS: tuple[str, ...] = tuple(schema()["definitions"]["run"]["properties"]["loader"]["oneOf"][0]["enum"])
 DLBENCH_LOADERS = tuple(name for name in LOADERS if name.startswith("dlbench_"))
 LEROBOT_LOADERS = tuple(name for name in LOADERS if name.startswith("lerobot_"))
+LANCE_LOADERS = tuple(name for name in LOADERS if name.startswith("lance_"))  # lerobot-lancedb's
+PEER_LOADERS = LEROBOT_LOADERS + LANCE_LOADERS  # run in the peer environment (LeRobot and lerobot-lancedb)
 SAME_KIND = "lerobot"  # baseline_loader: each run against LeRobot's loader of its own kind
 
 
@@ -207,14 +209,11 @@ def _run_validator():
     return validators.validator_for(schema())({**run, "definitions": schema()["definitions"]})
 
 
-# the keys of a run the schema defines (a run spec holds more: root, scenario, run_id, where it reads from...)
-RUN_KEYS = frozenset(schema()["definitions"]["run"]["properties"])
-
-
 def check_run_values(run: dict, label) -> None:
     """Check a run's values against the schema's run definition (types, bounds, choices); `label(key)` names a key
     in the message (`bench.scenarios.s.batch_size`, `--batch-size`). Unset (None) values are not checked."""
-    values = {k: v for k, v in run.items() if k in RUN_KEYS and v is not None}
+    keys = schema()["definitions"]["run"]["properties"]  # a run spec holds more: root, scenario, run_id...
+    values = {k: v for k, v in run.items() if k in keys and v is not None}
     errors = sorted(_run_validator().iter_errors(values), key=lambda e: list(e.absolute_path))
     if errors:
         raise UserError(_explain(errors[0], lambda path: ".".join([label(str(path[0])), *map(str, path[1:])])))

@@ -13,7 +13,7 @@ rule run_spec:
     conda:
         "../envs/cpu.yaml"
     params:
-        run=run_of,
+        run=lambda wildcards: run_of(wildcards).to_dict(),
     script:
         "../scripts/run_spec.py"
 

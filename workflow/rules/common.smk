@@ -11,7 +11,7 @@ from snakemake.logging import logger
 import dlbench.failed
 import dlbench.loopback
 import dlbench.sources
-from dlbench import spec as runspec
+from dlbench import matrix
 from dlbench.config import SCHEMA_PATH, validate_config
 from dlbench.errors import UserError
 from dlbench.format.paths import is_remote
@@ -43,24 +43,24 @@ def checked(fn, *args, what):
 
 CONFIG_FILES = ", ".join(map(str, workflow.configfiles)) or "config.yaml"
 configured(validate_config, config, SCHEMA_PATH, CONFIG_FILES)
-configured(runspec.complete_sources, config)
+configured(matrix.complete_sources, config)
 
 # Rules call the `dlbench` CLI. The directory of the interpreter running Snakemake goes at the end of PATH, so a
 # venv works without activating it, while an activated environment (conda, modules) still comes first.
 shell.prefix(f'export PATH="$PATH:{os.path.dirname(sys.executable)}"; ')
 
-# every run of the matrix, each checked by dlbench.spec.check_run: a mistake in any stops `snakemake -n` already
-RUNS = {(r["scenario"], r["run_id"]): r for r in configured(runspec.expand_runs, config)}
-READ_DATASETS = sorted({r["dataset"] for r in RUNS.values()})
+# every run of the matrix (dlbench.runspec.RunSpec), each checked by dlbench.runspec.check: a mistake in any stops `snakemake -n` already
+RUNS = {(r.scenario, r.run_id): r for r in configured(matrix.expand_runs, config)}
+READ_DATASETS = sorted({r.dataset for r in RUNS.values()})
 SCALING_WORKERS = config["convert"]["scaling_workers"]
 
 
 def _scaling_datasets():
     named = config["convert"].get("scaling_datasets")
     if named is None:  # a user's dataset is converted once, in the DAG; timing it twice more is opt-in
-        named = [d for d in READ_DATASETS if runspec.dataset_kind(config, d) == "synth"]
+        named = [d for d in READ_DATASETS if matrix.dataset_kind(config, d) == "synth"]
     for d in named:
-        if d not in config["datasets"] or runspec.dataset_kind(config, d) == "v30":
+        if d not in config["datasets"] or matrix.dataset_kind(config, d) == "v30":
             config_error(
                 f"convert.scaling_datasets: {d!r} is not a synth or v21 dataset; datasets: "
                 f"{sorted(config['datasets'])}"
@@ -70,12 +70,12 @@ def _scaling_datasets():
 
 SCALING_DATASETS = _scaling_datasets()
 for _name in sorted(set(READ_DATASETS) | set(SCALING_DATASETS)):
-    configured(runspec.check_local_dataset, config, _name)
+    configured(matrix.check_local_dataset, config, _name)
 
 
 def _names(kinds):
     """A wildcard pattern matching the datasets of these kinds (none: a pattern that matches nothing)."""
-    names = [n for n in config["datasets"] if runspec.dataset_kind(config, n) in kinds]
+    names = [n for n in config["datasets"] if matrix.dataset_kind(config, n) in kinds]
     return "|".join(re.escape(n) for n in names) or "(?!)"
 
 
@@ -102,10 +102,9 @@ def _shaping_proxies(types):
 
 LOOPBACK_PROXIES = _shaping_proxies(("s3",))  # in front of the S3 server
 HUB_PROXIES = _shaping_proxies(("bucket",))  # in front of the loopback Hub: its cold storage buckets
-USES_LOOPBACK = any(config["sources"][r["source"]].get("loopback") is not None for r in RUNS.values())
+USES_LOOPBACK = any(config["sources"][r.source].get("loopback") is not None for r in RUNS.values())
 USES_HUB = any(
-    config["sources"][r["source"]]["type"] in ("hub", "bucket")
-    and config["sources"][r["source"]].get("loopback") is not None
+    config["sources"][r.source]["type"] in ("hub", "bucket") and config["sources"][r.source].get("loopback") is not None
     for r in RUNS.values()
 )
 
@@ -143,22 +142,27 @@ def bench_inputs(wildcards):
     """The run's spec, its dataset's validation report, and for remote sources the staging marker and the prewarm
     report."""
     r = run_of(wildcards)
-    spec = source_spec(r["source"])
+    spec = source_spec(r.source)
     inputs = {
-        "spec": f"results/specs/{r['scenario']}/{r['run_id']}.json",
-        "valid": f"results/validate/{r['dataset']}.json",
+        "spec": f"results/specs/{r.scenario}/{r.run_id}.json",
+        "valid": f"results/validate/{r.dataset}.json",
     }
     if spec.get("stage"):
-        inputs["staged"] = runspec.staged_marker(r["source"], r["dataset"])
-    if r["require_warm"]:
-        inputs["prewarm"] = r["require_warm"]
+        inputs["staged"] = matrix.staged_marker(r.source, r.dataset)
+    if r.require_warm:
+        inputs["prewarm"] = r.require_warm
+    if r.loader == "lance_map":  # its Lance copy, made (and staged) by the workflow
+        if spec["type"] == "local":
+            inputs["lance"] = f"results/datasets/{r.dataset}/lance"
+        elif spec.get("stage"):
+            inputs["lance_staged"] = f"results/sources/{r.source}/{r.dataset}.lance.staged.json"
     return inputs
 
 
 def bench_threads(wildcards):
     r = run_of(wildcards)
-    workers = r["num_workers"] if r["num_workers"] != "auto" else os.cpu_count() or 1
-    return (workers + 1) * r["ranks"]
+    workers = r.num_workers if r.num_workers != "auto" else os.cpu_count() or 1
+    return (workers + 1) * r.ranks
 
 
 def measure(wildcards):
@@ -188,25 +192,25 @@ def measuring(threads):
 
 def bench_runtime(wildcards):
     r = run_of(wildcards)
-    return int((r["warmup_s"] + r["repeats"] * r["duration_s"]) / 60) + 15
+    return int((r.warmup_s + r.repeats * r.duration_s) / 60) + 15
 
 
 def bench_mem_mb(wildcards):
     r = run_of(wildcards)
-    workers = r["num_workers"] if r["num_workers"] != "auto" else 4
-    return (2000 + 1000 * workers) * r["ranks"]
+    workers = r.num_workers if r.num_workers != "auto" else 4
+    return (2000 + 1000 * workers) * r.ranks
 
 
 BENCH_RESOURCES = dict(
     measure=measure,
-    loopback=lambda wildcards: loopback_jobs(run_of(wildcards)["source"]),
+    loopback=lambda wildcards: loopback_jobs(run_of(wildcards).source),
     mem_mb=bench_mem_mb,
     runtime=bench_runtime,
     # multi-rank runs on SLURM: one job, `ranks` tasks over `nodes` nodes; the job starts them with srun
-    tasks=lambda wildcards: run_of(wildcards)["ranks"],
-    nodes=lambda wildcards: run_of(wildcards)["nodes"],
-    mpi=lambda wildcards: "srun" if run_of(wildcards)["ranks"] > 1 else "",
-    cpus_per_task=lambda wildcards, threads: max(1, threads // run_of(wildcards)["ranks"]),
+    tasks=lambda wildcards: run_of(wildcards).ranks,
+    nodes=lambda wildcards: run_of(wildcards).nodes,
+    mpi=lambda wildcards: "srun" if run_of(wildcards).ranks > 1 else "",
+    cpus_per_task=lambda wildcards, threads: max(1, threads // run_of(wildcards).ranks),
 )
 
 
@@ -247,7 +251,7 @@ def summarize_failures():
 
 def prewarm_reports():
     """The prewarm reports of checked sources the matrix reads (summary.csv's source_verdict)."""
-    return sorted({r["require_warm"] for r in RUNS.values() if r["require_warm"]})
+    return sorted({r.require_warm for r in RUNS.values() if r.require_warm})
 
 
 def thrash_args():
@@ -302,7 +306,7 @@ def validate_args(wildcards):
 
 def prewarm_inputs(wildcards):
     spec = source_spec(wildcards.source)
-    return [runspec.staged_marker(wildcards.source, wildcards.dataset)] if spec.get("stage") else []
+    return [matrix.staged_marker(wildcards.source, wildcards.dataset)] if spec.get("stage") else []
 
 
 if USES_LOOPBACK and not os.path.isdir(dlbench.loopback.DATA_DIR):

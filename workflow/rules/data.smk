@@ -20,7 +20,7 @@ rule synth:
 
 rule convert_plan:
     input:
-        lambda wildcards: local_input(runspec.dataset_source(config, wildcards.dataset)),
+        lambda wildcards: local_input(matrix.dataset_source(config, wildcards.dataset)),
     output:
         "results/convert/{dataset}/work/manifest.json",
     log:
@@ -30,7 +30,7 @@ rule convert_plan:
     conda:
         "../envs/cpu.yaml"
     params:
-        src=lambda wildcards: runspec.dataset_source(config, wildcards.dataset),
+        src=lambda wildcards: matrix.dataset_source(config, wildcards.dataset),
         work=subpath(output[0], parent=True),
         args=plan_args(),
     shell:
@@ -76,7 +76,7 @@ rule convert_finalize:
 
 rule validate_dataset:
     input:
-        lambda wildcards: local_input(runspec.dataset_root(config, wildcards.dataset)),
+        lambda wildcards: local_input(matrix.v30_path(config, wildcards.dataset)),
     output:
         "results/validate/{dataset}.json",
     log:
@@ -84,7 +84,7 @@ rule validate_dataset:
     conda:
         "../envs/cpu.yaml"
     params:
-        root=lambda wildcards: runspec.dataset_root(config, wildcards.dataset),
+        root=lambda wildcards: matrix.v30_path(config, wildcards.dataset),
         args=validate_args,
     shell:
         "dlbench validate {params.root:q} --report {output} {params.args} > {log} 2>&1"
@@ -93,7 +93,7 @@ rule validate_dataset:
 rule convert_scaling:
     """Time a whole local conversion with N workers (results/tables/conversion.csv compares them)."""
     input:
-        lambda wildcards: local_input(runspec.dataset_source(config, wildcards.dataset)),
+        lambda wildcards: local_input(matrix.dataset_source(config, wildcards.dataset)),
     output:
         "results/convert/{dataset}/scaling/w{n}.json",
     log:
@@ -106,10 +106,31 @@ rule convert_scaling:
     resources:
         measure=measure,
     params:
-        src=lambda wildcards: runspec.dataset_source(config, wildcards.dataset),
+        src=lambda wildcards: matrix.dataset_source(config, wildcards.dataset),
         dst="results/convert/{dataset}/scaling/tmp-w{n}",
         args=plan_args(),
     shell:
         "(rm -rf {params.dst} {params.dst}-work && dlbench convert run {params.src:q} {params.dst} "
         "--work {params.dst}-work --workers {wildcards.n} --record {output} --name {wildcards.dataset} "
         "{params.args} && rm -rf {params.dst} {params.dst}-work) > {log} 2>&1"
+
+
+rule lance_convert:
+    """The dataset's Lance copy for loader lance_map, by lerobot-lancedb's own converter (peer env), timed."""
+    input:
+        lambda wildcards: local_input(matrix.v30_path(config, wildcards.dataset)),
+    output:
+        lance=directory("results/datasets/{dataset}/lance"),
+        record="results/convert/{dataset}/lance.json",
+    log:
+        "results/logs/convert/{dataset}/lance.log",
+    conda:
+        "../envs/cpu.yaml"
+    threads: measuring(1)
+    resources:
+        measure=measure,
+    params:
+        root=lambda wildcards: matrix.v30_path(config, wildcards.dataset),
+    shell:
+        "dlbench lance-convert {params.root:q} {output.lance} --record {output.record} --name {wildcards.dataset} "
+        "> {log} 2>&1"

@@ -3,7 +3,7 @@
 
 rule stage_source:
     input:
-        lambda wildcards: runspec.dataset_root(config, wildcards.dataset),
+        lambda wildcards: matrix.v30_path(config, wildcards.dataset),
     output:
         temp("results/sources/{source}/{dataset}.staged.json"),
     log:
@@ -14,7 +14,7 @@ rule stage_source:
         measure=measure,  # uploading loads the server and the network that runs measure
         loopback=lambda wildcards: loopback_jobs(wildcards.source),
     params:
-        url=lambda wildcards: runspec.source_url(config, wildcards.source, wildcards.dataset),
+        url=lambda wildcards: matrix.source_url(config, wildcards.source, wildcards.dataset),
         endpoint=lambda wildcards: endpoint_args(wildcards.source),
     shell:
         "dlbench stage {input} {params.url} --marker {output} {params.endpoint} > {log} 2>&1"
@@ -34,10 +34,34 @@ rule prewarm_check:
         measure=measure,
         loopback=lambda wildcards: loopback_jobs(wildcards.source),
     params:
-        url=lambda wildcards: runspec.source_url(config, wildcards.source, wildcards.dataset),
+        url=lambda wildcards: matrix.source_url(config, wildcards.source, wildcards.dataset),
         endpoint=lambda wildcards: endpoint_args(wildcards.source),
         p=lambda wildcards: source_spec(wildcards.source)["prewarm"],
     shell:
         "dlbench prewarm-check {params.url} --out {output} {params.endpoint} --files {params.p[files]} "
         "--range-mb {params.p[range_mb]} --ttfb-ms-max {params.p[ttfb_ms_max]} --mbps-min {params.p[mbps_min]} "
         "> {log} 2>&1"
+
+
+# a Lance copy's marker also fits stage_source's pattern (dataset "<name>.lance"): this rule makes it
+ruleorder: stage_lance > stage_source
+
+
+rule stage_lance:
+    """The dataset's Lance copy staged beside its v3.0 form, for lance_map runs on an S3 source."""
+    input:
+        "results/datasets/{dataset}/lance",
+    output:
+        temp("results/sources/{source}/{dataset}.lance.staged.json"),
+    log:
+        "results/logs/sources/stage-lance-{source}-{dataset}.log",
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        measure=measure,
+        loopback=lambda wildcards: loopback_jobs(wildcards.source),
+    params:
+        url=lambda wildcards: matrix.lance_url(config, wildcards.source, wildcards.dataset),
+        endpoint=lambda wildcards: endpoint_args(wildcards.source),
+    shell:
+        "dlbench stage {input} {params.url} --marker {output} {params.endpoint} > {log} 2>&1"

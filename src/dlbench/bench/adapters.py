@@ -54,7 +54,7 @@ def _dlbench_adapter(ds, iterable: bool) -> Adapter:
 
 
 def make_adapter(cfg, tag_items: bool = False) -> Adapter:
-    """Build the loader named by `cfg.loader` (a BenchConfig) over `cfg.root`; `tag_items`: dlbench_stream's items
+    """Build the loader named by `cfg.loader` (a RunSpec) over `cfg.root`; `tag_items`: dlbench_stream's items
     carry their place in the stream, for its `observe` and `state_dict` (the resume check)."""
     if cfg.loader == "dlbench_map":
         from ..loader.map import LeRobotMapDataset
@@ -95,6 +95,10 @@ def make_adapter(cfg, tag_items: bool = False) -> Adapter:
         return _dlbench_adapter(ds, iterable=True)
     if cfg.loader in LEROBOT_LOADERS:
         return _lerobot(cfg)
+    if cfg.loader == "lance_map":  # lerobot-lancedb's LanceDBDataset, beside LeRobot's in the peer environment
+        from .lance import lance_adapter
+
+        return lance_adapter(cfg)
     raise UserError(f"loader {cfg.loader!r} is unknown; choose one of {list(LOADERS)}")
 
 

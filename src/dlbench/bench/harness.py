@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -15,11 +14,9 @@ from ..errors import UserError
 from ..loader.collate import CollateWorkerInit, collate, to_torch
 from ..loader.dataloader import import_decoder_before_fork, make_ring
 from ..procstat import MemorySampler
+from ..runspec import RunSpec
 from ..workers import start_method
 from .gpu import GpuStep, to_device
-
-if TYPE_CHECKING:  # the run's config; the runner imports this module
-    from .runner import BenchConfig
 
 
 def sample_info(t0: float, stats) -> np.ndarray:
@@ -63,6 +60,18 @@ class Timed(torch.utils.data.Dataset):
         return item, sample_info(t0, self.stats)
 
 
+class TimedBatches(Timed):
+    """Wraps a map-style dataset that reads a batch at once (`__getitems__`, as LanceDBDataset): the DataLoader hands
+    it each batch's indices, as it does in training; each sample's latency is its share of the batch's."""
+
+    def __getitems__(self, indices):
+        t0 = time.perf_counter()
+        items = self.inner.__getitems__(indices)
+        info = sample_info(t0, self.stats)
+        info[0] /= max(1, len(items))
+        return [(item, info) for item in items]
+
+
 class TimedIterable(torch.utils.data.IterableDataset):
     """Wraps an iterable dataset: each sample comes with its `sample_info` (latency = time in the iterator's next)."""
 
@@ -80,7 +89,7 @@ class TimedIterable(torch.utils.data.IterableDataset):
             yield item, sample_info(t0, self.stats)
 
 
-def make_dataloader(cfg: BenchConfig, adapter, device: torch.device, pin: bool):
+def make_dataloader(cfg: RunSpec, adapter, device: torch.device, pin: bool):
     """The DataLoader the run measures, batched as the loader's users batch it: (loader, worker start method)."""
     workers = cfg.num_workers
     # spawned for CUDA decoding, else forked unless a thread runs here (dlbench.workers)
@@ -110,7 +119,8 @@ def make_dataloader(cfg: BenchConfig, adapter, device: torch.device, pin: bool):
     sampler = torch.utils.data.distributed.DistributedSampler(
         adapter.dataset, num_replicas=cfg.world_size, rank=cfg.rank, shuffle=True, seed=cfg.seed, drop_last=True
     )
-    return torch.utils.data.DataLoader(Timed(adapter.dataset, adapter.cache_stats), sampler=sampler, **common), context
+    timed = (TimedBatches if hasattr(adapter.dataset, "__getitems__") else Timed)(adapter.dataset, adapter.cache_stats)
+    return torch.utils.data.DataLoader(timed, sampler=sampler, **common), context
 
 
 class Epochs:
@@ -190,7 +200,7 @@ def work_note(adapter, num_workers: int) -> str:
     return note(num_workers) if note else ""
 
 
-def warm_up(cfg: BenchConfig, batches: Epochs, t_start: float, rows: list) -> float:
+def warm_up(cfg: RunSpec, batches: Epochs, t_start: float, rows: list) -> float:
     """The first batch, then batches for `warmup_s` more (their samples' `index` into `rows`); returns the first
     batch's latency from `t_start`."""
     rows.extend(to_torch(batches.next()[0])["index"].tolist())
@@ -201,7 +211,7 @@ def warm_up(cfg: BenchConfig, batches: Epochs, t_start: float, rows: list) -> fl
 
 
 def measure_window(
-    cfg: BenchConfig, batches: Epochs, consumer: torch.device, checks: list, samples_out, seen: Window
+    cfg: RunSpec, batches: Epochs, consumer: torch.device, checks: list, samples_out, seen: Window
 ) -> dict:
     """One steady window of `duration_s` (or `num_batches`): each batch moved to the consumer as training moves it,
     noted in `seen`, then checked. Returns the window's start/end time, samples, batches and seconds."""
@@ -249,7 +259,7 @@ def measure_window(
     }
 
 
-def measure(cfg: BenchConfig, batches: Epochs, consumer: torch.device, checks: list, samples_out) -> Window:
+def measure(cfg: RunSpec, batches: Epochs, consumer: torch.device, checks: list, samples_out) -> Window:
     """`repeats` windows of `duration_s` back to back (their spread is the run's noise)."""
     seen = Window()
     for _ in range(cfg.repeats):
@@ -257,7 +267,7 @@ def measure(cfg: BenchConfig, batches: Epochs, consumer: torch.device, checks: l
     return seen
 
 
-def measure_pass(cfg: BenchConfig, adapter, device: torch.device, checks: list, samples_out, barrier, meter) -> Pass:
+def measure_pass(cfg: RunSpec, adapter, device: torch.device, checks: list, samples_out, barrier, meter) -> Pass:
     """Build the DataLoader, take the first batch and warm up, wait for every rank, then measure (and read the
     metering proxy's counts, if any, on either side of the windows)."""
     # every batch goes to the GPU where there is one, as training moves it; frames decoded on the CPU travel from

@@ -17,16 +17,17 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from .. import atomic
-from ..config import LEROBOT_LOADERS
+from ..config import LANCE_LOADERS, PEER_LOADERS
 from ..errors import UserError
 from ..format.paths import is_remote
 from ..peer import CREATE_COMMAND, REPO_ROOT, peer_python, require_peer
+from ..runspec import RunSpec, resolve_workers
 from . import record as recordmod
 from .remote import metered
 
@@ -47,8 +48,9 @@ def config_digest(config: dict) -> str:
 
 
 def needs_peer(loader: str) -> bool:
-    """LeRobot loaders run in the peer environment unless LeRobot is importable right here."""
-    return loader in LEROBOT_LOADERS and importlib.util.find_spec("lerobot") is None
+    """LeRobot's loaders and lance_map run in the peer environment unless their package is importable right here."""
+    package = "lerobot_lancedb" if loader in LANCE_LOADERS else "lerobot"
+    return loader in PEER_LOADERS and importlib.util.find_spec(package) is None
 
 
 def _peer_env(root: str) -> dict:
@@ -108,15 +110,15 @@ class FileBarrier:
         atomic.write_text(self.dir / f"failed-{self.rank}", f"rank {self.rank} failed: {message}")
 
 
-def _write_skipped(cfg, out_dir: Path, reason: str) -> dict:
-    rec = recordmod.make_record(asdict(cfg), {}, status="skipped", reason=reason)
+def _write_skipped(cfg: RunSpec, out_dir: Path, reason: str) -> dict:
+    rec = recordmod.make_record(cfg.record(), {}, status="skipped", reason=reason)
     rec["config_digest"] = config_digest(rec["config"])
     recordmod.write(rec, rank_file(out_dir, cfg.rank, cfg.world_size))
     return rec
 
 
-def run_rank(cfg, out_dir: str | Path) -> dict:
-    """Run one rank and write its files atomically; a killed rank leaves no rank file."""
+def run_rank(cfg: RunSpec, out_dir: str | Path) -> dict:
+    """Run rank `cfg.rank` and write its files atomically; a killed rank leaves no rank file."""
     from .gpu import cuda_unavailable_reason
     from .runner import run
 
@@ -146,35 +148,33 @@ def run_rank(cfg, out_dir: str | Path) -> dict:
 SPEC_FILE = "spec.json"
 
 
-def bench_run(run: dict, out_dir: str | Path) -> dict:
+def bench_run(run: RunSpec, out_dir: str | Path) -> dict:
     """The bench job: check the source (warm, reachable), size `auto` workers, run every rank at once, write
-    run.json. `run` is a run spec (`dlbench.spec`); each rank gets it whole, as `<out_dir>/spec.json`."""
-    from .. import spec as runspec
+    run.json. Each rank gets the run whole, as `<out_dir>/spec.json`."""
     from ..sources import apply_env, check_reachable
-    from .runner import BenchConfig
 
-    apply_env(run.get("source_spec"))
+    apply_env(run.source_spec)
     _gate_on_prewarm(run)
-    if is_remote(run["root"]):
+    if is_remote(run.root):
         try:
-            check_reachable(run["root"])
+            check_reachable(run.root)
         except UserError as e:
-            if run["on_unreachable"] != "skip":
+            if run.on_unreachable != "skip":
                 raise
-            return skip_run(BenchConfig.from_spec(run), out_dir, f"source not reachable from this machine: {e}")
-    if run["num_workers"] == "auto":
-        ranks_here = -(-run["ranks"] // run["nodes"])
-        run = {**run, "num_workers": runspec.resolve_workers("auto", ranks_here), "num_workers_requested": "auto"}
+            return skip_run(run, out_dir, f"source not reachable from this machine: {e}")
+    if run.num_workers == "auto":
+        ranks_here = -(-run.ranks // run.nodes)
+        run = replace(run, num_workers=resolve_workers("auto", ranks_here), num_workers_requested="auto")
     return launch(run, out_dir)
 
 
-def _gate_on_prewarm(run: dict) -> None:
+def _gate_on_prewarm(run: RunSpec) -> None:
     """A run that requires a warm source stops (or warns) when the prewarm check said cold."""
-    if not run.get("require_warm"):
+    if not run.require_warm:
         return
     from ..prewarm import explain
 
-    report_path = run["require_warm"]
+    report_path = run.require_warm
     try:
         report = json.loads(Path(report_path).read_text())
     except (OSError, ValueError) as e:
@@ -185,19 +185,15 @@ def _gate_on_prewarm(run: dict) -> None:
         f"{explain(report)}. Prewarm the bucket near this compute (hf.co/storage) and rerun the check "
         f"(delete {report_path}), or set on_cold: warn for this source to measure anyway"
     )
-    if run.get("on_cold", "error") == "error":
+    if run.on_cold == "error":
         raise UserError(message)
     print(f"warning: {message}", file=sys.stderr)
 
 
-def launch(run: dict, out_dir: str | Path) -> dict:
-    """Run all ranks of one run (a resolved run spec: `ranks` ranks) concurrently; verify their files; write and
-    return run.json."""
-    from .runner import BenchConfig
-
+def launch(cfg: RunSpec, out_dir: str | Path) -> dict:
+    """Run all ranks of one run (`ranks` of them) concurrently; verify their files; write and return run.json."""
     out_dir = atomic.make_dir(out_dir)
     shutil.rmtree(out_dir / ".barrier", ignore_errors=True)
-    cfg = BenchConfig.from_spec(run)
     world = cfg.world_size
     if needs_peer(cfg.loader) and peer_python() is None:
         reason = (
@@ -210,10 +206,11 @@ def launch(run: dict, out_dir: str | Path) -> dict:
         run_rank(cfg, out_dir)
         return _finish(out_dir, world, "in-process")
     spec_path = out_dir / SPEC_FILE
-    atomic.write_json(spec_path, run)
+    atomic.write_json(spec_path, cfg.to_dict())
     cmd, env = rank_command(cfg.loader, cfg.root)
     hub_cache = out_dir / HUB_CACHE
-    if str(cfg.root).startswith("hf://"):  # each run starts with an empty Hub cache, as on a fresh node
+    # each run starts with an empty Hub cache, as on a fresh node (LanceDBDataset keeps a remote copy's meta/ there)
+    if str(cfg.root).startswith("hf://") or cfg.loader in LANCE_LOADERS:
         env.update(HF_HOME=str(hub_cache), HF_LEROBOT_HOME=str(hub_cache / "lerobot"))
     args = [*cmd, "--spec", str(spec_path), "--out-dir", str(out_dir)]
     use_srun = world > 1 and "SLURM_JOB_ID" in os.environ and shutil.which("srun")
@@ -233,7 +230,7 @@ def launch(run: dict, out_dir: str | Path) -> dict:
     return _finish(out_dir, world, "srun" if use_srun else "local")
 
 
-def skip_run(cfg, out_dir: str | Path, reason: str) -> dict:
+def skip_run(cfg: RunSpec, out_dir: str | Path, reason: str) -> dict:
     """Record every rank of the run as skipped with `reason` (nothing was measured); write run.json."""
     out_dir = Path(out_dir)
     for r in range(cfg.world_size):

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
-from typing import TYPE_CHECKING
-
 import numpy as np
 import torch
 
 from ..loader.dataset_meta import DatasetMeta
+from ..runspec import RunSpec
 from ..validate import is_synthetic
 from . import record as recordmod
 from .harness import Pass
@@ -17,11 +15,8 @@ from .remote import cost_metrics, needed_bytes
 from .shuffle import shuffle_score
 from .verify import BarcodeCheck, DecodeCheck
 
-if TYPE_CHECKING:  # the run's config; the runner imports this module
-    from .runner import BenchConfig
 
-
-def frame_checks(cfg: BenchConfig, dmeta: DatasetMeta, device: torch.device) -> tuple:
+def frame_checks(cfg: RunSpec, dmeta: DatasetMeta, device: torch.device) -> tuple:
     """The checks of the frames consumed, each None where it does not apply: (barcodes, independent decode)."""
     barcodes = BarcodeCheck(dmeta, cfg.mode, cfg.delta_timestamps) if cfg.verify and is_synthetic(dmeta.info) else None
     decoded = (
@@ -102,7 +97,7 @@ def check_metrics(barcodes: BarcodeCheck | None, decoded: DecodeCheck | None) ->
     return out
 
 
-def run_metrics(cfg: BenchConfig, measured: Pass, dmeta: DatasetMeta, adapter, barcodes, decoded, rows) -> dict:
+def run_metrics(cfg: RunSpec, measured: Pass, dmeta: DatasetMeta, adapter, barcodes, decoded, rows) -> dict:
     """The record's metrics: the pass, the single-process probe, the decoder caches, the dataset, the checks, what
     the storage served (`rows`: the samples delivered in the windows)."""
     fpi = adapter.frames_per_item
@@ -134,7 +129,7 @@ def run_metrics(cfg: BenchConfig, measured: Pass, dmeta: DatasetMeta, adapter, b
     }
 
 
-def rank_record(cfg: BenchConfig, metrics: dict, decoded: DecodeCheck | None, resume_problem: str = "") -> dict:
+def rank_record(cfg: RunSpec, metrics: dict, decoded: DecodeCheck | None, resume_problem: str = "") -> dict:
     """The rank's record: unverified where no frame was checked; the wrong frames' problems and a failed resume
     check as its reason."""
     if metrics["frames_verified"] == 0:
@@ -144,6 +139,6 @@ def rank_record(cfg: BenchConfig, metrics: dict, decoded: DecodeCheck | None, re
             else "no frame was checked (check_frames: 0 on a dataset without barcodes)"
         )
         reason = "; ".join(r for r in (f"unverified: {why}", resume_problem) if r)
-        return recordmod.make_record(asdict(cfg), metrics, status="unverified", reason=reason)
+        return recordmod.make_record(cfg.record(), metrics, status="unverified", reason=reason)
     wrong = f"wrong frames: {'; '.join(decoded.problems)}" if decoded is not None and decoded.problems else ""
-    return recordmod.make_record(asdict(cfg), metrics, reason="; ".join(r for r in (wrong, resume_problem) if r))
+    return recordmod.make_record(cfg.record(), metrics, reason="; ".join(r for r in (wrong, resume_problem) if r))

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..runspec import RunSpec
 from .adapters import make_adapter
 
-if TYPE_CHECKING:  # the run's config; the runner imports this module
-    from .runner import BenchConfig
 
-
-def probe(cfg: BenchConfig) -> dict:
+def probe(cfg: RunSpec) -> dict:
     """Single-process samples/s and (for dlbench loaders) the fetch vs decode split, on `probe_samples` items."""
     none = {"samples_per_s": None, "fetch_ms": None, "decode_ms": None}
     if cfg.probe_samples <= 0:

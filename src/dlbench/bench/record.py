@@ -57,7 +57,7 @@ def make_record(config: dict, metrics: dict, status: str = "ok", reason: str = "
         "versions": versions(),
         "host": socket.gethostname(),
         "rank": config.get("rank", 0),
-        "world_size": config.get("world_size", 1),
+        "world_size": config.get("ranks", 1),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "metrics": metrics,
     }

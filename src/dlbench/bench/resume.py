@@ -6,20 +6,17 @@ from __future__ import annotations
 import collections
 import json
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from ..loader.collate import to_torch
 from ..loader.dataset_meta import DatasetMeta
+from ..runspec import RunSpec
 from ..validate import is_synthetic
 from .adapters import make_adapter
 from .harness import make_dataloader
 from .verify import BarcodeCheck
-
-if TYPE_CHECKING:  # the run's config; the runner imports this module
-    from .runner import BenchConfig
 
 
 def rank_rows(ds, epoch: int) -> np.ndarray:
@@ -33,7 +30,7 @@ def few(rows: list[int], most: int = 8) -> str:
     return ", ".join(map(str, rows[:most])) + (", ..." if len(rows) > most else "")
 
 
-def resume_check(cfg: BenchConfig, dmeta: DatasetMeta, device: torch.device) -> tuple[dict, str]:
+def resume_check(cfg: RunSpec, dmeta: DatasetMeta, device: torch.device) -> tuple[dict, str]:
     """One epoch of the rank's stream, interrupted after a seeded random batch: its `state_dict` (through JSON, as a
     checkpoint keeps it) is loaded by a fresh dataset read by one DataLoader worker more, which finishes the epoch.
     Every frame of the rank's epoch must arrive exactly once over both parts, with the right barcodes on synthetic

@@ -8,10 +8,10 @@ import logging
 import sys
 
 from ..errors import WORKFLOW_EXTRA, UserError, needs_extra
-from . import bench, compare, convert, report, sources, synth, validate
+from . import bench, compare, convert, lance, report, sources, synth, validate
 from .common import Help, log
 
-COMMANDS = (synth, convert, validate, bench, sources, report, compare)  # in the order `dlbench --help` lists them
+COMMANDS = (synth, convert, lance, validate, bench, sources, report, compare)  # as `dlbench --help` lists them
 
 
 def build_parser() -> argparse.ArgumentParser:

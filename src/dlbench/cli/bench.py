@@ -3,45 +3,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import UserError
 from .common import ENDPOINT_HELP, command, say
 
-RUN_OPTIONS = (
-    "root",
-    "dataset",
-    "scenario",
-    "source",
-    "loader",
-    "mode",
-    "batch_size",
-    "num_workers",
-    "decode_device",
-    "step_ms",
-    "duration_s",
-    "warmup_s",
-    "repeats",
-    "num_batches",
-    "decoder_cache_size",
-    "decoder_cache_mb",
-    "remote_block_kb",
-    "fetch_episodes",
-    "pool_size",
-    "buffer_size",
-    "probe_samples",
-    "check_frames",
-    "resume_check",
-    "seed",
-    "ranks",
-    "nodes",
-    "data_files_root",
-    "on_unavailable",
-    "on_unreachable",
-    "require_warm",
-    "on_cold",
-)
+if TYPE_CHECKING:
+    from ..runspec import RunSpec
+
 RANK_COMMAND = "bench-rank"
 
 
@@ -68,54 +40,40 @@ def _workers(text: str) -> int | str:
     return text if text == "auto" else int(text)
 
 
-def _enum(prop: dict) -> list | None:
-    """The allowed values of a run property (a scalar's enum, or the scalar branch of a scalar-or-list axis)."""
-    return prop.get("enum") or next((b["enum"] for b in prop.get("oneOf", []) if "enum" in b), None)
+# how the command line says what the schema's description says for config.yaml
+HELP_HERE = {
+    "dataset": "the dataset's name in records (default: the root's last path component)",
+    "source": "the source's name in records",
+}
+
+
+def run_options(spec_class: type | None = None) -> list[tuple[str, dict]]:
+    """`bench-run`'s run options, one per `RunSpec` field a user sets (`verify` is --no-verify): (name, argparse
+    keywords). Unset ones take the spec file's value, else the schema's default (shown)."""
+    from ..runspec import RESOLVED, RESOLVED_CHOICES, RunSpec, choices, description, value_type
+
+    resolved = {name: help_ for name, _, _, help_ in RESOLVED}
+    options = []
+    for f in dataclasses.fields(spec_class or RunSpec):
+        if f.name == "verify" or (f.name in resolved and resolved[f.name] is None):
+            continue
+        if f.name in resolved:
+            kind, allowed, text = str, RESOLVED_CHOICES.get(f.name), resolved[f.name]
+        else:
+            kind, allowed, text = value_type(f.name), choices(f.name), HELP_HERE.get(f.name, description(f.name))
+        shown = f" (default: {f.default})" if f.default is not None and f.name != "scenario" else ""
+        if kind is bool:  # a flag: given, it turns the setting on
+            options.append((f.name, dict(action="store_true", default=None, help=text)))
+            continue
+        if isinstance(kind, tuple):  # num_workers: a number or auto
+            kind, allowed = _workers, None
+        options.append((f.name, dict(type=kind, choices=allowed, default=None, help=f"{text}{shown}".strip())))
+    return options
 
 
 def _add_run_options(p) -> None:
-    """A run's options; unset ones take the spec file's value, else the config schema's default (shown)."""
-    from ..config import BUILTIN_MODES, defaults, schema
-
-    d = defaults("bench", "defaults")
-    run = schema()["definitions"]["run"]["properties"]
-    types = {
-        "num_workers": _workers,
-        "duration_s": float,
-        "warmup_s": float,
-        "decoder_cache_mb": float,
-        "remote_block_kb": float,
-    }
-    helps = {
-        "root": "the v3.0 dataset: local path or URL (s3://, hf://datasets/ORG/NAME@REV)",
-        "dataset": "the dataset's name in records (default: the root's last path component)",
-        "scenario": "scenario name in records (default: adhoc)",
-        "data_files_root": "where data/ and videos/ are when not under --root (which then holds meta/)",
-        "on_unreachable": "a remote dataset that cannot be reached: fail, or write skipped records (default: error)",
-        "require_warm": "a prewarm report (dlbench prewarm-check) that must say warm",
-        "on_cold": "a cold prewarm report: stop, or measure anyway (default: error)",
-    }
-    choices = {
-        "mode": list(BUILTIN_MODES),
-        "num_workers": None,  # a number or auto
-        "on_unreachable": ["error", "skip"],
-        "on_cold": ["error", "warn"],
-    }
-    for name in RUN_OPTIONS:
-        prop = run.get(name, {})
-        integer = prop.get("type") == "integer" or prop.get("$ref", "").endswith(("axis_int", "axis_count"))
-        text = helps.get(name) or prop.get("description", "")
-        shown = f" (default: {d[name]})" if name in d else ""
-        if prop.get("type") == "boolean":  # a flag: given, it turns the check on
-            p.add_argument(f"--{name.replace('_', '-')}", action="store_true", default=None, help=text)
-            continue
-        p.add_argument(
-            f"--{name.replace('_', '-')}",
-            type=types.get(name, int if integer else str),
-            choices=choices[name] if name in choices else _enum(prop),
-            default=None,
-            help=f"{text}{shown}".strip(),
-        )
+    for name, kwargs in run_options():
+        p.add_argument(f"--{name.replace('_', '-')}", **kwargs)
     p.add_argument("--endpoint-url", default=None, help=ENDPOINT_HELP)
     p.add_argument(
         "--max-requests-per-s",
@@ -133,12 +91,12 @@ def _add_run_options(p) -> None:
     p.add_argument("--no-verify", action="store_true", help="check no frame (the run is then 'unverified')")
 
 
-def run_from_args(a) -> dict:
+def run_from_args(a) -> RunSpec:
     """The run spec: `--spec FILE` (as the workflow writes it), with any option given here on top; without a
     spec file, the config schema's defaults under the options."""
-    from .. import spec as runspec
+    from .. import runspec
 
-    given = {k: getattr(a, k) for k in RUN_OPTIONS if getattr(a, k, None) is not None}
+    given = {k: getattr(a, k) for k, _ in run_options() if getattr(a, k, None) is not None}
     if a.no_verify:
         given["verify"] = False
     if a.delta_timestamps:
@@ -153,9 +111,10 @@ def run_from_args(a) -> dict:
     elif a.max_requests_per_s:
         raise UserError("--max-requests-per-s applies to a source named by --endpoint-url")
     if a.spec:
-        run = {**runspec.read(a.spec), **given}
-        run["run_id"] = runspec.run_id(run) if given else run["run_id"]
-        runspec.check_run(run, a.spec, label=_labels(given, a.spec))  # the rules the workflow checked, once more
+        run = runspec.read(a.spec)
+        if given:
+            run = dataclasses.replace(run, **given).with_id()
+        run.check(a.spec, label=_labels(given, a.spec))  # the rules the workflow checked, once more
         return run
     return runspec.make_run(given, label=_labels(given, None))
 
@@ -196,24 +155,23 @@ def bench_run(a) -> None:
 
 
 def bench_rank(a) -> None:
-    from .. import spec as runspec
+    from .. import runspec
     from ..bench.launch import needs_peer, rank_command, run_rank
     from ..loader.world import rank_and_world
 
     run = runspec.read(a.spec)
-    if needs_peer(run["loader"]):  # run this rank in the LeRobot peer environment
-        cmd, env = rank_command(run["loader"], run["root"])
+    if needs_peer(run.loader):  # run this rank in the LeRobot peer environment
+        cmd, env = rank_command(run.loader, run.root)
         own = ["--spec", a.spec, "--out-dir", a.out_dir, *(["--rank", str(a.rank)] if a.rank is not None else [])]
         code = subprocess.run([*cmd, *own], env=env).returncode
         if code:
             raise UserError(f"bench rank in the LeRobot peer environment failed (exit {code}); see the messages above")
         return
-    from ..bench.runner import BenchConfig
     from ..sources import apply_env
 
-    apply_env(run.get("source_spec"))
-    rank, world = rank_and_world(a.rank, run["ranks"])
-    rec = run_rank(BenchConfig.from_spec(run, rank=rank), a.out_dir)
+    apply_env(run.source_spec)
+    rank, world = rank_and_world(a.rank, run.ranks)
+    rec = run_rank(dataclasses.replace(run, rank=rank), a.out_dir)
     if rec["status"] not in ("ok", "unverified"):
         say(f"rank {rank} of {world}: {rec['status']}: {rec['reason']}")
         return

@@ -92,6 +92,17 @@ def lerobot_record(
     return Path(root)
 
 
+def lance_convert(
+    src: str | Path, dst: str | Path, record: str | Path | None = None, name: str | None = None, timeout=None
+) -> dict:
+    """`src` (v3.0, local) converted to the Lance layout at `dst` (which must not exist) by lerobot-lancedb's own
+    converter, timed; returns its record (also written to `record`, if given). See `lance_convert.py`."""
+    import json
+
+    args = [str(src), str(dst), *(["--record", str(record)] if record else []), *(["--name", name] if name else [])]
+    return json.loads(run_peer("lance_convert", *args, timeout=timeout).stdout.strip().splitlines()[-1])
+
+
 def lerobot_convert(src_copy: str | Path, timeout: float | None = None) -> subprocess.CompletedProcess:
     """LeRobot 0.6.1's own converter, in place on `src_copy` (it moves the v2.1 tree to `<root>_old`)."""
     py = require_peer()

@@ -1,12 +1,13 @@
-"""One source of defaults (the config schema) for the workflow's run specs, the CLI and the library."""
+"""One run spec (`dlbench.runspec.RunSpec`) made from the config schema, for the workflow, the CLI and the library."""
 
+import json
 import os
 from dataclasses import fields
 
 import pytest
 
-from dlbench import spec
-from dlbench.bench.runner import BenchConfig
+from dlbench import matrix, runspec
+from dlbench.runspec import RunSpec
 from dlbench.cli import build_parser
 from dlbench.config import defaults, synth_defaults, validate_config
 from dlbench.errors import UserError
@@ -20,16 +21,38 @@ def test_cli_run_options_default_to_the_schema():
     schema = defaults("bench", "defaults")
     assert schema["batch_size"] == 16 and schema["duration_s"] == 15  # what config.yaml leaves out gets these
     for key, value in schema.items():
-        assert run[key] == value, key
-    assert run["dataset"] == "x" and run["run_id"] == "x-dlbench_map-single-b16-w2-cpu"
+        assert getattr(run, key) == value, key
+    assert run.dataset == "x" and run.run_id == "x-dlbench_map-single-b16-w2-cpu"
 
 
-def test_library_defaults_are_the_schemas():
+def test_a_run_field_is_one_schema_property():
+    """Every run property of the schema is a RunSpec field with the schema's default, a bench-run option and a key
+    of the written spec; a property added to the schema (here, in a copy) becomes a field with nothing else to do."""
+    from dlbench import config
+    from dlbench.cli.bench import run_options
+
+    props = config.schema()["definitions"]["run"]["properties"]
+    names = [f.name for f in fields(RunSpec)]
+    assert names[: len(props)] == list(props) and names[len(props) :] == [n for n, *_ in runspec.RESOLVED]
     schema = defaults("bench", "defaults")
-    cfg = BenchConfig(root="/data/x")
-    for f in fields(BenchConfig):
-        if f.name in schema and f.name not in ("dataset",):
-            assert getattr(cfg, f.name) == schema[f.name], f.name
+    cfg = RunSpec(root="/data/x")
+    for name in props:
+        assert getattr(cfg, name) == schema.get(name), name
+    options = {name for name, _ in run_options()}
+    assert set(props) - options == {"verify"}  # given as --no-verify
+    assert set(cfg.to_dict()) == set(names) - {"rank"}
+    run_defaults = config.schema()["properties"]["bench"]["properties"]["defaults"]["properties"]
+    try:
+        props["frames_ahead"] = {"type": "integer", "minimum": 0, "description": "a new setting"}
+        run_defaults["frames_ahead"] = {"default": 3}
+        grown = runspec.build_class()
+        assert grown(root="/x").frames_ahead == 3 and "frames_ahead" in grown(root="/x").to_dict()
+        assert "frames_ahead" in {n for n, _ in run_options(grown)}
+        with pytest.raises(config.UserError, match="--frames-ahead: -1 is below the minimum 0"):
+            config.check_run_values({"frames_ahead": -1}, lambda k: f"--{k.replace('_', '-')}")
+    finally:
+        del props["frames_ahead"], run_defaults["frames_ahead"]
+        config._run_validator.cache_clear()
 
 
 def test_synth_cli_defaults_are_the_schemas():
@@ -53,17 +76,19 @@ def test_synth_cli_defaults_are_the_schemas():
 def test_the_workflow_spec_and_a_hand_run_agree(tmp_path):
     """A scenario with no overrides and the CLI with no options measure the same thing."""
     config = validate_config({"datasets": {"d": {"synth": {}}}, "bench": {"scenarios": {"s": {}}}})
-    spec.complete_sources(config)
-    (from_workflow,) = spec.expand_runs(config)
-    by_hand = spec.make_run({"root": from_workflow["root"], "dataset": "d", "scenario": "s"})
+    matrix.complete_sources(config)
+    (from_workflow,) = matrix.expand_runs(config)
+    by_hand = runspec.make_run({"root": from_workflow.root, "dataset": "d", "scenario": "s"})
     assert from_workflow == by_hand
-    cfg = BenchConfig.from_spec(from_workflow, rank=1)
-    assert (cfg.rank, cfg.world_size, cfg.root, cfg.dataset) == (1, 1, "results/datasets/d/v30", "d")
+    runspec.write(from_workflow, tmp_path / "spec.json")
+    cfg = runspec.read(tmp_path / "spec.json")
+    assert cfg == from_workflow and "rank" not in json.loads((tmp_path / "spec.json").read_text())
+    assert (cfg.rank, cfg.world_size, cfg.root, cfg.dataset) == (0, 1, "results/datasets/d/v30", "d")
 
 
 def test_a_spec_with_an_unknown_key_is_refused():
     with pytest.raises(UserError, match=r"run spec has unknown key\(s\) \['speed'\]"):
-        BenchConfig.from_spec({**spec.make_run({"root": "/x"}), "speed": 1})
+        RunSpec.from_dict({**runspec.make_run({"root": "/x"}).to_dict(), "speed": 1})
 
 
 def test_remote_sources_hold_datasets_by_name():
@@ -74,13 +99,13 @@ def test_remote_sources_hold_datasets_by_name():
             "bench": {"scenarios": {"s": {"dataset": "a", "source": ["b"][0]}, "h": {"dataset": "hubset"}}},
         }
     )
-    spec.complete_sources(config)
-    runs = {r["scenario"]: r for r in spec.expand_runs(config)}
-    assert runs["s"]["root"] == "s3://bkt/pre/a" and runs["s"]["source_spec"]["url"] == "s3://bkt/pre/"
-    assert runs["h"]["root"] == "hf://datasets/org/name@v3.0" and runs["h"]["source_spec"] is None
+    matrix.complete_sources(config)
+    runs = {r.scenario: r for r in matrix.expand_runs(config)}
+    assert runs["s"].root == "s3://bkt/pre/a" and runs["s"].source_spec["url"] == "s3://bkt/pre/"
+    assert runs["h"].root == "hf://datasets/org/name@v3.0" and runs["h"].source_spec is None
     config["bench"]["scenarios"] = {"x": {"dataset": "hubset", "source": "b"}}
     with pytest.raises(UserError, match="bench.scenarios.x: source b stages datasets from local disk"):
-        spec.expand_runs(config)
+        matrix.expand_runs(config)
 
 
 def test_modes_of_the_config_become_the_runs_delta_timestamps():
@@ -92,18 +117,18 @@ def test_modes_of_the_config_become_the_runs_delta_timestamps():
             "bench": {"scenarios": {"s": {"mode": ["single", "chunk"]}}},
         }
     )
-    spec.complete_sources(config)
-    runs = {r["mode"]: r for r in spec.expand_runs(config)}
-    assert runs["chunk"]["delta_timestamps"] == chunk and runs["single"]["delta_timestamps"] is None
+    matrix.complete_sources(config)
+    runs = {r.mode: r for r in matrix.expand_runs(config)}
+    assert runs["chunk"].delta_timestamps == chunk and runs["single"].delta_timestamps is None
     config["bench"]["scenarios"] = {"s": {"mode": "chunky"}}
     with pytest.raises(UserError, match=r"bench.scenarios.s.mode: 'chunky' is neither single, sarm nor a key"):
-        spec.expand_runs(config)
+        matrix.expand_runs(config)
     with pytest.raises(UserError, match="modes.sarm: sarm is built in"):
         validate_config({"datasets": {"d": {"synth": {}}}, "modes": {"sarm": chunk}})
 
 
 def test_auto_workers_fill_the_cores_of_the_job(monkeypatch):
-    from dlbench.spec import resolve_workers
+    from dlbench.runspec import resolve_workers
 
     monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
     assert resolve_workers("auto") == len(os.sched_getaffinity(0))  # every core, however many cameras

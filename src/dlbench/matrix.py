@@ -1,0 +1,213 @@
+"""The benchmark matrix: a validated config.yaml expanded into runs (`dlbench.runspec.RunSpec`), each resolved
+once and whole, and where the workflow finds each dataset and source. Torch-free, so that parsing the workflow stays
+fast.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+from .config import BUILTIN_MODES, DATASET_KINDS, LANCE_LOADERS, check_run_values
+from .errors import UserError
+from .format.paths import is_remote
+from .runspec import AXES, RunSpec, check
+
+
+# ------------------------------------------------------------------------------------------------- datasets
+def dataset_kind(config: dict, name: str) -> str:
+    """synth, v21 or v30: how the DAG gets the dataset's v3.0 form."""
+    ds = config["datasets"][name]
+    return next(k for k in DATASET_KINDS if k in ds)
+
+
+def converted_root(name: str) -> str:
+    return f"results/datasets/{name}/v30"
+
+
+def v30_path(config: dict, name: str) -> str:
+    """Where the dataset's v3.0 form lives: a v30 dataset where it is, the others where the DAG converts them."""
+    ds = config["datasets"][name]
+    return ds["v30"] if "v30" in ds else converted_root(name)
+
+
+def dataset_source(config: dict, name: str) -> str | None:
+    """The v2.1 dataset the DAG converts (a synth dataset's is written by the DAG), or None for v30."""
+    ds = config["datasets"][name]
+    if "v21" in ds:
+        return ds["v21"]
+    return f"results/datasets/{name}/v21" if "synth" in ds else None
+
+
+def check_local_dataset(config: dict, name: str) -> None:
+    """A v21 or v30 dataset on local disk must exist and be that version: one line naming the key otherwise.
+
+    URLs are checked by the jobs that read them (validate, bench), where the network is."""
+    from .format import meta
+
+    kind = dataset_kind(config, name)
+    if kind == "synth":
+        return
+    path = config["datasets"][name][kind]
+    if is_remote(path):
+        return
+    key = f"datasets.{name}.{kind}"
+    want = "v2.1" if kind == "v21" else "v3.0"
+    if not (Path(path) / "meta" / "info.json").exists():
+        what = "does not exist" if not Path(path).exists() else "has no meta/info.json"
+        raise UserError(
+            f"{key}: {path} {what}; give the root of a LeRobot {want} dataset (the directory holding "
+            f"meta/, data/ and videos/)"
+        )
+    found = meta.read_info(path).get("codebase_version")
+    if found != want:
+        other = {"v2.1": "v21", "v3.0": "v30"}.get(found)
+        hint = f"; list it as {other}: {path}" if other else ""
+        raise UserError(f"{key}: {path} holds a {found!r} dataset, not {want}{hint}")
+
+
+# -------------------------------------------------------------------------------------------------- sources
+def complete_sources(config: dict) -> None:
+    """A remote source needs its address; a shaped loopback source its proxy's port (jobs find the server's address
+    in its state file, `dlbench.loopback.endpoint`, as it may run on another machine than the job)."""
+    for name, spec in config["sources"].items():
+        lb = spec.get("loopback")
+        if lb is not None and (lb.get("latency_ms") or lb.get("bandwidth_mbps")) and not lb.get("port"):
+            raise UserError(f"sources.{name}.loopback: a shaped source needs a port")
+        if spec["type"] in ("s3", "http") and not spec.get("url"):
+            raise UserError(f"sources.{name}: type {spec['type']} needs a url")
+        if spec["type"] == "bucket" and not spec.get("bucket"):
+            raise UserError(f"sources.{name}: type bucket needs bucket: OWNER/NAME")
+        if spec["type"] == "hub" and (
+            lb is None or lb.get("latency_ms") or lb.get("bandwidth_mbps") or not spec.get("stage")
+        ):
+            raise UserError(
+                f"sources.{name}: type hub is the loopback Hub: give it `loopback: {{}}` (unshaped) and `stage: true`; "
+                f"a dataset on the real Hub is a dataset (v30: hf://datasets/ORG/NAME@REV) read with source: local"
+            )
+
+
+def source_base(spec: dict) -> str:
+    """The URL under which a remote source holds datasets by name."""
+    if spec["type"] in ("s3", "http"):
+        return spec["url"].rstrip("/")
+    if spec["type"] == "bucket":
+        return f"hf://buckets/{spec['bucket']}/{spec.get('prefix', '')}".rstrip("/")
+    raise UserError(f"source type {spec['type']!r} has no base URL")
+
+
+def source_url(config: dict, source: str, dataset: str) -> str:
+    """Where a run reads `dataset` from `source`: local reads it where it lives, a remote source under its name."""
+    spec = config["sources"][source]
+    if spec["type"] == "local":
+        return v30_path(config, dataset)
+    if spec["type"] == "hub":  # the tag LeRobot looks for; the loopback Hub serves one tree under every revision
+        from .loopback import HUB_ORG
+
+        return f"hf://datasets/{HUB_ORG}/{dataset}@v3.0"
+    return f"{source_base(spec)}/{dataset}"
+
+
+def lance_url(config: dict, source: str, dataset: str) -> str:
+    """Where a run of lance_map reads the dataset's Lance copy: made under results/, staged beside the v3.0 form."""
+    spec = config["sources"][source]
+    if spec["type"] == "local":
+        return f"results/datasets/{dataset}/lance"
+    if spec["type"] == "s3":
+        return f"{source_base(spec)}/{dataset}-lance"
+    raise UserError(
+        f"sources.{source}: loader lance_map reads local disk or S3 sources only (Lance's hf:// client reaches "
+        f"huggingface.co only; it has no HTTP reader); use source: local or an s3 source"
+    )
+
+
+def prewarm_report(source: str, dataset: str) -> str:
+    return f"results/prewarm/{source}/{dataset}.json"
+
+
+def staged_marker(source: str, dataset: str) -> str:
+    return f"results/sources/{source}/{dataset}.staged.json"
+
+
+# ------------------------------------------------------------------------------------------------------ runs
+def default_dataset(config: dict) -> str:
+    return config["bench"]["defaults"].get("dataset") or next(iter(config["datasets"]))
+
+
+def expand_runs(config: dict) -> list[RunSpec]:
+    """Every run of the matrix (a validated config): each scenario's axes over bench.defaults, expanded and
+    resolved. Raises `UserError` naming the scenario for runs no loader can measure honestly."""
+    runs = []
+    for scenario, overrides in config["bench"]["scenarios"].items():
+        merged = {**config["bench"]["defaults"], **overrides}
+        merged.setdefault("dataset", default_dataset(config))
+        lists = {k: (v if isinstance(v, list) else [v]) for k, v in merged.items() if k in AXES}
+        fixed = {k: v for k, v in merged.items() if k not in AXES}
+        for combo in itertools.product(*lists.values()):
+            runs.append(resolve(config, {**fixed, **dict(zip(lists, combo))}, scenario))
+    ids = [(r.scenario, r.run_id) for r in runs]
+    dup = next((i for i in ids if ids.count(i) > 1), None)
+    if dup:
+        raise UserError(f"bench.scenarios.{dup[0]}: run {dup[1]} appears twice; remove the repeated axis value")
+    return runs
+
+
+def resolve(config: dict, run: dict, scenario: str) -> RunSpec:
+    """One run: its values plus where it reads from and how it treats an unreachable or cold source; checked
+    (`runspec.check`), errors naming `bench.scenarios.<scenario>.<key>`."""
+    where = f"bench.scenarios.{scenario}"
+    check_run_values(run, lambda key: f"{where}.{key}")
+    _check_references(run, config, where)
+    src = config["sources"][run["source"]]
+    ds = config["datasets"][run["dataset"]]
+    remote = src["type"] != "local"
+    spec = RunSpec.from_dict(
+        {
+            **run,
+            "scenario": scenario,
+            "root": source_url(config, run["source"], run["dataset"]),
+            "data_files_root": _data_files_root(src, run["dataset"]),
+            "lance_root": lance_url(config, run["source"], run["dataset"]) if run["loader"] in LANCE_LOADERS else None,
+            "source_spec": src if remote else None,
+            "delta_timestamps": config["modes"].get(run["mode"]),
+            "on_unreachable": ds.get("on_unreachable") or (src["on_unreachable"] if remote else "error"),
+            "require_warm": prewarm_report(run["source"], run["dataset"]) if src.get("require_warm") else None,
+            "on_cold": src.get("on_cold", "error"),
+        },
+        where,
+    ).with_id()
+    check(spec, where)
+    return spec
+
+
+def _data_files_root(src: dict, dataset: str) -> str | None:
+    """Where a source's `data_files_root` puts this dataset's data/ and videos/ (None: under the root)."""
+    return f"{src['data_files_root'].rstrip('/')}/{dataset}" if src.get("data_files_root") else None
+
+
+def _check_references(run: dict, config: dict, where: str) -> None:
+    """The run's dataset, source and mode are defined in the config, and a staging source has a local dataset."""
+    if run["dataset"] not in config["datasets"]:
+        raise UserError(
+            f"{where}.dataset: {run['dataset']!r} is not a configured dataset; datasets: {sorted(config['datasets'])}"
+        )
+    if run["source"] not in config["sources"]:
+        raise UserError(
+            f"{where}.source: {run['source']!r} is not a configured source; sources: {sorted(config['sources'])}"
+        )
+    root = v30_path(config, run["dataset"])
+    if config["sources"][run["source"]].get("stage") and is_remote(root):
+        raise UserError(
+            f"{where}: source {run['source']} stages datasets from local disk, but dataset {run['dataset']} is at "
+            f"{root}; read it with source: local (where it lives)"
+        )
+    if run["loader"] in LANCE_LOADERS and is_remote(root):
+        raise UserError(
+            f"{where}: loader lance_map reads a Lance copy the workflow converts from a local v3.0 dataset, but "
+            f"dataset {run['dataset']} is at {root}; download it and list it as v30: LOCAL_PATH"
+        )
+    if run["mode"] not in BUILTIN_MODES and run["mode"] not in config["modes"]:
+        raise UserError(
+            f"{where}.mode: {run['mode']!r} is neither single, sarm nor a key of modes: {sorted(config['modes'])}; "
+            f"define it under modes: as delta_timestamps (seconds per feature key)"
+        )

@@ -1,0 +1,292 @@
+"""`RunSpec`: one benchmark run, as every step sees it.
+
+The workflow expands config.yaml's matrix into RunSpecs (`dlbench.matrix`) and writes one per run
+(results/specs/...); `dlbench bench-run` reads that file, or builds one from its options (`make_run`); every rank
+process runs it (with its own `rank`); the rank records carry it as their `config`. Its fields are the config
+schema's run properties (`definitions.run`, types and defaults from there) followed by what resolving a run adds
+(`RESOLVED`): where the run reads and how it treats a missing GPU, a cold or unreachable source. So a new run setting
+is one property in the schema, plus the code that uses it. `check` holds every rule of a run. Torch-free.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+from . import atomic
+from .config import (
+    BUILTIN_MODES,
+    LANCE_LOADERS,
+    LEROBOT_LOADERS,
+    PEER_LOADERS,
+    check_deltas,
+    check_run_values,
+    defaults,
+    schema,
+)
+from .errors import UserError
+from .format.paths import is_remote
+
+_TYPES = {"integer": int, "number": float, "boolean": bool, "string": str, "array": list}
+
+
+def _props() -> dict:
+    return schema()["definitions"]["run"]["properties"]
+
+
+def _branches(prop: dict) -> list[dict]:
+    """A run property's alternatives (`oneOf`, or the axis definition it refers to), each a plain schema."""
+    ref = prop.get("$ref", "")
+    if ref:
+        prop = schema()["definitions"][ref.rsplit("/", 1)[1]]
+    return prop.get("oneOf", [prop])
+
+
+def is_axis(name: str) -> bool:
+    """A run property a scenario may give as a list: the matrix takes every value."""
+    return any(b.get("type") == "array" for b in _branches(_props()[name]))
+
+
+def value_type(name: str) -> type | tuple:
+    """The Python type of one value of a run property (an axis: of one of its values)."""
+    found = tuple(dict.fromkeys(_TYPES[b["type"]] for b in _branches(_props()[name]) if b.get("type") != "array"))
+    return found[0] if len(found) == 1 else found
+
+
+def choices(name: str) -> list | None:
+    """The values a run property allows, where the schema lists them."""
+    return next((b["enum"] for b in _branches(_props()[name]) if "enum" in b), None)
+
+
+def description(name: str) -> str:
+    return _props()[name].get("description", "")
+
+
+# the axes, in the schema's order: a scenario's lists of them expand into runs; with `source`, a run's identity
+# (summary.csv's and compare.csv's key)
+AXES = tuple(name for name in _props() if is_axis(name))
+IDENTITY = tuple(name for name in _props() if name in AXES or name == "source")
+
+# what resolving a run adds to the schema's properties: (name, type, default, help for `dlbench bench-run`; None:
+# no command-line option of that name)
+RESOLVED = (
+    ("root", str | None, None, "the v3.0 dataset: local path or URL (s3://, hf://datasets/ORG/NAME@REV)"),
+    ("scenario", str, "adhoc", "scenario name in records"),
+    ("run_id", str, "", None),
+    ("data_files_root", str | None, None, "where data/ and videos/ are when not under --root (which then holds meta/)"),
+    (
+        "lance_root",
+        str | None,
+        None,
+        "lance_map: the dataset's Lance copy (dlbench lance-convert): local path or s3://",
+    ),
+    ("source_spec", dict | None, None, None),  # the remote source's settings (config.yaml's sources: entry)
+    ("delta_timestamps", dict | None, None, None),  # a mode of config.yaml's `modes:`; overrides `mode`
+    ("on_unreachable", str, "error", "a remote dataset that cannot be reached: fail, or write skipped records"),
+    ("require_warm", str | None, None, "a prewarm report (dlbench prewarm-check) that must say warm"),
+    ("on_cold", str, "error", "a cold prewarm report: stop, or measure anyway"),
+    ("num_workers_requested", int | str | None, None, None),  # "auto" when the bench job sized the workers
+    ("rank", int, 0, None),  # this process's rank: 0 in the spec file, each rank process sets its own
+)
+RESOLVED_CHOICES = {"on_unreachable": ["error", "skip"], "on_cold": ["error", "warn"]}
+
+
+def _field(name: str):
+    """A run property as a dataclass field: its schema default (None: unset), its type as an annotation."""
+    default = defaults("bench", "defaults").get(name)
+    found = value_type(name)
+    names = [t.__name__ for t in (found if isinstance(found, tuple) else (found,))]
+    return name, " | ".join(names + (["None"] if default is None else [])), dataclasses.field(default=default)
+
+
+class _Spec:
+    """Methods of `RunSpec` (its fields are made from the schema below)."""
+
+    @property
+    def world_size(self) -> int:
+        return self.ranks
+
+    @classmethod
+    def from_dict(cls, values: dict, where: str = "run spec") -> RunSpec:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise UserError(f"{where} has unknown key(s) {unknown}; rebuild it with this version of dlbench")
+        return cls(**values)
+
+    def to_dict(self) -> dict:
+        """The spec file's content: every field but the process's rank."""
+        out = dataclasses.asdict(self)
+        del out["rank"]
+        return out
+
+    def record(self) -> dict:
+        """What a rank record carries as its `config`."""
+        return dataclasses.asdict(self)
+
+    def with_id(self) -> RunSpec:
+        return dataclasses.replace(self, run_id=run_id(self))
+
+    def check(self, where: str, label=None) -> None:
+        """Every rule of this run, in one place (see `check`)."""
+        check(self, where, label)
+
+
+def build_class() -> type:
+    """The RunSpec class: a field per run property of the schema, then `RESOLVED`."""
+    cls = dataclasses.make_dataclass(
+        "RunSpec",
+        [*(_field(name) for name in _props()), *((n, t, dataclasses.field(default=d)) for n, t, d, _ in RESOLVED)],
+        bases=(_Spec,),
+        namespace={"__module__": __name__},
+    )
+    cls.__doc__ = "One run: the schema's run properties (`definitions.run`), then `RESOLVED`."
+    return cls
+
+
+RunSpec = build_class()
+
+
+def run_id(run) -> str:
+    """`<dataset>-<loader>-<mode>-b<batch>-w<workers>[-s<step ms>]-<decode device>`: unique within a scenario
+    (the device last: the workflow sends `-cuda` runs to their own rule). `run`: a RunSpec or a dict."""
+    r = run if isinstance(run, dict) else dataclasses.asdict(run)
+    step = f"-s{r['step_ms']}" if r.get("step_ms") else ""
+    return f"{r['dataset']}-{r['loader']}-{r['mode']}-b{r['batch_size']}-w{r['num_workers']}{step}-{r['decode_device']}"
+
+
+# ----------------------------------------------------------------------------------------- the rules of a run
+def check(run: RunSpec, where: str, label=None) -> None:
+    """Check every rule of one resolved run: the workflow calls it for each run of the matrix when it is parsed
+    (`snakemake -n` finds every mistake), `make_run` and `dlbench bench-run` for a run given by hand.
+
+    The schema's run definition gives each value's type, bounds and choices; the rules below tie values together
+    (what each loader can do). Raises `UserError`: one line naming the key, as `label(key)` writes it (default
+    `<where>.<key>`), and what to do."""
+    label = label or (lambda key: f"{where}.{key}")
+    check_run_values(dataclasses.asdict(run), label)
+    _check_mode(run, label)
+    _check_lerobot(run, where)
+    _check_lance(run, where)
+    _check_dlbench_only(run, label)
+    if run.nodes > run.ranks:
+        raise UserError(
+            f"{where}: nodes ({run.nodes}) must not exceed ranks ({run.ranks}): every node runs at least one rank"
+        )
+
+
+def _check_mode(run: RunSpec, label) -> None:
+    """The mode is built in, or comes with its delta_timestamps (config.yaml's `modes:`, or --delta-timestamps)."""
+    if run.delta_timestamps is not None:
+        check_deltas(run.delta_timestamps, label("delta_timestamps"))
+    elif run.mode not in BUILTIN_MODES:
+        raise UserError(
+            f"{label('mode')}: {run.mode!r} is neither single nor sarm; give its delta_timestamps "
+            f"(--delta-timestamps FILE: seconds per feature key)"
+        )
+
+
+def _check_lerobot(run: RunSpec, where: str) -> None:
+    """What LeRobot 0.6.1's loaders cannot do: decode on a GPU, read other stores (buckets: the stream only), read
+    data files apart from the metadata."""
+    loader = run.loader
+    if loader not in LEROBOT_LOADERS:
+        return
+    if run.decode_device != "cpu":
+        raise UserError(
+            f"{where}: loader {loader} decodes on the CPU only (LeRobot 0.6.1); use "
+            f"decode_device: cpu, or loader dlbench_map / dlbench_stream for cuda"
+        )
+    # lerobot_stream splits by rank with datasets' split_dataset_by_node (bench.lerobot_buckets) and reads buckets
+    root = str(run.root)
+    bucket_ok = loader == "lerobot_stream" and root.startswith("hf://buckets/")
+    if is_remote(root) and not root.startswith("hf://datasets/") and not bucket_ok:
+        raise UserError(
+            f"{where}: loader {loader} reads local datasets and Hub repos only (lerobot_stream also hf://buckets), "
+            f"not {root}; use dlbench_map or dlbench_stream there"
+        )
+    if run.data_files_root:
+        raise UserError(
+            f"{where}: loader {loader} reads data files under its root only; data_files_root needs a dlbench loader"
+        )
+
+
+def _check_lance(run: RunSpec, where: str) -> None:
+    """What lance_map (lerobot-lancedb's LanceDBDataset) cannot do: decode on a GPU, read hf:// (Lance's own Hub
+    client reaches huggingface.co only) or plain HTTP, read data files apart from its copy."""
+    if run.loader not in LANCE_LOADERS:
+        return
+    if run.decode_device != "cpu":
+        raise UserError(f"{where}: loader lance_map decodes on the CPU only; use decode_device: cpu")
+    lance = str(run.lance_root or "")
+    if is_remote(lance) and not lance.startswith("s3://"):
+        raise UserError(
+            f"{where}: loader lance_map reads Lance copies on local disk or S3 only, not {lance}; use source: local "
+            f"or an s3 source"
+        )
+    if run.data_files_root:
+        raise UserError(f"{where}: loader lance_map reads its Lance copy only; data_files_root needs a dlbench loader")
+
+
+# settings only dlbench's loaders have (LeRobot's would ignore them, measuring something else than asked)
+DLBENCH_ONLY = ("decoder_cache_size", "decoder_cache_mb", "remote_block_kb")
+STREAM_ONLY = ("fetch_episodes", "resume_check")  # dlbench_stream alone fetches ahead and resumes from a state
+
+
+def _check_dlbench_only(run: RunSpec, label) -> None:
+    """Settings a run's loader does not have are refused rather than silently ignored."""
+    loader = run.loader
+    for key in STREAM_ONLY:
+        if getattr(run, key) and loader != "dlbench_stream":
+            raise UserError(
+                f"{label(key)}: applies to loader dlbench_stream only, not {loader}; turn it off for this run "
+                f"(set it only where the loader is dlbench_stream)"
+            )
+    for key in DLBENCH_ONLY:
+        if getattr(run, key) is not None and loader in PEER_LOADERS:
+            raise UserError(
+                f"{label(key)}: applies to dlbench_map and dlbench_stream only, not {loader}; leave it unset for "
+                f"this run"
+            )
+
+
+# ------------------------------------------------------------------------------------------ runs by hand, files
+def make_run(values: dict, scenario: str = "adhoc", label=None) -> RunSpec:
+    """A run by hand (the CLI, the library): the schema's run defaults under `values`, which needs `root`; checked
+    by `check` (`label` names a key in its messages, e.g. as a command-line option)."""
+    values = {k: v for k, v in values.items() if v is not None}
+    if not values.get("root"):
+        raise UserError("a run needs the dataset's root (--root PATH_OR_URL)")
+    values.setdefault("dataset", Path(str(values["root"]).rstrip("/").split("@")[0]).name or "dataset")
+    values["scenario"] = values.get("scenario") or scenario
+    run = RunSpec.from_dict(values).with_id()
+    check(run, f"run {run.run_id}", label=label)
+    return run
+
+
+def resolve_workers(num_workers: int | str, ranks_here: int = 1) -> int:
+    """`auto`: one worker per core this job may use, shared by the ranks on this host (a worker decodes every
+    camera of its items in turn, so dividing by cameras would leave cores idle)."""
+    if num_workers != "auto":
+        return int(num_workers)
+    cores = int(os.environ.get("SLURM_CPUS_PER_TASK", 0)) * ranks_here or len(os.sched_getaffinity(0))
+    return max(1, cores // max(1, ranks_here))
+
+
+def write(run: RunSpec, path: str | Path) -> None:
+    atomic.write_json(path, run.to_dict())
+
+
+def read(path: str | Path) -> RunSpec:
+    try:
+        values = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise UserError(
+            f"{path}: run spec not found; build it with the workflow (results/specs/...) or pass the "
+            f"run's options instead"
+        ) from None
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}: not a valid run spec ({e}); delete it and rerun") from None
+    return RunSpec.from_dict(values, where=str(path))
