@@ -35,7 +35,7 @@ onstart:
 
 onsuccess:
     dlbench.loopback.stop()
-    dlbench.failed.clear_finished("results", list(RUNS))
+    dlbench.report.failed.clear_finished("results", list(RUNS))
 
 
 onerror:

@@ -23,8 +23,8 @@ import torch
 
 from dlbench.bench.adapters import make_adapter
 from dlbench.bench.runner import run
-from dlbench.runspec import RunSpec
 from dlbench.loader import DataLoader
+from dlbench.runspec import RunSpec
 
 
 def bare(cfg: RunSpec) -> float:

@@ -32,10 +32,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dlbench.aggregate import VERIFIED_STATUSES
 from dlbench.loader import DataLoader, LeRobotMapDataset
 from dlbench.loader.dataset_meta import DatasetMeta
 from dlbench.loader.stream import LeRobotStreamingDataset
+from dlbench.report.aggregate import VERIFIED_STATUSES
 
 from . import datasets
 

@@ -6,10 +6,10 @@ import matplotlib.image
 import pandas as pd
 import pytest
 
-from dlbench import aggregate as agg
-from dlbench import plots
 from dlbench.bench import record as recordmod
 from dlbench.errors import UserError
+from dlbench.report import aggregate as agg
+from dlbench.report import plots
 
 
 def metrics(fps, p99=10.0, hit=0.99, wrong=0, verified=100):
@@ -58,7 +58,7 @@ def write_run(
         "batch_size": 8,
         "num_workers": workers,
         "decode_device": device,
-        "world_size": world,
+        "ranks": world,
         "nodes": nodes or world,
         **({"step_ms": step_ms} if step_ms else {}),  # records of free-running runs may predate the key
     }
@@ -323,7 +323,7 @@ def test_remote_cost_sums_requests_and_bytes_over_ranks_before_dividing(tmp_path
 
 
 def test_a_run_whose_job_died_is_listed_failed_with_its_reason_until_it_finishes(tmp_path, monkeypatch):
-    from dlbench import failed
+    from dlbench.report import failed
 
     monkeypatch.setenv("SLURM_CONF", str(tmp_path / "no-cluster.conf"))  # squeue knows no job: the logs speak
 

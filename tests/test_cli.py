@@ -62,7 +62,7 @@ def test_a_command_needing_the_workflow_extra_names_it(tmp_path, capsys, monkeyp
     from dlbench.cli import main
 
     monkeypatch.setitem(sys.modules, "pandas", None)  # as after `pip install dlbench` without the extra
-    monkeypatch.delitem(sys.modules, "dlbench.aggregate", raising=False)
+    monkeypatch.delitem(sys.modules, "dlbench.report.aggregate", raising=False)
     assert main(["aggregate", str(tmp_path), "--out", str(tmp_path / "summary.csv")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("dlbench aggregate: error: needs the pandas package") and "dlbench[workflow]" in err

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from dlbench.cli import main
-from dlbench.compare import KEY, METRICS, compare, judge, permutation_p
 from dlbench.convert.run import run as convert_run
+from dlbench.report.compare import KEY, METRICS, compare, judge, permutation_p
 
 from .conftest import synth_cached, tiny_config
 

@@ -11,10 +11,10 @@ import torch
 
 from dlbench import barcode
 from dlbench.bench.launch import run_rank
-from dlbench.runspec import RunSpec
 from dlbench.loader import DataLoader
 from dlbench.loader.map import LeRobotMapDataset
 from dlbench.loader.stream import LeRobotStreamingDataset
+from dlbench.runspec import RunSpec
 from dlbench.synth import Camera, synthesize
 from dlbench.video import VideoDecoderCache
 

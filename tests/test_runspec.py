@@ -7,10 +7,10 @@ from dataclasses import fields
 import pytest
 
 from dlbench import matrix, runspec
-from dlbench.runspec import RunSpec
 from dlbench.cli import build_parser
 from dlbench.config import defaults, synth_defaults, validate_config
 from dlbench.errors import UserError
+from dlbench.runspec import RunSpec
 
 
 def test_cli_run_options_default_to_the_schema():

@@ -8,14 +8,14 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
 
-import dlbench.failed
+import dlbench.report.failed
 import dlbench.loopback
 import dlbench.sources
 from dlbench import matrix
 from dlbench.config import SCHEMA_PATH, validate_config
 from dlbench.errors import UserError
 from dlbench.format.paths import is_remote
-from dlbench.outputs import PLOT_NAMES
+from dlbench.report.outputs import PLOT_NAMES
 
 
 def config_error(message):
@@ -222,9 +222,9 @@ def summarize_failures():
     """After a failed run of the workflow: record each bench run that was tried and did not finish, and summarize
     them beside the runs that did in results/failed/summary.csv. Not in results/summary.csv: Snakemake would take
     that as up to date and never redo the missing runs."""
-    from dlbench.aggregate import aggregate
+    from dlbench.report.aggregate import aggregate
 
-    failed = dlbench.failed.record_missing("results", list(RUNS))
+    failed = dlbench.report.failed.record_missing("results", list(RUNS))
     if not failed:
         return
     done = [d for d in run_dirs() if os.path.exists(f"{d}/run.json")]
@@ -234,17 +234,17 @@ def summarize_failures():
     try:
         aggregate(
             [*done, *failed],
-            dlbench.failed.SUMMARY,
+            dlbench.report.failed.SUMMARY,
             targets=config["targets"],
             baseline=config["baseline_loader"],
             thrash=config["thrash"],
             prewarm=prewarm,
         )
     except UserError as e:
-        logger.error(f"{dlbench.failed.SUMMARY} not written: {e}")
+        logger.error(f"{dlbench.report.failed.SUMMARY} not written: {e}")
         return
     logger.error(
-        f"{len(failed)} bench run(s) failed; {dlbench.failed.SUMMARY} lists them (status failed, with the reason) "
+        f"{len(failed)} bench run(s) failed; {dlbench.report.failed.SUMMARY} lists them (status failed, with the reason) "
         f"beside the {len(done)} that finished; run the same command again to redo only them"
     )
 

@@ -19,7 +19,7 @@ def _metric_threshold(text: str) -> tuple[str, float]:
 
 
 def add(sub) -> None:
-    from ..compare import ALPHA, METRICS, THRESHOLD
+    from ..report.compare import ALPHA, METRICS, THRESHOLD
 
     p = command(
         sub,
@@ -52,7 +52,7 @@ def add(sub) -> None:
 
 
 def compare(a) -> int:
-    from ..compare import compare, describe, regressions
+    from ..report.compare import compare, describe, regressions
 
     table = compare(
         a.base,

@@ -90,7 +90,7 @@ def _thrash(a) -> dict:
 
 
 def aggregate(a) -> None:
-    from ..aggregate import aggregate
+    from ..report.aggregate import aggregate
 
     df = aggregate(
         a.runs, a.out, targets=dict(a.target), baseline=a.baseline, thrash=_thrash(a), prewarm=dict(a.prewarm)
@@ -99,14 +99,14 @@ def aggregate(a) -> None:
 
 
 def conversion_table(a) -> None:
-    from ..aggregate import conversion_table
+    from ..report.aggregate import conversion_table
 
     df = conversion_table(a.records, a.out)
     say(f"wrote {a.out} ({len(df)} conversions)")
 
 
 def plot(a) -> None:
-    from ..plots import plot_all
+    from ..report.plots import plot_all
 
     for p in plot_all(a.summary, a.outdir, conversion=a.conversion, thrash=_thrash(a)):
         say(f"wrote {p}")

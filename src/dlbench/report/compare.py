@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import atomic
-from .runspec import IDENTITY
-from .errors import UserError
+from .. import atomic
+from ..errors import UserError
+from ..runspec import IDENTITY
 
 if TYPE_CHECKING:  # pandas (the workflow extra) only when comparing: `dlbench --help` lists this command without it
     import pandas as pd

@@ -15,8 +15,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from . import atomic
-from .bench.record import SCHEMA_VERSION
+from .. import atomic
+from ..bench.record import SCHEMA_VERSION
 
 FAILED_DIR = "failed"
 SUMMARY = f"results/{FAILED_DIR}/summary.csv"  # the workflow's summary of finished and failed runs

@@ -1,6 +1,6 @@
 """Names of outputs that both the library and the workflow know, in a module light enough for parsing the workflow."""
 
-# the summary plots of `dlbench plot` (dlbench.plots.PLOTS draws them), in report order
+# the summary plots of `dlbench plot` (dlbench.report.plots.PLOTS draws them), in report order
 PLOT_NAMES = (
     "throughput.png",
     "baseline.png",

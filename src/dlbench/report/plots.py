@@ -14,9 +14,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from . import atomic  # noqa: E402
-from .config import DLBENCH_LOADERS, defaults  # noqa: E402
-from .errors import UserError  # noqa: E402
+from .. import atomic  # noqa: E402
+from ..config import DLBENCH_LOADERS, defaults  # noqa: E402
+from ..errors import UserError  # noqa: E402
 from .outputs import PLOT_NAMES  # noqa: E402
 
 GROUP = ["source", "loader", "mode"]

@@ -40,14 +40,14 @@ import jsonschema
 import numpy as np
 import pandas as pd
 
-from . import atomic
-from .bench import record as recordmod
-from .config import SAME_KIND, baseline_loader, defaults, schema
-from .errors import UserError
-from .runspec import IDENTITY
+from .. import atomic
+from ..bench import record as recordmod
+from ..config import SAME_KIND, baseline_loader, defaults, schema
+from ..errors import UserError
+from ..runspec import IDENTITY
 
 WORKER_BOUND_FRAC = 0.8  # of num_workers x the single-process probe rate
-RECORD_SCHEMA = Path(__file__).parent / "schemas" / "record.schema.json"
+RECORD_SCHEMA = Path(__file__).parents[1] / "schemas" / "record.schema.json"
 RUN_KEYS = ("scenario", *IDENTITY)  # a run in summary.csv: its scenario and the schema's axes, with its source
 SCALING_KEY = list(IDENTITY)  # the same run across scenarios
 RUN_KEY_DEFAULTS = {"step_ms": 0}  # for records made before the key existed
@@ -62,7 +62,7 @@ REMOTE_COLUMNS = (
 
 def run_id(config: dict) -> str:
     """The run id a record was made under (its spec's), or, for records without one, as `dlbench.runspec` builds it."""
-    from .runspec import run_id as build
+    from ..runspec import run_id as build
 
     return config.get("run_id") or build({"dataset": "adhoc", **config})
 
