@@ -12,6 +12,7 @@ configfile: "config.yaml"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/sources.smk"
+include: "workflow/rules/peers.smk"
 include: "workflow/rules/bench.smk"
 include: "workflow/rules/report.smk"
 

@@ -40,6 +40,9 @@ TIERS = {
     "test_hub": "server",
     "test_lerobot_interop": "peer",
     "test_lance": "peer",
+    "test_peers": "peer",
+    "test_map_fetch": "server",
+    "test_workflow": "slow",  # Snakemake in a subprocess, each parse a few seconds
 }
 PEER_FIXTURES = {"lerobot_recorded_v30", "lerobot_recorded_images_v30"}
 

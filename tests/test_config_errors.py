@@ -163,6 +163,7 @@ def test_the_cli_names_the_option_and_checks_a_spec_file(tmp_path, capsys):
     assert f"{spec_file}: batch_size: 0 is below the minimum 1" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # Snakemake in a subprocess: the in-process cases above cover each rule
 @pytest.mark.parametrize(
     "scenario, message",
     [

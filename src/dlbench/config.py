@@ -44,18 +44,30 @@ def schema() -> dict:
 
 
 # the loaders, as the schema's run `loader` enum names them: <project>_<kind>, kind map (random access) or stream
-LOADERS: tuple[str, ...] = tuple(schema()["definitions"]["run"]["properties"]["loader"]["oneOf"][0]["enum"])
+LOADERS: tuple[str, ...] = tuple(schema()["definitions"]["loader_name"]["anyOf"][0]["enum"])
 DLBENCH_LOADERS = tuple(name for name in LOADERS if name.startswith("dlbench_"))
 LEROBOT_LOADERS = tuple(name for name in LOADERS if name.startswith("lerobot_"))
 LANCE_LOADERS = tuple(name for name in LOADERS if name.startswith("lance_"))  # lerobot-lancedb's
 PEER_LOADERS = LEROBOT_LOADERS + LANCE_LOADERS  # run in the peer environment (LeRobot and lerobot-lancedb)
 SAME_KIND = "lerobot"  # baseline_loader: each run against LeRobot's loader of its own kind
+PEER_SEP = "@"  # lerobot_map@NAME: LeRobot's loader as the environment of `peers.NAME` has it
+
+
+def split_loader(loader: str) -> tuple[str, str | None]:
+    """`lerobot_map@old` -> ("lerobot_map", "old"); a loader without a peer -> (loader, None)."""
+    base, _, peer = loader.partition(PEER_SEP)
+    return base, peer or None
+
+
+def base_loader(loader: str) -> str:
+    """The loader itself, whichever environment runs it: `lerobot_map@old` -> `lerobot_map`."""
+    return split_loader(loader)[0]
 
 
 def baseline_loader(loader: str, baseline: str = SAME_KIND) -> str:
     """The loader a run of `loader` is compared with: `baseline`, or for `lerobot` LeRobot's loader of the same kind
-    (lerobot_map for map-style runs, lerobot_stream for streaming ones)."""
-    return f"lerobot_{loader.split('_', 1)[1]}" if baseline == SAME_KIND else baseline
+    (lerobot_map for map-style runs, lerobot_stream for streaming ones; those of a named peer too)."""
+    return f"lerobot_{base_loader(loader).split('_', 1)[1]}" if baseline == SAME_KIND else baseline
 
 
 def defaults(*path: str) -> dict:
@@ -142,6 +154,8 @@ def _describe(node: dict) -> str:
         scalars = [_describe(b) for b in branches if b.get("type") != "array"]
         listed = any(b.get("type") == "array" for b in branches)
         return ", ".join(scalars) + (", or a list of them" if listed else "")
+    if "title" in node:  # a pattern's meaning, in words
+        return node["title"]
     if "enum" in node:
         return ("one of " if len(node["enum"]) > 1 else "") + ", ".join(str(v) for v in node["enum"])
     kind = {
@@ -197,7 +211,8 @@ def _explain(error, label=None) -> str:
     if error.validator == "minProperties":
         return f"{key}: is empty; give at least {limit} entry"
     if error.validator == "pattern":
-        return f"{key}: {value} does not match {limit}; rename it"
+        what = error.schema.get("description")  # a value's pattern says what it is; a name's, only its letters
+        return f"{key}: {value} is not {what}" if what else f"{key}: {value} does not match {limit}; rename it"
     return f"{key}: {error.message}"
 
 
@@ -233,6 +248,12 @@ def _check_shape(config: dict) -> None:
         if len(kinds) != 1:
             found = f"found {', '.join(kinds)}" if kinds else "found none"
             raise UserError(f"datasets.{name}: give exactly one of synth, v21, v30 ({found})")
+    for name, peer in (config.get("peers") or {}).items():
+        if isinstance(peer, dict) and len(peer) != 1:
+            found = f"found {', '.join(peer)}" if peer else "found none"
+            raise UserError(
+                f"peers.{name}: give exactly one of pip: lerobot==VERSION, path: CHECKOUT, wheel: FILE.whl ({found})"
+            )
     for name in config.get("modes") or {}:
         if name in BUILTIN_MODES:
             raise UserError(f"modes.{name}: {name} is built in; give your mode another name")

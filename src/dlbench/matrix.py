@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from .config import BUILTIN_MODES, DATASET_KINDS, LANCE_LOADERS, check_run_values
+from .config import BUILTIN_MODES, DATASET_KINDS, LANCE_LOADERS, check_run_values, split_loader
 from .errors import UserError
 from .format.paths import is_remote
 from .runspec import AXES, RunSpec, check
@@ -134,9 +134,39 @@ def default_dataset(config: dict) -> str:
     return config["bench"]["defaults"].get("dataset") or next(iter(config["datasets"]))
 
 
+# ----------------------------------------------------------------------------------------------------- peers
+def peer_requirement(config: dict, name: str) -> str:
+    """What scripts/peer-env.sh installs for `peers.NAME` (PEER_REQUIREMENT): a pip requirement, or the absolute
+    path of a checkout or wheel (checked to exist: one line naming the key otherwise)."""
+    spec = config["peers"][name]
+    if "pip" in spec:
+        return spec["pip"]
+    kind = next(iter(spec))
+    path = Path(spec[kind]).expanduser()
+    ok = path.is_file() if kind == "wheel" else (path / "pyproject.toml").is_file()
+    if not ok:
+        want = "a LeRobot wheel file" if kind == "wheel" else "a LeRobot checkout (a directory with pyproject.toml)"
+        raise UserError(f"peers.{name}.{kind}: {spec[kind]} is not {want}; fix the path")
+    return str(path.resolve())
+
+
+def check_peer(loader: str, config: dict, key: str) -> None:
+    """A loader `X@NAME` names a peer defined under `peers:`; `key` names where it was given."""
+    name = split_loader(loader)[1]
+    if name and name not in config.get("peers", {}):
+        defined = f"; defined: {', '.join(sorted(config['peers']))}" if config.get("peers") else ""
+        raise UserError(
+            f"{key}: peer {name!r} is not defined under peers:{defined}; add peers: {{{name}: {{pip: "
+            f"lerobot==VERSION}}}} (or path: CHECKOUT, wheel: FILE)"
+        )
+
+
 def expand_runs(config: dict) -> list[RunSpec]:
     """Every run of the matrix (a validated config): each scenario's axes over bench.defaults, expanded and
     resolved. Raises `UserError` naming the scenario for runs no loader can measure honestly."""
+    for name in config.get("peers", {}):
+        peer_requirement(config, name)
+    check_peer(config.get("baseline_loader", ""), config, "baseline_loader")
     runs = []
     for scenario, overrides in config["bench"]["scenarios"].items():
         merged = {**config["bench"]["defaults"], **overrides}
@@ -157,6 +187,7 @@ def resolve(config: dict, run: dict, scenario: str) -> RunSpec:
     (`runspec.check`), errors naming `bench.scenarios.<scenario>.<key>`."""
     where = f"bench.scenarios.{scenario}"
     check_run_values(run, lambda key: f"{where}.{key}")
+    check_peer(run["loader"], config, f"{where}.loader")
     _check_references(run, config, where)
     src = config["sources"][run["source"]]
     ds = config["datasets"][run["dataset"]]

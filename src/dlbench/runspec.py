@@ -21,6 +21,7 @@ from .config import (
     LANCE_LOADERS,
     LEROBOT_LOADERS,
     PEER_LOADERS,
+    base_loader,
     check_deltas,
     check_run_values,
     defaults,
@@ -38,10 +39,13 @@ def _props() -> dict:
 
 def _branches(prop: dict) -> list[dict]:
     """A run property's alternatives (`oneOf`, or the axis definition it refers to), each a plain schema."""
-    ref = prop.get("$ref", "")
-    if ref:
-        prop = schema()["definitions"][ref.rsplit("/", 1)[1]]
-    return prop.get("oneOf", [prop])
+
+    def resolved(node: dict) -> dict:
+        ref = node.get("$ref", "")
+        return schema()["definitions"][ref.rsplit("/", 1)[1]] if ref else node
+
+    prop = resolved(prop)
+    return [resolved(b) for b in prop.get("oneOf", [prop])]
 
 
 def is_axis(name: str) -> bool:
@@ -191,7 +195,7 @@ def _check_mode(run: RunSpec, label) -> None:
 def _check_lerobot(run: RunSpec, where: str) -> None:
     """What LeRobot 0.6.1's loaders cannot do: decode on a GPU, read other stores (buckets: the stream only), read
     data files apart from the metadata."""
-    loader = run.loader
+    loader = base_loader(run.loader)
     if loader not in LEROBOT_LOADERS:
         return
     if run.decode_device != "cpu":
@@ -216,7 +220,7 @@ def _check_lerobot(run: RunSpec, where: str) -> None:
 def _check_lance(run: RunSpec, where: str) -> None:
     """What lance_map (lerobot-lancedb's LanceDBDataset) cannot do: decode on a GPU, read hf:// (Lance's own Hub
     client reaches huggingface.co only) or plain HTTP, read data files apart from its copy."""
-    if run.loader not in LANCE_LOADERS:
+    if base_loader(run.loader) not in LANCE_LOADERS:
         return
     if run.decode_device != "cpu":
         raise UserError(f"{where}: loader lance_map decodes on the CPU only; use decode_device: cpu")
@@ -237,7 +241,7 @@ STREAM_ONLY = ("fetch_episodes", "resume_check")  # dlbench_stream alone fetches
 
 def _check_dlbench_only(run: RunSpec, label) -> None:
     """Settings a run's loader does not have are refused rather than silently ignored."""
-    loader = run.loader
+    loader = base_loader(run.loader)
     for key in STREAM_ONLY:
         if getattr(run, key) and loader != "dlbench_stream":
             raise UserError(

@@ -12,9 +12,10 @@ import dlbench.report.failed
 import dlbench.loopback
 import dlbench.sources
 from dlbench import matrix
-from dlbench.config import SCHEMA_PATH, validate_config
+from dlbench.config import SCHEMA_PATH, split_loader, validate_config
 from dlbench.errors import UserError
 from dlbench.format.paths import is_remote
+from dlbench.peer import named_peer_ready
 from dlbench.report.outputs import PLOT_NAMES
 
 
@@ -151,6 +152,9 @@ def bench_inputs(wildcards):
         inputs["staged"] = matrix.staged_marker(r.source, r.dataset)
     if r.require_warm:
         inputs["prewarm"] = r.require_warm
+    peer = split_loader(r.loader)[1]
+    if peer:  # the environment of its LeRobot, built once by the peer_env rule
+        inputs["peer"] = named_peer_ready(peer)
     if r.loader == "lance_map":  # its Lance copy, made (and staged) by the workflow
         if spec["type"] == "local":
             inputs["lance"] = f"results/datasets/{r.dataset}/lance"

@@ -7,6 +7,7 @@ for them, see `launch.py`).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ..config import LEROBOT_LOADERS, LOADERS
+from ..config import LEROBOT_LOADERS, LOADERS, base_loader
 from ..errors import UserError
 from ..format.paths import is_remote, local_path
 from ..loader.collate import collate
@@ -56,6 +57,8 @@ def _dlbench_adapter(ds, iterable: bool) -> Adapter:
 def make_adapter(cfg, tag_items: bool = False) -> Adapter:
     """Build the loader named by `cfg.loader` (a RunSpec) over `cfg.root`; `tag_items`: dlbench_stream's items
     carry their place in the stream, for its `observe` and `state_dict` (the resume check)."""
+    # lerobot_map@NAME is lerobot_map: which LeRobot answers is the environment's (the rank runs in .peers/NAME)
+    cfg = dataclasses.replace(cfg, loader=base_loader(cfg.loader))
     if cfg.loader == "dlbench_map":
         from ..loader.map import LeRobotMapDataset
 

@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 
 from .. import atomic
-from ..config import LANCE_LOADERS, PEER_LOADERS
+from ..config import LANCE_LOADERS, PEER_LOADERS, split_loader
 from ..errors import UserError
 from ..format.paths import is_remote
-from ..peer import CREATE_COMMAND, REPO_ROOT, peer_python, require_peer
+from ..peer import CREATE_COMMAND, REPO_ROOT, named_peer_ready, named_peer_venv, peer_python, require_peer
 from ..runspec import RunSpec, resolve_workers
 from . import record as recordmod
 from .remote import metered
@@ -48,7 +48,11 @@ def config_digest(config: dict) -> str:
 
 
 def needs_peer(loader: str) -> bool:
-    """LeRobot's loaders and lance_map run in the peer environment unless their package is importable right here."""
+    """LeRobot's loaders and lance_map run in the peer environment unless their package is importable right here;
+    `lerobot_map@NAME` runs in .peers/NAME unless this is that environment."""
+    loader, name = split_loader(loader)
+    if name:
+        return Path(sys.prefix).resolve() != named_peer_venv(name).resolve()
     package = "lerobot_lancedb" if loader in LANCE_LOADERS else "lerobot"
     return loader in PEER_LOADERS and importlib.util.find_spec(package) is None
 
@@ -67,9 +71,10 @@ def _peer_env(root: str) -> dict:
 def rank_command(loader: str, root: str = "") -> tuple[list[str], dict]:
     """The interpreter command for one rank (`... -m dlbench bench-rank`) and its environment."""
     if needs_peer(loader):
-        if os.environ.get(IN_PEER_ENV):
+        name = split_loader(loader)[1]
+        if os.environ.get(IN_PEER_ENV) and not name:
             raise UserError("LeRobot is not importable in the peer environment; recreate it with scripts/peer-env.sh")
-        return [str(require_peer()), "-m", "dlbench", "-q", "bench-rank"], _peer_env(root)
+        return [str(require_peer(name)), "-m", "dlbench", "-q", "bench-rank"], _peer_env(root)
     return [sys.executable, "-m", "dlbench", "-q", "bench-rank"], dict(os.environ)
 
 
@@ -195,10 +200,10 @@ def launch(cfg: RunSpec, out_dir: str | Path) -> dict:
     out_dir = atomic.make_dir(out_dir)
     shutil.rmtree(out_dir / ".barrier", ignore_errors=True)
     world = cfg.world_size
-    if needs_peer(cfg.loader) and peer_python() is None:
-        reason = (
-            f"loader {cfg.loader} needs the LeRobot peer environment, which is missing; create it with {CREATE_COMMAND}"
-        )
+    name = split_loader(cfg.loader)[1]
+    if needs_peer(cfg.loader) and peer_python(name) is None:
+        create = f"snakemake -c1 {named_peer_ready(name)}" if name else CREATE_COMMAND
+        reason = f"loader {cfg.loader} needs the LeRobot peer environment, which is missing; create it with {create}"
         if cfg.on_unavailable != "skip":
             raise UserError(reason)
         return skip_run(cfg, out_dir, reason)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import subprocess
 from pathlib import Path
@@ -67,8 +68,23 @@ def run_options(spec_class: type | None = None) -> list[tuple[str, dict]]:
             continue
         if isinstance(kind, tuple):  # num_workers: a number or auto
             kind, allowed = _workers, None
+        if f.name == "loader":  # a name, or lerobot_map@NAME: no list of choices says it
+            kind = _loader
         options.append((f.name, dict(type=kind, choices=allowed, default=None, help=f"{text}{shown}".strip())))
     return options
+
+
+def _loader(text: str) -> str:
+    """A loader name as the schema's run `loader` allows it (LeRobot's of a named peer: lerobot_map@NAME)."""
+    import re
+
+    from ..config import LOADERS, schema
+
+    if text in LOADERS or re.match(schema()["definitions"]["loader_name"]["anyOf"][1]["pattern"], text):
+        return text
+    raise argparse.ArgumentTypeError(
+        f"invalid choice: {text!r} (choose from {', '.join(LOADERS)}, lerobot_map@PEER, lerobot_stream@PEER)"
+    )
 
 
 def _add_run_options(p) -> None:

@@ -17,6 +17,18 @@ def _source_report(spec: str) -> tuple[str, str]:
     return source, report
 
 
+def _baseline(text: str) -> str:
+    """A value config.yaml's baseline_loader allows (a named peer's loader too: the summary holds its runs)."""
+    import re
+
+    from ..config import schema
+
+    forms = schema()["properties"]["baseline_loader"]["anyOf"]
+    if text in forms[0]["enum"] or re.match(forms[1]["pattern"], text):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r} is not {', '.join(forms[0]['enum'])} or {forms[1]['title']}")
+
+
 def _mode_target(text: str) -> tuple[str, float]:
     mode, _, fps = text.partition("=")
     try:
@@ -45,8 +57,9 @@ def add(sub) -> None:
     p.add_argument(
         "--baseline",
         default=baseline["default"],
-        choices=baseline["enum"],
-        help="loader the ratio_to_baseline column compares with; lerobot: LeRobot's loader of the run's own kind",
+        type=_baseline,
+        help="loader the ratio_to_baseline column compares with; lerobot: LeRobot's loader of the run's own kind; "
+        f"one of {', '.join(baseline['anyOf'][0]['enum'])}, or lerobot_map@PEER / lerobot_stream@PEER",
     )
     thrash = defaults("thrash")
     p.add_argument(

@@ -17,22 +17,38 @@ from ..errors import UserError
 REPO_ROOT = Path(__file__).resolve().parents[3]
 CREATE_COMMAND = "scripts/peer-env.sh   (or: make peer)"
 READY_MARKER = ".dlbench-peer-ready"  # written by scripts/peer-env.sh when the environment is complete
+PEERS_DIR = ".peers"  # config.yaml's named peers: .peers/NAME, built by the workflow's peer_env rule
 
 
-def peer_python() -> Path | None:
-    """The peer interpreter: $DLBENCH_PEER_PYTHON, else the project's .venv-lerobot once scripts/peer-env.sh has
-    finished building it (it writes READY_MARKER last); None otherwise."""
+def named_peer_venv(name: str) -> Path:
+    return REPO_ROOT / PEERS_DIR / name
+
+
+def named_peer_ready(name: str) -> str:
+    """The marker the workflow's peer_env rule makes (relative to the repository root, as the workflow runs there)."""
+    return f"{PEERS_DIR}/{name}/{READY_MARKER}"
+
+
+def peer_python(name: str | None = None) -> Path | None:
+    """The peer interpreter: for a named peer (`peers.NAME`) .peers/NAME's; else $DLBENCH_PEER_PYTHON, else the
+    project's .venv-lerobot; each once scripts/peer-env.sh has finished building it (it writes READY_MARKER last);
+    None otherwise."""
     env = os.environ.get("DLBENCH_PEER_PYTHON")
-    if env:
+    if env and name is None:
         return Path(env) if Path(env).exists() else None
-    venv = REPO_ROOT / ".venv-lerobot"
+    venv = named_peer_venv(name) if name else REPO_ROOT / ".venv-lerobot"
     if (venv / READY_MARKER).exists() and (venv / "bin" / "python").exists():
         return venv / "bin" / "python"
     return None
 
 
-def require_peer() -> Path:
-    py = peer_python()
+def require_peer(name: str | None = None) -> Path:
+    py = peer_python(name)
+    if py is None and name:
+        raise UserError(
+            f"the environment of peer {name!r} is missing or incomplete; build it with "
+            f"`snakemake -c1 {named_peer_ready(name)}` (config.yaml's peers.{name} says which LeRobot)"
+        )
     if py is None:
         raise UserError(
             f"the LeRobot peer environment is missing or incomplete; create it with: {CREATE_COMMAND} "
