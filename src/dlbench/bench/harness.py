@@ -119,7 +119,9 @@ def make_dataloader(cfg: RunSpec, adapter, device: torch.device, pin: bool):
     sampler = torch.utils.data.distributed.DistributedSampler(
         adapter.dataset, num_replicas=cfg.world_size, rank=cfg.rank, shuffle=True, seed=cfg.seed, drop_last=True
     )
-    timed = (TimedBatches if hasattr(adapter.dataset, "__getitems__") else Timed)(adapter.dataset, adapter.cache_stats)
+    # a dataset that reads a batch at once is handed whole batches, as in training; others are timed item by item
+    batched = getattr(adapter.dataset, "plans_batches", hasattr(adapter.dataset, "__getitems__"))
+    timed = (TimedBatches if batched else Timed)(adapter.dataset, adapter.cache_stats)
     return torch.utils.data.DataLoader(timed, sampler=sampler, **common), context
 
 

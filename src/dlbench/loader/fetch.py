@@ -29,6 +29,9 @@ from .dataset_meta import DatasetMeta
 # samples read past an episode's last frame: a decoder with frame reordering reads a few packets beyond the frame it
 # returns (x264's B-frames: up to 4); the rest of the GOP is not needed
 REORDER_SAMPLES = 8
+# a decoder without reordering still reads the packet after the frame it returns before returning it (FFmpeg's
+# libdav1d on 480x640 AV1: a random frame's reads fell outside its range until this one packet was added)
+NEXT_SAMPLES = 1
 MERGE_GAP = 2**20  # episode ranges of one file closer than this are fetched in one request
 KEPT_INDEXES = 32  # file layouts kept per process (32 B per frame of the file, plus its moov)
 # the start of the sample data kept with the head: opening a decoder reads the first packets to learn the stream
@@ -57,7 +60,8 @@ class FileIndex:
         self.starts = track.chunk_offsets[chunk] + before - before[first_of_chunk][chunk]
         self.ends = self.starts + sizes
         n = len(sizes)
-        if track.composition is not None:  # presentation order differs from decode order
+        self.reorders = track.composition is not None  # presentation order differs from decode order
+        if self.reorders:
             dts = np.cumsum(track.durations) - track.durations
             self.order = np.argsort(dts + track.composition, kind="stable")
         else:
@@ -72,6 +76,15 @@ class FileIndex:
         hi = min(int(samples.max()) + REORDER_SAMPLES, n - 1)
         return int(self.starts[lo : hi + 1].min()), int(self.ends[lo : hi + 1].max())
 
+    def frame_ranges(self, frames: np.ndarray, reorder: int = REORDER_SAMPLES) -> tuple[np.ndarray, np.ndarray]:
+        """(starts, ends) of the bytes decoding each presented frame alone reads: its samples from the keyframe
+        before it, plus `reorder` samples past it where the file reorders frames (`NEXT_SAMPLES` where not)."""
+        n = len(self.order)
+        samples = self.order[np.clip(frames, 0, n - 1)]
+        key = self.sync[np.maximum(np.searchsorted(self.sync, samples, side="right") - 1, 0)]
+        last = np.minimum(samples + (reorder if self.reorders else NEXT_SAMPLES), n - 1)
+        return self.starts[key], self.ends[last]
+
     def pinned(self, pos: int, n: int) -> bytes | None:
         """Bytes at `pos` held in memory (head or tail), up to n; None outside them."""
         if pos < len(self.head):
@@ -79,6 +92,32 @@ class FileIndex:
         if pos >= self.tail_at and pos - self.tail_at < len(self.tail):
             return self.tail[pos - self.tail_at : pos - self.tail_at + n]
         return None
+
+
+class FileIndexes:
+    """Video file layouts by URL, each parsed once per process; the `KEPT_INDEXES` most recently used are kept."""
+
+    def __init__(self):
+        self._indexes: OrderedDict[str, FileIndex | None] = OrderedDict()
+
+    def get(self, url: str) -> FileIndex | None:
+        """The file's layout; None where it cannot be read (then it is read as the decoders ask)."""
+        if url in self._indexes:
+            self._indexes.move_to_end(url)
+            return self._indexes[url]
+        fs, path = fsspec.core.url_to_fs(url)
+        try:
+            index = FileIndex(fs, path)
+        except Exception:  # an MP4 layout this parser does not know, or a failed read: the decoders' reads tell
+            index = None
+        self._indexes[url] = index
+        if len(self._indexes) > KEPT_INDEXES:
+            self._indexes.popitem(last=False)
+        return index
+
+    def peek(self, url: str) -> FileIndex | None:
+        """The file's layout if parsed already, else None (nothing is read)."""
+        return self._indexes.get(url)
 
 
 class _Span:
@@ -114,7 +153,7 @@ class EpisodeFetcher:
         self.spill_dir = spill_dir or tempfile.gettempdir()
         if not os.path.isdir(self.spill_dir):
             raise UserError(f"spill_dir {self.spill_dir!r} is not a directory; create it or choose another")
-        self._indexes: OrderedDict[str, FileIndex | None] = OrderedDict()
+        self._indexes = FileIndexes()
         self._spans: dict[str, list[_Span]] = {}
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="dlbench-fetch")
@@ -170,18 +209,7 @@ class EpisodeFetcher:
     def index(self, url: str) -> FileIndex | None:
         """The file's layout (parsed once per process); None where its layout cannot be read (then it is read as
         the decoders ask)."""
-        if url in self._indexes:
-            self._indexes.move_to_end(url)
-            return self._indexes[url]
-        fs, path = fsspec.core.url_to_fs(url)
-        try:
-            index = FileIndex(fs, path)
-        except Exception:  # an MP4 layout this parser does not know, or a failed read: the decoders' reads tell
-            index = None
-        self._indexes[url] = index
-        if len(self._indexes) > KEPT_INDEXES:
-            self._indexes.popitem(last=False)
-        return index
+        return self._indexes.get(url)
 
     def _submit(self, k: int) -> None:
         ranges: dict[str, list[list[int]]] = {}
@@ -231,7 +259,7 @@ class EpisodeFetcher:
     def read(self, url: str, pos: int, n: int) -> bytes | None:
         """Up to n bytes at `pos` from memory or a spill file; None where neither holds `pos`. Called from the
         thread that calls `plan`, `need` and `done` (a spill file closes only through them)."""
-        idx = self._indexes.get(url)
+        idx = self._indexes.peek(url)
         if idx is not None:
             pinned = idx.pinned(pos, n)
             if pinned is not None:

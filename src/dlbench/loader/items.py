@@ -17,6 +17,7 @@ from ..errors import UserError, no_range_requests
 from ..format import meta, paths
 from ..video import VideoDecoderCache, split_runs
 from ..workers import keep_freed_blocks
+from .batch_fetch import BatchFetcher
 from .collate import RowItem, collating_worker, floats_made_in_collate
 from .dataset_meta import DatasetMeta
 from .fetch import EpisodeFetcher
@@ -103,9 +104,13 @@ class ItemBuilder:
         block_size: int = SEQUENTIAL_BLOCK,
         fetch: bool = False,
         spill_dir: str | None = None,
+        batch_reads: bool = False,
     ):
         self.fetch, self.spill_dir = fetch and paths.is_remote(dmeta.data_root), spill_dir
         self._fetcher: EpisodeFetcher | None = None
+        # remote video of a batch's frames fetched together before decoding (`BatchFetcher`); map-style only
+        self.batch_reads = batch_reads and not self.fetch and paths.is_remote(dmeta.data_root)
+        self._batch_fetcher: BatchFetcher | None = None
         self.image_transforms = image_transforms  # applied to each camera's frames of an item, as LeRobot does
         self.decoder_cache_mb, self.block_size = decoder_cache_mb, block_size
         self.dmeta, self.windows, self.cols = dmeta, windows, columns
@@ -117,6 +122,7 @@ class ItemBuilder:
         self._cache: VideoDecoderCache | None = None
         self._pid = None
         self.decode_s = 0.0  # time spent decoding in this process (for the fetch/decode split)
+        self.fetch_s = 0.0  # time spent fetching batches' video ahead of decoding (`batch_reads`)
 
     def hold(self, columns: dict[str, np.ndarray], runs: list[tuple[int, int]]) -> None:
         """Take `columns` holding the global rows of `runs` ([start, stop) each, ascending), stored back to back."""
@@ -133,7 +139,7 @@ class ItemBuilder:
 
     def __getstate__(self) -> dict:
         # open decoders (and the cache's lock) stay in their process; a spawned worker builds its own cache
-        return {**self.__dict__, "_cache": None, "_pid": None, "_fetcher": None}
+        return {**self.__dict__, "_cache": None, "_pid": None, "_fetcher": None, "_batch_fetcher": None}
 
     @property
     def cache(self) -> VideoDecoderCache:
@@ -144,16 +150,24 @@ class ItemBuilder:
             if self._fetcher is not None:  # a forked child's copy: close the spill files it inherited
                 self._fetcher.release_all()
             self._fetcher = EpisodeFetcher(self.dmeta, self.dmeta.cameras, self.spill_dir) if self.fetch else None
+            self._batch_fetcher = BatchFetcher() if self.batch_reads else None
+            fetcher = self._fetcher or self._batch_fetcher
             self._cache = VideoDecoderCache(
                 self.cache_size,
                 device=self.decode_device,
                 # with episodes fetched, only what lies outside them is read as the decoder asks: a few packets
                 block_size=FETCH_FALLBACK_BLOCK if self.fetch else self.block_size,
                 max_bytes=budget,
-                wrap=self._fetcher.file if self._fetcher else None,
+                wrap=fetcher.file if fetcher else None,
             )
             self._pid = os.getpid()
         return self._cache
+
+    @property
+    def batch_fetcher(self) -> BatchFetcher | None:
+        """This process's `BatchFetcher` (see `batch_reads`), or None where batches are not fetched ahead."""
+        _ = self.cache  # made with the cache, in each process
+        return self._batch_fetcher
 
     @property
     def fetcher(self) -> EpisodeFetcher | None:
@@ -184,9 +198,19 @@ class ItemBuilder:
         defer_float = self.floats_in_collate() and floats_made_in_collate(self.dmeta.cameras)
         gather = (self.return_float and not defer_float) or self.image_transforms is not None or not collating_worker()
         groups = _episode_groups(eps)
+        times_of = {cam: self._frame_times(cam, rows, eps, window) for cam in self.dmeta.cameras}
+        if self.batch_reads:  # every frame's bytes fetched at once, before the first decode
+            t0 = time.perf_counter()
+            requests = [
+                (self.dmeta.video_url(cam, ep), times if member is None else times[member])
+                for cam, times in times_of.items()
+                for ep, member in groups
+            ]
+            self.batch_fetcher.prefetch(requests, self.dmeta.fps)
+            self.fetch_s += time.perf_counter() - t0
         per_item: dict[str, list] = {}  # camera -> its frames, item by item
         for cam in self.dmeta.cameras:
-            times = self._frame_times(cam, rows, eps, window)
+            times = times_of[cam]
             per_item[cam] = frames = [None] * len(rows)
             for ep, member in groups:
                 wanted = times if member is None else times[member]

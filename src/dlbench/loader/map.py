@@ -1,7 +1,9 @@
 """Map-style dataset over a LeRobot v3.0 dataset (local path or fsspec URL).
 
 Parquet data is read once, column-projected (memory-mapped for local files), into numpy arrays indexed by row;
-rows are in global `index` order. Video frames are decoded per item with a per-process `VideoDecoderCache`.
+rows are in global `index` order. Video frames are decoded with a per-process `VideoDecoderCache`; a batch asked
+for at once (`__getitems__`, as torch's DataLoader does) is built together, and its remote video bytes are fetched
+together before decoding (`batch_fetch.BatchFetcher`).
 """
 
 from __future__ import annotations
@@ -58,8 +60,8 @@ class LeRobotMapDataset(BuilderViews, torch.utils.data.Dataset):
         decoder_cache_size: open decoders kept per process.
         decoder_cache_mb: the most memory (MB) the open decoders of a process may hold, by their estimated size
             (`dlbench.video.decoder_bytes`); None: `decoder_cache_size` alone bounds them.
-        remote_block_kb: the size (KB) of each read of a remote video file; None: 128 KB (a random frame needs one
-            GOP, so larger reads mostly fetch bytes no frame needs).
+        remote_block_kb: the size (KB) of each read of a remote video file outside a batch's planned ranges (its
+            frames' bytes are fetched as planned from the file's sample tables); None: 128 KB.
         local_cache: for a Hub dataset, download meta/ and the files of `episodes` once into huggingface_hub's
             cache and read them there (`dataset_meta.local_snapshot`), instead of range reads every epoch.
         data_files_root: where data/ and videos/ are, if not under the root (which then holds only meta/).
@@ -131,6 +133,7 @@ class LeRobotMapDataset(BuilderViews, torch.utils.data.Dataset):
             image_transforms,
             decoder_cache_mb=decoder_cache_mb,
             block_size=int(remote_block_kb * 1024) if remote_block_kb else RANDOM_ACCESS_BLOCK,
+            batch_reads=True,
         )
 
     @cached_property
@@ -148,7 +151,18 @@ class LeRobotMapDataset(BuilderViews, torch.utils.data.Dataset):
     def __len__(self) -> int:
         return self.meta.num_frames if self._rows is None else len(self._rows)
 
+    @property
+    def plans_batches(self) -> bool:
+        """Whether a batch is more than its items: its remote video is fetched together before decoding."""
+        return self.builder.batch_reads
+
     def __getitem__(self, idx: int) -> dict:
-        if not 0 <= idx < len(self):
-            raise IndexError(idx)
-        return self.builder.build(int(idx if self._rows is None else self._rows[idx]))
+        return self.__getitems__([idx])[0]
+
+    def __getitems__(self, indices: list[int]) -> list:
+        """The items at `indices`, built together (torch's DataLoader asks for a batch this way): parquet fields
+        gathered at once, each file's frames decoded in one sorted request, remote video fetched before decoding."""
+        idx = np.asarray(indices, np.int64)
+        if len(idx) and (idx.min() < 0 or idx.max() >= len(self)):
+            raise IndexError(int(idx[(idx < 0) | (idx >= len(self))][0]))
+        return self.builder.build_many(idx if self._rows is None else self._rows[idx])

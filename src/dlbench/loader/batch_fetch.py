@@ -1,0 +1,246 @@
+"""Planned reads of remote video for map-style batches: the bytes a batch's frames need, fetched together.
+
+Read as the decoders ask, a random frame of a remote video costs a request per read FFmpeg makes (its keyframe,
+then each packet up to the frame, through fixed-size blocks that mostly fetch bytes no frame needs). A map-style
+batch knows all its frames before decoding any, and a file's sample tables (its MP4 index) say where each frame's
+packets are. So `BatchFetcher.prefetch` turns a batch's decode requests into byte ranges, one per frame from its
+keyframe to its last packet, merges ranges of a file that (nearly) touch, and fetches them all at once (s3fs and
+HTTP: one `cat_ranges` on fsspec's I/O loop; other filesystems: a small thread pool). The decoders then read
+through `BatchFile`: fetched bytes from memory, the file's head and tail (ftyp, moov, the first packets) from
+memory, anything else with an ordinary ranged read (counted in `fallback_reads`, which a good plan keeps near zero).
+Fetched ranges stay in memory, up to `held_bytes` per process, least recently used dropped first, so a frame of a
+GOP fetched for an earlier batch costs no request.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import fsspec
+import numpy as np
+
+from ..errors import UserError
+from .fetch import FileIndexes
+
+# FFmpeg's reader moves forward by reading, not seeking, when the next position is less than its buffer (torchcodec:
+# 64 KB) plus its short-seek threshold (32 KB) ahead: ranges of a file closer than that are fetched as one
+GAP_READ_THROUGH = 96 * 2**10
+# packets past a frame that a decoder with frame reordering reads before it returns the frame (x264's B-frames)
+REORDER_SAMPLES = 8
+HELD_BYTES = 64 * 2**20  # fetched video kept per process (a few hundred random 480x640 AV1 frames' GOPs)
+FETCH_THREADS = 8  # concurrent ranged reads on filesystems without an async implementation
+
+
+class _Held:
+    """One file's fetched byte ranges: disjoint, sorted by start, each with the batch that last used it."""
+
+    __slots__ = ("starts", "chunks", "used")
+
+    def __init__(self):
+        self.starts: list[int] = []
+        self.chunks: list[bytes] = []
+        self.used: list[int] = []
+
+    def find(self, pos: int) -> int:
+        """The position in the lists of the range holding byte `pos`, or -1."""
+        i = bisect.bisect_right(self.starts, pos) - 1
+        return i if i >= 0 and pos < self.starts[i] + len(self.chunks[i]) else -1
+
+    def missing(self, lo: int, hi: int, stamp: int) -> list[tuple[int, int]]:
+        """The parts of [lo, hi) not held; the held ranges it overlaps are marked used by batch `stamp`."""
+        out, at = [], lo
+        i = max(bisect.bisect_right(self.starts, lo) - 1, 0)
+        while i < len(self.starts) and self.starts[i] < hi:
+            start, end = self.starts[i], self.starts[i] + len(self.chunks[i])
+            if end > at:
+                if start > at:
+                    out.append((at, start))
+                self.used[i] = stamp
+                at = max(at, end)
+            i += 1
+        if at < hi:
+            out.append((at, hi))
+        return out
+
+    def add(self, lo: int, data: bytes, stamp: int) -> None:
+        i = bisect.bisect_left(self.starts, lo)
+        self.starts.insert(i, lo)
+        self.chunks.insert(i, data)
+        self.used.insert(i, stamp)
+
+
+def merge_ranges(ranges: list[tuple[int, int]], gap: int) -> list[tuple[int, int]]:
+    """Sorted, disjoint ranges covering `ranges`, ranges closer than `gap` bytes joined."""
+    out: list[list[int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + gap:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return [(lo, hi) for lo, hi in out]
+
+
+class BatchFetcher:
+    """Fetches the video bytes of a batch's frames before they are decoded, for one process.
+
+    Args:
+        held_bytes: the most fetched bytes kept between batches (least recently used ranges dropped first; the
+            current batch's ranges are never dropped while it decodes).
+        gap: ranges of a file closer than this (bytes) are fetched as one.
+    """
+
+    def __init__(self, held_bytes: int = HELD_BYTES, gap: int = GAP_READ_THROUGH):
+        self.held_bytes, self.gap = held_bytes, gap
+        self.indexes = FileIndexes()
+        self._held: dict[str, _Held] = {}
+        self._bytes_held = 0
+        self._stamp = 0
+        self._pool: ThreadPoolExecutor | None = None
+        self._pid = os.getpid()
+        self.requests = self.bytes = 0  # planned fetches made, bytes they fetched
+        self.fallback_reads = self.fallback_bytes = 0  # reads outside the plan (see `BatchFile`)
+
+    def plan(self, requests: list[tuple[str, np.ndarray]], fps: float) -> dict[str, list[tuple[int, int]]]:
+        """url -> the byte ranges not yet held that decoding `requests` ((video URL, seconds in the file) each)
+        reads, merged; marks the held ranges it needs as used by this batch."""
+        self._stamp += 1
+        wanted: dict[str, list[np.ndarray]] = {}
+        for url, times in requests:
+            wanted.setdefault(url, []).append(np.rint(np.asarray(times, np.float64) * fps).astype(np.int64))
+        plan = {}
+        for url, frames in wanted.items():
+            index = self.indexes.get(url)
+            if index is None:  # a layout this reader does not know: the decoder's own reads fetch it
+                continue
+            lo, hi = index.frame_ranges(np.unique(np.concatenate(frames)), REORDER_SAMPLES)
+            held = self._held.setdefault(url, _Held())
+            missing = [
+                part
+                for a, b in merge_ranges(list(zip(lo.tolist(), hi.tolist())), self.gap)
+                for part in held.missing(a, b, self._stamp)
+            ]
+            if missing:
+                plan[url] = merge_ranges(missing, self.gap)
+        return plan
+
+    def prefetch(self, requests: list[tuple[str, np.ndarray]], fps: float) -> None:
+        """Fetch what decoding `requests` ((video URL, seconds in the file) each) reads and is not held yet."""
+        plan = self.plan(requests, fps)
+        jobs = [(url, lo, hi) for url, ranges in plan.items() for lo, hi in ranges]
+        for (url, lo, hi), data in zip(jobs, self._fetch(jobs) if jobs else []):
+            if isinstance(data, BaseException):  # read as the decoder asks instead, which reports a lasting failure
+                continue
+            if len(data) != hi - lo:
+                raise UserError(f"{url}: asked for bytes {lo}-{hi}, got {len(data)}; the file changed while read")
+            self._held[url].add(lo, data, self._stamp)
+            self._bytes_held += len(data)
+            self.requests += 1
+            self.bytes += len(data)
+        self._evict()
+
+    def _fetch(self, jobs: list[tuple[str, int, int]]) -> list[bytes]:
+        """The bytes of each (url, lo, hi), fetched concurrently."""
+        fs, _ = fsspec.core.url_to_fs(jobs[0][0])
+        paths = [fsspec.core.url_to_fs(url)[1] for url, _, _ in jobs]
+        if getattr(fs, "async_impl", False) and all(type(fsspec.core.url_to_fs(u)[0]) is type(fs) for u, _, _ in jobs):
+            # s3fs, HTTP: every range a coroutine on fsspec's I/O loop
+            return fs.cat_ranges(paths, [lo for _, lo, _ in jobs], [hi for _, _, hi in jobs], on_error="return")
+        if self._pool is None or self._pid != os.getpid():  # threads do not survive a fork
+            self._pool, self._pid = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="dlbench-batch"), os.getpid()
+        return list(self._pool.map(lambda job: _read_range(*job), jobs))
+
+    def _evict(self) -> None:
+        if self._bytes_held <= self.held_bytes:
+            return
+        spans = sorted(
+            (held.used[i], url, held.starts[i]) for url, held in self._held.items() for i in range(len(held.starts))
+        )
+        for stamp, url, start in spans:
+            if self._bytes_held <= self.held_bytes or stamp >= self._stamp:
+                break
+            held = self._held[url]
+            i = bisect.bisect_left(held.starts, start)
+            self._bytes_held -= len(held.chunks[i])
+            del held.starts[i], held.chunks[i], held.used[i]
+
+    def read(self, url: str, pos: int, n: int) -> bytes | None:
+        """Up to n bytes at `pos` held in memory (never past the range holding `pos`); None where none is."""
+        index = self.indexes.peek(url)
+        if index is not None:
+            pinned = index.pinned(pos, n)
+            if pinned is not None:
+                return pinned
+        held = self._held.get(url)
+        if held is None:
+            return None
+        i = held.find(pos)
+        if i < 0:
+            return None
+        at = pos - held.starts[i]
+        return held.chunks[i][at : at + n]
+
+    def next_held(self, url: str, pos: int) -> int | None:
+        """Where the first held range after `pos` starts (None: none), so a read outside the plan stops there."""
+        held = self._held.get(url)
+        if held is None:
+            return None
+        i = bisect.bisect_right(held.starts, pos)
+        return held.starts[i] if i < len(held.starts) else None
+
+    def file(self, url: str, fallback) -> BatchFile:
+        """The file object a decoder reads `url` through; `fallback` (an fsspec file) serves what is not held."""
+        self.indexes.get(url)
+        return BatchFile(self, url, fallback)
+
+
+def _read_range(url: str, lo: int, hi: int) -> bytes | BaseException:
+    """Bytes [lo, hi) of `url`, or the exception reading them raised (as `cat_ranges(on_error="return")`)."""
+    fs, path = fsspec.core.url_to_fs(url)
+    try:
+        # the generic cat_file reads through a buffered file that over-reads by a block (HfFileSystem: 5 MB)
+        with fs.open(path, "rb", block_size=hi - lo, cache_type="none") as fh:
+            fh.seek(lo)
+            return fh.read(hi - lo)
+    except Exception as e:
+        return e
+
+
+class BatchFile:
+    """A read-only file object over a remote video: held bytes first, `fallback` reads for the rest.
+
+    A read returns at most what one held range has from the position (a decoder's reader takes short reads), so a
+    read near the end of a planned range does not fetch past it."""
+
+    def __init__(self, fetcher: BatchFetcher, url: str, fallback):
+        self.fetcher, self.url, self.fallback = fetcher, url, fallback
+        self.size = fallback.size
+        self.pos = 0
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self.pos = {0: 0, 1: self.pos, 2: self.size}[whence] + offset
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.size - self.pos if n is None or n < 0 else min(n, self.size - self.pos)
+        if n <= 0:
+            return b""
+        chunk = self.fetcher.read(self.url, self.pos, n)
+        if chunk is None:
+            # outside the plan: read up to the next held range only, never again what is held
+            nxt = self.fetcher.next_held(self.url, self.pos)
+            if nxt is not None:
+                n = min(n, nxt - self.pos)
+            self.fallback.seek(self.pos)
+            chunk = self.fallback.read(n)
+            self.fetcher.fallback_reads += 1
+            self.fetcher.fallback_bytes += len(chunk)
+        self.pos += len(chunk)
+        return chunk
+
+    def close(self) -> None:
+        self.fallback.close()

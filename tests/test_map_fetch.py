@@ -1,0 +1,121 @@
+"""Map-style batches read remote video as planned from the files' sample tables (`loader.batch_fetch`): every frame
+right, every read the decoders make inside the plan, fewer requests than reads as the decoders ask."""
+
+# ruff: noqa: F811 (tests take the loopback S3 server fixture `s3`, imported from test_sources, as an argument)
+
+import numpy as np
+import pytest
+import torch
+
+from dlbench.loader import DataLoader, fetch
+from dlbench.loader.batch_fetch import BatchFetcher, _Held, merge_ranges
+from dlbench.loader.map import LeRobotMapDataset
+from dlbench.sources import apply_env
+
+from .test_sources import _isolate_s3_env, dlbench, s3  # noqa: F401 (s3: the loopback S3 server fixture)
+from .test_stream import check_item, unbatch
+
+
+def test_ranges_merge_when_close_and_held_bytes_are_not_fetched_again():
+    assert merge_ranges([(50, 60), (0, 10), (12, 20), (5, 8)], gap=2) == [(0, 20), (50, 60)]
+    assert merge_ranges([(0, 10), (13, 20)], gap=2) == [(0, 10), (13, 20)]
+    held = _Held()
+    held.add(10, b"x" * 10, stamp=1)  # [10, 20)
+    held.add(30, b"y" * 5, stamp=1)  # [30, 35)
+    assert held.missing(0, 40, stamp=2) == [(0, 10), (20, 30), (35, 40)]
+    assert held.used == [2, 2]
+    assert held.missing(12, 18, stamp=3) == [] and held.used == [3, 2]
+    assert held.find(19) == 0 and held.find(20) == -1 and held.find(34) == 1
+
+
+def _staged(s3, v30_h264_one_file, tmp_path, monkeypatch) -> str:
+    _isolate_s3_env(monkeypatch)
+    url = "s3://dlbench-test/map-fetch"  # every episode of a camera in one video file, as in real datasets
+    staged = dlbench("stage", str(v30_h264_one_file), url, "--marker", str(tmp_path / "staged.json"), spec=s3["fast"])
+    assert staged.returncode == 0, staged.stderr
+    return url
+
+
+@pytest.mark.parametrize("mode", ["single", "sarm"])
+def test_remote_batches_read_only_what_was_planned(s3, v30_h264_one_file, tmp_path, monkeypatch, mode):
+    """Random batches from the loopback S3 server through a metering proxy: every frame's barcode right, every
+    request a planned fetch (none of the decoders' reads fell outside the fetched ranges, though x264 reorders
+    frames), at most one per camera file and batch (these files' GOPs lie closer than FFmpeg reads through), and no
+    byte fetched twice (what was fetched stays held). (Their cost on real video: benchmarks/map_remote.py.)"""
+    from dlbench.loopback.meter import MeterProcess
+
+    url = _staged(s3, v30_h264_one_file, tmp_path, monkeypatch)
+    # no sample data kept with the files' heads: these files are smaller than that, every frame's bytes then
+    # come from the planned fetches alone
+    monkeypatch.setattr(fetch, "PROBED_BYTES", 0)
+    rng = np.random.default_rng(0)
+    with MeterProcess(s3["fast"]["endpoint_url"]) as meter:
+        apply_env({**s3["fast"], "endpoint_url": meter.url})
+        ds = LeRobotMapDataset(url, return_uint8=True, mode=mode)
+        ds.__getitems__([0])  # the files' indexes and decoders opened: what follows is the batches' own cost
+        fetcher = ds.builder.batch_fetcher
+        before, fetched_before, fell_back = meter.counts()["requests"], fetcher.requests, fetcher.fallback_reads
+        batches = 12
+        for _ in range(batches):
+            for item in ds.__getitems__(rng.choice(len(ds), 8, replace=False).tolist()):
+                check_item(ds, item)
+        requests = meter.counts()["requests"] - before
+    assert fetcher.fallback_reads == fell_back, vars(fetcher)
+    assert 0 < requests == fetcher.requests - fetched_before <= batches * len(ds.meta.cameras)
+    video_bytes = sum((v30_h264_one_file / ds.meta.video_file[cam][0]).stat().st_size for cam in ds.meta.cameras)
+    assert fetcher.bytes <= video_bytes
+
+
+def test_held_bytes_stay_within_budget_and_frames_stay_right(s3, v30_h264_one_file, tmp_path, monkeypatch):
+    url = _staged(s3, v30_h264_one_file, tmp_path, monkeypatch)
+    apply_env(s3["fast"])
+    ds = LeRobotMapDataset(url, return_uint8=True)
+    budget = 20 * 2**10
+    ds.builder._batch_fetcher = None
+    _ = ds.builder.cache  # this process's fetcher, then a small budget for it
+    ds.builder.batch_fetcher.held_bytes = budget
+    rng = np.random.default_rng(1)
+    for _ in range(10):
+        for item in ds.__getitems__(rng.choice(len(ds), 6, replace=False).tolist()):
+            check_item(ds, item)
+        fetcher = ds.builder.batch_fetcher
+        current = sum(
+            len(c) for h in fetcher._held.values() for c, u in zip(h.chunks, h.used) if u == fetcher._stamp
+        )  # the batch just decoded is kept whole, whatever the budget
+        assert fetcher._bytes_held <= max(budget, current)
+        assert fetcher._bytes_held == sum(len(c) for h in fetcher._held.values() for c in h.chunks)
+
+
+def test_remote_batches_through_dataloader_workers_are_right(s3, v30_h264_one_file, tmp_path, monkeypatch):
+    url = _staged(s3, v30_h264_one_file, tmp_path, monkeypatch)
+    apply_env(s3["fast"])
+    ds = LeRobotMapDataset(url, return_uint8=True, mode="sarm")
+    seen = []
+    loader = DataLoader(ds, batch_size=8, num_workers=2, sampler=torch.utils.data.RandomSampler(ds, num_samples=64))
+    for batch in loader:
+        for item in unbatch(batch):
+            check_item(ds, item)
+            seen.append(int(item["index"]))
+    assert len(seen) == 64
+
+
+def test_a_batch_equals_its_items_built_alone(v30_h264):
+    """`__getitems__` (a batch built together) gives exactly the items `__getitem__` gives one by one."""
+    ds = LeRobotMapDataset(str(v30_h264), return_uint8=True, mode="sarm")
+    rows = [5, len(ds) - 1, 0, 5, 37]  # out of order, a repeat, both ends
+    for got, row in zip(ds.__getitems__(rows), rows):
+        want = ds.builder.build(row)
+        assert got.keys() == want.keys()
+        for key in want:
+            if isinstance(want[key], torch.Tensor):
+                assert torch.equal(got[key], want[key]), key
+            else:
+                assert got[key] == want[key], key
+    with pytest.raises(IndexError):
+        ds.__getitems__([0, len(ds)])
+
+
+def test_a_local_dataset_has_no_batch_fetcher(v30_h264):
+    ds = LeRobotMapDataset(str(v30_h264), return_uint8=True)
+    ds[0]
+    assert ds.builder.batch_fetcher is None and isinstance(BatchFetcher(), BatchFetcher)
