@@ -50,15 +50,18 @@ pip_install() {  # several GB come from the package index; a dropped connection 
   done
 }
 if [ -z "${PEER_REQUIREMENT:-}" ]; then
-  pip_install "$SPEC" "$LANCE" psutil s3fs  # the bench harness runs here too
+  pip_install "$SPEC" "$LANCE" psutil  # the bench harness runs here too
   "$VENV/bin/python" -c "import lerobot.datasets.lerobot_dataset, lerobot.datasets.streaming_dataset, lerobot_lancedb"
 else
-  pip_install "$SPEC" psutil s3fs
+  pip_install "$SPEC" psutil
   # lerobot-lancedb, pinned to the LeRobot just installed so that pip never swaps it for one lerobot-lancedb prefers
   LEROBOT_VERSION=$("$VENV/bin/python" -c "from importlib.metadata import version; print(version('lerobot'))")
   pip_install "$LANCE" "lerobot==$LEROBOT_VERSION" ||
     echo "peer-env: $LANCE does not install beside lerobot $LEROBOT_VERSION; this peer has no lance_map" >&2
   "$VENV/bin/python" -c "import lerobot.datasets.lerobot_dataset, lerobot.datasets.streaming_dataset"
 fi
+# s3fs (lance_map on S3 reads the v3.0 copy through it) pinned to the fsspec installed: unpinned, pip walks back
+# through every s3fs release (each pins one fsspec) for tens of minutes
+pip_install "s3fs==$("$VENV/bin/python" -c 'import fsspec; print(fsspec.__version__)')"
 touch "$READY"
 echo "peer environment ready: $VENV"
