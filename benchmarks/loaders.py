@@ -10,9 +10,14 @@ For each mode (single, sarm) it measures, with the same batch size, workers and 
     the small fields, the trip between processes, the consumer's share of the cores. With the ceiling it gives a
     bound, what a loader adding no work of its own could reach (1 / (1/ceiling + 1/hand-over)); the loaders'
     targets stay against the bare ceiling;
-  - dlbench_map, dlbench_stream, and LeRobot 0.6.1's lerobot_map, lerobot_stream (peer environment), each through
-    `dlbench bench-run`, the same harness the workflow uses.
-It prints decoded frames/s, the ratios the loaders are held to, and peak PSS. With `--memory-s S` it also runs
+  - the physical limit: the ffmpeg command alone decoding the dataset's video files start to end, one thread a
+    process, as many processes as workers, to RGB (what the loaders deliver) and without the conversion. No loader
+    can pass it on these cores; random access also decodes the frames before each sample in its GOP;
+  - dlbench_map, dlbench_stream, LeRobot 0.6.1's lerobot_map, lerobot_stream, and lerobot-lancedb 0.3.1's lance_map
+    over a Lance copy its converter makes (peer environment), each through `dlbench bench-run`, the same harness the
+    workflow uses.
+It prints decoded frames/s, each loader's share of the FFmpeg limit, the ratios the loaders are held to, and peak
+PSS. With `--memory-s S` it also runs
 dlbench_stream and dlbench_map for S seconds and prints peak PSS after S/10 and S seconds (flat memory check).
 """
 
@@ -39,7 +44,8 @@ from dlbench.report.aggregate import VERIFIED_STATUSES
 
 from . import datasets
 
-LOADER_ORDER = ("dlbench_map", "dlbench_stream", "lerobot_map", "lerobot_stream")
+LOADER_ORDER = ("dlbench_map", "dlbench_stream", "lerobot_map", "lerobot_stream", "lance_map")
+FFMPEG_LIMIT = "ffmpeg alone, to RGB"
 # the ratios the loaders are held to: (numerator, denominator, how the denominator is printed, format, target)
 RATIOS = (
     ("dlbench_stream", "lerobot_stream", "lerobot_stream", "{:.2f}x", 2.0),
@@ -124,6 +130,45 @@ def ceiling(
     return float(np.median(rates))
 
 
+def _ffmpeg_worker(args) -> list[tuple[int, float]]:
+    """The ffmpeg command decoding `files` start to end, looped (one process, no restarts), one thread: (frames,
+    seconds) per window after `warmup_s`, read from its progress reports (every 0.1 s)."""
+    files, rgb, warmup_s, duration_s, repeats = args
+    ends = [warmup_s + k * duration_s for k in range(repeats + 1)]
+    with tempfile.NamedTemporaryFile("w", suffix=".txt") as listing:
+        listing.write("".join(f"file '{path}'\n" for path in files))
+        listing.flush()
+        cmd = ["ffmpeg", "-nostdin", "-v", "error", "-threads", "1", "-stream_loop", "-1", "-f", "concat", "-safe", "0"]
+        cmd += ["-i", listing.name, "-map", "0:v:0", *(["-pix_fmt", "rgb24"] if rgb else [])]
+        cmd += ["-threads", "1", "-filter_threads", "1", "-f", "null", "-"]
+        cmd += ["-progress", "pipe:1", "-stats_period", "0.1"]
+        marks, start = [], time.perf_counter()  # (seconds, frames decoded so far) at each report
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) as proc:
+            for line in proc.stdout:
+                if line.startswith("frame="):
+                    marks.append((time.perf_counter() - start, int(line[6:])))
+                    if marks[-1][0] >= ends[-1]:
+                        proc.kill()
+                        break
+    if not marks or marks[-1][0] < ends[-1]:
+        raise SystemExit(f"ffmpeg stopped before {ends[-1]:.0f} s on {files}: {' '.join(cmd)}")
+    at = [next(m for m in marks if m[0] >= end) for end in ends]  # the first report past each window's end
+    return [(f1 - f0, t1 - t0) for (t0, f0), (t1, f1) in zip(at, at[1:])]
+
+
+def ffmpeg_limit(root: str, workers: int, rgb: bool, duration_s: float, warmup_s: float, repeats: int) -> float:
+    """Frames/s of the ffmpeg command alone decoding every video file of `root`, one thread a process, in
+    `workers` processes (each its share of the files; all of them when there are fewer files than processes)."""
+    files = sorted(str(p) for p in Path(root).glob("videos/**/*.mp4"))
+    if not files:
+        raise SystemExit(f"{root}: no videos/**/*.mp4 to decode")
+    n = max(1, workers)
+    shares = [files[w::n] or [files[w % len(files)]] for w in range(n)]
+    with multiprocessing.get_context("spawn").Pool(n) as pool:
+        results = pool.map(_ffmpeg_worker, [(s, rgb, warmup_s, duration_s, repeats) for s in shares])
+    return float(np.median([sum(p[w][0] / p[w][1] for p in results) for w in range(repeats)]))
+
+
 class _Replay(torch.utils.data.IterableDataset):
     """`pool` items of `dataset`, decoded once, then yielded in random order for ever (see `handover`)."""
 
@@ -163,6 +208,14 @@ def handover(
     return rate
 
 
+def lance_copy(root: str, work: Path) -> Path:
+    """`root`'s Lance copy for lance_map (lerobot-lancedb's converter, peer environment), made once under `work`."""
+    out = work / f"lance-{Path(root).name}"
+    if not out.exists():
+        subprocess.run([sys.executable, "-m", "dlbench", "-q", "lance-convert", root, str(out)], check=True)
+    return out
+
+
 def bench(root: str, loader: str, mode: str, args, out: Path, duration_s: float) -> dict:
     cmd = [
         sys.executable,
@@ -192,6 +245,8 @@ def bench(root: str, loader: str, mode: str, args, out: Path, duration_s: float)
         "skip",
         "--no-verify",
     ]  # the ceiling checks nothing either; verification costs main-process CPU
+    if loader == "lance_map":
+        cmd += ["--lance-root", str(lance_copy(root, args.work))]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return json.loads((out / "rank0of1.json").read_text())
 
@@ -220,9 +275,14 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     work = Path(a.workdir or tempfile.mkdtemp(prefix="dlbench-perf-loaders-"))
     root = a.dataset or str(datasets.v30(work, a.realistic, a.episodes))
+    a.work = work
     print(f"dataset {root}; batch {a.batch_size}, {a.workers} workers, {a.duration_s:.0f} s windows")
+    limits = {}
+    if a.modes:  # the files decoded start to end: one limit for every mode
+        for rgb, name in ((True, FFMPEG_LIMIT), (False, "ffmpeg alone, no RGB")):
+            limits[name] = (ffmpeg_limit(root, a.workers, rgb, a.duration_s, a.warmup_s, a.repeats), None)
     for mode in filter(None, a.modes.split(",")):  # --modes "" with --memory-s: only the memory check
-        rows = {}
+        rows = dict(limits)
         for pattern in ("random", "stream"):
             ceil = ceiling(root, mode, pattern, a.workers, a.duration_s, a.warmup_s, a.repeats)
             hand = handover(root, mode, pattern, a.batch_size, a.workers, a.duration_s, a.warmup_s)
@@ -240,6 +300,8 @@ def main(argv=None) -> None:
         for name, (fps, rss) in rows.items():
             print(f"{name:<32} {fps:>10.1f} {rss if rss is not None else float('nan'):>12.1f}")
         f = {k: v[0] for k, v in rows.items()}
+        shares = [f"{name} {f[name] / f[FFMPEG_LIMIT]:.0%}" for name in f if name in LOADER_ORDER or "ceiling" in name]
+        print(f"share of the FFmpeg limit ({FFMPEG_LIMIT}): {', '.join(shares)}")
         for num, den, label, fmt, target in RATIOS:
             if num in f and den in f:
                 verdict = "meets" if f[num] / f[den] >= target else "MISSES"

@@ -119,3 +119,51 @@ def test_a_local_dataset_has_no_batch_fetcher(v30_h264):
     ds = LeRobotMapDataset(str(v30_h264), return_uint8=True)
     ds[0]
     assert ds.builder.batch_fetcher is None and isinstance(BatchFetcher(), BatchFetcher)
+
+
+@pytest.fixture(scope="module")
+def v30_av1_one_file(tmp_path_factory):
+    """AV1 as LeRobot records it, camera-like at 480x640 (at the tiny default size no frame's decoding read past it):
+    every episode of a camera in one file."""
+    from dlbench.convert.run import run as convert_run
+    from dlbench.synth import Camera
+
+    from .conftest import synth_cached, tiny_config
+
+    tmp = tmp_path_factory.mktemp("av1one")
+    cfg = tiny_config(
+        codec="av1", content="camera", episodes=3, length_min=20, length_max=30, cameras=(Camera("cam", 480, 640),)
+    )
+    v21 = synth_cached(cfg, tmp / "v21")
+    return convert_run(str(v21), tmp / "v30", workers=1, progress=False)
+
+
+def _reads_outside_the_plan(url: str, monkeypatch) -> int:
+    """Reads the decoders made outside the planned ranges over 8 random batches of 6, ranges fetched exactly as
+    planned (no merging across gaps, no sample data kept with the heads), every frame checked."""
+    monkeypatch.setattr(fetch, "PROBED_BYTES", 0)
+    ds = LeRobotMapDataset(url, return_uint8=True)
+    ds.__getitems__([0])
+    fetcher = ds.builder.batch_fetcher
+    fetcher.gap, before = 0, fetcher.fallback_reads
+    rng = np.random.default_rng(2)
+    for _ in range(8):
+        for item in ds.__getitems__(rng.choice(len(ds), 6, replace=False).tolist()):
+            check_item(ds, item)
+    return fetcher.fallback_reads - before
+
+
+def test_the_packet_planned_past_each_frame_is_what_the_av1_decoder_reads(s3, v30_av1_one_file, tmp_path, monkeypatch):
+    """The margin past each frame (`NEXT_SAMPLES`: FFmpeg's libdav1d reads the packet after the frame it returns)
+    covers the decoder's reads: of 48 random frames at most 3 read outside the plan (one seen: the reader's buffer
+    running two packets on). Planned without it, the same batches read outside it for most frames, so a margin set
+    too small fails here. (x264's B-frames, `REORDER_SAMPLES`, read nothing past their frame in these files.)"""
+    _isolate_s3_env(monkeypatch)
+    url = "s3://dlbench-test/margin-av1"
+    staged = dlbench("stage", str(v30_av1_one_file), url, "--marker", str(tmp_path / "staged.json"), spec=s3["fast"])
+    assert staged.returncode == 0, staged.stderr
+    apply_env(s3["fast"])
+    planned = _reads_outside_the_plan(url, monkeypatch)
+    monkeypatch.setattr(fetch, "NEXT_SAMPLES", 0)
+    unplanned = _reads_outside_the_plan(url, monkeypatch)
+    assert planned <= 3 and unplanned >= max(8, 4 * planned), (planned, unplanned)

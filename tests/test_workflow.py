@@ -312,6 +312,22 @@ def test_lint_is_clean():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.parametrize(
+    "configfiles",
+    [["config.yaml"], ["config/realistic.yaml"], ["config/realistic.yaml", "config/lerobot-versions.yaml"]],
+    ids=["default", "realistic", "realistic+lerobot-versions"],
+)
+def test_the_shipped_configs_plan_every_rule_they_need(tmp_path, configfiles):
+    """`snakemake -n` on each config the repository ships plans every rule they need, without a traceback (the Lance
+    copy's staging marker also matched the v3.0 staging rule, whose input function then printed a KeyError)."""
+    files = [str(REPO / f) for f in configfiles]
+    cmd = [*SNAKEMAKE, "-d", str(tmp_path), "-n", "-c", "2", "--configfile", *files, "--replace-workflow-config"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
+    for rule in ("synth", "lance_convert", "stage_lance", "stage_source", "bench", "aggregate"):
+        assert f"rule {rule}:" in proc.stdout or f"localrule {rule}:" in proc.stdout, rule
+
+
 def test_a_specific_target_plans_only_what_it_needs(tmp_path):
     proc = snakemake(tmp_path, TINY, "-n", "-c", "2", "results/plots/throughput.png")
     assert proc.returncode == 0, proc.stderr

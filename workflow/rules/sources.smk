@@ -6,6 +6,8 @@ rule stage_source:
         lambda wildcards: matrix.v30_path(config, wildcards.dataset),
     output:
         temp("results/sources/{source}/{dataset}.staged.json"),
+    wildcard_constraints:
+        dataset="|".join(map(re.escape, config["datasets"])),  # not "<name>.lance": stage_lance's
     log:
         "results/logs/sources/stage-{source}-{dataset}.log",
     conda:
@@ -41,10 +43,6 @@ rule prewarm_check:
         "dlbench prewarm-check {params.url} --out {output} {params.endpoint} --files {params.p[files]} "
         "--range-mb {params.p[range_mb]} --ttfb-ms-max {params.p[ttfb_ms_max]} --mbps-min {params.p[mbps_min]} "
         "> {log} 2>&1"
-
-
-# a Lance copy's marker also fits stage_source's pattern (dataset "<name>.lance"): this rule makes it
-ruleorder: stage_lance > stage_source
 
 
 rule stage_lance:
