@@ -6,10 +6,10 @@ rule stage_source:
         lambda wildcards: matrix.v30_path(config, wildcards.dataset),
     output:
         temp("results/sources/{source}/{dataset}.staged.json"),
-    wildcard_constraints:
-        dataset="|".join(map(re.escape, config["datasets"])),  # not "<name>.lance": stage_lance's
     log:
         "results/logs/sources/stage-{source}-{dataset}.log",
+    wildcard_constraints:
+        dataset="|".join(map(re.escape, config["datasets"])),  # not "<name>.lance": stage_lance's
     conda:
         "../envs/cpu.yaml"
     resources:
