@@ -12,7 +12,7 @@ run: install peer
 	$(BIN)/snakemake -c $(CORES)
 
 test: install peer lint
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=25 tests
 
 # the inner loop: the unit tier (tests/conftest.py: no servers, peer, cluster or end-to-end runs), no lint, on
 # two processes (pytest-xdist)
