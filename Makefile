@@ -11,8 +11,11 @@ CORES ?= all
 run: install peer
 	$(BIN)/snakemake -c $(CORES)
 
+# three xdist workers: the SLURM tier (mostly waiting on its cluster) holds one, the rest share two; the tests that
+# compare measured speeds run after them, alone (tests/conftest.py orders and groups the tests)
 test: install peer lint
-	$(BIN)/python -m pytest -q --durations=25 tests
+	$(BIN)/python -m pytest -q -n 3 --no-loadscope-reorder --durations=25 -m 'not timing' tests
+	$(BIN)/python -m pytest -q -m timing tests
 
 # the inner loop: the unit tier (tests/conftest.py: no servers, peer, cluster or end-to-end runs), no lint, on
 # two processes (pytest-xdist)

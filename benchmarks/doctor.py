@@ -5,12 +5,14 @@
 Each defect is made in a fresh copy of each dataset; both tools run on the copy (the doctor in the LeRobot peer
 environment, which `make peer` gives it) and the table says, per defect and tool, whether it was caught, missed,
 or ended in a traceback, with the line each printed (shortened; camera names without "observation.images."). A
-clean copy comes first: both must pass it. About 14 s per case on 2 cores, most of it the doctor's imports.
+clean copy comes first: both must pass it. The doctor runs over all copies in one process (its imports take most
+of a run).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 import subprocess
@@ -26,23 +28,54 @@ CLEAN = {"missed": "passes", "caught": "false alarm"}  # verdicts on the clean c
 ANSI = re.compile(r"\033\[[0-9;]*m")
 
 
-def doctor_command() -> list[str]:
+# lerobot-lance-doctor's main() over many roots in one process: its imports (LeRobot, torch) take most of a run
+DOCTOR_MANY = r"""
+import contextlib, io, json, sys, traceback
+from lerobot_lancedb.doctor import main
+for root in sys.argv[1:]:
+    sys.argv = ["lerobot-lance-doctor", "--root", root]
+    out, error = io.StringIO(), ""
+    try:
+        with contextlib.redirect_stdout(out):
+            code = main()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except Exception:
+        code, error = 1, traceback.format_exc().strip().splitlines()[-1]
+    print(json.dumps({"root": root, "code": code, "stdout": out.getvalue(), "error": error}), flush=True)
+"""
+
+
+def doctor_python() -> str:
+    """The peer environment's Python, which has lerobot-lance-doctor; exits saying how to get it otherwise."""
     py = peer.require_peer()
-    exe = py.parent / "lerobot-lance-doctor"
-    if not exe.exists():
-        raise SystemExit(f"{exe} is missing: the peer environment predates lerobot-lancedb; run scripts/peer-env.sh")
-    return [str(exe)]
+    if not (py.parent / "lerobot-lance-doctor").exists():
+        raise SystemExit(
+            f"{py.parent}/lerobot-lance-doctor is missing: the peer environment predates lerobot-lancedb;"
+            " run scripts/peer-env.sh"
+        )
+    return str(py)
 
 
-def run_doctor(root: Path) -> tuple[str, str]:
-    """(verdict, line) of lerobot-lance-doctor on `root`: its exit code counts failed checks."""
-    proc = subprocess.run([*doctor_command(), "--root", str(root)], capture_output=True, text=True, timeout=600)
-    out = ANSI.sub("", proc.stdout)
-    if "Traceback" in proc.stderr:
-        return "traceback", proc.stderr.strip().splitlines()[-1]
-    if proc.returncode == 0:
+def run_doctors(roots: list[Path]) -> dict[Path, tuple[str, str]]:
+    """root -> (verdict, line) of lerobot-lance-doctor on each root, all in one process: its exit code counts failed
+    checks ("caught" when nonzero), "traceback" when it raised."""
+    proc = subprocess.run(
+        [doctor_python(), "-c", DOCTOR_MANY, *map(str, roots)], capture_output=True, text=True, timeout=1200
+    )
+    runs = {Path(r["root"]): r for r in map(json.loads, proc.stdout.splitlines()) if r}
+    missing = [root for root in roots if root not in runs]
+    if missing:
+        raise RuntimeError(f"lerobot-lance-doctor stopped before {missing[0]}: {proc.stderr.strip()[-2000:]}")
+    return {root: _verdict(runs[root]) for root in roots}
+
+
+def _verdict(run: dict) -> tuple[str, str]:
+    if run["error"]:
+        return "traceback", run["error"]
+    if run["code"] == 0:
         return "missed", ""
-    lines = out.splitlines()
+    lines = ANSI.sub("", run["stdout"]).splitlines()
     failed = [i for i, line in enumerate(lines) if line.startswith("[FAIL]")]
     checks = ", ".join(lines[i].removeprefix("[FAIL]").strip().split(":")[0] for i in failed)
     first = failed[0]
@@ -74,9 +107,9 @@ def short(text: str) -> str:
 
 def compare(dataset: Path, work: Path) -> list[tuple[str, str]]:
     """Print the table rows of one dataset, the clean copy then every defect; return each row's two verdicts."""
-    rows = []
     cases = [(None, "none (the clean copy)")] + [(d, d.what) for d in DEFECTS]
-    for defect, what in cases:
+    copies = []
+    for defect, _ in cases:
         copy = work / dataset.name / (defect.name if defect else "clean")
         shutil.rmtree(copy, ignore_errors=True)
         copy.parent.mkdir(parents=True, exist_ok=True)
@@ -84,7 +117,11 @@ def compare(dataset: Path, work: Path) -> list[tuple[str, str]]:
             shutil.copytree(dataset, copy)
         else:
             make(defect, dataset, copy)
-        (dv, dline), (ov, oline) = run_doctor(copy), run_dlbench(copy)
+        copies.append(copy)
+    doctor = run_doctors(copies)
+    rows = []
+    for (defect, what), copy in zip(cases, copies):
+        (dv, dline), (ov, oline) = doctor[copy], run_dlbench(copy)
         if defect is None:  # the clean copy: nothing to catch
             dv, ov = (CLEAN.get(v, v) for v in (dv, ov))
         name = defect.name if defect else "clean"
@@ -112,7 +149,7 @@ def main(argv=None) -> None:
     ap.add_argument("--dataset", type=Path, action="append", required=True, help="a valid v3.0 dataset (repeatable)")
     ap.add_argument("--work", type=Path, default=None, help="where the copies go (default: a temporary directory)")
     a = ap.parse_args(argv)
-    doctor_command()  # fail early without the peer environment
+    doctor_python()  # fail early without the peer environment
     work = a.work or Path(tempfile.mkdtemp(prefix="dlbench-doctor-"))
     for dataset in a.dataset:
         print(f"\n{dataset}\n")

@@ -47,17 +47,44 @@ TIERS = {
 PEER_FIXTURES = {"lerobot_recorded_v30", "lerobot_recorded_images_v30"}
 
 
+# modules whose tests share a module-scoped server or cluster: under pytest-xdist (`make test`), one worker runs each
+SHARED_FIXTURE_MODULES = {"test_slurm", "test_sources", "test_hub", "test_lance", "test_map_fetch", "test_compare"}
+# the order `make test` hands tests to its workers: the SLURM tier first (mostly waiting on the cluster, on a worker of
+# its own), then the long end-to-end runs, so no long test starts last
+FIRST = ("slurm", "slow", "peer", "server")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist, the tests of a SHARED_FIXTURE_MODULES module go to one worker (they share its server or
+    cluster), every other test is scheduled alone, in collection order (with --no-loadscope-reorder). xdist's own
+    `--dist loadgroup` cannot do it here: it renames nodes through an attribute pytest 9.2 no longer reads."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+            return module if module in SHARED_FIXTURE_MODULES else nodeid
+
+    return SharedFixtureScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     """Mark each test with its tier: slurm, cuda, server (loopback S3 or Hub), peer (LeRobot's environment), slow
-    (end to end), else unit."""
+    (end to end), else unit; order the tiers as FIRST says."""
     for item in items:
-        tier = TIERS.get(item.module.__name__.rsplit(".", 1)[-1])
+        module = item.module.__name__.rsplit(".", 1)[-1]
+        tier = TIERS.get(module)
         if tier:
             item.add_marker(tier)
         if PEER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker("peer")
         if not any(item.get_closest_marker(m) for m in ("slurm", "cuda", "server", "peer", "slow")):
             item.add_marker("unit")
+
+    def rank(item) -> int:
+        return next((i for i, m in enumerate(FIRST) if item.get_closest_marker(m)), len(FIRST))
+
+    items.sort(key=rank)  # stable: within a tier, the collection order
 
 
 CAMS2 = (Camera("observation.images.front", 64, 64), Camera("observation.images.wrist", 64, 96))

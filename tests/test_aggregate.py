@@ -325,7 +325,9 @@ def test_remote_cost_sums_requests_and_bytes_over_ranks_before_dividing(tmp_path
 def test_a_run_whose_job_died_is_listed_failed_with_its_reason_until_it_finishes(tmp_path, monkeypatch):
     from dlbench.report import failed
 
-    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "no-cluster.conf"))  # squeue knows no job: the logs speak
+    # squeue knows no job: the logs speak (an empty config fails at once; a missing one is retried for 60 s)
+    (tmp_path / "no-cluster.conf").touch()
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "no-cluster.conf"))
 
     results = tmp_path / "results"
     fine = write_run(results / "runs", "fine", "dlbench_map", [500.0])

@@ -175,6 +175,7 @@ def gop_datasets(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.timing  # compares measured speeds: `make test` runs it after the parallel tests, alone
 def test_a_rerun_is_within_noise_and_a_long_gop_is_a_map_style_regression(gop_datasets, tmp_path, capsys):
     base = bench(gop_datasets[2], tmp_path / "base" / "runs" / "adhoc" / "r")
     rerun = bench(gop_datasets[2], tmp_path / "rerun")

@@ -10,11 +10,11 @@ import http.server
 import io
 import os
 import shutil
-import subprocess
 
 import pytest
 
 from benchmarks.defects import DEFECTS, make
+from benchmarks.doctor import run_doctors
 from dlbench import peer
 from dlbench.cli import main
 from dlbench.convert import plan as planmod
@@ -154,25 +154,18 @@ def test_plan_refuses_a_damaged_v21_source_before_writing_anything(v21_h264, tmp
     assert not work.exists()
 
 
-def doctor():
-    """lerobot-lance-doctor in the peer environment; skips without it."""
-    py = peer.peer_python()
-    if py is None:
-        pytest.skip(f"LeRobot peer environment missing or incomplete; create it with {peer.CREATE_COMMAND}")
-    if not (py.parent / "lerobot-lance-doctor").exists():
-        pytest.skip("lerobot-lance-doctor missing from the peer environment; rerun scripts/peer-env.sh")
-    return str(py.parent / "lerobot-lance-doctor")
-
-
 @pytest.mark.slow
 def test_validate_catches_every_defect_lerobot_lance_doctor_catches(lerobot_recorded_v30, tmp_path, capsys):
     """The doctor passes the clean recording; on every defect it fails, `dlbench validate` fails too."""
-    exe = doctor()
-    clean = subprocess.run([exe, "--root", str(lerobot_recorded_v30)], capture_output=True, text=True, timeout=600)
-    assert clean.returncode == 0, clean.stdout + clean.stderr
+    py = peer.peer_python()
+    if py is None or not (py.parent / "lerobot-lance-doctor").exists():
+        pytest.skip(f"lerobot-lance-doctor missing: create the LeRobot peer environment with {peer.CREATE_COMMAND}")
+    copies = {defect.name: tmp_path / defect.name for defect in DEFECTS}
     for defect in DEFECTS:
-        copy = tmp_path / defect.name
-        make(defect, lerobot_recorded_v30, copy)
-        found = subprocess.run([exe, "--root", str(copy)], capture_output=True, text=True, timeout=600)
-        if found.returncode != 0:
-            assert run_validate(copy, capsys)[0] == 2, defect.name
+        make(defect, lerobot_recorded_v30, copies[defect.name])
+    verdicts = run_doctors([lerobot_recorded_v30, *copies.values()])
+    assert verdicts[lerobot_recorded_v30] == ("missed", ""), verdicts[lerobot_recorded_v30]
+    caught = [name for name, copy in copies.items() if verdicts[copy][0] != "missed"]
+    assert caught, "the doctor caught none of the defects: it did not run as it should"
+    for name in caught:
+        assert run_validate(copies[name], capsys)[0] == 2, name
