@@ -6,13 +6,21 @@ Starts SeaweedFS and the loopback Hub, each behind a shaping proxy (`--latency-m
 storage), stages the dataset on both, then alternates bench runs of dlbench_map (same mode, batch size, workers) over
 local disk, S3 and the Hub, `repeats` times; every run checks every frame's barcode (synthetic data) and reads remote
 files through its own metering proxy. Prints, per source, the median frames/s (and its share of local disk's),
-requests and MB per 1,000 frames, read amplification and wrong frames; `--json FILE` keeps every run's figures.
+requests and MB per 1,000 frames, read amplification, wrong frames, and the CPU the loopback servers and proxies
+took during the run (they share the machine's cores with the loader); `--json FILE` keeps every run's figures.
+
+The bounds, in the same run: the source `s3-bare` is the same S3 server without its shaping proxy (no added latency
+or bandwidth cap), so `s3-bare` against `local` is what the remote path itself costs on these cores, and `s3` against
+`s3-bare` what the latency costs; the last line is the read amplification of a reader fetching exactly what FFmpeg's
+decoder reads for a random frame (its packets from the keyframe, plus the one packet after it that the decoder reads
+before returning the frame), the floor for any plan made from the sample tables.
 Runs go through this interpreter: to compare two trees, run it with each on PYTHONPATH.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -20,9 +28,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
+import numpy as np
+import psutil
+
 from dlbench import loopback
+from dlbench.loader.dataset_meta import DatasetMeta
+from dlbench.loader.fetch import FileIndexes
 from dlbench.sources import LOOPBACK_CREDENTIALS
 
 METRICS = (
@@ -53,16 +68,81 @@ def _dlbench(work: Path, *args: str) -> subprocess.CompletedProcess:
     return run
 
 
+def _server_cpu_s(state: Path) -> float:
+    """CPU seconds used so far by the loopback servers and proxies (their processes and children)."""
+    total = 0.0
+    for pid in json.loads(state.read_text())["pids"]:
+        try:
+            proc = psutil.Process(pid)
+            for p in [proc, *proc.children(recursive=True)]:
+                t = p.cpu_times()
+                total += t.user + t.system
+        except psutil.Error:
+            continue
+    return total
+
+
+class _MeterCpu(threading.Thread):
+    """CPU seconds of the metering proxies (`dlbench.loopback.meter`) that live during a run, sampled twice a second
+    (each lives only as long as its rank)."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.seen: dict[int, float] = {}
+        self.stop = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        while not self.stop.wait(0.5):
+            for proc in psutil.process_iter(["cmdline"]):
+                if "dlbench.loopback.meter" in (proc.info["cmdline"] or []):
+                    with contextlib.suppress(psutil.Error):
+                        t = proc.cpu_times()
+                        self.seen[proc.pid] = t.user + t.system
+
+    def total(self) -> float:
+        self.stop.set()
+        self.join()
+        return sum(self.seen.values())
+
+
 def _bench(work: Path, root: str, endpoint: str | None, out: Path, a) -> dict:
-    """One bench run's figures (`METRICS`)."""
+    """One bench run's figures (`METRICS`), and the cores the loopback servers (`server_cores`) and the metering
+    proxy (`meter_cores`) kept busy over the run."""
+    state = work / loopback.STATE
+    meter = _MeterCpu()
+    cpu0, t0 = _server_cpu_s(state), time.monotonic()
     cmd = ["bench-run", "--root", root, "--out-dir", str(out), "--loader", "dlbench_map", "--mode", a.mode]
     cmd += ["--batch-size", str(a.batch_size), "--num-workers", str(a.workers), "--duration-s", str(a.duration_s)]
     cmd += ["--warmup-s", str(a.warmup_s), "--repeats", "1"]
     if endpoint:
         cmd += ["--endpoint-url", endpoint]
     _dlbench(work, *cmd)
+    elapsed = time.monotonic() - t0
+    server_cores, meter_cores = (_server_cpu_s(state) - cpu0) / elapsed, meter.total() / elapsed
     metrics = json.loads((out / "rank0of1.json").read_text())["metrics"]
-    return {k: metrics.get(k) for k in METRICS}
+    return {**{k: metrics.get(k) for k in METRICS}, "server_cores": server_cores, "meter_cores": meter_cores}
+
+
+def decoder_floor(dataset: str, frames: int = 2000, seed: int = 0) -> float:
+    """Read amplification of fetching, for random frames of every camera, each frame's planned range alone (its
+    packets from the keyframe before it, plus the one packet after it FFmpeg's decoder reads before returning it;
+    `FileIndex.frame_ranges`), over the bytes the metering counts as needed (the packets up to the frame). Frames
+    are taken alone: a batch whose frames share a GOP reads less."""
+    dmeta = DatasetMeta.load(dataset)
+    indexes = FileIndexes()
+    rows = np.random.default_rng(seed).integers(0, dmeta.num_frames, frames)
+    eps = np.searchsorted(dmeta.ep_to, rows, side="right")
+    read = needed = 0
+    for cam in dmeta.cameras:
+        for row, ep in zip(rows.tolist(), eps.tolist()):
+            index = indexes.get(dmeta.video_url(cam, ep))
+            frame = int(round(float(dmeta.video_from[cam][ep]) * dmeta.fps)) + row - int(dmeta.ep_from[ep])
+            lo, hi = index.frame_ranges(np.array([frame]))
+            sample = index.order[min(frame, len(index.order) - 1)]
+            read += int(hi[0] - lo[0])
+            needed += int(index.ends[sample] - lo[0])
+    return read / needed
 
 
 def main(argv=None) -> None:
@@ -76,7 +156,7 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--latency-ms", type=float, default=20.0, help="added to every response of both servers")
     ap.add_argument("--bandwidth-mbps", type=float, default=1000.0, help="each server's bandwidth cap")
-    ap.add_argument("--sources", default="local,s3,hub", help="comma-separated: local, s3, hub")
+    ap.add_argument("--sources", default="local,s3,s3-bare,hub", help="comma-separated: local, s3, s3-bare, hub")
     ap.add_argument("--json", help="write every run's figures here")
     a = ap.parse_args(argv)
     dataset = str(Path(a.dataset).absolute())
@@ -99,12 +179,15 @@ def main(argv=None) -> None:
         contenders = {
             "local": (dataset, None),
             "s3": (f"s3://dlbench-map/{name}", f"loopback:{s3_shaped}"),
+            "s3-bare": (f"s3://dlbench-map/{name}", "loopback"),  # no shaping proxy
             "hub": (f"hf://datasets/dlbench/{name}@v3.0", f"loopback-hub:{hub_shaped}"),
         }
         contenders = {k: v for k, v in contenders.items() if k in a.sources.split(",")}
-        staged = {"s3": "loopback", "hub": "loopback-hub"}
+        staged = {"s3": "loopback", "s3-bare": "loopback", "hub": "loopback-hub"}
+        done = set()
         for key, (root, _) in contenders.items():
-            if key in staged:
+            if key in staged and root not in done:
+                done.add(root)
                 _dlbench(
                     work, "stage", dataset, root, "--marker", str(work / f"{key}.json"), "--endpoint-url", staged[key]
                 )
@@ -129,10 +212,12 @@ def main(argv=None) -> None:
             )
             wrong = sum(r["frames_wrong"] or 0 for r in rs)
             verified = sum(r["frames_verified"] or 0 for r in rs)
+            cores, meter_cores = (statistics.median(r[k] for r in rs) for k in ("server_cores", "meter_cores"))
             print(
-                f"  {key:<6} {med['frames_per_s_node']:8.1f} frames/s {share:>16}  {remote}  "
-                f"frames wrong {wrong} of {verified} checked"
+                f"  {key:<7} {med['frames_per_s_node']:8.1f} frames/s {share:>16}  {remote}  "
+                f"frames wrong {wrong} of {verified} checked; busy: servers {cores:.2f}, meter {meter_cores:.2f} cores"
             )
+        print(f"  floor of read amplification (what FFmpeg's decoder reads): {decoder_floor(dataset):.2f}")
         if a.json:
             Path(a.json).write_text(json.dumps(runs, indent=1))
     finally:
