@@ -60,10 +60,13 @@ print(plain, faults_once_settled())
 
 
 @pytest.mark.slow  # a fresh interpreter; under pytest-xdist it sees a thread and does not fork
-def test_forked_loader_workers_inherit_the_decoder_module(v30_h264):
+def test_forked_loader_workers_inherit_the_decoder_module(v30_h264, tmp_path):
     """torchcodec imports torch._dynamo (over a second of CPU): dlbench's DataLoader imports it once before forking,
-    so the workers of every epoch start with it instead of each importing it again."""
-    code = f"""
+    so the workers of every epoch start with it instead of each importing it again. A script file, not `-c`: when
+    the first epoch's threads are still winding down, the second epoch's workers come from the fork server (which
+    preloads the module too) and must import `report` from it."""
+    script = tmp_path / "epochs.py"
+    script.write_text(f"""
 import sys
 from dlbench.loader import DataLoader, LeRobotMapDataset
 
@@ -74,8 +77,8 @@ if __name__ == "__main__":
     dataset = LeRobotMapDataset(root={str(v30_h264)!r})
     for epoch in range(2):  # workers are not persistent: each epoch forks new ones
         next(iter(DataLoader(dataset, batch_size=2, num_workers=1, worker_init_fn=report)))
-"""
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+""")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "True"]
 
