@@ -125,7 +125,8 @@ def test_per_node_means_totals_and_scaling(summary):
     assert "ran on 1 host(s), not the 2 nodes configured" in short["notes"]
 
 
-def test_repeats_give_the_median_window_and_its_spread(tmp_path):
+@pytest.mark.parametrize("latencies", [True, False])
+def test_repeats_give_the_median_window_and_its_spread(tmp_path, latencies):
     run = write_run(tmp_path, "stream_local", "dlbench_stream", [0.0, 0.0])  # two ranks, two hosts
     for rank, rates in enumerate(([100.0, 300.0, 200.0], [110.0, 90.0, 100.0])):  # samples/s per window
         path = run / f"rank{rank}of2.json"
@@ -133,7 +134,13 @@ def test_repeats_give_the_median_window_and_its_spread(tmp_path):
         rec["metrics"].update(
             frames_per_sample=2,
             windows=[
-                {"start_unix": 10.0 * i, "end_unix": 10.0 * i + 2, "samples": int(r * 2), "seconds": 2.0}
+                {
+                    "start_unix": 10.0 * i,
+                    "end_unix": 10.0 * i + 2,
+                    "samples": int(r * 2),
+                    "seconds": 2.0,
+                    **({"latency_p50_ms": r / 100, "latency_p99_ms": r / 10} if latencies else {}),
+                }
                 for i, r in enumerate(rates)
             ],
         )
@@ -142,6 +149,11 @@ def test_repeats_give_the_median_window_and_its_spread(tmp_path):
     # per window, frames/s summed over ranks: 420, 780, 600; over 2 hosts: 210, 390, 300
     assert df.iloc[0]["frames_per_s_node"] == 300.0 and df.iloc[0]["repeats"] == 3
     assert df.iloc[0]["frames_per_s_min"] == 210.0 and df.iloc[0]["frames_per_s_max"] == 390.0
+    if latencies:  # per window: p99 the slowest rank's, p50 the ranks' mean
+        assert json.loads(df.iloc[0]["window_latency_p99_ms"]) == [11.0, 30.0, 20.0]
+        assert json.loads(df.iloc[0]["window_latency_p50_ms"]) == [1.05, 1.95, 1.5]
+    else:  # records without them (from before they were kept): empty, so compare falls back to the machine noise
+        assert df.iloc[0]["window_latency_p99_ms"] == "" and df.iloc[0]["window_frames_per_s"]
 
 
 def test_ratio_to_baseline_pass_fail_and_thrash(summary):

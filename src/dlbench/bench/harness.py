@@ -18,6 +18,8 @@ from ..runspec import RunSpec
 from ..workers import start_method
 from .gpu import GpuStep, to_device
 
+LATENCY_PERCENTILES = (50, 95, 99)
+
 
 def sample_info(t0: float, stats) -> np.ndarray:
     """[latency_ms, worker, cache hits, misses, evictions, size, cpu fallbacks] for one sample (-1 where unknown)."""
@@ -222,7 +224,7 @@ def measure_window(
     # on a GPU the step is a kernel the next batch's loading overlaps (`GpuStep`); on the CPU, a sleep
     gpu_step = GpuStep(cfg.step_ms) if cfg.step_ms and consumer.type == "cuda" else None
     window_start_unix, w0 = time.time(), time.perf_counter()
-    last = w0
+    last, first_batch = w0, len(seen.latencies)
     while True:
         now = time.perf_counter()
         if now - w0 >= cfg.duration_s or (cfg.num_batches is not None and count >= cfg.num_batches):
@@ -251,6 +253,8 @@ def measure_window(
     if gpu_step is not None:
         gpu_step.finish()
     elapsed = time.perf_counter() - w0
+    # the window's own latency percentiles: their spread over the windows is the noise `dlbench compare` tests against
+    lat = np.concatenate(seen.latencies[first_batch:]) if count else None
     return {
         "start_unix": window_start_unix,
         "end_unix": window_start_unix + elapsed,
@@ -258,6 +262,7 @@ def measure_window(
         "batches": count,
         "seconds": elapsed,
         "data_wait_s": waited,
+        **({f"latency_p{q}_ms": float(np.percentile(lat, q)) for q in LATENCY_PERCENTILES} if count else {}),
     }
 
 

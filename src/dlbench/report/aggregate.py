@@ -20,8 +20,9 @@ over ranks), `frames_per_s_min` and `frames_per_s_max` the spread. Derived colum
   served over the steady windows, counted at each rank's metering proxy (`bench.remote`), per 1,000 delivered
   frames; amplification is bytes read over the bytes an ideal reader needs;
 - `source_verdict`: the prewarm check's verdict (warm or cold) for runs on a checked source;
-- `window_frames_per_s`, `window_data_wait_frac`: the per-window values behind the medians (JSON lists), so
-  `dlbench compare` can test a change against the windows' noise from a summary alone; `environment`: the
+- `window_frames_per_s`, `window_data_wait_frac`, `window_latency_p50_ms` (p95, p99): the per-window values behind
+  the run's figures (JSON lists), so `dlbench compare` can test a change against the windows' noise from a summary
+  alone; `environment`: the
   versions (and cores, where records carry them) of the run's first rank (JSON);
 - `pass`: per-node decoded frames/s reaches the mode's target with no wrong frame; `notes` says why a run fails
   or what limits it (below target, wrong frames, decoder thrash, worker-bound, measured on a cold source).
@@ -35,6 +36,7 @@ import json
 from collections import defaultdict
 from functools import lru_cache
 from pathlib import Path
+from statistics import fmean
 
 import jsonschema
 import numpy as np
@@ -179,16 +181,36 @@ def _environment(rec: dict) -> dict:
     return dict(rec.get("versions") or {})
 
 
-def _window_data_wait(recs: list[dict]) -> list[float] | None:
-    """The slowest rank's data wait fraction in each window (None for records without per-window waits)."""
+def _per_window(recs: list[dict], value, combine=max) -> list[float] | None:
+    """`value(window)` in each window, combined over the ranks (the slowest rank's by default); None where a record
+    lacks per-window figures (`value` raises KeyError: records from before they were kept)."""
     per_rank = []
     for r in recs:
         windows = r["metrics"].get("windows") or []
-        if not windows or any("data_wait_s" not in w for w in windows):
+        try:
+            per_rank.append([float(value(w)) for w in windows])
+        except KeyError:
             return None
-        per_rank.append([w["data_wait_s"] / w["seconds"] for w in windows])
+        if not windows:
+            return None
     n = min(len(w) for w in per_rank)
-    return [float(max(w[i] for w in per_rank)) for i in range(n)]
+    return [float(combine(w[i] for w in per_rank)) for i in range(n)]
+
+
+def _window_columns(recs: list[dict]) -> dict:
+    """The per-window JSON columns `dlbench compare` tests changes against (empty where the records lack them)."""
+    columns = {
+        "window_data_wait_frac": (lambda w: w["data_wait_s"] / w["seconds"], max, 5),
+        # as the run's own columns: p50 and p95 the ranks' mean, p99 the slowest rank's
+        "window_latency_p50_ms": (lambda w: w["latency_p50_ms"], fmean, 4),
+        "window_latency_p95_ms": (lambda w: w["latency_p95_ms"], fmean, 4),
+        "window_latency_p99_ms": (lambda w: w["latency_p99_ms"], max, 4),
+    }
+    out = {}
+    for name, (value, combine, digits) in columns.items():
+        values = _per_window(recs, value, combine)
+        out[name] = json.dumps([round(v, digits) for v in values]) if values else ""
+    return out
 
 
 def _window_totals(recs: list[dict]) -> np.ndarray | None:
@@ -215,7 +237,6 @@ def _measured(ok: list[dict], nodes: int) -> dict:
         samples = np.array([m["samples_per_s"].sum()])
         fpi = m["frames_per_s_node"].sum() / samples[0] if samples[0] else 1
     frames = samples * fpi
-    waits = _window_data_wait(ok)
     col = lambda name: m[name] if name in m else pd.Series([float("nan")])  # noqa: E731
     return {
         "frames_per_s_node": float(np.median(frames)) / nodes,
@@ -223,7 +244,7 @@ def _measured(ok: list[dict], nodes: int) -> dict:
         "frames_per_s_max": float(frames.max()) / nodes,
         "repeats": len(frames),
         "window_frames_per_s": json.dumps([round(float(f) / nodes, 3) for f in frames]),
-        "window_data_wait_frac": json.dumps([round(w, 5) for w in waits]) if waits else "",
+        **_window_columns(ok),
         "samples_per_s_node": float(np.median(samples)) / nodes,
         "frames_per_s_total": float(np.median(frames)),
         "samples_per_s_total": float(np.median(samples)),

@@ -7,12 +7,14 @@ fraction already, `new - base`), and the verdict is one of:
 - `within noise`: anything else.
 
 Beyond the noise, by what the runs hold:
-- metrics measured per window (frames/s per node; data wait where the windows carry it): a one-sided exact
+- metrics measured per window (frames/s per node; data wait and latency percentiles where the windows carry
+  them): a one-sided exact
   permutation test of the windows' ranks (Mann-Whitney U) in the direction of the change, p <= `alpha`. With 3
   windows a side its smallest p is 1/20 = 0.05, so at the default alpha it says "beyond the noise" only when every
   window of one run lies beyond every window of the other. With too few windows for the test to reach `alpha`,
   the rule below applies;
-- metrics with one value per run (latency percentiles, first batch, peak memory, remote requests): their own
+- metrics with one value per run (first batch, peak memory, remote requests; latency percentiles of summaries
+  from before their windows were kept): their own
   noise is unknown, so the change must also exceed the larger relative spread ((max - min) / median) of either
   run's frames/s windows: how noisy the machine was while these runs ran, a proxy stated in the `test` column.
 
@@ -58,9 +60,10 @@ class Metric:
 
 METRICS = (
     Metric("frames_per_s_node", higher_is_better=True, windows="window_frames_per_s"),
-    Metric("latency_p50_ms", floor=0.1),  # a streaming loader's p50 is near zero: its relative change is noise
-    Metric("latency_p95_ms", floor=0.1),
-    Metric("latency_p99_ms", floor=0.1),
+    # a streaming loader's p50 is near zero: its relative change is noise
+    Metric("latency_p50_ms", floor=0.1, windows="window_latency_p50_ms"),
+    Metric("latency_p95_ms", floor=0.1, windows="window_latency_p95_ms"),
+    Metric("latency_p99_ms", floor=0.1, windows="window_latency_p99_ms"),
     Metric("first_batch_latency_s", floor=0.05),
     Metric("peak_pss_mb", floor=16.0),
     Metric("data_wait_frac", absolute=True, windows="window_data_wait_frac"),
