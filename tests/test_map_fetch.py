@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from dlbench.loader import DataLoader, fetch
-from dlbench.loader.batch_fetch import BatchFetcher, _Held, merge_ranges
+from dlbench.loader.batch_fetch import GAP_READ_THROUGH, BatchFetcher, _Held, merge_ranges
 from dlbench.loader.map import LeRobotMapDataset
 from dlbench.sources import apply_env
 
@@ -26,6 +26,8 @@ def test_ranges_merge_when_close_and_held_bytes_are_not_fetched_again():
     assert held.used == [2, 2]
     assert held.missing(12, 18, stamp=3) == [] and held.used == [3, 2]
     assert held.find(19) == 0 and held.find(20) == -1 and held.find(34) == 1
+    # a fetch merged across held ranges replaces them: every byte is found in the one range holding it
+    assert held.add(5, b"z" * 40, stamp=4) == 15 and held.starts == [5] and held.find(40) == 0
 
 
 def _staged(s3, v30_h264_one_file, tmp_path, monkeypatch) -> str:
@@ -138,32 +140,51 @@ def v30_av1_one_file(tmp_path_factory):
     return convert_run(str(v21), tmp / "v30", workers=1, progress=False)
 
 
-def _reads_outside_the_plan(url: str, monkeypatch) -> int:
-    """Reads the decoders made outside the planned ranges over 8 random batches of 6, ranges fetched exactly as
-    planned (no merging across gaps, no sample data kept with the heads), every frame checked."""
+def _stage_av1(s3, dataset, tmp_path, monkeypatch) -> str:
+    _isolate_s3_env(monkeypatch)
+    url = "s3://dlbench-test/plan-av1"
+    staged = dlbench("stage", str(dataset), url, "--marker", str(tmp_path / "staged.json"), spec=s3["fast"])
+    assert staged.returncode == 0, staged.stderr
+    apply_env(s3["fast"])
+    return url
+
+
+def _random_batches(url: str, monkeypatch, gap: int = 0) -> tuple[BatchFetcher, int]:
+    """8 random batches of 6, every frame checked, ranges fetched as planned (merged across gaps under `gap`; no
+    sample data kept with the heads); the fetcher and its reads outside the plan over the batches."""
     monkeypatch.setattr(fetch, "PROBED_BYTES", 0)
     ds = LeRobotMapDataset(url, return_uint8=True)
     ds.__getitems__([0])
     fetcher = ds.builder.batch_fetcher
-    fetcher.gap, before = 0, fetcher.fallback_reads
+    fetcher.gap, before = gap, fetcher.fallback_reads
     rng = np.random.default_rng(2)
     for _ in range(8):
         for item in ds.__getitems__(rng.choice(len(ds), 6, replace=False).tolist()):
             check_item(ds, item)
-    return fetcher.fallback_reads - before
+    return fetcher, fetcher.fallback_reads - before
 
 
-def test_the_packet_planned_past_each_frame_is_what_the_av1_decoder_reads(s3, v30_av1_one_file, tmp_path, monkeypatch):
-    """The margin past each frame (`NEXT_SAMPLES`: FFmpeg's libdav1d reads the packet after the frame it returns)
-    covers the decoder's reads: of 48 random frames at most 3 read outside the plan (one seen: the reader's buffer
-    running two packets on). Planned without it, the same batches read outside it for most frames, so a margin set
-    too small fails here. (x264's B-frames, `REORDER_SAMPLES`, read nothing past their frame in these files.)"""
-    _isolate_s3_env(monkeypatch)
-    url = "s3://dlbench-test/margin-av1"
-    staged = dlbench("stage", str(v30_av1_one_file), url, "--marker", str(tmp_path / "staged.json"), spec=s3["fast"])
-    assert staged.returncode == 0, staged.stderr
-    apply_env(s3["fast"])
-    planned = _reads_outside_the_plan(url, monkeypatch)
-    monkeypatch.setattr(fetch, "NEXT_SAMPLES", 0)
-    unplanned = _reads_outside_the_plan(url, monkeypatch)
-    assert planned <= 3 and unplanned >= max(8, 4 * planned), (planned, unplanned)
+def test_each_frame_ends_at_its_own_packet_and_stays_right(s3, v30_av1_one_file, tmp_path, monkeypatch):
+    """FFmpeg's libdav1d reads the packet after the frame it returns (often the next GOP's keyframe, the largest
+    there is). With the stream ended there instead, it drains and returns the frame: 48 random frames right, not one
+    read outside the plan, and the decoders' reads past their frames ended. (Ranges closer than FFmpeg reads
+    through are merged, as always: after an ended read its reader cannot read through a gap.)"""
+    url = _stage_av1(s3, v30_av1_one_file, tmp_path, monkeypatch)
+    fetcher, outside = _random_batches(url, monkeypatch, gap=GAP_READ_THROUGH)
+    seen = (outside, fetcher.ended_reads, fetcher._read_on)
+    assert outside == 0 and fetcher.ended_reads > 0 and not fetcher._read_on, seen
+
+
+def test_a_plan_short_of_a_frames_packet_is_decoded_again_reading_on(s3, v30_av1_one_file, tmp_path, monkeypatch):
+    """A plan that misreads the layout (here: each frame's own packet left out) ends the stream before the frame:
+    the decode fails, and the file is decoded again reading past the plan. Every frame stays right."""
+    url = _stage_av1(s3, v30_av1_one_file, tmp_path, monkeypatch)
+    planned = fetch.FileIndex.frame_ranges
+
+    def short(self, frames, reorder=fetch.REORDER_SAMPLES, after=fetch.NEXT_SAMPLES):
+        lo, _ = planned(self, frames, reorder, after)
+        return lo, self.starts[self.order[np.clip(frames, 0, len(self.order) - 1)]]  # up to the frame's packet
+
+    monkeypatch.setattr(fetch.FileIndex, "frame_ranges", short)
+    fetcher, outside = _random_batches(url, monkeypatch)
+    assert fetcher._read_on and outside > 0, vars(fetcher)

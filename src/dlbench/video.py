@@ -169,10 +169,11 @@ _malloc_trim = None
 
 
 class _Entry:
-    __slots__ = ("decoder", "handle", "fps", "num_frames", "fell_back", "on_cpu", "bytes")
+    __slots__ = ("decoder", "handle", "source", "fps", "num_frames", "fell_back", "on_cpu", "bytes")
 
-    def __init__(self, decoder, handle, fps, num_frames, nbytes: int = 0):
+    def __init__(self, decoder, handle, fps, num_frames, nbytes: int = 0, source=None):
         self.decoder, self.handle, self.fps, self.num_frames = decoder, handle, fps, num_frames
+        self.source = source  # the file object the decoder reads (`wrap`'s), None for local paths
         self.fell_back: bool | None = None  # known after the first decode on a GPU
         self.on_cpu = False  # a GPU cache's decoder that dlbench itself moved to the CPU (see `decode`)
         self.bytes = nbytes  # `decoder_bytes`: what it counts against the cache's `max_bytes`
@@ -256,7 +257,8 @@ class VideoDecoderCache:
         md = decoder.metadata
         fps = md.average_fps
         num_frames = md.num_frames if md.num_frames is not None else md.num_frames_from_header
-        return _Entry(decoder, handle, fps, num_frames, decoder_bytes(md.width or 0, md.height or 0, num_frames))
+        nbytes = decoder_bytes(md.width or 0, md.height or 0, num_frames)
+        return _Entry(decoder, handle, fps, num_frames, nbytes, source if handle is not None else None)
 
     def get(self, url: str, cursor: int | None = None) -> _Entry:
         key = (url, cursor)
@@ -320,11 +322,19 @@ class VideoDecoderCache:
             try:
                 batch = entry.decoder.get_frames_at(torch.from_numpy(unique))
             except RuntimeError:
-                if self.device == "cpu" or entry.fell_back is not None:
+                if getattr(entry.source, "ended_reads", 0):
+                    # the file object ended the stream where its plan of the batch did (`BatchFile`) and the decoder
+                    # wanted more: decode the file again from a fresh decoder that reads on past the plan
+                    entry.source.read_on()
+                    self._reopen(entry, url, "cpu" if entry.on_cpu else self.device)
+                elif self.device == "cpu" or entry.fell_back is not None:
                     raise
-                # FFmpeg's NVDEC path raises, instead of falling back, on a codec this GPU cannot decode (AV1 on
-                # an H200: "Could not push packet to decoder"): decode the file on the CPU from now on
-                self._move_to_cpu(entry, url)
+                else:
+                    # FFmpeg's NVDEC path raises, instead of falling back, on a codec this GPU cannot decode (AV1
+                    # on an H200: "Could not push packet to decoder"): decode the file on the CPU from now on
+                    self._reopen(entry, url, "cpu")
+                    entry.on_cpu = entry.fell_back = True
+                    self.fallbacks += 1
                 batch = entry.decoder.get_frames_at(torch.from_numpy(unique))
         except (RuntimeError, IndexError) as e:
             raise UserError(f"{url}: decoding failed ({str(e).splitlines()[0]}); the file may be corrupt") from None
@@ -348,12 +358,12 @@ class VideoDecoderCache:
         frames = FrameGather(data, torch.from_numpy(order).to(data.device))
         return frames if not gather else frames.materialize()
 
-    def _move_to_cpu(self, entry: _Entry, url: str) -> None:
-        cpu = self._open(url, "cpu")
+    def _reopen(self, entry: _Entry, url: str, device: str) -> None:
+        """A fresh decoder of `url` on `device` in place of the entry's."""
+        fresh = self._open(url, device)
         if entry.handle is not None:
             entry.handle.close()
-        entry.decoder, entry.handle, entry.on_cpu, entry.fell_back = cpu.decoder, cpu.handle, True, True
-        self.fallbacks += 1
+        entry.decoder, entry.handle, entry.source = fresh.decoder, fresh.handle, fresh.source
 
     def stats(self) -> dict:
         lookups = self.hits + self.misses

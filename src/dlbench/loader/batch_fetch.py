@@ -8,6 +8,13 @@ keyframe to its last packet, merges ranges of a file that (nearly) touch, and fe
 HTTP: one `cat_ranges` on fsspec's I/O loop; other filesystems: a small thread pool). The decoders then read
 through `BatchFile`: fetched bytes from memory, the file's head and tail (ftyp, moov, the first packets) from
 memory, anything else with an ordinary ranged read (counted in `fallback_reads`, which a good plan keeps near zero).
+
+A decoder reads a packet or more past the frame it returns before returning it (FFmpeg's libdav1d: the next one,
+often the next GOP's keyframe, the largest packet there is). In a file whose frames are not reordered, the plan
+ends at the frame's own packet and a read past it, in the sample data and outside what is held, gets the end of
+the stream (`ended_reads`): the decoder drains and returns the frame, and the next frame's seek starts it again.
+Should a decoder want more than the plan holds (a layout the plan misreads), the decode fails, and the file is
+decoded again reading on (`read_on`) from then on.
 Fetched ranges stay in memory, up to `held_bytes` per process, least recently used dropped first, so a frame of a
 GOP fetched for an earlier batch costs no request.
 """
@@ -22,7 +29,7 @@ import fsspec
 import numpy as np
 
 from ..errors import UserError
-from .fetch import FileIndexes
+from .fetch import NEXT_SAMPLES, FileIndexes
 
 # FFmpeg's reader moves forward by reading, not seeking, when the next position is less than its buffer (torchcodec:
 # 64 KB) plus its short-seek threshold (32 KB) ahead: ranges of a file closer than that are fetched as one
@@ -64,11 +71,16 @@ class _Held:
             out.append((at, hi))
         return out
 
-    def add(self, lo: int, data: bytes, stamp: int) -> None:
+    def add(self, lo: int, data: bytes, stamp: int) -> int:
+        """Hold `data` at `lo`; held ranges inside it (a fetch merged across them) are dropped, so the ranges stay
+        disjoint. Returns the bytes dropped."""
         i = bisect.bisect_left(self.starts, lo)
-        self.starts.insert(i, lo)
-        self.chunks.insert(i, data)
-        self.used.insert(i, stamp)
+        j, dropped = i, 0
+        while j < len(self.starts) and self.starts[j] + len(self.chunks[j]) <= lo + len(data):
+            dropped += len(self.chunks[j])
+            j += 1
+        self.starts[i:j], self.chunks[i:j], self.used[i:j] = [lo], [data], [stamp]
+        return dropped
 
 
 def merge_ranges(ranges: list[tuple[int, int]], gap: int) -> list[tuple[int, int]]:
@@ -101,6 +113,8 @@ class BatchFetcher:
         self._pid = os.getpid()
         self.requests = self.bytes = 0  # planned fetches made, bytes they fetched
         self.fallback_reads = self.fallback_bytes = 0  # reads outside the plan (see `BatchFile`)
+        self.ended_reads = 0  # reads past the plan answered with the end of the stream
+        self._read_on: set[str] = set()  # files whose reads past the plan are fetched, never ended
 
     def plan(self, requests: list[tuple[str, np.ndarray]], fps: float) -> dict[str, list[tuple[int, int]]]:
         """url -> the byte ranges not yet held that decoding `requests` ((video URL, seconds in the file) each)
@@ -114,7 +128,8 @@ class BatchFetcher:
             index = self.indexes.get(url)
             if index is None:  # a layout this reader does not know: the decoder's own reads fetch it
                 continue
-            lo, hi = index.frame_ranges(np.unique(np.concatenate(frames)), REORDER_SAMPLES)
+            after = 0 if self.ends(url) else NEXT_SAMPLES  # the packet after a frame: ended, or fetched
+            lo, hi = index.frame_ranges(np.unique(np.concatenate(frames)), REORDER_SAMPLES, after)
             held = self._held.setdefault(url, _Held())
             missing = [
                 part
@@ -131,11 +146,11 @@ class BatchFetcher:
         jobs = [(url, lo, hi) for url, ranges in plan.items() for lo, hi in ranges]
         for (url, lo, hi), data in zip(jobs, self._fetch(jobs) if jobs else []):
             if isinstance(data, BaseException):  # read as the decoder asks instead, which reports a lasting failure
+                self._read_on.add(url)
                 continue
             if len(data) != hi - lo:
                 raise UserError(f"{url}: asked for bytes {lo}-{hi}, got {len(data)}; the file changed while read")
-            self._held[url].add(lo, data, self._stamp)
-            self._bytes_held += len(data)
+            self._bytes_held += len(data) - self._held[url].add(lo, data, self._stamp)
             self.requests += 1
             self.bytes += len(data)
         self._evict()
@@ -181,6 +196,18 @@ class BatchFetcher:
         at = pos - held.starts[i]
         return held.chunks[i][at : at + n]
 
+    def ends(self, url: str, pos: int | None = None) -> bool:
+        """Whether a read of `url` past the plan (at `pos`, where given) gets the end of the stream: the file's
+        layout is known, its frames are not reordered, nothing failed on it, and `pos` is in its sample data."""
+        index = self.indexes.peek(url)
+        if index is None or index.reorders or url in self._read_on:
+            return False
+        return pos is None or len(index.head) <= pos < index.tail_at
+
+    def read_on(self, url: str) -> None:
+        """From now on, fetch reads of `url` past the plan instead of ending them (a decode wanted more)."""
+        self._read_on.add(url)
+
     def next_held(self, url: str, pos: int) -> int | None:
         """Where the first held range after `pos` starts (None: none), so a read outside the plan stops there."""
         held = self._held.get(url)
@@ -217,6 +244,7 @@ class BatchFile:
         self.fetcher, self.url, self.fallback = fetcher, url, fallback
         self.size = fallback.size
         self.pos = 0
+        self.ended_reads = 0  # reads this file object answered with the end of the stream
 
     def seek(self, offset: int, whence: int = 0) -> int:
         self.pos = {0: 0, 1: self.pos, 2: self.size}[whence] + offset
@@ -230,6 +258,10 @@ class BatchFile:
         if n <= 0:
             return b""
         chunk = self.fetcher.read(self.url, self.pos, n)
+        if chunk is None and self.fetcher.ends(self.url, self.pos):
+            self.ended_reads += 1
+            self.fetcher.ended_reads += 1
+            return b""
         if chunk is None:
             # outside the plan: read up to the next held range only, never again what is held
             nxt = self.fetcher.next_held(self.url, self.pos)
@@ -241,6 +273,10 @@ class BatchFile:
             self.fetcher.fallback_bytes += len(chunk)
         self.pos += len(chunk)
         return chunk
+
+    def read_on(self) -> None:
+        """Reads past the plan fetch from now on (see `BatchFetcher.read_on`)."""
+        self.fetcher.read_on(self.url)
 
     def close(self) -> None:
         self.fallback.close()

@@ -76,13 +76,15 @@ class FileIndex:
         hi = min(int(samples.max()) + REORDER_SAMPLES, n - 1)
         return int(self.starts[lo : hi + 1].min()), int(self.ends[lo : hi + 1].max())
 
-    def frame_ranges(self, frames: np.ndarray, reorder: int = REORDER_SAMPLES) -> tuple[np.ndarray, np.ndarray]:
+    def frame_ranges(
+        self, frames: np.ndarray, reorder: int = REORDER_SAMPLES, after: int = NEXT_SAMPLES
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(starts, ends) of the bytes decoding each presented frame alone reads: its samples from the keyframe
-        before it, plus `reorder` samples past it where the file reorders frames (`NEXT_SAMPLES` where not)."""
+        before it, plus `reorder` samples past it where the file reorders frames (`after` where not)."""
         n = len(self.order)
         samples = self.order[np.clip(frames, 0, n - 1)]
         key = self.sync[np.maximum(np.searchsorted(self.sync, samples, side="right") - 1, 0)]
-        last = np.minimum(samples + (reorder if self.reorders else NEXT_SAMPLES), n - 1)
+        last = np.minimum(samples + (reorder if self.reorders else after), n - 1)
         return self.starts[key], self.ends[last]
 
     def pinned(self, pos: int, n: int) -> bytes | None:
