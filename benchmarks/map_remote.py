@@ -11,9 +11,10 @@ took during the run (they share the machine's cores with the loader); `--json FI
 
 The bounds, in the same run: the source `s3-bare` is the same S3 server without its shaping proxy (no added latency
 or bandwidth cap), so `s3-bare` against `local` is what the remote path itself costs on these cores, and `s3` against
-`s3-bare` what the latency costs; the last line is the read amplification of a reader fetching exactly what FFmpeg's
-decoder reads for a random frame (its packets from the keyframe, plus the one packet after it that the decoder reads
-before returning the frame), the floor for any plan made from the sample tables.
+`s3-bare` what the latency costs. The last lines put each remote source's frames/s against two ceilings: the share
+of the cores the loopback storage (servers and metering proxy) left to the decoders, and that share less the
+client's own CPU per request, measured alone (batches planned and fetched as dlbench_map does, nothing decoded) at
+the run's requests per frame and local disk's frame rate.
 Runs go through this interpreter: to compare two trees, run it with each on PYTHONPATH.
 """
 
@@ -36,9 +37,9 @@ import numpy as np
 import psutil
 
 from dlbench import loopback
+from dlbench.loader.batch_fetch import BatchFetcher
 from dlbench.loader.dataset_meta import DatasetMeta
-from dlbench.loader.fetch import FileIndexes
-from dlbench.sources import LOOPBACK_CREDENTIALS
+from dlbench.sources import LOOPBACK_CREDENTIALS, apply_env, spec_from_endpoint
 
 METRICS = (
     "frames_per_s_node",
@@ -56,15 +57,31 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _dlbench(work: Path, *args: str) -> subprocess.CompletedProcess:
-    """The dlbench command run in `work`, where results/sources/ holds the loopback servers' state."""
+def _env(work: Path) -> dict[str, str]:
+    """This environment for a child reading the loopback servers: their credentials, no Hub or fsspec settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "FSSPEC_"))}
     env.update(LOOPBACK_CREDENTIALS, HF_HUB_DISABLE_TELEMETRY="1", HF_HOME=str(work / "hf-home"))
+    return env
+
+
+def _dlbench(work: Path, *args: str) -> subprocess.CompletedProcess:
+    """The dlbench command run in `work`, where results/sources/ holds the loopback servers' state."""
     run = subprocess.run(
-        [sys.executable, "-m", "dlbench", "-q", *args], cwd=work, env=env, capture_output=True, text=True
+        [sys.executable, "-m", "dlbench", "-q", *args], cwd=work, env=_env(work), capture_output=True, text=True
     )
     if run.returncode:
         raise SystemExit(f"dlbench {' '.join(args[:3])} failed:\n{run.stderr[-3000:]}")
+    return run
+
+
+def _client(work: Path, function: str, *args: str) -> subprocess.CompletedProcess:
+    """This module's `function(*args)` in a fresh process with `_dlbench`'s environment (its JSON on stdout)."""
+    env = _env(work)
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    code = f"import json, sys; from benchmarks.map_remote import {function} as f; print(json.dumps(f(*sys.argv[1:])))"
+    run = subprocess.run([sys.executable, "-c", code, *args], cwd=work, env=env, capture_output=True, text=True)
+    if run.returncode:
+        raise SystemExit(f"{function} failed:\n{run.stderr[-3000:]}")
     return run
 
 
@@ -124,25 +141,53 @@ def _bench(work: Path, root: str, endpoint: str | None, out: Path, a) -> dict:
     return {**{k: metrics.get(k) for k in METRICS}, "server_cores": server_cores, "meter_cores": meter_cores}
 
 
-def decoder_floor(dataset: str, frames: int = 2000, seed: int = 0) -> float:
-    """Read amplification of fetching, for random frames of every camera, each frame's planned range alone (its
-    packets from the keyframe before it, plus the one packet after it FFmpeg's decoder reads before returning it;
-    `FileIndex.frame_ranges`), over the bytes the metering counts as needed (the packets up to the frame). Frames
-    are taken alone: a batch whose frames share a GOP reads less."""
-    dmeta = DatasetMeta.load(dataset)
-    indexes = FileIndexes()
-    rows = np.random.default_rng(seed).integers(0, dmeta.num_frames, frames)
-    eps = np.searchsorted(dmeta.ep_to, rows, side="right")
-    read = needed = 0
-    for cam in dmeta.cameras:
-        for row, ep in zip(rows.tolist(), eps.tolist()):
-            index = indexes.get(dmeta.video_url(cam, ep))
-            frame = int(round(float(dmeta.video_from[cam][ep]) * dmeta.fps)) + row - int(dmeta.ep_from[ep])
-            lo, hi = index.frame_ranges(np.array([frame]))
-            sample = index.order[min(frame, len(index.order) - 1)]
-            read += int(hi[0] - lo[0])
-            needed += int(index.ends[sample] - lo[0])
-    return read / needed
+def fetch_cost(root: str, endpoint: str, batches: int | str, batch_size: int | str, seed: int = 0) -> dict:
+    """The client's side of remote reads alone, in this process: `BatchFetcher.prefetch` of random batches as
+    dlbench_map plans them (every camera's frames of `batch_size` random rows), nothing decoded. CPU time of the
+    process (its fetch threads and fsspec's I/O loop included) per request made, wall time per batch."""
+    batches, batch_size = int(batches), int(batch_size)
+    apply_env(spec_from_endpoint(endpoint))
+    dmeta = DatasetMeta.load(root)
+    fetcher, rng = BatchFetcher(), np.random.default_rng(seed)
+
+    def batch() -> list[tuple[str, np.ndarray]]:
+        rows = rng.integers(0, dmeta.num_frames, batch_size)
+        eps = np.searchsorted(dmeta.ep_to, rows, side="right")
+        frame = lambda cam, row, ep: round(dmeta.video_from[cam][ep] * dmeta.fps) + row - dmeta.ep_from[ep]  # noqa: E731
+        return [
+            (dmeta.video_url(cam, ep), np.array([frame(cam, row, ep) / dmeta.fps]))
+            for cam in dmeta.cameras
+            for row, ep in zip(rows.tolist(), eps.tolist())
+        ]
+
+    for url in {dmeta.video_url(cam, ep) for cam in dmeta.cameras for ep in range(len(dmeta.ep_to))}:
+        fetcher.indexes.get(url)  # every file's index first: opening files is not a batch's cost
+    plans = [batch() for _ in range(batches)]
+    cpu0, t0, r0 = time.process_time(), time.perf_counter(), fetcher.requests
+    for requests in plans:
+        fetcher.prefetch(requests, dmeta.fps)
+    cpu, wall, made = time.process_time() - cpu0, time.perf_counter() - t0, fetcher.requests - r0
+    return {"cpu_ms_per_request": 1000 * cpu / max(made, 1), "wall_ms_per_batch": 1000 * wall / batches}
+
+
+def _bounds(runs: dict[str, list[dict]], local: float, contenders: dict, a) -> None:
+    """Per remote source, where its frames/s is bounded on this machine: the cores the loopback storage took from
+    the decoders, and the client's own CPU per request (measured alone, `fetch_cost`) at one run's request rate."""
+    cores = len(os.sched_getaffinity(0))
+    print(f"\nbounds on these {cores} cores (frames/s as a share of local disk's):")
+    for key, rs in runs.items():
+        if key == "local":
+            continue
+        root, endpoint = contenders[key]
+        cost = json.loads(_client(Path.cwd(), "fetch_cost", root, endpoint, "40", str(a.batch_size)).stdout)
+        busy = statistics.median(r["server_cores"] + r["meter_cores"] for r in rs)
+        per_frame = statistics.median(r["remote_requests_per_kframe"] for r in rs) / 1000
+        client = cost["cpu_ms_per_request"] / 1000 * per_frame * local  # cores at local's frame rate
+        print(
+            f"  {key:<7} storage on these cores: {100 * (1 - busy / cores):5.1f}%;  client fetch alone "
+            f"{cost['cpu_ms_per_request']:.2f} ms CPU a request, {cost['wall_ms_per_batch']:.0f} ms a batch, "
+            f"{client:.2f} cores at local's rate: {100 * (1 - (busy + client) / cores):5.1f}% with both"
+        )
 
 
 def main(argv=None) -> None:
@@ -217,7 +262,8 @@ def main(argv=None) -> None:
                 f"  {key:<7} {med['frames_per_s_node']:8.1f} frames/s {share:>16}  {remote}  "
                 f"frames wrong {wrong} of {verified} checked; busy: servers {cores:.2f}, meter {meter_cores:.2f} cores"
             )
-        print(f"  floor of read amplification (what FFmpeg's decoder reads): {decoder_floor(dataset):.2f}")
+        if local:
+            _bounds(runs, local, contenders, a)
         if a.json:
             Path(a.json).write_text(json.dumps(runs, indent=1))
     finally:
