@@ -124,6 +124,9 @@ def test_dlbench_loaders_read_the_hub(endpoint, repos):
     ref = LeRobotMapDataset(local, return_uint8=True)
     for i in (0, len(ref) // 2, len(ref) - 1):
         _assert_items_equal(mapped[i], ref[i], i)
+    # the batches' ranges went by plain HTTP to the files' resolve URLs, not through HfFileSystem
+    direct = [found for found, _, _ in mapped.builder.batch_fetcher._direct.values()]
+    assert direct and all(found and "/datasets/local/several/resolve/v3.0/videos/" in found for found in direct)
 
 
 # Runs in the peer environment: LeRobot 0.6.1's loaders over the Hub at HF_ENDPOINT, and LeRobotDataset over the
@@ -349,6 +352,8 @@ def test_dlbench_loaders_read_a_bucket_frame_by_frame(bucket_endpoint, buckets):
     assert len(mapped) == len(ref)
     for i in range(len(ref)):
         _assert_items_equal(mapped[i], ref[i], i)
+    direct = mapped.builder.batch_fetcher._direct  # a bucket's bytes come through Xet: no plain URL for them
+    assert direct and all(found is None for found, _, _ in direct.values())
 
 
 def test_a_bucket_source_is_staged_read_and_metered_for_dlbench_and_lerobot(v30_h264_one_file, tmp_path):

@@ -3,6 +3,8 @@ right, every read the decoders make inside the plan, fewer requests than reads a
 
 # ruff: noqa: F811 (tests take the loopback S3 server fixture `s3`, imported from test_sources, as an argument)
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -66,6 +68,27 @@ def test_remote_batches_read_only_what_was_planned(s3, v30_h264_one_file, tmp_pa
     assert 0 < requests == fetcher.requests - fetched_before <= batches * len(ds.meta.cameras)
     video_bytes = sum((v30_h264_one_file / ds.meta.video_file[cam][0]).stat().st_size for cam in ds.meta.cameras)
     assert fetcher.bytes <= video_bytes
+
+
+def test_ranges_go_by_plain_http_and_a_url_that_fails_is_dropped(s3, v30_h264_one_file, tmp_path, monkeypatch):
+    """The planned ranges go to presigned URLs by plain HTTP (a fraction of s3fs's CPU a request); a URL that stops
+    serving (expired, revoked) fails over to s3fs for its ranges, the frames stay right, and it is not used again."""
+    url = _staged(s3, v30_h264_one_file, tmp_path, monkeypatch)
+    apply_env(s3["fast"])
+    ds = LeRobotMapDataset(url, return_uint8=True)
+    rng = np.random.default_rng(3)
+    for item in ds.__getitems__(rng.choice(len(ds), 8, replace=False).tolist()):
+        check_item(ds, item)
+    fetcher = ds.builder.batch_fetcher
+    files = list(fetcher._direct)
+    assert files and all("Signature=" in fetcher._direct[f][0] for f in files), fetcher._direct  # presigned
+    for f in files:
+        fetcher._direct[f] = ("http://127.0.0.1:9/gone", {}, math.inf)
+    fetcher._held.clear()  # so that the next batch fetches
+    requests = fetcher.requests
+    for item in ds.__getitems__(rng.choice(len(ds), 8, replace=False).tolist()):
+        check_item(ds, item)
+    assert fetcher.requests > requests and all(fetcher._direct[f][0] is None for f in files)
 
 
 def test_held_bytes_stay_within_budget_and_frames_stay_right(s3, v30_h264_one_file, tmp_path, monkeypatch):
