@@ -1,6 +1,7 @@
 """Remote map-style benchmark: dlbench_map from local disk, the loopback S3 server and the loopback Hub, in one run.
 
     python -m benchmarks.map_remote --dataset results/datasets/synthetic/v30 [--mode single] [--repeats 2]
+        [--lance results/datasets/synthetic/lance]
 
 Starts SeaweedFS and the loopback Hub, each behind a shaping proxy (`--latency-ms`, `--bandwidth-mbps`: remote
 storage), stages the dataset on both, then alternates bench runs of dlbench_map (same mode, batch size, workers) over
@@ -123,13 +124,14 @@ class _MeterCpu(threading.Thread):
         return sum(self.seen.values())
 
 
-def _bench(work: Path, root: str, endpoint: str | None, out: Path, a) -> dict:
+def _bench(work: Path, root: str, endpoint: str | None, lance: str | None, out: Path, a) -> dict:
     """One bench run's figures (`METRICS`), and the cores the loopback servers (`server_cores`) and the metering
-    proxy (`meter_cores`) kept busy over the run."""
+    proxy (`meter_cores`) kept busy over the run. With `lance` (its Lance copy), the run is lance_map's."""
     state = work / loopback.STATE
     meter = _MeterCpu()
     cpu0, t0 = _server_cpu_s(state), time.monotonic()
-    cmd = ["bench-run", "--root", root, "--out-dir", str(out), "--loader", "dlbench_map", "--mode", a.mode]
+    loader = ["--loader", "lance_map", "--lance-root", lance] if lance else ["--loader", "dlbench_map"]
+    cmd = ["bench-run", "--root", root, "--out-dir", str(out), *loader, "--mode", a.mode]
     cmd += ["--batch-size", str(a.batch_size), "--num-workers", str(a.workers), "--duration-s", str(a.duration_s)]
     cmd += ["--warmup-s", str(a.warmup_s), "--repeats", "1"]
     if endpoint:
@@ -176,9 +178,9 @@ def _bounds(runs: dict[str, list[dict]], local: float, contenders: dict, a) -> N
     cores = len(os.sched_getaffinity(0))
     print(f"\nbounds on these {cores} cores (frames/s as a share of local disk's):")
     for key, rs in runs.items():
-        if key == "local":
+        root, endpoint, lance = contenders[key]
+        if endpoint is None or lance:  # dlbench_map's remote sources only
             continue
-        root, endpoint = contenders[key]
         cost = json.loads(_client(Path.cwd(), "fetch_cost", root, endpoint, "40", str(a.batch_size)).stdout)
         busy = statistics.median(r["server_cores"] + r["meter_cores"] for r in rs)
         per_frame = statistics.median(r["remote_requests_per_kframe"] for r in rs) / 1000
@@ -202,6 +204,7 @@ def main(argv=None) -> None:
     ap.add_argument("--latency-ms", type=float, default=20.0, help="added to every response of both servers")
     ap.add_argument("--bandwidth-mbps", type=float, default=1000.0, help="each server's bandwidth cap")
     ap.add_argument("--sources", default="local,s3,s3-bare,hub", help="comma-separated: local, s3, s3-bare, hub")
+    ap.add_argument("--lance", help="the dataset's Lance copy (dlbench lance-convert): adds lance_map, local and S3")
     ap.add_argument("--json", help="write every run's figures here")
     a = ap.parse_args(argv)
     dataset = str(Path(a.dataset).absolute())
@@ -221,16 +224,23 @@ def main(argv=None) -> None:
     )
     try:
         name = Path(dataset).name
-        contenders = {
-            "local": (dataset, None),
-            "s3": (f"s3://dlbench-map/{name}", f"loopback:{s3_shaped}"),
-            "s3-bare": (f"s3://dlbench-map/{name}", "loopback"),  # no shaping proxy
-            "hub": (f"hf://datasets/dlbench/{name}@v3.0", f"loopback-hub:{hub_shaped}"),
+        s3_root, lance_url = f"s3://dlbench-map/{name}", f"s3://dlbench-map/{name}.lance"
+        contenders = {  # key: (dataset root, endpoint, Lance copy for lance_map)
+            "local": (dataset, None, None),
+            "s3": (s3_root, f"loopback:{s3_shaped}", None),
+            "s3-bare": (s3_root, "loopback", None),  # no shaping proxy
+            "hub": (f"hf://datasets/dlbench/{name}@v3.0", f"loopback-hub:{hub_shaped}", None),
         }
         contenders = {k: v for k, v in contenders.items() if k in a.sources.split(",")}
-        staged = {"s3": "loopback", "s3-bare": "loopback", "hub": "loopback-hub"}
+        if a.lance:  # lance_map reads Lance copies on local disk or S3 only
+            lance = str(Path(a.lance).absolute())
+            contenders["lance"] = (dataset, None, lance)
+            contenders["s3-lance"] = (s3_root, f"loopback:{s3_shaped}", lance_url)
+            marker = str(work / "lance.json")
+            _dlbench(work, "stage", lance, lance_url, "--marker", marker, "--endpoint-url", "loopback")
+        staged = {"s3": "loopback", "s3-bare": "loopback", "s3-lance": "loopback", "hub": "loopback-hub"}
         done = set()
-        for key, (root, _) in contenders.items():
+        for key, (root, _, _) in contenders.items():
             if key in staged and root not in done:
                 done.add(root)
                 _dlbench(
@@ -238,11 +248,12 @@ def main(argv=None) -> None:
                 )
         runs: dict[str, list[dict]] = {k: [] for k in contenders}
         for r in range(a.repeats):  # interleaved, so drift on a noisy machine hits every source alike
-            for key, (root, endpoint) in contenders.items():
-                runs[key].append(_bench(work, root, endpoint, work / f"run{r}-{key}", a))
+            for key, (root, endpoint, lance) in contenders.items():
+                runs[key].append(_bench(work, root, endpoint, lance, work / f"run{r}-{key}", a))
                 print(f"{key} run {r}: {json.dumps(runs[key][-1])}", flush=True)
         print(
-            f"\ndlbench_map, mode {a.mode}, batch {a.batch_size}, {a.workers} workers, {a.duration_s:g} s windows, "
+            f"\ndlbench_map (lance, s3-lance: lance_map), mode {a.mode}, batch {a.batch_size}, {a.workers} workers, "
+            f"{a.duration_s:g} s windows, "
             f"remote +{a.latency_ms:g} ms, {a.bandwidth_mbps:g} Mbit/s; median of {a.repeats}:"
         )
         local = statistics.median(r["frames_per_s_node"] for r in runs["local"]) if "local" in runs else None
@@ -262,6 +273,12 @@ def main(argv=None) -> None:
                 f"  {key:<7} {med['frames_per_s_node']:8.1f} frames/s {share:>16}  {remote}  "
                 f"frames wrong {wrong} of {verified} checked; busy: servers {cores:.2f}, meter {meter_cores:.2f} cores"
             )
+        for mine, theirs in (("local", "lance"), ("s3", "s3-lance")):
+            if mine in runs and theirs in runs:
+                ratio = statistics.median(r["frames_per_s_node"] for r in runs[mine]) / statistics.median(
+                    r["frames_per_s_node"] for r in runs[theirs]
+                )
+                print(f"  dlbench_map over lance_map, {mine}: {ratio:.2f}x")
         if local:
             _bounds(runs, local, contenders, a)
         if a.json:
