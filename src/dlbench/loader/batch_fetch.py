@@ -4,9 +4,10 @@ Read as the decoders ask, a random frame of a remote video costs a request per r
 then each packet up to the frame, through fixed-size blocks that mostly fetch bytes no frame needs). A map-style
 batch knows all its frames before decoding any, and a file's sample tables (its MP4 index) say where each frame's
 packets are. So `BatchFetcher.prefetch` turns a batch's decode requests into byte ranges, one per frame from its
-keyframe to its last packet, merges ranges of a file that (nearly) touch, and fetches them all at once (s3fs and
-HTTP: one `cat_ranges` on fsspec's I/O loop; other filesystems: a small thread pool). The decoders then read
-through `BatchFile`: fetched bytes from memory, the file's head and tail (ftyp, moov, the first packets) from
+keyframe to its last packet, merges ranges of a file that (nearly) touch, and starts them all at once (plain HTTP:
+one request each in flight on fsspec's I/O loop; s3fs: one `cat_ranges`; other filesystems: a small thread pool).
+The decoders then read through `BatchFile`: fetched bytes from memory (a range still in flight is waited for, alone,
+so decoding starts as the first range arrives), the file's head and tail (ftyp, moov, the first packets) from
 memory, anything else with an ordinary ranged read (counted in `fallback_reads`, which a good plan keeps near zero).
 
 A decoder reads a packet or more past the frame it returns before returning it (FFmpeg's libdav1d: the next one,
@@ -28,11 +29,12 @@ ranges fetched through the file's own filesystem.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import math
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import fsspec
 import numpy as np
@@ -127,6 +129,7 @@ class BatchFetcher:
         self._read_on: set[str] = set()  # files whose reads past the plan are fetched, never ended
         self._fs: dict[str, tuple] = {}  # url -> (filesystem, path): resolving a URL costs more than a request
         self._direct: dict[str, tuple[str | None, dict, float]] = {}  # url -> (HTTP URL or None, headers, until)
+        self._pending: dict[str, list[tuple[int, int, Future]]] = {}  # url -> ranges in flight: (lo, hi, bytes)
 
     def plan(self, requests: list[tuple[str, np.ndarray]], fps: float) -> dict[str, list[tuple[int, int]]]:
         """url -> the byte ranges not yet held that decoding `requests` ((video URL, seconds in the file) each)
@@ -153,48 +156,56 @@ class BatchFetcher:
         return plan
 
     def prefetch(self, requests: list[tuple[str, np.ndarray]], fps: float) -> None:
-        """Fetch what decoding `requests` ((video URL, seconds in the file) each) reads and is not held yet."""
+        """Start fetching what decoding `requests` ((video URL, seconds in the file) each) reads and is not held
+        yet. Ranges with a plain HTTP URL are each in flight on fsspec's I/O loop when this returns: a read waits
+        for its own range only, so decoding starts as the first range arrives. Other ranges are fetched here."""
+        self.settle()  # the previous batch's ranges land before this one is planned against what is held
         plan = self.plan(requests, fps)
-        jobs = [(url, lo, hi) for url, ranges in plan.items() for lo, hi in ranges]
-        for (url, lo, hi), data in zip(jobs, self._fetch(jobs) if jobs else []):
-            if isinstance(data, BaseException):  # read as the decoder asks instead, which reports a lasting failure
-                self._read_on.add(url)
+        rest = []
+        for url, ranges in plan.items():
+            direct = self._direct_url(url)
+            if direct is None:
+                rest += [(url, lo, hi) for lo, hi in ranges]
                 continue
-            if len(data) != hi - lo:
-                raise UserError(f"{url}: asked for bytes {lo}-{hi}, got {len(data)}; the file changed while read")
-            self._bytes_held += len(data) - self._held[url].add(lo, data, self._stamp)
-            self.requests += 1
-            self.bytes += len(data)
+            http = fsspec.filesystem("http")
+            for lo, hi in ranges:
+                fetch = http._cat_file(direct[0], start=lo, end=hi, headers=direct[1])
+                self._pending.setdefault(url, []).append((lo, hi, asyncio.run_coroutine_threadsafe(fetch, http.loop)))
+        for job, data in zip(rest, self._fetch_through_fs(rest) if rest else []):
+            self._take(job, data)
         self._evict()
 
-    def _fetch(self, jobs: list[tuple[str, int, int]]) -> list[bytes | BaseException]:
-        """The bytes of each (url, lo, hi), fetched concurrently: by plain HTTP where the file has a direct URL,
-        else (or where that failed) through its filesystem."""
-        out: list = [None] * len(jobs)
-        by_headers: dict[tuple, list[int]] = {}
-        for i, (url, _, _) in enumerate(jobs):
-            direct = self._direct_url(url)
-            if direct is not None:
-                by_headers.setdefault(tuple(sorted(direct[1].items())), []).append(i)
-        http = fsspec.filesystem("http") if by_headers else None
-        for headers, picked in by_headers.items():
-            urls = [self._direct_url(jobs[i][0])[0] for i in picked]
-            got = http.cat_ranges(
-                urls,
-                [jobs[i][1] for i in picked],
-                [jobs[i][2] for i in picked],
-                on_error="return",
-                headers=dict(headers),
-            )
-            for i, data in zip(picked, got):
-                if isinstance(data, BaseException):
-                    self._direct[jobs[i][0]] = (None, {}, math.inf)  # its own filesystem from now on
-                else:
-                    out[i] = data
-        rest = [i for i, data in enumerate(out) if data is None]
-        for i, data in zip(rest, self._fetch_through_fs([jobs[i] for i in rest]) if rest else []):
-            out[i] = data
-        return out
+    def settle(self) -> None:
+        """Wait for every range still in flight and hold it (a decoder's reads land the ranges they need)."""
+        for url in list(self._pending):
+            while self._pending.get(url):
+                self._land(url, 0)
+
+    def _land(self, url: str, k: int) -> None:
+        """Hold the `k`th range in flight of `url` once it arrives; where its plain HTTP URL failed, the URL is
+        dropped and the range fetched through the file's own filesystem instead."""
+        lo, hi, future = self._pending[url].pop(k)
+        try:
+            data = future.result()
+        except Exception as e:  # an HTTP error, an expired URL: the filesystem reads it instead
+            data = e
+        if isinstance(data, BaseException):
+            self._direct[url] = (None, {}, math.inf)  # its own filesystem from now on
+            data = self._fetch_through_fs([(url, lo, hi)])[0]
+        self._take((url, lo, hi), data)
+
+    def _take(self, job: tuple[str, int, int], data: bytes | BaseException) -> None:
+        """Hold a fetched range (a failed one: the file is read as the decoder asks, which reports a lasting
+        failure)."""
+        url, lo, hi = job
+        if isinstance(data, BaseException):
+            self._read_on.add(url)
+            return
+        if len(data) != hi - lo:
+            raise UserError(f"{url}: asked for bytes {lo}-{hi}, got {len(data)}; the file changed while read")
+        self._bytes_held += len(data) - self._held.setdefault(url, _Held()).add(lo, data, self._stamp)
+        self.requests += 1
+        self.bytes += len(data)
 
     def _fetch_through_fs(self, jobs: list[tuple[str, int, int]]) -> list[bytes | BaseException]:
         fs, paths = self._resolve(jobs[0][0])[0], [self._resolve(url)[1] for url, _, _ in jobs]
@@ -241,11 +252,13 @@ class BatchFetcher:
             if pinned is not None:
                 return pinned
         held = self._held.get(url)
-        if held is None:
-            return None
-        i = held.find(pos)
+        i = held.find(pos) if held is not None else -1
         if i < 0:
-            return None
+            flying = [k for k, (lo, hi, _) in enumerate(self._pending.get(url, ())) if lo <= pos < hi]
+            if not flying:
+                return None
+            self._land(url, flying[0])  # wait for this range alone
+            return self.read(url, pos, n)
         at = pos - held.starts[i]
         return held.chunks[i][at : at + n]
 
@@ -346,6 +359,7 @@ class BatchFile:
             return b""
         if chunk is None:
             # outside the plan: read up to the next held range only, never again what is held
+            self.fetcher.settle()
             nxt = self.fetcher.next_held(self.url, self.pos)
             if nxt is not None:
                 n = min(n, nxt - self.pos)

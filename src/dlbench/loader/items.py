@@ -122,7 +122,7 @@ class ItemBuilder:
         self._cache: VideoDecoderCache | None = None
         self._pid = None
         self.decode_s = 0.0  # time spent decoding in this process (for the fetch/decode split)
-        self.fetch_s = 0.0  # time spent fetching batches' video ahead of decoding (`batch_reads`)
+        self.fetch_s = 0.0  # time spent planning and starting batches' fetches before decoding (`batch_reads`)
 
     def hold(self, columns: dict[str, np.ndarray], runs: list[tuple[int, int]]) -> None:
         """Take `columns` holding the global rows of `runs` ([start, stop) each, ascending), stored back to back."""
@@ -229,6 +229,8 @@ class ItemBuilder:
                 split = split_runs(got, len(wanted)) if cam in self.windows else got.unbind(0)
                 for i, f in zip(range(len(rows)) if member is None else member.tolist(), split):
                     frames[i] = f
+        if self.batch_reads:  # every range of the batch held, counted, before the next is planned
+            self.batch_fetcher.settle()
         if not gather:  # the batch gathers the fields (see `RowItem`)
             cams = list(per_item)
             return [RowItem(self, row, dict(zip(cams, f))) for row, *f in zip(rows.tolist(), *per_item.values())]
