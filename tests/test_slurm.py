@@ -133,7 +133,10 @@ def _windows_by_host(results: Path) -> dict[str, list[tuple[float, float, str]]]
 
 def test_workflow_end_to_end_on_two_hosts(cluster, tmp_path):
     config = _server_on_submit_host(with_buckets(SLURM_TINY, scenarios=("bucket", "warm")))
-    env = {**cluster, "DLBENCH_CONVERT_PAUSE_S": "0.3"}  # units last long enough for both nodes to take some
+    # the two work jobs are then the only jobs ready after the plan (a scaling run, exclusive, could hold one node
+    # until the other node's worker had done every unit), and units last long enough for both nodes to take some
+    config["convert"] = {**config["convert"], "scaling_workers": []}
+    env = {**cluster, "DLBENCH_CONVERT_PAUSE_S": "0.6"}
     proc = snakemake_slurm(tmp_path, config, env)
     assert proc.returncode == 0, proc.stderr[-4000:]
     results = tmp_path / "results"
