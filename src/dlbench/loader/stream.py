@@ -17,7 +17,8 @@ memory stays bounded however large the frames and windows are.
 Resuming: what an epoch has delivered is, for each virtual shard, a prefix of its stream: the state is one count per
 virtual shard (`state_dict`; the ranks' counts are gathered under torch.distributed, or combined with
 `merge_states`). `load_state_dict` resumes it with any ranks and workers: each worker replays the delivered prefix
-of its virtual shards without decoding and yields the rest, so the epoch ends with every frame delivered exactly once.
+of its virtual shards without decoding and yields the rest, so the epoch ends with every frame delivered exactly once
+(`loader.resume` keeps the counts and checks a state against the stream).
 
 What depends on W: the consumer's sequence of items. The DataLoader takes batches from its workers in turn, and a
 worker interleaves its own shards, so which virtual shards are read at the same time, and which batch comes from
@@ -59,12 +60,12 @@ from .partition import (
     split_episodes,
     worker_shards,
 )
+from .resume import Delivered, merge_states
 from .world import rank_and_world
 
 SHARD_KEY = "_shard"  # the item's virtual shard
 POS_KEY = "_pos"  # its place in that virtual shard's stream of the epoch
 EPOCH_KEY = "_epoch"  # the epoch it belongs to (persistent DataLoader workers advance their own)
-_STATE_KEYS = ("seed", "virtual_shards", "dataset", "order")  # what a state must match to be resumed or merged
 
 
 class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
@@ -201,9 +202,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         if not decoder_cache_size:
             self.builder.cache_size = len(self.meta.cameras) * (self.lanes.at_once * self.lanes.pool + 2)
         self._loaded: tuple | None = None  # the runs of rows whose parquet columns are in memory
-        self._delivered: dict[int, int] = {}  # virtual shard -> items of its stream delivered in `_state_epoch`
-        self._state_epoch = 0
-        self._skip: dict[int, int] = {}  # items each virtual shard skips on the first pass after load_state_dict
+        self.delivered = Delivered()  # what this process delivered of the epoch; what a loaded state skips
 
     def _cut(self, virtual_shards: int | None) -> None:
         """The episodes read (all, or `episodes=`), cut into virtual shards of about equal frames."""
@@ -223,7 +222,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         """Start epoch `epoch` from its beginning (forgets what was delivered or loaded of another)."""
         self.epoch, self._iters = epoch, 0
-        self._delivered, self._skip, self._state_epoch = {}, {}, epoch
+        self.delivered.start(epoch)
 
     def observe(self, batch: dict) -> None:
         """Record a batch the consumer has taken (needed for `state_dict()` when num_workers > 0; items must carry
@@ -234,16 +233,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             torch.as_tensor(batch[k]).reshape(-1).tolist() for k in (SHARD_KEY, POS_KEY, EPOCH_KEY)
         )
         for shard, pos, epoch in zip(shards, positions, epochs):
-            self._note(epoch, shard, pos + 1)
-
-    def _note(self, epoch: int, shard: int, count: int) -> None:
-        """`count` items of `shard`'s stream in `epoch` are delivered; an item of a later epoch starts its count."""
-        if epoch != self._state_epoch:
-            if epoch < self._state_epoch:
-                return  # a batch of an epoch already left behind
-            self._state_epoch, self._delivered = epoch, {}
-        if count > self._delivered.get(shard, 0):
-            self._delivered[shard] = count
+            self.delivered.note(epoch, shard, pos + 1)
 
     def _identity(self) -> dict:
         """What a state must match to be resumed here: every virtual shard's order depends on all of it."""
@@ -275,12 +265,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         Where torch.distributed's process group is initialized and matches this dataset's rank and world size,
         every rank must call it at the same point (it gathers the ranks' counts) and each gets the global state;
         otherwise combine the ranks' states with `merge_states`."""
-        state = {
-            **self._identity(),
-            "epoch": self._state_epoch,
-            "ranks": {"world_size": self.world_size, "counted": [self.rank]},
-            "delivered": {int(k): int(v) for k, v in sorted(self._delivered.items())},
-        }
+        state = self.delivered.state(self._identity(), self.rank, self.world_size)
         dist = torch.distributed
         if (
             self.world_size > 1
@@ -297,62 +282,15 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
     def merge_states(states: list[dict]) -> dict:
         """One state from every rank's `state_dict()` of the same point of an epoch (each rank counts only the
         virtual shards its workers read). A `UserError` if they come from different streams or epochs."""
-        if not states:
-            raise UserError("merge_states needs at least one state")
-        first = states[0]
-        for k, other in enumerate(states[1:], 1):
-            differ = [key for key in (*_STATE_KEYS, "epoch") if other.get(key) != first.get(key)]
-            if other["ranks"]["world_size"] != first["ranks"]["world_size"]:
-                differ.append("ranks.world_size")
-            if differ:
-                raise UserError(
-                    f"cannot merge these states: state {k} differs from state 0 in {', '.join(differ)} "
-                    f"(merge the states of one run's ranks, taken at the same step)"
-                )
-        delivered: dict[int, int] = {}
-        for state in states:
-            for shard, count in state["delivered"].items():
-                delivered[int(shard)] = max(delivered.get(int(shard), 0), int(count))
-        counted = sorted({r for state in states for r in state["ranks"]["counted"]})
-        ranks = {"world_size": first["ranks"]["world_size"], "counted": counted}
-        return {**first, "ranks": ranks, "delivered": dict(sorted(delivered.items()))}
+        return merge_states(states)
 
     def load_state_dict(self, state: dict) -> None:
         """Resume the epoch of `state` (from `state_dict`, merged over ranks): the next pass yields exactly what it
         had not delivered, with any ranks and DataLoader workers. A `UserError` if the state is not this stream's
         (another dataset, episodes, seed, virtual_shards or order arguments), is damaged, or lacks the counts of a
         rank that read some of the virtual shards this rank will read (merge the ranks' states first)."""
-        if "delivered" not in state or "ranks" not in state:
-            raise UserError(
-                "cannot resume: this state was saved by an older dlbench (counts per rank and worker); "
-                "it cannot be resumed exactly: start the epoch again (set_epoch)"
-            )
-        mine = self._identity()
-        differ = [
-            f"{key} {state.get(key)!r} (here {mine[key]!r})" for key in _STATE_KEYS if state.get(key) != mine[key]
-        ]
-        if differ:
-            raise UserError(
-                f"cannot resume: the state belongs to another stream: {'; '.join(differ)}; build the dataset with "
-                f"the same dataset, episodes, seed, virtual_shards, pool_size, buffer_size, read_ahead, buffer_mb, "
-                f"mode and return_uint8"
-            )
-        skip = {int(k): int(v) for k, v in state["delivered"].items()}
-        bad = [v for v, n in skip.items() if not (0 <= v < len(self._shards) and 0 <= n <= self._shard_frames[v])]
-        if bad:
-            raise UserError(f"cannot resume: the state's counts for virtual shards {bad} do not fit them (damaged?)")
-        epoch, saved = int(state["epoch"]), state["ranks"]
-        covered = {int(v) for r in saved["counted"] for v in self.rank_shards(epoch, r, saved["world_size"])}
-        uncounted = sorted(set(self.rank_shards(epoch).tolist()) - covered)
-        if uncounted:
-            raise UserError(
-                f"cannot resume: the state holds the counts of rank(s) {saved['counted']} of {saved['world_size']} "
-                f"only, and this rank reads virtual shards {uncounted[:8]} that others read; merge every rank's state "
-                f"first (LeRobotStreamingDataset.merge_states) or take it under torch.distributed"
-            )
-        self.epoch, self._iters, self._state_epoch = epoch, 0, epoch
-        self._skip = {v: n for v, n in skip.items() if n}
-        self._delivered = dict(self._skip)
+        self.epoch = self.delivered.load(state, self._identity(), self._shard_frames, self.rank_shards)
+        self._iters = 0
 
     def max_blocks(self) -> int:
         """Decoded blocks one worker's buffer keeps alive: `buffer_mb` over one block's bytes (at least 1)."""
@@ -447,7 +385,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         """Frames this rank yields in epoch `epoch` (all its workers together); after `load_state_dict`, those it
         has still to yield in the loaded epoch (until `set_epoch`)."""
         shards = self.rank_shards(self.epoch)
-        done = np.array([self._skip.get(int(v), 0) for v in shards], np.int64)
+        done = np.array([self.delivered.skip.get(int(v), 0) for v in shards], np.int64)
         return int((self._shard_frames[shards] - done).sum())
 
     # --------------------------------------------------------------------------------------------- iteration
@@ -456,7 +394,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         num_workers, worker = (info.num_workers, info.id) if info else (1, 0)
         epoch = self.epoch + self._iters
         # only the first pass after load_state_dict resumes; later epochs (persistent workers) start from the top
-        skip = self._skip if self._iters == 0 else {}
+        skip = self.delivered.skip if self._iters == 0 else {}
         self._iters += 1
         todo = [
             (int(v), skip.get(int(v), 0))
@@ -520,7 +458,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
                 item[SHARD_KEY], item[POS_KEY], item[EPOCH_KEY] = shard, pos, epoch
             pos += 1
             if record:
-                self._note(epoch, shard, pos)
+                self.delivered.note(epoch, shard, pos)
             yield item
 
     def _episode_of(self, row: int) -> int:
