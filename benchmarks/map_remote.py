@@ -124,16 +124,17 @@ class _MeterCpu(threading.Thread):
         return sum(self.seen.values())
 
 
-def _bench(work: Path, root: str, endpoint: str | None, lance: str | None, out: Path, a) -> dict:
+def _bench(work: Path, root: str, endpoint: str | None, lance: str | None, out: Path, a, *extra: str) -> dict:
     """One bench run's figures (`METRICS`), and the cores the loopback servers (`server_cores`) and the metering
-    proxy (`meter_cores`) kept busy over the run. With `lance` (its Lance copy), the run is lance_map's."""
+    proxy (`meter_cores`) kept busy over the run. With `lance` (its Lance copy), the run is lance_map's; `extra`:
+    more bench-run options."""
     state = work / loopback.STATE
     meter = _MeterCpu()
     cpu0, t0 = _server_cpu_s(state), time.monotonic()
     loader = ["--loader", "lance_map", "--lance-root", lance] if lance else ["--loader", "dlbench_map"]
     cmd = ["bench-run", "--root", root, "--out-dir", str(out), *loader, "--mode", a.mode]
     cmd += ["--batch-size", str(a.batch_size), "--num-workers", str(a.workers), "--duration-s", str(a.duration_s)]
-    cmd += ["--warmup-s", str(a.warmup_s), "--repeats", "1"]
+    cmd += ["--warmup-s", str(a.warmup_s), "--repeats", "1", *extra]
     if endpoint:
         cmd += ["--endpoint-url", endpoint]
     _dlbench(work, *cmd)
@@ -186,7 +187,7 @@ def _bounds(runs: dict[str, list[dict]], local: float, contenders: dict, a) -> N
         per_frame = statistics.median(r["remote_requests_per_kframe"] for r in rs) / 1000
         client = cost["cpu_ms_per_request"] / 1000 * per_frame * local  # cores at local's frame rate
         print(
-            f"  {key:<7} storage on these cores: {100 * (1 - busy / cores):5.1f}%;  client fetch alone "
+            f"  {key:<15} storage on these cores: {100 * (1 - busy / cores):5.1f}%;  client fetch alone "
             f"{cost['cpu_ms_per_request']:.2f} ms CPU a request, {cost['wall_ms_per_batch']:.0f} ms a batch, "
             f"{client:.2f} cores at local's rate: {100 * (1 - (busy + client) / cores):5.1f}% with both"
         )
@@ -203,7 +204,12 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--latency-ms", type=float, default=20.0, help="added to every response of both servers")
     ap.add_argument("--bandwidth-mbps", type=float, default=1000.0, help="each server's bandwidth cap")
-    ap.add_argument("--sources", default="local,s3,s3-bare,hub", help="comma-separated: local, s3, s3-bare, hub")
+    ap.add_argument(
+        "--sources",
+        default="local,s3,s3-no-lookahead,s3-bare,hub",
+        help="comma-separated: local, s3, s3-no-lookahead (each worker's next batch not fetched during this one), "
+        "s3-bare, hub",
+    )
     ap.add_argument("--lance", help="the dataset's Lance copy (dlbench lance-convert): adds lance_map, local and S3")
     ap.add_argument("--json", help="write every run's figures here")
     a = ap.parse_args(argv)
@@ -228,6 +234,7 @@ def main(argv=None) -> None:
         contenders = {  # key: (dataset root, endpoint, Lance copy for lance_map)
             "local": (dataset, None, None),
             "s3": (s3_root, f"loopback:{s3_shaped}", None),
+            "s3-no-lookahead": (s3_root, f"loopback:{s3_shaped}", None),
             "s3-bare": (s3_root, "loopback", None),  # no shaping proxy
             "hub": (f"hf://datasets/dlbench/{name}@v3.0", f"loopback-hub:{hub_shaped}", None),
         }
@@ -239,6 +246,7 @@ def main(argv=None) -> None:
             marker = str(work / "lance.json")
             _dlbench(work, "stage", lance, lance_url, "--marker", marker, "--endpoint-url", "loopback")
         staged = {"s3": "loopback", "s3-bare": "loopback", "s3-lance": "loopback", "hub": "loopback-hub"}
+        staged["s3-no-lookahead"] = "loopback"
         done = set()
         for key, (root, _, _) in contenders.items():
             if key in staged and root not in done:
@@ -249,7 +257,8 @@ def main(argv=None) -> None:
         runs: dict[str, list[dict]] = {k: [] for k in contenders}
         for r in range(a.repeats):  # interleaved, so drift on a noisy machine hits every source alike
             for key, (root, endpoint, lance) in contenders.items():
-                runs[key].append(_bench(work, root, endpoint, lance, work / f"run{r}-{key}", a))
+                extra = ["--no-lookahead"] if key.endswith("no-lookahead") else []
+                runs[key].append(_bench(work, root, endpoint, lance, work / f"run{r}-{key}", a, *extra))
                 print(f"{key} run {r}: {json.dumps(runs[key][-1])}", flush=True)
         print(
             f"\ndlbench_map (lance, s3-lance: lance_map), mode {a.mode}, batch {a.batch_size}, {a.workers} workers, "
@@ -270,7 +279,7 @@ def main(argv=None) -> None:
             verified = sum(r["frames_verified"] or 0 for r in rs)
             cores, meter_cores = (statistics.median(r[k] for r in rs) for k in ("server_cores", "meter_cores"))
             print(
-                f"  {key:<7} {med['frames_per_s_node']:8.1f} frames/s {share:>16}  {remote}  "
+                f"  {key:<15} {med['frames_per_s_node']:8.1f} frames/s {share:>16}  {remote}  "
                 f"frames wrong {wrong} of {verified} checked; busy: servers {cores:.2f}, meter {meter_cores:.2f} cores"
             )
         for mine, theirs in (("local", "lance"), ("s3", "s3-lance")):

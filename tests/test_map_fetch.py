@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from dlbench.loader import DataLoader, fetch
-from dlbench.loader.batch_fetch import GAP_READ_THROUGH, BatchFetcher, _Held, merge_ranges
+from dlbench.loader.batch_fetch import GAP_READ_THROUGH, BatchFetcher, _Held, merge_ranges, subtract_ranges
+from dlbench.loader.lookahead import AheadBatch, LookaheadBatches
 from dlbench.loader.map import LeRobotMapDataset
 from dlbench.sources import apply_env
 
@@ -30,6 +31,9 @@ def test_ranges_merge_when_close_and_held_bytes_are_not_fetched_again():
     assert held.find(19) == 0 and held.find(20) == -1 and held.find(34) == 1
     # a fetch merged across held ranges replaces them: every byte is found in the one range holding it
     assert held.add(5, b"z" * 40, stamp=4) == 15 and held.starts == [5] and held.find(40) == 0
+    # ranges in flight are not asked for again
+    assert subtract_ranges([(0, 10), (20, 30)], [(5, 22), (25, 26)]) == [(0, 5), (22, 25), (26, 30)]
+    assert subtract_ranges([(0, 10)], [(0, 10)]) == [] and subtract_ranges([(0, 10)], []) == [(0, 10)]
 
 
 def _staged(s3, v30_h264_one_file, tmp_path, monkeypatch) -> str:
@@ -211,3 +215,61 @@ def test_a_plan_short_of_a_frames_packet_is_decoded_again_reading_on(s3, v30_av1
     monkeypatch.setattr(fetch.FileIndex, "frame_ranges", short)
     fetcher, outside = _random_batches(url, monkeypatch)
     assert fetcher._read_on and outside > 0, vars(fetcher)
+
+
+def test_the_next_batch_is_fetched_during_this_one_and_then_costs_no_round_trip(
+    s3, v30_h264_one_file, tmp_path, monkeypatch
+):
+    """A batch that names the next (`AheadBatch`) starts that one's ranges after its own; the next batch then finds
+    every range it needs held or in flight and starts none itself. Frames right throughout, every request metered
+    is one the fetcher counted."""
+    from dlbench.loopback.meter import MeterProcess
+
+    url = _staged(s3, v30_h264_one_file, tmp_path, monkeypatch)
+    monkeypatch.setattr(fetch, "PROBED_BYTES", 0)  # every frame's bytes from the planned fetches
+    rng = np.random.default_rng(5)
+    with MeterProcess(s3["fast"]["endpoint_url"]) as meter:
+        apply_env({**s3["fast"], "endpoint_url": meter.url})
+        ds = LeRobotMapDataset(url, return_uint8=True, mode="sarm")
+        batches = [rng.choice(len(ds), 8, replace=False).tolist() for _ in range(6)]
+        ds.__getitems__([0])
+        fetcher = ds.builder.batch_fetcher
+        before = meter.counts()["requests"], fetcher.requests
+        before_ranges = fetcher.ranges_now + fetcher.ranges_ahead
+        for k, batch in enumerate(batches):
+            now = fetcher.ranges_now
+            following = batches[k + 1] if k + 1 < len(batches) else None
+            for item in ds.__getitems__(AheadBatch(batch, following)):
+                check_item(ds, item)
+            assert (fetcher.ranges_now > now) == (k == 0), k  # only the first batch fetched on demand
+        requests = meter.counts()["requests"] - before[0]
+    # (these small files are soon held whole: the later batches need little or nothing new)
+    assert fetcher.ranges_ahead > 0 and not any(fetcher._pending.values())
+    assert requests == fetcher.requests - before[1] == fetcher.ranges_now + fetcher.ranges_ahead - before_ranges
+
+
+def test_each_worker_is_told_the_batch_it_gets_next():
+    """torch's DataLoader (in order) hands batch k to worker k mod W: `LookaheadBatches`' guess of each worker's
+    next batch is the batch that worker then gets, for 1 to 3 workers."""
+    ds = _Echo()
+    for workers in (1, 2, 3):
+        sampler = torch.utils.data.BatchSampler(range(40), 3, drop_last=False)
+        loader = torch.utils.data.DataLoader(
+            ds, batch_sampler=LookaheadBatches(sampler, workers), num_workers=workers, collate_fn=lambda b: b[0]
+        )
+        got: dict[int, list] = {}
+        for worker, batch, ahead in loader:
+            got.setdefault(worker, []).append((batch, ahead))
+        assert sorted(i for seen in got.values() for b, _ in seen for i in b) == list(range(40))
+        for seen in got.values():
+            assert [ahead for _, ahead in seen] == [b for b, _ in seen[1:]] + [None], workers
+
+
+class _Echo(torch.utils.data.Dataset):
+    """Each batch as (worker id, its indices, the batch it names as next)."""
+
+    def __len__(self):
+        return 40
+
+    def __getitems__(self, indices):
+        return [(torch.utils.data.get_worker_info().id, list(indices), getattr(indices, "ahead", None))]

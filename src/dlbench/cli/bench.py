@@ -45,26 +45,36 @@ def _workers(text: str) -> int | str:
 HELP_HERE = {
     "dataset": "the dataset's name in records (default: the root's last path component)",
     "source": "the source's name in records",
+    "no_verify": "check no frame (the run is then 'unverified')",
 }
 
 
+def option_of(name: str, kwargs: dict) -> str:
+    """The command-line option of run option `name`: --no-NAME for a setting on by default."""
+    return f"--{'no-' if kwargs.get('action') == 'store_false' else ''}{name.replace('_', '-')}"
+
+
 def run_options(spec_class: type | None = None) -> list[tuple[str, dict]]:
-    """`bench-run`'s run options, one per `RunSpec` field a user sets (`verify` is --no-verify): (name, argparse
-    keywords). Unset ones take the spec file's value, else the schema's default (shown)."""
+    """`bench-run`'s run options, one per `RunSpec` field a user sets: (name, argparse keywords). Unset ones take
+    the spec file's value, else the schema's default (shown). A setting on by default is turned off by --no-NAME
+    (`option_of`), any other boolean turned on by --NAME."""
     from ..runspec import RESOLVED, RESOLVED_CHOICES, RunSpec, choices, description, value_type
 
     resolved = {name: help_ for name, _, _, help_ in RESOLVED}
     options = []
     for f in dataclasses.fields(spec_class or RunSpec):
-        if f.name == "verify" or (f.name in resolved and resolved[f.name] is None):
+        if f.name in resolved and resolved[f.name] is None:
             continue
         if f.name in resolved:
             kind, allowed, text = str, RESOLVED_CHOICES.get(f.name), resolved[f.name]
         else:
             kind, allowed, text = value_type(f.name), choices(f.name), HELP_HERE.get(f.name, description(f.name))
         shown = f" (default: {f.default})" if f.default is not None and f.name != "scenario" else ""
-        if kind is bool:  # a flag: given, it turns the setting on
-            options.append((f.name, dict(action="store_true", default=None, help=text)))
+        if kind is bool:  # a flag: given, it turns the setting from its default to the other value
+            action = "store_false" if f.default is True else "store_true"
+            if f.default is True:
+                text = HELP_HERE.get(f"no_{f.name}", f"turn off (on by default): {text}")
+            options.append((f.name, dict(action=action, default=None, help=text)))
             continue
         if isinstance(kind, tuple):  # num_workers: a number or auto
             kind, allowed = _workers, None
@@ -89,7 +99,7 @@ def _loader(text: str) -> str:
 
 def _add_run_options(p) -> None:
     for name, kwargs in run_options():
-        p.add_argument(f"--{name.replace('_', '-')}", **kwargs)
+        p.add_argument(option_of(name, kwargs), dest=name, **kwargs)
     p.add_argument("--endpoint-url", default=None, help=ENDPOINT_HELP)
     p.add_argument(
         "--max-requests-per-s",
@@ -104,7 +114,6 @@ def _add_run_options(p) -> None:
         help="a YAML/JSON file of LeRobot delta_timestamps (seconds per feature key; `cameras` means every camera), "
         "in place of --mode; the records' mode is the file's name",
     )
-    p.add_argument("--no-verify", action="store_true", help="check no frame (the run is then 'unverified')")
 
 
 def run_from_args(a) -> RunSpec:
@@ -113,8 +122,6 @@ def run_from_args(a) -> RunSpec:
     from .. import runspec
 
     given = {k: getattr(a, k) for k, _ in run_options() if getattr(a, k, None) is not None}
-    if a.no_verify:
-        given["verify"] = False
     if a.delta_timestamps:
         given["delta_timestamps"] = _read_deltas(a.delta_timestamps)
         given.setdefault("mode", Path(a.delta_timestamps).stem)
@@ -135,15 +142,14 @@ def run_from_args(a) -> RunSpec:
     return runspec.make_run(given, label=_labels(given, None))
 
 
-OPTION_OF = {"verify": "--no-verify", "source_spec": "--endpoint-url"}  # run keys set by an option of another name
-
-
 def _labels(given: dict, spec_path: str | None):
     """How a run's error messages name a key: the option that set it, else the key in the spec file."""
 
+    options = {"source_spec": "--endpoint-url", **{name: option_of(name, kw) for name, kw in run_options()}}
+
     def label(key: str) -> str:
         if key in given or spec_path is None:
-            return OPTION_OF.get(key, f"--{key.replace('_', '-')}")
+            return options.get(key, f"--{key.replace('_', '-')}")
         return f"{spec_path}: {key}"
 
     return label

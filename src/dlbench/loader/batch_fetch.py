@@ -16,6 +16,9 @@ ends at the frame's own packet and a read past it, in the sample data and outsid
 the stream (`ended_reads`): the decoder drains and returns the frame, and the next frame's seek starts it again.
 Should a decoder want more than the plan holds (a layout the plan misreads), the decode fails, and the file is
 decoded again reading on (`read_on`) from then on.
+Each range waits out a round trip (20 ms to nearby object storage) before its frames decode, so a batch that knows
+the next one its process will build (`lookahead`) starts that one's ranges after its own: they arrive while this
+batch decodes (`ranges_ahead`; `ranges_now` counts those started for the batch being built).
 Fetched ranges stay in memory, up to `held_bytes` per process, least recently used dropped first, so a frame of a
 GOP fetched for an earlier batch costs no request.
 
@@ -106,6 +109,17 @@ def merge_ranges(ranges: list[tuple[int, int]], gap: int) -> list[tuple[int, int
     return [(lo, hi) for lo, hi in out]
 
 
+def subtract_ranges(ranges: list[tuple[int, int]], minus: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of sorted, disjoint `ranges` outside every range of `minus`."""
+    out = []
+    for lo, hi in ranges:
+        parts = [(lo, hi)]
+        for a, b in minus:
+            parts = [piece for x, y in parts for piece in ((x, min(y, a)), (max(x, b), y)) if piece[0] < piece[1]]
+        out += parts
+    return out
+
+
 class BatchFetcher:
     """Fetches the video bytes of a batch's frames before they are decoded, for one process.
 
@@ -126,6 +140,7 @@ class BatchFetcher:
         self.requests = self.bytes = 0  # planned fetches made, bytes they fetched
         self.fallback_reads = self.fallback_bytes = 0  # reads outside the plan (see `BatchFile`)
         self.ended_reads = 0  # reads past the plan answered with the end of the stream
+        self.ranges_now = self.ranges_ahead = 0  # ranges started for the batch being built, for the next one
         self._read_on: set[str] = set()  # files whose reads past the plan are fetched, never ended
         self._fs: dict[str, tuple] = {}  # url -> (filesystem, path): resolving a URL costs more than a request
         self._direct: dict[str, tuple[str | None, dict, float]] = {}  # url -> (HTTP URL or None, headers, until)
@@ -151,29 +166,51 @@ class BatchFetcher:
                 for a, b in merge_ranges(list(zip(lo.tolist(), hi.tolist())), self.gap)
                 for part in held.missing(a, b, self._stamp)
             ]
-            if missing:
-                plan[url] = merge_ranges(missing, self.gap)
+            # what is in flight already (fetched ahead for this batch, or this batch's for the next) is not asked
+            # again; taken out after merging, so no merged range spans one in flight
+            flying = [(lo, hi) for lo, hi, _ in self._pending.get(url, ())]
+            todo = subtract_ranges(merge_ranges(missing, self.gap), flying) if missing else []
+            if todo:
+                plan[url] = todo
         return plan
 
-    def prefetch(self, requests: list[tuple[str, np.ndarray]], fps: float) -> None:
+    def prefetch(
+        self, requests: list[tuple[str, np.ndarray]], fps: float, ahead: list[tuple[str, np.ndarray]] | None = None
+    ) -> None:
         """Start fetching what decoding `requests` ((video URL, seconds in the file) each) reads and is not held
         yet. Ranges with a plain HTTP URL are each in flight on fsspec's I/O loop when this returns: a read waits
-        for its own range only, so decoding starts as the first range arrives. Other ranges are fetched here."""
-        self.settle()  # the previous batch's ranges land before this one is planned against what is held
-        plan = self.plan(requests, fps)
+        for its own range only, so decoding starts as the first range arrives. Other ranges are fetched here.
+
+        `ahead`: the requests of the batch this process is expected to decode next (`loader.lookahead`). Its
+        ranges with a plain HTTP URL are started too, after this batch's, so their round trip passes while this
+        batch decodes; a wrong guess costs only the bytes (counted like the others)."""
+        self.settle()  # what was in flight lands before this batch is planned against what is held
+        self._start(self.plan(requests, fps), ahead=False)
+        current = self._stamp
+        if ahead:
+            self._start(self.plan(ahead, fps), ahead=True)
+        self._evict(keep=current)
+
+    def _start(self, plan: dict[str, list[tuple[int, int]]], ahead: bool) -> None:
+        """Put a plan's ranges with a plain HTTP URL in flight and fetch the others here; for the next batch
+        (`ahead`), leave those others to it (fetching them here would wait out their round trip now)."""
         rest = []
         for url, ranges in plan.items():
             direct = self._direct_url(url)
             if direct is None:
-                rest += [(url, lo, hi) for lo, hi in ranges]
+                rest += [] if ahead else [(url, lo, hi) for lo, hi in ranges]
                 continue
             http = fsspec.filesystem("http")
             for lo, hi in ranges:
                 fetch = http._cat_file(direct[0], start=lo, end=hi, headers=direct[1])
                 self._pending.setdefault(url, []).append((lo, hi, asyncio.run_coroutine_threadsafe(fetch, http.loop)))
+            if ahead:
+                self.ranges_ahead += len(ranges)
+            else:
+                self.ranges_now += len(ranges)
+        self.ranges_now += len(rest)
         for job, data in zip(rest, self._fetch_through_fs(rest) if rest else []):
             self._take(job, data)
-        self._evict()
 
     def settle(self) -> None:
         """Wait for every range still in flight and hold it (a decoder's reads land the ranges they need)."""
@@ -230,14 +267,15 @@ class BatchFetcher:
             known = self._direct[url] = (*found, until) if found else (None, {}, until)
         return None if known[0] is None else (known[0], known[1])
 
-    def _evict(self) -> None:
+    def _evict(self, keep: int) -> None:
+        """Drop least recently used ranges over `held_bytes`, never one used by batch `keep` or later."""
         if self._bytes_held <= self.held_bytes:
             return
         spans = sorted(
             (held.used[i], url, held.starts[i]) for url, held in self._held.items() for i in range(len(held.starts))
         )
         for stamp, url, start in spans:
-            if self._bytes_held <= self.held_bytes or stamp >= self._stamp:
+            if self._bytes_held <= self.held_bytes or stamp >= keep:
                 break
             held = self._held[url]
             i = bisect.bisect_left(held.starts, start)

@@ -8,6 +8,7 @@ import torch
 
 from ..workers import DECODER_MODULE, ParentSettings, start_method
 from .collate import CollateWorkerInit, collate, to_torch
+from .lookahead import LookaheadBatches
 from .ring import _ALIGN, BatchRing
 
 
@@ -63,7 +64,9 @@ class DataLoader(torch.utils.data.DataLoader):
     start: forked where that is safe, else from the fork server; spawned for a dataset that decodes on the GPU
     (`decode_device` "cuda"; CUDA cannot start in a forked process). Such a dataset also gets no pin_memory: its
     frames are already in GPU memory, and torch cannot pin them. With `pin_memory=True` the ring's slots are
-    registered with CUDA, so frames arrive in pinned memory without the copy torch's pin thread would make.
+    registered with CUDA, so frames arrive in pinned memory without the copy torch's pin thread would make. A
+    dataset that fetches each batch's remote video before decoding it (`plans_batches`) gets batches that name the
+    one the same worker gets next (`lookahead`), so that worker fetches it while decoding.
 
     Whatever the start method, workers get the environment and fsspec configuration this process has as they
     start (`dlbench.workers.ParentSettings`): S3 settings made after an earlier loader started the fork server
@@ -81,6 +84,15 @@ class DataLoader(torch.utils.data.DataLoader):
             self.pin_memory = False
             if self._pick_start_method:
                 self.multiprocessing_context = "spawn"
+
+    @property
+    def _index_sampler(self):
+        # torch's DataLoader takes its batches from here: for a dataset that fetches each batch's remote bytes
+        # before decoding, each batch also names the one its worker gets next (`lookahead`)
+        batches = super()._index_sampler
+        if self.num_workers > 0 and self._auto_collation and getattr(self.dataset, "plans_batches", False):
+            return LookaheadBatches(batches, self.num_workers)
+        return batches
 
     def __iter__(self):
         starting = self.num_workers > 0 and (self._iterator is None or not self.persistent_workers)

@@ -179,13 +179,16 @@ class ItemBuilder:
         """The item for global row `row`."""
         return self.build_many([row])[0]
 
-    def build_many(self, rows: list[int], cursor: int | None = None) -> list[dict | RowItem]:
+    def build_many(self, rows: list[int], cursor: int | None = None, ahead=None) -> list[dict | RowItem]:
         """Items for several rows; each camera's frames are decoded with one sorted request per episode.
 
         The parquet fields of all rows are gathered at once (one numpy take per column), and so are each episode's
         frames; each item holds views of those blocks. `cursor` names the sequential reader the rows belong to (the
         streaming loader's pool slot): each gets its own decoder per file (see `VideoDecoderCache`), so episodes
         read in turn from one file do not make one decoder seek back and forth.
+
+        `ahead`: the rows of the batch this process is expected to build next; where batches are fetched before
+        decoding (`batch_reads`), their fetches start during this one's decoding.
 
         In a DataLoader worker batched by dlbench's collate the items are `RowItem`s: the row and its frames, whose
         fields `collate` gathers for the whole batch at once (`batch_fields`) instead of item by item.
@@ -206,7 +209,8 @@ class ItemBuilder:
                 for cam, times in times_of.items()
                 for ep, member in groups
             ]
-            self.batch_fetcher.prefetch(requests, self.dmeta.fps)
+            upcoming = self.decode_requests(ahead) if ahead is not None and len(ahead) else None
+            self.batch_fetcher.prefetch(requests, self.dmeta.fps, ahead=upcoming)
             self.fetch_s += time.perf_counter() - t0
         per_item: dict[str, list] = {}  # camera -> its frames, item by item
         for cam in self.dmeta.cameras:

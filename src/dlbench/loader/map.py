@@ -161,8 +161,13 @@ class LeRobotMapDataset(BuilderViews, torch.utils.data.Dataset):
 
     def __getitems__(self, indices: list[int]) -> list:
         """The items at `indices`, built together (torch's DataLoader asks for a batch this way): parquet fields
-        gathered at once, each file's frames decoded in one sorted request, remote video fetched before decoding."""
+        gathered at once, each file's frames decoded in one sorted request, remote video fetched before decoding
+        (and the next batch's started, where `indices` is a `lookahead.AheadBatch`)."""
         idx = np.asarray(indices, np.int64)
         if len(idx) and (idx.min() < 0 or idx.max() >= len(self)):
             raise IndexError(int(idx[(idx < 0) | (idx >= len(self))][0]))
-        return self.builder.build_many(idx if self._rows is None else self._rows[idx])
+        ahead = getattr(indices, "ahead", None)  # the next batch, from `lookahead.LookaheadBatches`
+        if ahead is not None:
+            ahead = np.asarray(ahead, np.int64)
+            ahead = ahead if self._rows is None else self._rows[ahead]
+        return self.builder.build_many(idx if self._rows is None else self._rows[idx], ahead=ahead)
