@@ -11,7 +11,7 @@ import torch
 
 from dlbench.loader import DataLoader, fetch
 from dlbench.loader.batch_fetch import GAP_READ_THROUGH, BatchFetcher, _Held, merge_ranges, subtract_ranges
-from dlbench.loader.lookahead import AheadBatch, LookaheadBatches
+from dlbench.loader.lookahead import AheadBatch
 from dlbench.loader.map import LeRobotMapDataset
 from dlbench.sources import apply_env
 
@@ -246,30 +246,3 @@ def test_the_next_batch_is_fetched_during_this_one_and_then_costs_no_round_trip(
     # (these small files are soon held whole: the later batches need little or nothing new)
     assert fetcher.ranges_ahead > 0 and not any(fetcher._pending.values())
     assert requests == fetcher.requests - before[1] == fetcher.ranges_now + fetcher.ranges_ahead - before_ranges
-
-
-def test_each_worker_is_told_the_batch_it_gets_next():
-    """torch's DataLoader (in order) hands batch k to worker k mod W: `LookaheadBatches`' guess of each worker's
-    next batch is the batch that worker then gets, for 1 to 3 workers."""
-    ds = _Echo()
-    for workers in (1, 2, 3):
-        sampler = torch.utils.data.BatchSampler(range(40), 3, drop_last=False)
-        loader = torch.utils.data.DataLoader(
-            ds, batch_sampler=LookaheadBatches(sampler, workers), num_workers=workers, collate_fn=lambda b: b[0]
-        )
-        got: dict[int, list] = {}
-        for worker, batch, ahead in loader:
-            got.setdefault(worker, []).append((batch, ahead))
-        assert sorted(i for seen in got.values() for b, _ in seen for i in b) == list(range(40))
-        for seen in got.values():
-            assert [ahead for _, ahead in seen] == [b for b, _ in seen[1:]] + [None], workers
-
-
-class _Echo(torch.utils.data.Dataset):
-    """Each batch as (worker id, its indices, the batch it names as next)."""
-
-    def __len__(self):
-        return 40
-
-    def __getitems__(self, indices):
-        return [(torch.utils.data.get_worker_info().id, list(indices), getattr(indices, "ahead", None))]

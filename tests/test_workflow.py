@@ -413,8 +413,16 @@ FEW = {
     "datasets": {"few3": _few(3, 1), "few6": _few(6, 2)},
     "convert": {"workers": 1, "episodes_per_batch": 2},
     "bench": {
-        # 8 batches of 4 cross an epoch on every rank: a rank that runs out starts its next epoch
-        "defaults": {"batch_size": 4, "num_batches": 8, "duration_s": 5, "warmup_s": 0, "probe_samples": 0},
+        # 8 batches of 4 cross an epoch on every rank: a rank that runs out starts its next epoch (one window: what
+        # is checked here is each run's end, not its spread)
+        "defaults": {
+            "batch_size": 4,
+            "num_batches": 8,
+            "duration_s": 5,
+            "warmup_s": 0,
+            "repeats": 1,
+            "probe_samples": 0,
+        },
         "scenarios": {
             "few_1rank": {
                 "dataset": ["few3", "few6"],
