@@ -134,7 +134,7 @@ def _bench(work: Path, root: str, endpoint: str | None, lance: str | None, out: 
     loader = ["--loader", "lance_map", "--lance-root", lance] if lance else ["--loader", "dlbench_map"]
     cmd = ["bench-run", "--root", root, "--out-dir", str(out), *loader, "--mode", a.mode]
     cmd += ["--batch-size", str(a.batch_size), "--num-workers", str(a.workers), "--duration-s", str(a.duration_s)]
-    cmd += ["--warmup-s", str(a.warmup_s), "--repeats", "1", *extra]
+    cmd += ["--warmup-s", str(a.warmup_s), "--repeats", "1", *extra, *(["--in-order"] if a.in_order else [])]
     if endpoint:
         cmd += ["--endpoint-url", endpoint]
     _dlbench(work, *cmd)
@@ -210,6 +210,7 @@ def main(argv=None) -> None:
         help="comma-separated: local, s3, s3-no-lookahead (each worker's next batch not fetched during this one), "
         "s3-bare, hub",
     )
+    ap.add_argument("--in-order", action="store_true", help="every run's DataLoader delivers batches in order")
     ap.add_argument("--lance", help="the dataset's Lance copy (dlbench lance-convert): adds lance_map, local and S3")
     ap.add_argument("--json", help="write every run's figures here")
     a = ap.parse_args(argv)

@@ -49,3 +49,19 @@ class _Echo(torch.utils.data.Dataset):
 
     def __getitems__(self, indices):
         return [(torch.utils.data.get_worker_info().id, list(indices), getattr(indices, "ahead", None))]
+
+
+def test_only_batches_handed_out_in_turn_name_their_next():
+    """dlbench's DataLoader guesses for a dataset that plans its batches, with one worker or in order; never where
+    torch may pass a worker over (in_order=False) or where nothing is fetched ahead."""
+    from dlbench.loader import DataLoader
+
+    class Planned(_Echo):
+        plans_batches = True
+
+    def guesses(ds, **kw) -> bool:
+        return isinstance(DataLoader(ds, batch_size=4, **kw)._index_sampler, LookaheadBatches)
+
+    assert guesses(Planned(), num_workers=1, in_order=False)
+    assert guesses(Planned(), num_workers=2) and not guesses(Planned(), num_workers=2, in_order=False)
+    assert not guesses(Planned(), num_workers=0) and not guesses(_Echo(), num_workers=2)

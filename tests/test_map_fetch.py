@@ -3,6 +3,7 @@ right, every read the decoders make inside the plan, fewer requests than reads a
 
 # ruff: noqa: F811 (tests take the loopback S3 server fixture `s3`, imported from test_sources, as an argument)
 
+import json
 import math
 
 import numpy as np
@@ -11,6 +12,7 @@ import torch
 
 from dlbench.loader import DataLoader, fetch
 from dlbench.loader.batch_fetch import GAP_READ_THROUGH, BatchFetcher, _Held, merge_ranges, subtract_ranges
+from dlbench.loader.dataset_meta import DatasetMeta
 from dlbench.loader.lookahead import AheadBatch
 from dlbench.loader.map import LeRobotMapDataset
 from dlbench.sources import apply_env
@@ -246,3 +248,23 @@ def test_the_next_batch_is_fetched_during_this_one_and_then_costs_no_round_trip(
     # (these small files are soon held whole: the later batches need little or nothing new)
     assert fetcher.ranges_ahead > 0 and not any(fetcher._pending.values())
     assert requests == fetcher.requests - before[1] == fetcher.ranges_now + fetcher.ranges_ahead - before_ranges
+
+
+def test_a_remote_bench_run_fetches_ahead_across_epochs_with_every_frame_right(
+    s3, v30_h264_one_file, tmp_path, monkeypatch
+):
+    """bench-run's dlbench_map from S3 with one worker (batches named ahead): every frame checked right over several
+    epochs, and each epoch in a new order (set_epoch reaches the sampler under the lookahead batches)."""
+    url = _staged(s3, v30_h264_one_file, tmp_path, monkeypatch)
+    out = tmp_path / "run"
+    run = dlbench(
+        "bench-run", "--root", url, "--out-dir", str(out), "--loader", "dlbench_map", "--num-workers", "1",
+        "--batch-size", "4", "--duration-s", "4", "--warmup-s", "0", "--repeats", "1", "--probe-samples", "0",
+        spec=s3["fast"],
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    rec = json.loads((out / "rank0of1.json").read_text())
+    assert rec["config"]["lookahead"] and rec["metrics"]["frames_wrong"] == 0 and rec["metrics"]["frames_verified"]
+    samples, n = np.load(out / "rank0of1.samples.npy"), DatasetMeta.load(str(v30_h264_one_file)).num_frames
+    assert len(samples) > 2 * n, (len(samples), n)  # the window crossed epochs
+    assert not np.array_equal(samples[:-n], samples[n:])  # the same order every epoch: set_epoch never arrived

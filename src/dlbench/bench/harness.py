@@ -13,7 +13,7 @@ import torch
 from ..errors import UserError
 from ..loader.collate import CollateWorkerInit, collate, to_torch
 from ..loader.dataloader import import_decoder_before_fork, make_ring
-from ..loader.lookahead import LookaheadBatches
+from ..loader.lookahead import LookaheadBatches, predictable
 from ..procstat import MemorySampler
 from ..runspec import RunSpec
 from ..workers import start_method
@@ -125,7 +125,7 @@ def make_dataloader(cfg: RunSpec, adapter, device: torch.device, pin: bool):
     # a dataset that reads a batch at once is handed whole batches, as in training; others are timed item by item
     batched = getattr(adapter.dataset, "plans_batches", hasattr(adapter.dataset, "__getitems__"))
     timed = (TimedBatches if batched else Timed)(adapter.dataset, adapter.cache_stats)
-    if cfg.lookahead and workers > 0 and getattr(adapter.dataset, "plans_batches", False):
+    if cfg.lookahead and predictable(workers, cfg.in_order) and getattr(adapter.dataset, "plans_batches", False):
         # each batch names the one its worker gets next, whose remote bytes then arrive during this one's decoding
         batches = LookaheadBatches(torch.utils.data.BatchSampler(sampler, cfg.batch_size, drop_last=False), workers)
         common.pop("batch_size")

@@ -8,7 +8,7 @@ import torch
 
 from ..workers import DECODER_MODULE, ParentSettings, start_method
 from .collate import CollateWorkerInit, collate, to_torch
-from .lookahead import LookaheadBatches
+from .lookahead import LookaheadBatches, predictable
 from .ring import _ALIGN, BatchRing
 
 
@@ -66,7 +66,8 @@ class DataLoader(torch.utils.data.DataLoader):
     frames are already in GPU memory, and torch cannot pin them. With `pin_memory=True` the ring's slots are
     registered with CUDA, so frames arrive in pinned memory without the copy torch's pin thread would make. A
     dataset that fetches each batch's remote video before decoding it (`plans_batches`) gets batches that name the
-    one the same worker gets next (`lookahead`), so that worker fetches it while decoding.
+    one the same worker gets next (`lookahead`), so that worker fetches it while decoding (with one worker, or
+    in_order=True: only then does torch hand out batches in a fixed turn).
 
     Whatever the start method, workers get the environment and fsspec configuration this process has as they
     start (`dlbench.workers.ParentSettings`): S3 settings made after an earlier loader started the fork server
@@ -90,7 +91,8 @@ class DataLoader(torch.utils.data.DataLoader):
         # torch's DataLoader takes its batches from here: for a dataset that fetches each batch's remote bytes
         # before decoding, each batch also names the one its worker gets next (`lookahead`)
         batches = super()._index_sampler
-        if self.num_workers > 0 and self._auto_collation and getattr(self.dataset, "plans_batches", False):
+        plans = getattr(self.dataset, "plans_batches", False)
+        if plans and self._auto_collation and predictable(self.num_workers, getattr(self, "in_order", True)):
             return LookaheadBatches(batches, self.num_workers)
         return batches
 

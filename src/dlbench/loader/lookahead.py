@@ -3,14 +3,21 @@
 A map-style dataset reading remote video fetches each batch's byte ranges before decoding it (`batch_fetch`); the
 round trip (20 ms to nearby object storage) then waits in every batch. Told which batch comes next to the same
 worker, the dataset starts that batch's fetches while it decodes this one. torch's DataLoader hands batches to its W
-workers in turn (batch k to worker k mod W); with `in_order=False` it passes over a worker that already holds
-`prefetch_factor` batches, so the guess can miss. A miss costs only bytes: the next batch's frames are fetched as
-before, and the bytes fetched ahead for nothing show in the read amplification.
+workers in turn (batch k to worker k mod W) with `in_order=True` (its default); with `in_order=False` it passes
+over a worker that already holds `prefetch_factor` batches, and the turn shifts for good whenever batches take
+uneven times (random frames do), so the guess misses often: `predictable` says when to guess. A miss costs only
+bytes (the next batch's frames are fetched as before; the bytes fetched for nothing show in the read amplification).
 """
 
 from __future__ import annotations
 
 from collections import deque
+
+
+def predictable(num_workers: int, in_order: bool) -> bool:
+    """Whether the batch each worker gets next is known as batches are handed out: one worker, or several taking
+    turns (in_order). (in_order=False, 2 workers, realistic set from S3: 13% more bytes, no faster.)"""
+    return num_workers == 1 or (num_workers > 1 and in_order)
 
 
 class AheadBatch(list):
