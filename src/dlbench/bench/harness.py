@@ -11,9 +11,9 @@ import numpy as np
 import torch
 
 from ..errors import UserError
+from ..loader import lookahead
 from ..loader.collate import CollateWorkerInit, collate, to_torch
 from ..loader.dataloader import import_decoder_before_fork, make_ring
-from ..loader.lookahead import LookaheadBatches, predictable
 from ..procstat import MemorySampler
 from ..runspec import RunSpec
 from ..workers import start_method
@@ -125,11 +125,11 @@ def make_dataloader(cfg: RunSpec, adapter, device: torch.device, pin: bool):
     # a dataset that reads a batch at once is handed whole batches, as in training; others are timed item by item
     batched = getattr(adapter.dataset, "plans_batches", hasattr(adapter.dataset, "__getitems__"))
     timed = (TimedBatches if batched else Timed)(adapter.dataset, adapter.cache_stats)
-    if cfg.lookahead and predictable(workers, cfg.in_order) and getattr(adapter.dataset, "plans_batches", False):
-        # each batch names the one its worker gets next, whose remote bytes then arrive during this one's decoding
-        batches = LookaheadBatches(torch.utils.data.BatchSampler(sampler, cfg.batch_size, drop_last=False), workers)
+    batches = torch.utils.data.BatchSampler(sampler, cfg.batch_size, drop_last=False)
+    ahead = lookahead.for_dataset(batches, adapter.dataset, workers, cfg.in_order) if cfg.lookahead else batches
+    if ahead is not batches:  # each batch names the one its worker gets next, fetched during this one's decoding
         common.pop("batch_size")
-        return torch.utils.data.DataLoader(timed, batch_sampler=batches, **common), context
+        return torch.utils.data.DataLoader(timed, batch_sampler=ahead, **common), context
     return torch.utils.data.DataLoader(timed, sampler=sampler, **common), context
 
 

@@ -7,8 +7,8 @@ import importlib
 import torch
 
 from ..workers import DECODER_MODULE, ParentSettings, start_method
+from . import lookahead
 from .collate import CollateWorkerInit, collate, to_torch
-from .lookahead import LookaheadBatches, predictable
 from .ring import _ALIGN, BatchRing
 
 
@@ -91,10 +91,9 @@ class DataLoader(torch.utils.data.DataLoader):
         # torch's DataLoader takes its batches from here: for a dataset that fetches each batch's remote bytes
         # before decoding, each batch also names the one its worker gets next (`lookahead`)
         batches = super()._index_sampler
-        plans = getattr(self.dataset, "plans_batches", False)
-        if plans and self._auto_collation and predictable(self.num_workers, getattr(self, "in_order", True)):
-            return LookaheadBatches(batches, self.num_workers)
-        return batches
+        if not self._auto_collation:
+            return batches
+        return lookahead.for_dataset(batches, self.dataset, self.num_workers, getattr(self, "in_order", True))
 
     def __iter__(self):
         starting = self.num_workers > 0 and (self._iterator is None or not self.persistent_workers)

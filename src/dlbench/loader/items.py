@@ -204,11 +204,7 @@ class ItemBuilder:
         times_of = {cam: self._frame_times(cam, rows, eps, window) for cam in self.dmeta.cameras}
         if self.batch_reads:  # every frame's bytes fetched at once, before the first decode
             t0 = time.perf_counter()
-            requests = [
-                (self.dmeta.video_url(cam, ep), times if member is None else times[member])
-                for cam, times in times_of.items()
-                for ep, member in groups
-            ]
+            requests = self._requests(times_of, groups)
             upcoming = self.decode_requests(ahead) if ahead is not None and len(ahead) else None
             self.batch_fetcher.prefetch(requests, self.dmeta.fps, ahead=upcoming)
             self.fetch_s += time.perf_counter() - t0
@@ -294,12 +290,16 @@ class ItemBuilder:
         """The decode requests `build_many(rows)` makes, without decoding: (video URL, timestamps) per camera and
         episode. Benchmarks time torchcodec alone on exactly these."""
         rows, eps, window = self._windows(rows)
-        out = []
-        for cam in self.dmeta.cameras:
-            times = self._frame_times(cam, rows, eps, window)
-            for ep, member in _episode_groups(eps):
-                out.append((self.dmeta.video_url(cam, ep), (times if member is None else times[member]).ravel()))
-        return out
+        times_of = {cam: self._frame_times(cam, rows, eps, window) for cam in self.dmeta.cameras}
+        return [(url, times.ravel()) for url, times in self._requests(times_of, _episode_groups(eps))]
+
+    def _requests(self, times_of: dict, groups: list) -> list[tuple[str, np.ndarray]]:
+        """(video URL, timestamps) per camera and episode, from each camera's times and the rows' episode groups."""
+        return [
+            (self.dmeta.video_url(cam, ep), times if member is None else times[member])
+            for cam, times in times_of.items()
+            for ep, member in groups
+        ]
 
     def floats_in_collate(self) -> bool:
         """Whether dlbench's collate turns this builder's frames into floats (dividing by 255 in the batch slot)

@@ -20,6 +20,14 @@ def predictable(num_workers: int, in_order: bool) -> bool:
     return num_workers == 1 or (num_workers > 1 and in_order)
 
 
+def for_dataset(batches, dataset, num_workers: int, in_order: bool):
+    """`batches` as `LookaheadBatches` where that pays: a dataset that fetches each batch before decoding it
+    (`plans_batches`), with batches handed out in turn (`predictable`); else `batches` itself."""
+    if getattr(dataset, "plans_batches", False) and predictable(num_workers, in_order):
+        return LookaheadBatches(batches, num_workers)
+    return batches
+
+
 class AheadBatch(list):
     """A batch's indices (a list, as a batch sampler yields), with `ahead`: the indices of the batch the same
     DataLoader worker is expected to get next, or None."""
