@@ -334,6 +334,18 @@ def test_remote_cost_sums_requests_and_bytes_over_ranks_before_dividing(tmp_path
     assert plots.plot_remote_cost(df, tmp_path / "remote_cost.png").stat().st_size > 10_000
 
 
+def test_remote_cost_labels_name_the_scenario_only_where_two_runs_would_share_one():
+    rows = [("bucket", "bucket", "dlbench_map", 1), ("bucket_in_order", "bucket", "dlbench_map", 1)]
+    rows += [("hub", "hub", "dlbench_map", 1), ("bucket", "bucket", "dlbench_map", 2)]
+    df = pd.DataFrame(rows, columns=["scenario", "source", "loader", "world_size"]).assign(batch_size=16, num_workers=2)
+    assert plots._remote_labels(df) == [
+        "bucket · bucket · dlbench_map · b16 w2",
+        "bucket_in_order · bucket · dlbench_map · b16 w2",
+        "hub · dlbench_map · b16 w2",
+        "bucket · dlbench_map · b16 w2 · 2 ranks",
+    ]
+
+
 def test_a_run_whose_job_died_is_listed_failed_with_its_reason_until_it_finishes(tmp_path, monkeypatch):
     from dlbench.report import failed
 

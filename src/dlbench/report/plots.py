@@ -377,6 +377,16 @@ def _ranks(row) -> str:
     return f" · {int(ranks)} ranks" if pd.notna(ranks) and ranks > 1 else ""
 
 
+def _remote_labels(df: pd.DataFrame) -> list[str]:
+    """source · loader · batch and workers (· ranks) of each row; rows that would share one (scenarios apart in a
+    field the label omits, such as in_order) also name their scenario."""
+    short = [
+        f"{r['source']} · {r['loader']} · b{r['batch_size']} w{r['num_workers']}{_ranks(r)}" for _, r in df.iterrows()
+    ]
+    shared = pd.Series(short).duplicated(keep=False).tolist()
+    return [f"{r['scenario']} · {s}" if dup else s for s, dup, (_, r) in zip(short, shared, df.iterrows())]
+
+
 def plot_remote_cost(df: pd.DataFrame, path: Path) -> Path:
     """Requests per 1,000 delivered frames of each metered run (a remote source), with MB read and amplification."""
     title = "Remote cost: requests per 1,000 delivered frames (MB read per 1,000 frames; read amplification)"
@@ -385,11 +395,10 @@ def plot_remote_cost(df: pd.DataFrame, path: Path) -> Path:
     ok = _ok(df).dropna(subset=["remote_requests_per_kframe"])
     if ok.empty:
         return _nothing(path, title, "no run read a metered source (an S3 source over plain HTTP, e.g. `bucket`)")
-    ok = ok.sort_values(["mode", "source", "loader"])
+    ok = ok.sort_values(["mode", "source", "loader", "scenario"])
     labels = [
-        f"{r['source']} · {r['loader']} · b{r['batch_size']} w{r['num_workers']}"
-        f"{_ranks(r)} ({r['remote_mb_per_kframe']:.1f} MB; x{r['read_amplification']:.2f})"
-        for _, r in ok.iterrows()
+        f"{short} ({r['remote_mb_per_kframe']:.1f} MB; x{r['read_amplification']:.2f})"
+        for short, (_, r) in zip(_remote_labels(ok), ok.iterrows())
     ]
     colors = ["tab:blue" if str(r).startswith("dlbench") else "tab:grey" for r in ok["loader"]]
     xlabel = "requests per 1,000 delivered frames"
