@@ -15,7 +15,8 @@ or bandwidth cap), so `s3-bare` against `local` is what the remote path itself c
 `s3-bare` what the latency costs. The last lines put each remote source's frames/s against two ceilings: the share
 of the cores the loopback storage (servers and metering proxy) left to the decoders, and that share less the
 client's own CPU per request, measured alone (batches planned and fetched as dlbench_map does, nothing decoded) at
-the run's requests per frame and local disk's frame rate.
+the run's requests per frame and local disk's frame rate. And the requests a batch needs at least on this layout:
+one per video file and frame (v3.0 keeps each camera in its own file), none merged across a gap, none held.
 Runs go through this interpreter: to compare two trees, run it with each on PYTHONPATH.
 """
 
@@ -170,7 +171,17 @@ def fetch_cost(root: str, endpoint: str, batches: int | str, batch_size: int | s
     for requests in plans:
         fetcher.prefetch(requests, dmeta.fps)
     cpu, wall, made = time.process_time() - cpu0, time.perf_counter() - t0, fetcher.requests - r0
-    return {"cpu_ms_per_request": 1000 * cpu / max(made, 1), "wall_ms_per_batch": 1000 * wall / batches}
+    # the layout's floor: one range per file and frame run, none merged across a gap, nothing held from before
+    # (plans only: nothing is fetched, so nothing is held)
+    floor = BatchFetcher(gap=0)
+    floor.indexes = fetcher.indexes
+    ranges = sum(len(r) for requests in plans for r in floor.plan(requests, dmeta.fps).values())
+    frames = sum(len(times) for requests in plans for _, times in requests)
+    return {
+        "cpu_ms_per_request": 1000 * cpu / max(made, 1),
+        "wall_ms_per_batch": 1000 * wall / batches,
+        "floor_requests_per_kframe": 1000 * ranges / frames,
+    }
 
 
 def _bounds(runs: dict[str, list[dict]], local: float, contenders: dict, a) -> None:
@@ -190,6 +201,10 @@ def _bounds(runs: dict[str, list[dict]], local: float, contenders: dict, a) -> N
             f"  {key:<15} storage on these cores: {100 * (1 - busy / cores):5.1f}%;  client fetch alone "
             f"{cost['cpu_ms_per_request']:.2f} ms CPU a request, {cost['wall_ms_per_batch']:.0f} ms a batch, "
             f"{client:.2f} cores at local's rate: {100 * (1 - (busy + client) / cores):5.1f}% with both"
+        )
+        print(
+            f"  {key:<15} requests: {cost['floor_requests_per_kframe']:.0f} per 1,000 frames at least, for any reader"
+            f" of this layout that fetches only the GOPs a batch needs (one per file and frame, none held)"
         )
 
 
