@@ -261,8 +261,7 @@ def main(argv=None) -> None:
             contenders["s3-lance"] = (s3_root, f"loopback:{s3_shaped}", lance_url)
             marker = str(work / "lance.json")
             _dlbench(work, "stage", lance, lance_url, "--marker", marker, "--endpoint-url", "loopback")
-        staged = {"s3": "loopback", "s3-bare": "loopback", "s3-lance": "loopback", "hub": "loopback-hub"}
-        staged["s3-no-lookahead"] = "loopback"
+        staged = dict.fromkeys(("s3", "s3-no-lookahead", "s3-bare", "s3-lance"), "loopback") | {"hub": "loopback-hub"}
         done = set()
         for key, (root, _, _) in contenders.items():
             if key in staged and root not in done:
