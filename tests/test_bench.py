@@ -14,6 +14,8 @@ from dlbench.errors import UserError
 from dlbench.format import meta
 from dlbench.runspec import RunSpec, make_run
 
+pytestmark = pytest.mark.unit
+
 FAST = dict(duration_s=1.0, warmup_s=0.2, batch_size=4, num_workers=0, probe_samples=4)
 
 
@@ -132,16 +134,71 @@ def test_two_local_ranks_overlap_and_read_disjoint_samples(v30_h264, tmp_path, l
 def test_harness_wrapper_survives_spawned_workers(v30_h264, loader):
     """cuda decode starts DataLoader workers with spawn, which pickles the wrapped dataset and its stats hooks."""
     from dlbench.bench.adapters import make_adapter
-    from dlbench.bench.harness import Timed, TimedIterable, collate_with_info
+    from dlbench.bench.harness import split_info, timed
+    from dlbench.loader import DataLoader
 
     adapter = make_adapter(RunSpec(root=str(v30_h264), loader=loader, buffer_size=8, **FAST))
-    wrap = (TimedIterable if adapter.iterable else Timed)(adapter.dataset, adapter.cache_stats)
-    loader_ = torch.utils.data.DataLoader(
-        wrap, batch_size=4, num_workers=1, collate_fn=collate_with_info, multiprocessing_context="spawn"
-    )
-    batch, info = next(iter(loader_))
+    wrap = timed(adapter.dataset, adapter.cache_stats)
+    loader_ = DataLoader(wrap, batch_size=4, num_workers=1, multiprocessing_context="spawn")
+    batch, info = split_info(next(iter(loader_)))
+    assert loader_.start_method == "spawn"
     assert len(batch["index"]) == 4 and (info[:, 1] == 0).all()  # made in worker 0
     assert (info[:, 3] >= 1).all()  # the worker's own decoder cache counted its misses
+
+
+@pytest.mark.parametrize("loader", ["dlbench_map", "dlbench_stream"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_harness_measures_the_dataloader_users_get(v30_h264, loader, workers):
+    """The harness's DataLoader is `dlbench.loader.DataLoader` with the settings a training loop gives it, over the
+    same dataset: the same batching (collate, ring, worker init, float frames), the same start method and lookahead,
+    and, batch for batch, the same samples and frames; only the per-sample timing rides along, and is taken off."""
+    from dlbench.bench.adapters import make_adapter
+    from dlbench.bench.harness import SAMPLE_INFO, make_dataloader, split_info
+    from dlbench.loader import DataLoader
+    from dlbench.workers import start_method
+
+    run_ = RunSpec(
+        root=str(v30_h264), loader=loader, buffer_size=8, **{**FAST, "batch_size": 4, "num_workers": workers}
+    )
+    run_ = replace(run_, in_order=True)
+    measured = make_dataloader(run_, make_adapter(run_), pin=False)
+    users = make_adapter(run_).dataset  # built as a user builds it, read as a training loop reads it
+    sampler = None
+    if not isinstance(users, torch.utils.data.IterableDataset):
+        sampler = torch.utils.data.distributed.DistributedSampler(users, num_replicas=1, rank=0, seed=0)
+    training = DataLoader(
+        users,
+        batch_size=4,
+        sampler=sampler,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+        prefetch_factor=2 if workers else None,
+        in_order=True,  # batches in a fixed order, to compare them one for one
+    )
+    assert type(measured) is type(training) is DataLoader
+    assert type(measured.collate_fn) is type(training.collate_fn)
+    assert measured.collate_fn.float_keys == training.collate_fn.float_keys
+    assert type(measured.worker_init_fn) is type(training.worker_init_fn)
+    assert type(measured._index_sampler) is type(training._index_sampler)
+    # both pick their workers' start method by the same rule, when they start (torch's queues start threads, after
+    # which the next loader's workers start from the fork server)
+    assert measured._pick_start_method == training._pick_start_method == (workers > 0)
+    rule = start_method(cuda=False) if workers else None
+    want = iter(training)
+    expected_batches = [next(want) for _ in range(3)]
+    assert training.start_method == rule
+    rule = start_method(cuda=False) if workers else None
+    got = iter(measured)
+    assert measured.start_method == rule
+    for expected in expected_batches:
+        batch, info = split_info(next(got))
+        assert SAMPLE_INFO not in batch and info.shape == (4, 7)
+        assert batch.keys() == expected.keys()
+        for key, value in expected.items():
+            if isinstance(value, torch.Tensor):
+                assert torch.equal(batch[key], value), key
+            else:
+                assert batch[key] == value, key
 
 
 def _without_barcodes(v30, dst):

@@ -2,7 +2,7 @@
 
 import json
 import os
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import pytest
 
@@ -11,6 +11,8 @@ from dlbench.cli import build_parser
 from dlbench.config import defaults, synth_defaults, validate_config
 from dlbench.errors import UserError
 from dlbench.runspec import RunSpec
+
+pytestmark = pytest.mark.unit
 
 
 def test_cli_run_options_default_to_the_schema():
@@ -25,34 +27,55 @@ def test_cli_run_options_default_to_the_schema():
     assert run.dataset == "x" and run.run_id == "x-dlbench_map-single-b16-w2-cpu"
 
 
-def test_a_run_field_is_one_schema_property():
-    """Every run property of the schema is a RunSpec field with the schema's default, a bench-run option and a key
-    of the written spec; a property added to the schema (here, in a copy) becomes a field with nothing else to do."""
+def test_the_run_spec_fields_are_the_schemas_run_properties():
+    """RunSpec is written out; its first fields are the schema's run properties, in its order, each with the
+    schema's default and a type that admits the schema's types; every one is a bench-run option and a key of the
+    written spec. The rest are the resolved fields, each with its help (or none) for bench-run."""
+    import typing
+
     from dlbench import config
     from dlbench.cli.bench import run_options
 
     props = config.schema()["definitions"]["run"]["properties"]
     names = [f.name for f in fields(RunSpec)]
-    assert names[: len(props)] == list(props) and names[len(props) :] == [n for n, *_ in runspec.RESOLVED]
+    assert names[: len(props)] == list(props), "RunSpec's fields and the schema's run properties differ"
+    assert names[len(props) :] == [n for n, _ in runspec.RESOLVED]
     schema = defaults("bench", "defaults")
-    cfg = RunSpec(root="/data/x")
+    hints = typing.get_type_hints(RunSpec)
     for name in props:
-        assert getattr(cfg, name) == schema.get(name), name
+        assert RunSpec().__getattribute__(name) == schema.get(name), name
+        allowed = set(typing.get_args(hints[name])) or {hints[name]}
+        wanted = runspec.value_type(name)
+        assert set(wanted if isinstance(wanted, tuple) else (wanted,)) <= allowed | {float if int in allowed else None}
+        if schema.get(name) is None:
+            assert type(None) in allowed, f"{name}: unset by default, so its type must admit None"
     options = {name for name, _ in run_options()}
     assert set(props) <= options  # verify and lookahead, on by default, as --no-verify and --no-lookahead
-    assert set(cfg.to_dict()) == set(names) - {"rank"}
-    run_defaults = config.schema()["properties"]["bench"]["properties"]["defaults"]["properties"]
-    try:
-        props["frames_ahead"] = {"type": "integer", "minimum": 0, "description": "a new setting"}
-        run_defaults["frames_ahead"] = {"default": 3}
-        grown = runspec.build_class()
-        assert grown(root="/x").frames_ahead == 3 and "frames_ahead" in grown(root="/x").to_dict()
-        assert "frames_ahead" in {n for n, _ in run_options(grown)}
-        with pytest.raises(config.UserError, match="--frames-ahead: -1 is below the minimum 0"):
-            config.check_run_values({"frames_ahead": -1}, lambda k: f"--{k.replace('_', '-')}")
-    finally:
-        del props["frames_ahead"], run_defaults["frames_ahead"]
-        config._run_validator.cache_clear()
+    assert set(RunSpec(root="/data/x").to_dict()) == set(names) - {"rank"}
+
+
+def test_every_axis_shows_in_the_run_id():
+    """Two runs that differ in one axis have different ids; an axis added later (here `pool_size` as a list-valued
+    field) does too, and leaves the ids of runs at its default unchanged."""
+    base = RunSpec(dataset="d", root="/d")
+    other = {"dataset": "e", "loader": "dlbench_stream", "mode": "sarm", "batch_size": 4, "num_workers": 0}
+    other |= {"decode_device": "cuda", "step_ms": 10}
+    assert set(other) == set(runspec.AXES)
+    ids = {runspec.run_id(base)} | {runspec.run_id(replace(base, **{k: v})) for k, v in other.items()}
+    assert len(ids) == len(other) + 1
+    grown = (*runspec.AXES, "pool_size")
+    assert runspec.run_id(base, grown) == runspec.run_id(base)
+    assert runspec.run_id(replace(base, pool_size=2), grown) != runspec.run_id(replace(base, pool_size=4), grown)
+
+
+def test_auto_workers_resolve_in_one_place(monkeypatch):
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    cores = len(os.sched_getaffinity(0))
+    assert runspec.resolve_workers("auto") == cores
+    assert runspec.resolve_workers("auto", ranks_here=2) == max(1, cores // 2)
+    assert runspec.resolve_workers(3) == 3
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "6")
+    assert runspec.resolve_workers("auto", ranks_here=2) == 6
 
 
 def test_synth_cli_defaults_are_the_schemas():

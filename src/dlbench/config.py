@@ -19,23 +19,6 @@ from .errors import UserError
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "config.schema.yaml"
 DATASET_KINDS = ("synth", "v21", "v30")
 BUILTIN_MODES = ("single", "sarm")  # dlbench.loader.dataset_meta.MODES; others come from config.yaml's `modes:`
-_REMOTE_COMMON = {
-    "type",
-    "stage",
-    "require_warm",
-    "on_cold",
-    "on_unreachable",
-    "prewarm",
-    "data_files_root",
-    "max_requests_per_s",
-}
-SOURCE_KEYS = {  # the keys each source type uses; any other is a mistake, never silently ignored
-    "local": {"type", "data_files_root"},
-    "s3": _REMOTE_COMMON | {"url", "endpoint_url", "loopback"},
-    "http": _REMOTE_COMMON - {"stage"} | {"url"},
-    "bucket": _REMOTE_COMMON | {"bucket", "prefix", "loopback"},  # loopback: a bucket of the loopback Hub
-    "hub": {"type", "stage", "loopback", "on_unreachable", "max_requests_per_s"},  # the loopback Hub
-}
 
 
 @lru_cache(maxsize=1)
@@ -257,22 +240,11 @@ def _check_shape(config: dict) -> None:
     for name in config.get("modes") or {}:
         if name in BUILTIN_MODES:
             raise UserError(f"modes.{name}: {name} is built in; give your mode another name")
+    from .sources import KEYS, Source
+
     for name, src in (config.get("sources") or {}).items():
-        if not isinstance(src, dict) or src.get("type") not in SOURCE_KEYS:
-            continue  # the schema names it
-        allowed = SOURCE_KEYS[src["type"]]
-        for key in src:
-            if key not in allowed:
-                hint = {
-                    "local": " (it reads each dataset where it lives; to benchmark your own dataset, add it under "
-                    "datasets:, e.g. datasets: {mine: {v30: /data/my_dataset}})",
-                    "hub": " (it is the loopback Hub the workflow starts; a repo on the real Hub is a dataset: "
-                    "datasets: {NAME: {v30: hf://datasets/ORG/NAME@REVISION}}, read with source: local)",
-                }.get(src["type"], "")
-                raise UserError(
-                    f"sources.{name}.{key}: a {src['type']} source does not use {key}{hint}; "
-                    f"its keys: {', '.join(sorted(allowed))}"
-                )
+        if isinstance(src, dict) and src.get("type") in KEYS:  # else the schema names it
+            Source(src, name).check_keys()
 
 
 def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH, source: str = "config.yaml") -> dict:

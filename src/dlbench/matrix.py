@@ -12,6 +12,7 @@ from .config import BUILTIN_MODES, DATASET_KINDS, LANCE_LOADERS, check_run_value
 from .errors import UserError
 from .format.paths import is_remote
 from .runspec import AXES, RunSpec, check
+from .sources import Source
 
 
 # ------------------------------------------------------------------------------------------------- datasets
@@ -67,58 +68,25 @@ def check_local_dataset(config: dict, name: str) -> None:
 
 
 # -------------------------------------------------------------------------------------------------- sources
+def source(config: dict, name: str) -> Source:
+    """The configured source `name`: what the workflow and the runs ask of it."""
+    return Source(config["sources"][name], name)
+
+
 def complete_sources(config: dict) -> None:
-    """A remote source needs its address; a shaped loopback source its proxy's port (jobs find the server's address
-    in its state file, `dlbench.loopback.endpoint`, as it may run on another machine than the job)."""
-    for name, spec in config["sources"].items():
-        lb = spec.get("loopback")
-        if lb is not None and (lb.get("latency_ms") or lb.get("bandwidth_mbps")) and not lb.get("port"):
-            raise UserError(f"sources.{name}.loopback: a shaped source needs a port")
-        if spec["type"] in ("s3", "http") and not spec.get("url"):
-            raise UserError(f"sources.{name}: type {spec['type']} needs a url")
-        if spec["type"] == "bucket" and not spec.get("bucket"):
-            raise UserError(f"sources.{name}: type bucket needs bucket: OWNER/NAME")
-        if spec["type"] == "hub" and (
-            lb is None or lb.get("latency_ms") or lb.get("bandwidth_mbps") or not spec.get("stage")
-        ):
-            raise UserError(
-                f"sources.{name}: type hub is the loopback Hub: give it `loopback: {{}}` (unshaped) and `stage: true`; "
-                f"a dataset on the real Hub is a dataset (v30: hf://datasets/ORG/NAME@REV) read with source: local"
-            )
+    """Each source's rules the schema cannot say (`Source.check`)."""
+    for name in config["sources"]:
+        source(config, name).check()
 
 
-def source_base(spec: dict) -> str:
-    """The URL under which a remote source holds datasets by name."""
-    if spec["type"] in ("s3", "http"):
-        return spec["url"].rstrip("/")
-    if spec["type"] == "bucket":
-        return f"hf://buckets/{spec['bucket']}/{spec.get('prefix', '')}".rstrip("/")
-    raise UserError(f"source type {spec['type']!r} has no base URL")
+def source_url(config: dict, source_name: str, dataset: str) -> str:
+    """Where a run reads `dataset` from a source: local reads it where it lives, a remote source under its name."""
+    return source(config, source_name).dataset_url(dataset, v30_path(config, dataset))
 
 
-def source_url(config: dict, source: str, dataset: str) -> str:
-    """Where a run reads `dataset` from `source`: local reads it where it lives, a remote source under its name."""
-    spec = config["sources"][source]
-    if spec["type"] == "local":
-        return v30_path(config, dataset)
-    if spec["type"] == "hub":  # the tag LeRobot looks for; the loopback Hub serves one tree under every revision
-        from .loopback import HUB_ORG
-
-        return f"hf://datasets/{HUB_ORG}/{dataset}@v3.0"
-    return f"{source_base(spec)}/{dataset}"
-
-
-def lance_url(config: dict, source: str, dataset: str) -> str:
-    """Where a run of lance_map reads the dataset's Lance copy: made under results/, staged beside the v3.0 form."""
-    spec = config["sources"][source]
-    if spec["type"] == "local":
-        return f"results/datasets/{dataset}/lance"
-    if spec["type"] == "s3":
-        return f"{source_base(spec)}/{dataset}-lance"
-    raise UserError(
-        f"sources.{source}: loader lance_map reads local disk or S3 sources only (Lance's hf:// client reaches "
-        f"huggingface.co only; it has no HTTP reader); use source: local or an s3 source"
-    )
+def lance_url(config: dict, source_name: str, dataset: str) -> str:
+    """Where a run of lance_map reads the dataset's Lance copy."""
+    return source(config, source_name).lance_url(dataset)
 
 
 def prewarm_report(source: str, dataset: str) -> str:
@@ -189,31 +157,25 @@ def resolve(config: dict, run: dict, scenario: str) -> RunSpec:
     check_run_values(run, lambda key: f"{where}.{key}")
     check_peer(run["loader"], config, f"{where}.loader")
     _check_references(run, config, where)
-    src = config["sources"][run["source"]]
+    src = source(config, run["source"])
     ds = config["datasets"][run["dataset"]]
-    remote = src["type"] != "local"
     spec = RunSpec.from_dict(
         {
             **run,
             "scenario": scenario,
             "root": source_url(config, run["source"], run["dataset"]),
-            "data_files_root": _data_files_root(src, run["dataset"]),
-            "lance_root": lance_url(config, run["source"], run["dataset"]) if run["loader"] in LANCE_LOADERS else None,
-            "source_spec": src if remote else None,
+            "data_files_root": src.data_files_root(run["dataset"]),
+            "lance_root": src.lance_url(run["dataset"]) if run["loader"] in LANCE_LOADERS else None,
+            "source_spec": src.spec if src.remote else None,
             "delta_timestamps": config["modes"].get(run["mode"]),
-            "on_unreachable": ds.get("on_unreachable") or (src["on_unreachable"] if remote else "error"),
-            "require_warm": prewarm_report(run["source"], run["dataset"]) if src.get("require_warm") else None,
-            "on_cold": src.get("on_cold", "error"),
+            "on_unreachable": ds.get("on_unreachable") or src.on_unreachable,
+            "require_warm": prewarm_report(run["source"], run["dataset"]) if src.gated else None,
+            "on_cold": src.on_cold,
         },
         where,
     ).with_id()
     check(spec, where)
     return spec
-
-
-def _data_files_root(src: dict, dataset: str) -> str | None:
-    """Where a source's `data_files_root` puts this dataset's data/ and videos/ (None: under the root)."""
-    return f"{src['data_files_root'].rstrip('/')}/{dataset}" if src.get("data_files_root") else None
 
 
 def _check_references(run: dict, config: dict, where: str) -> None:
@@ -227,7 +189,7 @@ def _check_references(run: dict, config: dict, where: str) -> None:
             f"{where}.source: {run['source']!r} is not a configured source; sources: {sorted(config['sources'])}"
         )
     root = v30_path(config, run["dataset"])
-    if config["sources"][run["source"]].get("stage") and is_remote(root):
+    if source(config, run["source"]).stages and is_remote(root):
         raise UserError(
             f"{where}: source {run['source']} stages datasets from local disk, but dataset {run['dataset']} is at "
             f"{root}; read it with source: local (where it lives)"

@@ -3,9 +3,10 @@
 The workflow expands config.yaml's matrix into RunSpecs (`dlbench.matrix`) and writes one per run
 (results/specs/...); `dlbench bench-run` reads that file, or builds one from its options (`make_run`); every rank
 process runs it (with its own `rank`); the rank records carry it as their `config`. Its fields are the config
-schema's run properties (`definitions.run`, types and defaults from there) followed by what resolving a run adds
-(`RESOLVED`): where the run reads and how it treats a missing GPU, a cold or unreachable source. So a new run setting
-is one property in the schema, plus the code that uses it. `check` holds every rule of a run. Torch-free.
+schema's run properties (`definitions.run`: validation, descriptions and defaults live there, and a test holds the
+two lists equal) followed by what resolving a run adds (`RESOLVED`): where the run reads and how it treats a missing
+GPU, a cold or unreachable source. A new run setting is one property in the schema, one field here, and the code that
+uses it. `check` holds every rule of a run; `resolve_workers` is the one meaning of `num_workers: auto`. Torch-free.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import atomic
@@ -73,40 +75,69 @@ def description(name: str) -> str:
 AXES = tuple(name for name in _props() if is_axis(name))
 IDENTITY = tuple(name for name in _props() if name in AXES or name == "source")
 
-# what resolving a run adds to the schema's properties: (name, type, default, help for `dlbench bench-run`; None:
-# no command-line option of that name)
-RESOLVED = (
-    ("root", str | None, None, "the v3.0 dataset: local path or URL (s3://, hf://datasets/ORG/NAME@REV)"),
-    ("scenario", str, "adhoc", "scenario name in records"),
-    ("run_id", str, "", None),
-    ("data_files_root", str | None, None, "where data/ and videos/ are when not under --root (which then holds meta/)"),
-    (
-        "lance_root",
-        str | None,
-        None,
-        "lance_map: the dataset's Lance copy (dlbench lance-convert): local path or s3://",
-    ),
-    ("source_spec", dict | None, None, None),  # the remote source's settings (config.yaml's sources: entry)
-    ("delta_timestamps", dict | None, None, None),  # a mode of config.yaml's `modes:`; overrides `mode`
-    ("on_unreachable", str, "error", "a remote dataset that cannot be reached: fail, or write skipped records"),
-    ("require_warm", str | None, None, "a prewarm report (dlbench prewarm-check) that must say warm"),
-    ("on_cold", str, "error", "a cold prewarm report: stop, or measure anyway"),
-    ("num_workers_requested", int | str | None, None, None),  # "auto" when the bench job sized the workers
-    ("rank", int, 0, None),  # this process's rank: 0 in the spec file, each rank process sets its own
-)
-RESOLVED_CHOICES = {"on_unreachable": ["error", "skip"], "on_cold": ["error", "warn"]}
+def _resolved(default, help_: str | None = None, choices: list | None = None):
+    """A field that resolving a run adds to the schema's properties; `help_`: its `dlbench bench-run` option's help
+    (None: no option of that name)."""
+    return dataclasses.field(default=default, metadata={"resolved": True, "help": help_, "choices": choices})
 
 
-def _field(name: str):
-    """A run property as a dataclass field: its schema default (None: unset), its type as an annotation."""
-    default = defaults("bench", "defaults").get(name)
-    found = value_type(name)
-    names = [t.__name__ for t in (found if isinstance(found, tuple) else (found,))]
-    return name, " | ".join(names + (["None"] if default is None else [])), dataclasses.field(default=default)
+@dataclass
+class RunSpec:
+    """One run. First the schema's run properties (`definitions.run` in config.schema.yaml: their types, defaults and
+    descriptions are there; `tests/test_runspec.py` checks this list against it), then what resolving a run adds:
+    where it reads and how it treats a missing GPU, a cold or an unreachable source."""
 
-
-class _Spec:
-    """Methods of `RunSpec` (its fields are made from the schema below)."""
+    # the matrix's axes (a scenario may list several values of each) and the source: the run's identity
+    dataset: str | None = None
+    source: str = "local"
+    loader: str = "dlbench_map"
+    mode: str = "single"
+    batch_size: int = 16
+    num_workers: int | str = 2  # "auto": `resolve_workers`
+    decode_device: str = "cpu"
+    step_ms: int = 0
+    # processes and windows
+    ranks: int = 1
+    nodes: int = 1
+    pool_size: int = 8
+    buffer_size: int = 256
+    on_unavailable: str = "skip"
+    duration_s: float = 15
+    repeats: int = 3
+    warmup_s: float = 3
+    num_batches: int | None = None
+    # the loaders' settings and the checks
+    decoder_cache_size: int | None = None
+    decoder_cache_mb: float | None = None
+    remote_block_kb: float | None = None
+    fetch_episodes: int = 0
+    probe_samples: int = 32
+    seed: int = 0
+    prefetch_factor: int = 2
+    lookahead: bool = True
+    in_order: bool = False
+    verify: bool = True
+    check_frames: int = 32
+    resume_check: bool = False
+    # resolved from the config (or given by hand)
+    root: str | None = _resolved(None, "the v3.0 dataset: local path or URL (s3://, hf://datasets/ORG/NAME@REV)")
+    scenario: str = _resolved("adhoc", "scenario name in records")
+    run_id: str = _resolved("")
+    data_files_root: str | None = _resolved(
+        None, "where data/ and videos/ are when not under --root (which then holds meta/)"
+    )
+    lance_root: str | None = _resolved(
+        None, "lance_map: the dataset's Lance copy (dlbench lance-convert): local path or s3://"
+    )
+    source_spec: dict | None = _resolved(None)  # a remote source's config entry (`dlbench.sources.Source`)
+    delta_timestamps: dict | None = _resolved(None)  # a mode of config.yaml's `modes:`; overrides `mode`
+    on_unreachable: str = _resolved(
+        "error", "a remote dataset that cannot be reached: fail, or write skipped records", ["error", "skip"]
+    )
+    require_warm: str | None = _resolved(None, "a prewarm report (dlbench prewarm-check) that must say warm")
+    on_cold: str = _resolved("error", "a cold prewarm report: stop, or measure anyway", ["error", "warn"])
+    num_workers_requested: int | str | None = _resolved(None)  # "auto" when the bench job sized the workers
+    rank: int = _resolved(0)  # this process's rank: 0 in the spec file, each rank process sets its own
 
     @property
     def world_size(self) -> int:
@@ -138,27 +169,31 @@ class _Spec:
         check(self, where, label)
 
 
-def build_class() -> type:
-    """The RunSpec class: a field per run property of the schema, then `RESOLVED`."""
-    cls = dataclasses.make_dataclass(
-        "RunSpec",
-        [*(_field(name) for name in _props()), *((n, t, dataclasses.field(default=d)) for n, t, d, _ in RESOLVED)],
-        bases=(_Spec,),
-        namespace={"__module__": __name__},
-    )
-    cls.__doc__ = "One run: the schema's run properties (`definitions.run`), then `RESOLVED`."
-    return cls
+# the fields resolving a run adds: (name, help of its bench-run option, or None: no option)
+RESOLVED = tuple((f.name, f.metadata["help"]) for f in dataclasses.fields(RunSpec) if f.metadata.get("resolved"))
+RESOLVED_CHOICES = {
+    f.name: f.metadata["choices"] for f in dataclasses.fields(RunSpec) if f.metadata.get("choices") is not None
+}
+
+# how the axes read in a run id, in this order (`run_id`)
+ID_ALWAYS = {"dataset": "", "loader": "", "mode": "", "batch_size": "b", "num_workers": "w"}
+ID_SHORT = {"step_ms": "s"}  # any other axis reads <short or its name><value>, and only off its default
+ID_LAST = "decode_device"  # last: the workflow sends `-cuda` runs to their own rule
 
 
-RunSpec = build_class()
-
-
-def run_id(run) -> str:
-    """`<dataset>-<loader>-<mode>-b<batch>-w<workers>[-s<step ms>]-<decode device>`: unique within a scenario
-    (the device last: the workflow sends `-cuda` runs to their own rule). `run`: a RunSpec or a dict."""
+def run_id(run, axes: tuple[str, ...] = AXES) -> str:
+    """`<dataset>-<loader>-<mode>-b<batch>-w<workers>[-s<step ms>][-<axis><value>...]-<decode device>`: every axis
+    a scenario can list shows in the id (those beyond `ID_ALWAYS` only off their schema default, so an axis added
+    later leaves existing ids as they were), so no two runs of a scenario share one. `run`: a RunSpec or a dict."""
     r = run if isinstance(run, dict) else dataclasses.asdict(run)
-    step = f"-s{r['step_ms']}" if r.get("step_ms") else ""
-    return f"{r['dataset']}-{r['loader']}-{r['mode']}-b{r['batch_size']}-w{r['num_workers']}{step}-{r['decode_device']}"
+    parts = [f"{prefix}{r[name]}" for name, prefix in ID_ALWAYS.items()]
+    schema_defaults = defaults("bench", "defaults")
+    for name in axes:
+        if name in ID_ALWAYS or name == ID_LAST or r.get(name) in (None, schema_defaults.get(name)):
+            continue
+        value = str(r[name]).replace("/", "_").replace(" ", "")
+        parts.append(f"{ID_SHORT.get(name, name)}{value}")
+    return "-".join([*parts, str(r[ID_LAST])])
 
 
 # ----------------------------------------------------------------------------------------- the rules of a run
@@ -224,7 +259,12 @@ def _check_lance(run: RunSpec, where: str) -> None:
         return
     if run.decode_device != "cpu":
         raise UserError(f"{where}: loader lance_map decodes on the CPU only; use decode_device: cpu")
-    lance = str(run.lance_root or "")
+    if not run.lance_root:
+        raise UserError(
+            f"{where}: loader lance_map reads the dataset's Lance copy: give lance_root (--lance-root PATH_OR_URL), "
+            f"made by `dlbench lance-convert {run.root} OUT`"
+        )
+    lance = str(run.lance_root)
     if is_remote(lance) and not lance.startswith("s3://"):
         raise UserError(
             f"{where}: loader lance_map reads Lance copies on local disk or S3 only, not {lance}; use source: local "

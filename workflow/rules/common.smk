@@ -10,13 +10,13 @@ from snakemake.logging import logger
 
 import dlbench.report.failed
 import dlbench.loopback
-import dlbench.sources
 from dlbench import matrix
 from dlbench.config import SCHEMA_PATH, split_loader, validate_config
 from dlbench.errors import UserError
 from dlbench.format.paths import is_remote
 from dlbench.peer import named_peer_ready
 from dlbench.report.outputs import PLOT_NAMES
+from dlbench.runspec import resolve_workers
 
 
 def config_error(message):
@@ -88,26 +88,13 @@ CONVERSION_TABLE = ["results/tables/conversion.csv"] if SCALING_DATASETS else []
 CONVERSION_PLOT = ["results/plots/conversion.png"] if SCALING_DATASETS else []
 
 
-def _shaping_proxies(types):
-    """(port, latency_ms, bandwidth_mbps) of the shaped loopback sources of these types."""
-    return sorted(
-        {
-            (s["loopback"]["port"], s["loopback"]["latency_ms"], s["loopback"]["bandwidth_mbps"])
-            for s in config["sources"].values()
-            if s["type"] in types
-            and s.get("loopback")
-            and (s["loopback"]["latency_ms"] or s["loopback"]["bandwidth_mbps"])
-        }
-    )
-
-
-LOOPBACK_PROXIES = _shaping_proxies(("s3",))  # in front of the S3 server
-HUB_PROXIES = _shaping_proxies(("bucket",))  # in front of the loopback Hub: its cold storage buckets
-USES_LOOPBACK = any(config["sources"][r.source].get("loopback") is not None for r in RUNS.values())
-USES_HUB = any(
-    config["sources"][r.source]["type"] in ("hub", "bucket") and config["sources"][r.source].get("loopback") is not None
-    for r in RUNS.values()
-)
+SOURCES = {name: matrix.source(config, name) for name in config["sources"]}  # dlbench.sources.Source
+READ_SOURCES = [SOURCES[n] for n in sorted({r.source for r in RUNS.values()})]
+# the shaping proxies in front of the S3 server, and in front of the loopback Hub (its cold storage buckets)
+LOOPBACK_PROXIES = sorted({s.proxy for s in SOURCES.values() if s.on_loopback_s3 and s.shaped})
+HUB_PROXIES = sorted({s.proxy for s in SOURCES.values() if s.on_loopback_hub and s.shaped})
+USES_LOOPBACK = any(s.loopback is not None for s in READ_SOURCES)
+USES_HUB = any(s.on_loopback_hub for s in READ_SOURCES)
 
 
 def start_loopback():
@@ -129,13 +116,9 @@ def run_of(wildcards):
     return RUNS[(wildcards.scenario, wildcards.run_id)]
 
 
-def source_spec(name):
-    return config["sources"][name]
-
-
 def endpoint_args(name):
     """`--endpoint-url ...` giving a dlbench command this source's S3 settings, or nothing."""
-    value = dlbench.sources.endpoint_option(source_spec(name))
+    value = SOURCES[name].endpoint_option()
     return f"--endpoint-url {shlex.quote(value)}" if value else ""
 
 
@@ -143,12 +126,12 @@ def bench_inputs(wildcards):
     """The run's spec, its dataset's validation report, and for remote sources the staging marker and the prewarm
     report."""
     r = run_of(wildcards)
-    spec = source_spec(r.source)
+    source = SOURCES[r.source]
     inputs = {
         "spec": f"results/specs/{r.scenario}/{r.run_id}.json",
         "valid": f"results/validate/{r.dataset}.json",
     }
-    if spec.get("stage"):
+    if source.stages:
         inputs["staged"] = matrix.staged_marker(r.source, r.dataset)
     if r.require_warm:
         inputs["prewarm"] = r.require_warm
@@ -156,17 +139,16 @@ def bench_inputs(wildcards):
     if peer:  # the environment of its LeRobot, built once by the peer_env rule
         inputs["peer"] = named_peer_ready(peer)
     if r.loader == "lance_map":  # its Lance copy, made (and staged) by the workflow
-        if spec["type"] == "local":
-            inputs["lance"] = f"results/datasets/{r.dataset}/lance"
-        elif spec.get("stage"):
+        if not source.remote:
+            inputs["lance"] = source.lance_url(r.dataset)
+        elif source.stages:
             inputs["lance_staged"] = f"results/sources/{r.source}/{r.dataset}.lance.staged.json"
     return inputs
 
 
 def bench_threads(wildcards):
     r = run_of(wildcards)
-    workers = r.num_workers if r.num_workers != "auto" else os.cpu_count() or 1
-    return (workers + 1) * r.ranks
+    return (resolve_workers(r.num_workers) + 1) * r.ranks
 
 
 def measure(wildcards):
@@ -179,7 +161,7 @@ def measure(wildcards):
 def loopback_jobs(source):
     """1 for jobs that read or write a loopback source: they share one server (and its bandwidth cap), which the
     workflow profile lets serve one job at a time, on SLURM as well."""
-    return int(config["sources"][source].get("loopback") is not None)
+    return int(SOURCES[source].loopback is not None)
 
 
 def measuring(threads):
@@ -201,8 +183,7 @@ def bench_runtime(wildcards):
 
 def bench_mem_mb(wildcards):
     r = run_of(wildcards)
-    workers = r.num_workers if r.num_workers != "auto" else 4
-    return (2000 + 1000 * workers) * r.ranks
+    return (2000 + 1000 * resolve_workers(r.num_workers)) * r.ranks
 
 
 BENCH_RESOURCES = dict(
@@ -309,13 +290,13 @@ def validate_args(wildcards):
 
 
 def prewarm_inputs(wildcards):
-    spec = source_spec(wildcards.source)
-    return [matrix.staged_marker(wildcards.source, wildcards.dataset)] if spec.get("stage") else []
+    stages = SOURCES[wildcards.source].stages
+    return [matrix.staged_marker(wildcards.source, wildcards.dataset)] if stages else []
 
 
 if USES_LOOPBACK and not os.path.isdir(dlbench.loopback.DATA_DIR):
     # the server's data is gone: markers of uploads to it are stale
-    for name, spec in config["sources"].items():
-        if spec.get("loopback") is not None:
+    for name, source in SOURCES.items():
+        if source.loopback is not None:
             for marker in Path(f"results/sources/{name}").glob("*.staged.json"):
                 marker.unlink()

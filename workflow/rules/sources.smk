@@ -38,7 +38,7 @@ rule prewarm_check:
     params:
         url=lambda wildcards: matrix.source_url(config, wildcards.source, wildcards.dataset),
         endpoint=lambda wildcards: endpoint_args(wildcards.source),
-        p=lambda wildcards: source_spec(wildcards.source)["prewarm"],
+        p=lambda wildcards: SOURCES[wildcards.source].spec["prewarm"],
     shell:
         "dlbench prewarm-check {params.url} --out {output} {params.endpoint} --files {params.p[files]} "
         "--range-mb {params.p[range_mb]} --ttfb-ms-max {params.p[ttfb_ms_max]} --mbps-min {params.p[mbps_min]} "

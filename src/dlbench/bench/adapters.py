@@ -1,4 +1,4 @@
-"""Loaders the harness can measure, behind one small interface.
+"""Loaders the harness can measure, behind one small interface (`interface.Adapter`).
 
 dlbench_map / dlbench_stream are this project's loaders; lerobot_map / lerobot_stream are LeRobot 0.6.1's
 `LeRobotDataset` and `StreamingLeRobotDataset`, importable only in the peer environment (the harness runs there
@@ -9,34 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
-from typing import Any
-
-import torch
 
 from ..config import LEROBOT_LOADERS, LOADERS, base_loader
 from ..errors import UserError
-from ..format.paths import is_remote, local_path
+from ..format.paths import local_path
 from ..loader.collate import collate
-from ..loader.dataset_meta import DatasetMeta, resolve_windows
-
-
-@dataclass
-class Adapter:
-    dataset: Any  # a torch Dataset (map-style) or IterableDataset
-    iterable: bool
-    frames_per_item: int
-    cache_stats: Callable[[], dict] | None  # this process's decoder cache counters, if the loader has them
-    decode_seconds: Callable[[], float] | None  # time spent decoding in this process (probe split)
-    collate: Callable[[list], Any] = torch.utils.data.default_collate  # how the loader's users batch items
-
-
-def lerobot_delta_timestamps(dmeta: DatasetMeta, mode: str, deltas: dict | None = None) -> dict | None:
-    """dlbench's frame mode (or `deltas`, whose key "cameras" means every camera) as LeRobot `delta_timestamps`."""
-    windows = resolve_windows(mode, deltas, dmeta)
-    return {k: [float(o) / dmeta.fps for o in offs] for k, offs in windows.items()} or None
+from ..loader.dataset_meta import DatasetMeta
+from .interface import Adapter, lerobot_delta_timestamps
 
 
 def _cache_stats(ds) -> dict:
@@ -116,18 +96,10 @@ def _lerobot(cfg) -> Adapter:
             f"loader {cfg.loader} needs LeRobot 0.6.1, which is not importable here; it runs in the "
             f"peer environment (create it with {CREATE_COMMAND})"
         ) from None
-    if cfg.decode_device != "cpu":
-        raise UserError(f"loader {cfg.loader} decodes on the CPU only (LeRobot 0.6.1); use decode_device cpu")
-    if cfg.data_files_root:
-        raise UserError(
-            f"loader {cfg.loader} reads data files under its root only; data_files_root needs a dlbench loader"
-        )
     dmeta = DatasetMeta.load(cfg.root)
     deltas = lerobot_delta_timestamps(dmeta, cfg.mode, cfg.delta_timestamps)
     fpi = sum(len(deltas.get(c, [0])) if deltas else 1 for c in dmeta.cameras)
     where = lerobot_location(cfg.root)
-    if cfg.loader == "lerobot_map" and where.get("repo_type") == "bucket":
-        raise UserError(f"{cfg.root}: LeRobot 0.6.1 reads buckets with lerobot_stream only (repo_type='bucket')")
     if cfg.loader == "lerobot_map":
         ds = LeRobotDataset(**where, delta_timestamps=deltas, return_uint8=True, video_backend="torchcodec")
         _stop_tqdm_monitor()
@@ -164,12 +136,7 @@ def lerobot_location(root: str) -> dict:
     if root.startswith("hf://datasets/"):
         repo, _, revision = root.removeprefix("hf://datasets/").partition("@")
         return {"repo_id": repo.rstrip("/"), "revision": revision or None}
-    if is_remote(root):
-        raise UserError(
-            f"{root}: LeRobot's loaders read local datasets, Hub repos (hf://datasets/ORG/NAME@REV) and "
-            f"buckets (hf://buckets/...) only; read this one with dlbench_map or dlbench_stream"
-        )
-    return {"repo_id": "local/bench", "root": local_path(root)}
+    return {"repo_id": "local/bench", "root": local_path(root)}  # other URLs: refused by `runspec.check`
 
 
 def _stop_tqdm_monitor() -> None:

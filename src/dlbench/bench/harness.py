@@ -5,51 +5,46 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from functools import partial
 
 import numpy as np
 import torch
 
 from ..errors import UserError
-from ..loader import lookahead
-from ..loader.collate import CollateWorkerInit, collate, to_torch
-from ..loader.dataloader import import_decoder_before_fork, make_ring
+from ..loader.collate import collate, to_torch
+from ..loader.dataloader import DataLoader
 from ..procstat import MemorySampler
 from ..runspec import RunSpec
-from ..workers import start_method
 from .gpu import GpuStep, to_device
 
 LATENCY_PERCENTILES = (50, 95, 99)
 
 
-def sample_info(t0: float, stats) -> np.ndarray:
-    """[latency_ms, worker, cache hits, misses, evictions, size, cpu fallbacks] for one sample (-1 where unknown)."""
+SAMPLE_INFO = "_sample_info"  # the key under which each item carries its `sample_info` to the consumer
+
+
+def sample_info(t0: float, stats) -> torch.Tensor:
+    """[latency_ms, worker, cache hits, misses, evictions, size, cpu fallbacks] for one sample (-1 where unknown): a
+    small tensor, which `collate` stacks into a numpy array pickled with the batch (no shared-memory segment)."""
     ms = (time.perf_counter() - t0) * 1000.0
     w = torch.utils.data.get_worker_info()
     s = stats() if stats else {}
-    return np.array(
-        [
-            ms,
-            w.id if w else -1,
-            s.get("hits", -1),
-            s.get("misses", -1),
-            s.get("evictions", -1),
-            s.get("size", -1),
-            s.get("cpu_fallbacks", -1),
-        ],
-        dtype=np.float64,
-    )
+    keys = ("hits", "misses", "evictions", "size", "cpu_fallbacks")
+    return torch.tensor([ms, w.id if w else -1, *(s.get(k, -1) for k in keys)], dtype=torch.float64)
 
 
-def collate_with_info(samples, collate_items=torch.utils.data.default_collate):
-    """The items collate as the loader's users batch them; the per-sample infos stay one small numpy array, pickled
-    with the batch rather than passed as one more shared-memory tensor (see `dlbench.loader.collate`)."""
-    items, infos = zip(*samples)
-    return collate_items(list(items)), np.stack(infos)
+class _Passthrough:
+    """Answers for the dataset it wraps: what `dlbench.loader.DataLoader` and the run read off a dataset (its
+    builder, decode device, frame size, `plans_batches`, `set_epoch`, `busy_workers`...) are the inner one's.
+    Dunder names are not passed on (`__getitems__` decides how torch fetches)."""
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
 
 
-class Timed(torch.utils.data.Dataset):
-    """Wraps a map-style dataset: each sample comes with its `sample_info`."""
+class Timed(_Passthrough, torch.utils.data.Dataset):
+    """A map-style dataset read item by item: each item carries its `sample_info`."""
 
     def __init__(self, inner, stats):
         self.inner, self.stats = inner, stats
@@ -60,23 +55,26 @@ class Timed(torch.utils.data.Dataset):
     def __getitem__(self, idx):
         t0 = time.perf_counter()
         item = self.inner[idx]
-        return item, sample_info(t0, self.stats)
+        item[SAMPLE_INFO] = sample_info(t0, self.stats)
+        return item
 
 
 class TimedBatches(Timed):
-    """Wraps a map-style dataset that reads a batch at once (`__getitems__`, as LanceDBDataset): the DataLoader hands
-    it each batch's indices, as it does in training; each sample's latency is its share of the batch's."""
+    """A map-style dataset that builds a batch at once (`__getitems__`: dlbench_map, LanceDBDataset): torch's
+    DataLoader hands it each batch's indices, as in training; each item's latency is its share of the batch's."""
 
     def __getitems__(self, indices):
         t0 = time.perf_counter()
         items = self.inner.__getitems__(indices)
         info = sample_info(t0, self.stats)
         info[0] /= max(1, len(items))
-        return [(item, info) for item in items]
+        for item in items:
+            item[SAMPLE_INFO] = info
+        return items
 
 
-class TimedIterable(torch.utils.data.IterableDataset):
-    """Wraps an iterable dataset: each sample comes with its `sample_info` (latency = time in the iterator's next)."""
+class TimedIterable(_Passthrough, torch.utils.data.IterableDataset):
+    """An iterable dataset: each item carries its `sample_info` (latency = time in the iterator's next)."""
 
     def __init__(self, inner, stats):
         self.inner, self.stats = inner, stats
@@ -89,48 +87,57 @@ class TimedIterable(torch.utils.data.IterableDataset):
                 item = next(it)
             except StopIteration:
                 return
-            yield item, sample_info(t0, self.stats)
+            item[SAMPLE_INFO] = sample_info(t0, self.stats)
+            yield item
 
 
-def make_dataloader(cfg: RunSpec, adapter, device: torch.device, pin: bool):
-    """The DataLoader the run measures, batched as the loader's users batch it: (loader, worker start method)."""
+def timed(dataset, stats):
+    """`dataset` with each item's `sample_info` attached, fetched by torch exactly as the dataset itself would be."""
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        return TimedIterable(dataset, stats)
+    return (TimedBatches if hasattr(dataset, "__getitems__") else Timed)(dataset, stats)
+
+
+class InfoCollate:
+    """A peer's own batching (torch's default collate, Lance's) with the items' infos stacked beside it, as one
+    numpy array pickled with the batch."""
+
+    def __init__(self, collate_items):
+        self.collate_items = collate_items
+
+    def __call__(self, items):
+        infos = np.stack([item.pop(SAMPLE_INFO).numpy() for item in items])
+        return {**self.collate_items(items), SAMPLE_INFO: infos}
+
+
+def split_info(batch: dict) -> tuple[dict, np.ndarray]:
+    """A batch of the measured DataLoader: (the batch as its users get it, its items' infos)."""
+    info = batch.pop(SAMPLE_INFO)
+    return batch, info.numpy() if isinstance(info, torch.Tensor) else info
+
+
+def make_dataloader(cfg: RunSpec, adapter, pin: bool) -> DataLoader:
+    """The DataLoader the run measures: `dlbench.loader.DataLoader`, built as its users build it, over the loader's
+    dataset with each item's `sample_info` attached. It picks its workers' start method, batches through a ring of
+    shared slots (dlbench's loaders) or with the peer's own collate, and looks ahead where that pays."""
     workers = cfg.num_workers
-    # spawned for CUDA decoding, else forked unless a thread runs here (dlbench.workers)
-    context = start_method(cuda=device.type == "cuda") if workers > 0 else None
-    prefetch = cfg.prefetch_factor if workers > 0 else None
-    collate_items, worker_init = adapter.collate, None
-    if collate_items is collate:  # as dlbench.loader.DataLoader batches: through a ring of shared slots
-        ring = make_ring(adapter.dataset, cfg.batch_size, workers, prefetch)
-        collate_items = partial(collate, ring=ring)
-        worker_init = CollateWorkerInit()
-        if ring is not None and pin:
-            ring.pin()  # batches in ring slots reach the GPU by DMA, uncopied
-    common = dict(
+    dataset = timed(adapter.dataset, adapter.cache_stats)
+    kwargs = dict(
         batch_size=cfg.batch_size,
         num_workers=workers,
         persistent_workers=workers > 0,
-        collate_fn=partial(collate_with_info, collate_items=collate_items),
-        prefetch_factor=prefetch,
+        prefetch_factor=cfg.prefetch_factor if workers > 0 else None,
         pin_memory=pin,
-        multiprocessing_context=context,
-        worker_init_fn=worker_init,
         in_order=cfg.in_order,
+        lookahead=cfg.lookahead,
     )
-    if adapter.iterable:
-        return torch.utils.data.DataLoader(TimedIterable(adapter.dataset, adapter.cache_stats), **common), context
-    # map-style: every rank shuffles its own disjoint part of the dataset (as DistributedSampler does in training)
-    sampler = torch.utils.data.distributed.DistributedSampler(
-        adapter.dataset, num_replicas=cfg.world_size, rank=cfg.rank, shuffle=True, seed=cfg.seed, drop_last=True
-    )
-    # a dataset that reads a batch at once is handed whole batches, as in training; others are timed item by item
-    batched = getattr(adapter.dataset, "plans_batches", hasattr(adapter.dataset, "__getitems__"))
-    timed = (TimedBatches if batched else Timed)(adapter.dataset, adapter.cache_stats)
-    batches = torch.utils.data.BatchSampler(sampler, cfg.batch_size, drop_last=False)
-    ahead = lookahead.for_dataset(batches, adapter.dataset, workers, cfg.in_order) if cfg.lookahead else batches
-    if ahead is not batches:  # each batch names the one its worker gets next, fetched during this one's decoding
-        common.pop("batch_size")
-        return torch.utils.data.DataLoader(timed, batch_sampler=ahead, **common), context
-    return torch.utils.data.DataLoader(timed, sampler=sampler, **common), context
+    if adapter.collate is not collate:  # a peer's batching; dlbench's loaders get the DataLoader's own
+        kwargs["collate_fn"] = InfoCollate(adapter.collate)
+    if not adapter.iterable:  # every rank shuffles its own disjoint part of the dataset, as in training
+        kwargs["sampler"] = torch.utils.data.distributed.DistributedSampler(
+            dataset, num_replicas=cfg.world_size, rank=cfg.rank, shuffle=True, seed=cfg.seed, drop_last=True
+        )
+    return DataLoader(dataset, **kwargs)
 
 
 class Epochs:
@@ -140,11 +147,12 @@ class Epochs:
     def __init__(self, loader, dataset, rank: int = 0, world_size: int = 1):
         self.loader, self.dataset, self.epoch = loader, dataset, 0
         self.rank, self.world_size = rank, world_size
-        self.it = iter(loader)  # forks the workers: before any sampler thread exists (never fork beside a thread)
+        self.it = iter(loader)  # starts the workers: before any sampler thread exists (never fork beside a thread)
 
-    def next(self):
+    def next(self) -> tuple[dict, np.ndarray]:
+        """The next batch and its items' infos (`split_info`)."""
         try:
-            return next(self.it)
+            return split_info(next(self.it))
         except StopIteration:
             self.epoch += 1
             for epoch_aware in (self.dataset, self.loader.sampler, self.loader.batch_sampler):
@@ -152,7 +160,7 @@ class Epochs:
                     epoch_aware.set_epoch(self.epoch)
             self.it = iter(self.loader)
             try:
-                return next(self.it)
+                return split_info(next(self.it))
             except StopIteration:
                 raise UserError(
                     f"rank {self.rank} of {self.world_size}: an epoch of this loader brought no batch (no episode "
@@ -287,10 +295,8 @@ def measure_pass(cfg: RunSpec, adapter, device: torch.device, checks: list, samp
     # pinned memory, frames decoded on the GPU are there already
     consumer = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     pin = consumer.type == "cuda" and device.type == "cpu"
-    loader, context = make_dataloader(cfg, adapter, device, pin)
-    t_start = time.perf_counter()
-    if context is not None:
-        import_decoder_before_fork(adapter.dataset, context)  # as dlbench's DataLoader does, on the clock
+    loader = make_dataloader(cfg, adapter, pin)
+    t_start = time.perf_counter()  # the workers' start, and their import of the decoder, are on the clock
     batches = Epochs(loader, adapter.dataset, cfg.rank, cfg.world_size)
     memory = MemorySampler(every_s=0.5)  # a few ms per sample: keep it off the measured cores
     memory.start()
@@ -306,4 +312,5 @@ def measure_pass(cfg: RunSpec, adapter, device: torch.device, checks: list, samp
     finally:  # also on an error: the workers stop before the process exits
         memory.stop()
         batches.close()
+    context = loader.start_method
     return Pass(seen, consumer, pin, context, first_batch_latency, wallclock, memory.peak / 2**20, remote, warm_rows)

@@ -16,7 +16,7 @@ import os
 from ..errors import UserError
 from ..format.paths import is_remote, join, local_path
 from ..loader.dataset_meta import DatasetMeta
-from .adapters import Adapter, lerobot_delta_timestamps
+from .interface import Adapter, lerobot_delta_timestamps
 from .remote import S3_ENDPOINT_ENV
 
 LOADER = "lance_map"
@@ -34,18 +34,7 @@ def lance_adapter(cfg) -> Adapter:
             f"loader {LOADER} needs lerobot-lancedb, which is not importable here; it runs in the peer environment "
             f"(create it with {CREATE_COMMAND})"
         ) from None
-    if cfg.decode_device != "cpu":
-        raise UserError(
-            f"loader {LOADER} decodes on the CPU only (torchcodec in LanceDBDataset); use decode_device cpu"
-        )
-    if cfg.data_files_root:
-        raise UserError(f"loader {LOADER} reads its Lance copy only; data_files_root needs a dlbench loader")
-    lance_root = str(cfg.lance_root or "")
-    if not lance_root:
-        raise UserError(
-            f"loader {LOADER} reads the dataset's Lance copy: give lance_root (--lance-root PATH_OR_URL), made by "
-            f"`dlbench lance-convert {cfg.root} OUT`"
-        )
+    lance_root = str(cfg.lance_root)  # given and readable by Lance: `runspec.check`
     dmeta = DatasetMeta.load(cfg.root)
     check_copy(lance_root, dmeta)
     deltas = lerobot_delta_timestamps(dmeta, cfg.mode, cfg.delta_timestamps)

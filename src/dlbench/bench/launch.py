@@ -158,6 +158,7 @@ def bench_run(run: RunSpec, out_dir: str | Path) -> dict:
     run.json. Each rank gets the run whole, as `<out_dir>/spec.json`."""
     from ..sources import apply_env, check_reachable
 
+    run.check(f"run {run.run_id}")  # a run built in code meets the rules the workflow and the CLI check
     apply_env(run.source_spec)
     _gate_on_prewarm(run)
     if is_remote(run.root):

@@ -10,12 +10,11 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from ..loader.collate import to_torch
 from ..loader.dataset_meta import DatasetMeta
 from ..runspec import RunSpec
 from ..validate import is_synthetic
 from .adapters import make_adapter
-from .harness import make_dataloader
+from .harness import make_dataloader, split_info
 from .verify import BarcodeCheck
 
 
@@ -39,9 +38,9 @@ def resume_check(cfg: RunSpec, dmeta: DatasetMeta, device: torch.device) -> tupl
     got: list[int] = []
 
     def consume(adapter, workers: int, stop: int | None = None) -> None:
-        loader, _ = make_dataloader(replace(cfg, num_workers=workers), adapter, device, pin=False)
-        for k, (batch, _) in enumerate(loader):
-            batch = to_torch(batch)
+        loader = make_dataloader(replace(cfg, num_workers=workers), adapter, pin=False)
+        for k, batch in enumerate(loader):
+            batch, _ = split_info(batch)
             adapter.dataset.observe(batch)
             got.extend(batch["index"].tolist())
             if barcodes is not None:

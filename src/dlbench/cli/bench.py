@@ -60,7 +60,7 @@ def run_options(spec_class: type | None = None) -> list[tuple[str, dict]]:
     (`option_of`), any other boolean turned on by --NAME."""
     from ..runspec import RESOLVED, RESOLVED_CHOICES, RunSpec, choices, description, value_type
 
-    resolved = {name: help_ for name, _, _, help_ in RESOLVED}
+    resolved = dict(RESOLVED)
     options = []
     for f in dataclasses.fields(spec_class or RunSpec):
         if f.name in resolved and resolved[f.name] is None:

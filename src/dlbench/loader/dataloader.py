@@ -67,16 +67,17 @@ class DataLoader(torch.utils.data.DataLoader):
     registered with CUDA, so frames arrive in pinned memory without the copy torch's pin thread would make. A
     dataset that fetches each batch's remote video before decoding it (`plans_batches`) gets batches that name the
     one the same worker gets next (`lookahead`), so that worker fetches it while decoding (with one worker, or
-    in_order=True: only then does torch hand out batches in a fixed turn).
+    in_order=True: only then does torch hand out batches in a fixed turn); `lookahead=False` turns that off.
 
     Whatever the start method, workers get the environment and fsspec configuration this process has as they
     start (`dlbench.workers.ParentSettings`): S3 settings made after an earlier loader started the fork server
     still reach them.
     """
 
-    def __init__(self, dataset, *args, collate_fn=None, **kwargs):
+    def __init__(self, dataset, *args, collate_fn=None, lookahead: bool = True, **kwargs):
         float_keys = float_frame_keys(dataset)
         super().__init__(dataset, *args, collate_fn=collate_fn or _RingCollate(float_keys), **kwargs)
+        self.lookahead = lookahead
         if collate_fn is None and self.batch_sampler is not None:
             self.worker_init_fn = CollateWorkerInit(self.worker_init_fn, float_keys)
         self._gpu = decodes_on_gpu(dataset)
@@ -91,7 +92,7 @@ class DataLoader(torch.utils.data.DataLoader):
         # torch's DataLoader takes its batches from here: for a dataset that fetches each batch's remote bytes
         # before decoding, each batch also names the one its worker gets next (`lookahead`)
         batches = super()._index_sampler
-        if not self._auto_collation:
+        if not self._auto_collation or not self.lookahead:
             return batches
         return lookahead.for_dataset(batches, self.dataset, self.num_workers, getattr(self, "in_order", True))
 
@@ -110,7 +111,28 @@ class DataLoader(torch.utils.data.DataLoader):
             self.collate_fn.ring = make_ring(self.dataset, self.batch_size, self.num_workers, self.prefetch_factor)
             if self.collate_fn.ring is not None and self.pin_memory and torch.cuda.is_available():
                 self.collate_fn.ring.pin()  # torch's pin thread passes ring slots through: they are pinned already
-        ring = self.collate_fn.ring if isinstance(self.collate_fn, _RingCollate) else None  # alive while we yield
-        for batch in super().__iter__():
-            yield to_torch(batch)
-        del ring
+        # the workers start here, not at the first batch: the caller may start threads (never fork beside one)
+        return _Batches(super().__iter__(), self.collate_fn.ring if isinstance(self.collate_fn, _RingCollate) else None)
+
+    @property
+    def start_method(self) -> str | None:
+        """How this loader's workers started (fork, forkserver, spawn), once it has been iterated; None: no workers."""
+        if self.num_workers == 0 or self.multiprocessing_context is None:
+            return None
+        return self.multiprocessing_context.get_start_method()
+
+
+class _Batches:
+    """A DataLoader's batches as `to_torch` makes them, holding the ring their slots are in while they are read."""
+
+    def __init__(self, batches, ring: BatchRing | None):
+        self.batches, self.ring = batches, ring
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return to_torch(next(self.batches))
+
+    def __len__(self) -> int:
+        return len(self.batches)
