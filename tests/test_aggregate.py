@@ -11,6 +11,8 @@ from dlbench.errors import UserError
 from dlbench.report import aggregate as agg
 from dlbench.report import plots
 
+pytestmark = pytest.mark.unit
+
 
 def metrics(fps, p99=10.0, hit=0.99, wrong=0, verified=100):
     return {
@@ -339,11 +341,53 @@ def test_remote_cost_labels_name_the_scenario_only_where_two_runs_would_share_on
     rows += [("hub", "hub", "dlbench_map", 1), ("bucket", "bucket", "dlbench_map", 2)]
     df = pd.DataFrame(rows, columns=["scenario", "source", "loader", "world_size"]).assign(batch_size=16, num_workers=2)
     assert plots._remote_labels(df) == [
-        "bucket · bucket · dlbench_map · b16 w2",
-        "bucket_in_order · bucket · dlbench_map · b16 w2",
+        "bucket · dlbench_map · b16 w2 [bucket]",
+        "bucket · dlbench_map · b16 w2 [bucket_in_order]",
         "hub · dlbench_map · b16 w2",
         "bucket · dlbench_map · b16 w2 · 2 ranks",
     ]
+
+
+def test_no_plot_gives_two_runs_one_label(tmp_path, monkeypatch):
+    """Runs a plot's label would not tell apart (the 2-node run beside the 1-node one; auto workers resolved to the
+    same count as another scenario's; two scenarios apart only in a field no label shows) read differently on every
+    plot: each axis's tick labels, and each legend, name each run or group once."""
+    runs = [
+        write_run(tmp_path, "stream_local", "dlbench_stream", [300.0]),
+        write_run(tmp_path, "stream_local_2node", "dlbench_stream", [280.0, 290.0]),
+        write_run(tmp_path, "lerobot_stream", "lerobot_stream", [150.0]),
+        write_run(tmp_path, "lerobot_stream_2node", "lerobot_stream", [140.0, 150.0]),
+        write_run(tmp_path, "mmap_local", "dlbench_map", [400.0]),
+        write_run(tmp_path, "mmap_local_maxworkers", "dlbench_map", [410.0]),  # auto, resolved to 2 workers
+        write_run(tmp_path, "mmap_in_order", "dlbench_map", [390.0]),  # apart in a field the labels omit
+        write_run(tmp_path, "lerobot_map", "lerobot_map", [200.0]),
+        write_run(tmp_path, "mmap_w1", "dlbench_map", [250.0], workers=1),
+        write_run(tmp_path, "bucket", "dlbench_map", [100.0], source="bucket"),
+        write_run(tmp_path, "bucket_b", "dlbench_map", [110.0], source="bucket"),
+    ]
+    df = agg.aggregate(runs, tmp_path / "summary.csv")
+    seen = {}
+
+    def keep(fig, path):
+        seen[path.name] = [
+            ([t.get_text() for t in ax.get_yticklabels()], [t.get_text() for t in ax.get_legend().get_texts()])
+            if ax.get_legend()
+            else ([t.get_text() for t in ax.get_yticklabels()], [])
+            for ax in fig.axes
+        ]
+        plots.plt.close(fig)
+        return path
+
+    monkeypatch.setattr(plots, "_save", keep)
+    plots.plot_all(tmp_path / "summary.csv", tmp_path / "plots")
+    assert set(seen) >= set(plots.PLOTS)
+    for name, axes in seen.items():
+        for ticks, legend in axes:
+            ticks = [t for t in ticks if t]
+            assert len(ticks) == len(set(ticks)), f"{name}: {ticks}"
+            assert len(legend) == len(set(legend)), f"{name}: {legend}"
+    baseline = [t for ticks, _ in seen["baseline.png"] for t in ticks if t]
+    assert len(baseline) >= 5  # the dlbench runs beside their baselines, the 2-node ones included
 
 
 def test_a_run_whose_job_died_is_listed_failed_with_its_reason_until_it_finishes(tmp_path, monkeypatch):

@@ -45,6 +45,18 @@ def _label(row) -> str:
     return f"{row['scenario']} · {row['run_id']}"
 
 
+def distinct(labels: list[str], rows: pd.DataFrame) -> list[str]:
+    """`labels` (one per row of `rows`) made unique: a label two rows share names each row's scenario, then its
+    run id ((scenario, run_id) is unique in a summary), so no two runs on a plot read alike."""
+    labels = list(labels)
+    for extra in ("scenario", "run_id"):
+        shared = pd.Series(labels).duplicated(keep=False).tolist()
+        labels = [
+            f"{label} [{r[extra]}]" if dup else label for label, dup, (_, r) in zip(labels, shared, rows.iterrows())
+        ]
+    return labels
+
+
 def _not_run(df: pd.DataFrame) -> list[str]:
     """One line per run left off the plots (skipped, incomplete, or unverified: no frame checked), with its reason."""
     rows = df[df["status"] != "ok"]
@@ -84,7 +96,7 @@ def _mode_bars(d, value, labels, colors, text, xlabel, title, path, line=None, n
     """Horizontal bars of `d[value]`, one panel per mode (rows in `d`'s order, `labels` and `colors` row by row,
     each value written with `text`); `line(panel rows)` gives a reference line (x, legend or None); `notes` are
     listed under the panels."""
-    d = d.assign(_label=labels, _color=colors)
+    d = d.assign(_label=distinct(labels, d) if "scenario" in d else labels, _color=colors)
     modes = list(dict.fromkeys(d["mode"]))
     counts = [int((d["mode"] == m).sum()) for m in modes]
     fig, axes = plt.subplots(
@@ -165,7 +177,8 @@ def plot_decode_device(df: pd.DataFrame, path: Path) -> Path:
         for j, dev in enumerate(("cpu", "cuda")):
             v = g[g["decode_device"] == dev]["frames_per_s_node"].max()
             ax.barh(i + (j - 0.5) * 0.4, v, 0.4, color=("tab:blue", "tab:orange")[j], label=dev if i == 0 else None)
-    ax.set_yticks(range(len(groups)), [f"{k[0]} · {k[1]} · {k[2]} · w{k[3]}" for k, _ in groups], fontsize=8)
+    ranks = lambda k: f" · {int(k[4])} ranks" if k[4] > 1 else ""  # noqa: E731
+    ax.set_yticks(range(len(groups)), [f"{k[0]} · {k[1]} · {k[2]} · w{k[3]}{ranks(k)}" for k, _ in groups], fontsize=8)
     ax.set_xlabel("decoded frames/s per node")
     ax.set_title(title)
     ax.legend()
@@ -298,14 +311,11 @@ def against_baseline(df: pd.DataFrame) -> pd.DataFrame:
     columns mode, label, ratio."""
     ok = _ok(df)
     ok = ok[ok["loader"].isin(DLBENCH_LOADERS) & ok["ratio_to_baseline"].notna()]
-    rows = [
-        (
-            r["mode"],
-            f"{r['dataset']} · {r['source']} · {r['loader']} (w{r['num_workers']}{_step(r)})",
-            r["ratio_to_baseline"],
-        )
+    short = [
+        f"{r['dataset']} · {r['source']} · {r['loader']} (w{r['num_workers']}{_step(r)}{_ranks(r)})"
         for _, r in ok.iterrows()
     ]
+    rows = [(r["mode"], label, r["ratio_to_baseline"]) for label, (_, r) in zip(distinct(short, ok), ok.iterrows())]
     return pd.DataFrame(rows, columns=["mode", "label", "ratio"]).sort_values(["mode", "ratio"])
 
 
@@ -378,13 +388,12 @@ def _ranks(row) -> str:
 
 
 def _remote_labels(df: pd.DataFrame) -> list[str]:
-    """source · loader · batch and workers (· ranks) of each row; rows that would share one (scenarios apart in a
-    field the label omits, such as in_order) also name their scenario."""
+    """source · loader · batch and workers (· ranks) of each row (`distinct` names the scenario of runs apart in a
+    field the label omits, such as in_order)."""
     short = [
         f"{r['source']} · {r['loader']} · b{r['batch_size']} w{r['num_workers']}{_ranks(r)}" for _, r in df.iterrows()
     ]
-    shared = pd.Series(short).duplicated(keep=False).tolist()
-    return [f"{r['scenario']} · {s}" if dup else s for s, dup, (_, r) in zip(short, shared, df.iterrows())]
+    return distinct(short, df)
 
 
 def plot_remote_cost(df: pd.DataFrame, path: Path) -> Path:
