@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dlbench.bench.launch import launch, run_rank
-from dlbench.bench.runner import run
+from dlbench.bench.runner import measure_rank
 from dlbench.errors import UserError
 from dlbench.format import meta
 from dlbench.runspec import RunSpec, make_run
@@ -22,7 +22,9 @@ FAST = dict(duration_s=1.0, warmup_s=0.2, batch_size=4, num_workers=0, probe_sam
 @pytest.mark.parametrize("loader", ["dlbench_map", "dlbench_stream"])
 def test_record_has_sane_metrics_and_verifies_every_frame(v30_h264, loader):
     samples = []
-    rec = run(RunSpec(root=str(v30_h264), loader=loader, mode="sarm", buffer_size=16, **FAST), samples_out=samples)
+    rec = measure_rank(
+        RunSpec(root=str(v30_h264), loader=loader, mode="sarm", buffer_size=16, **FAST), samples_out=samples
+    )
     m = rec["metrics"]
     assert rec["status"] == "ok" and rec["versions"]["torchcodec"] and rec["config"]["loader"] == loader
     assert m["samples"] == len(samples) > 0
@@ -48,7 +50,7 @@ def test_a_mode_given_as_delta_timestamps_is_measured_and_every_frame_checked(v3
     )
     spec = run_from_args(args)
     assert spec.mode == "chunk" and spec.run_id.endswith("-chunk-b16-w2-cpu")
-    rec = run(replace(spec, loader="dlbench_stream", buffer_size=8, **FAST))
+    rec = measure_rank(replace(spec, loader="dlbench_stream", buffer_size=8, **FAST))
     m = rec["metrics"]
     assert rec["status"] == "ok" and rec["config"]["mode"] == "chunk"
     assert m["frames_per_sample"] == 2 * 3 and m["frames_wrong"] == 0
@@ -61,12 +63,12 @@ def test_a_mode_given_as_delta_timestamps_is_measured_and_every_frame_checked(v3
 
 def test_zero_samples_is_an_error_that_says_where_to_look(v30_h264):
     with pytest.raises(UserError, match="no samples arrived.*--num-workers 0"):
-        run(RunSpec(root=str(v30_h264), num_batches=0, **FAST))
+        measure_rank(RunSpec(root=str(v30_h264), num_batches=0, **FAST))
 
 
 def test_unknown_loader(v30_h264):
     with pytest.raises(UserError, match="loader 'fastest' is unknown; choose one of"):
-        run(RunSpec(root=str(v30_h264), loader="fastest", **FAST))
+        measure_rank(RunSpec(root=str(v30_h264), loader="fastest", **FAST))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the skip path does not apply")
@@ -134,7 +136,7 @@ def test_two_local_ranks_overlap_and_read_disjoint_samples(v30_h264, tmp_path, l
 def test_harness_wrapper_survives_spawned_workers(v30_h264, loader):
     """cuda decode starts DataLoader workers with spawn, which pickles the wrapped dataset and its stats hooks."""
     from dlbench.bench.adapters import make_adapter
-    from dlbench.bench.harness import split_info, timed
+    from dlbench.bench.measure import split_info, timed
     from dlbench.loader import DataLoader
 
     adapter = make_adapter(RunSpec(root=str(v30_h264), loader=loader, buffer_size=8, **FAST))
@@ -153,7 +155,7 @@ def test_the_harness_measures_the_dataloader_users_get(v30_h264, loader, workers
     same dataset: the same batching (collate, ring, worker init, float frames), the same start method and lookahead,
     and, batch for batch, the same samples and frames; only the per-sample timing rides along, and is taken off."""
     from dlbench.bench.adapters import make_adapter
-    from dlbench.bench.harness import SAMPLE_INFO, make_dataloader, split_info
+    from dlbench.bench.measure import SAMPLE_INFO, make_dataloader, split_info
     from dlbench.loader import DataLoader
     from dlbench.workers import start_method
 
@@ -211,7 +213,7 @@ def _without_barcodes(v30, dst):
 
 def test_any_dataset_is_checked_against_an_independent_decode(v30_h264, tmp_path):
     root = _without_barcodes(v30_h264, tmp_path / "plain")
-    rec = run(RunSpec(root=str(root), loader="dlbench_stream", check_frames=6, buffer_size=8, **FAST))
+    rec = measure_rank(RunSpec(root=str(root), loader="dlbench_stream", check_frames=6, buffer_size=8, **FAST))
     m = rec["metrics"]
     assert rec["status"] == "ok" and m["frames_barcode_checked"] == 0
     assert m["frames_decode_checked"] == 2 * 6 and m["frames_wrong"] == 0
@@ -219,7 +221,7 @@ def test_any_dataset_is_checked_against_an_independent_decode(v30_h264, tmp_path
 
 
 def test_a_run_that_checked_nothing_is_unverified(v30_h264, tmp_path):
-    rec = run(RunSpec(root=str(v30_h264), verify=False, **FAST))
+    rec = measure_rank(RunSpec(root=str(v30_h264), verify=False, **FAST))
     assert rec["status"] == "unverified" and "verify is off" in rec["reason"]
     assert rec["metrics"]["frames_verified"] == 0
 
@@ -273,9 +275,9 @@ def test_a_training_step_is_held_and_the_data_wait_measured(v30_h264):
     """With num_workers=0 the consumer waits for every batch it decodes itself; with 2 workers and a step far longer
     than a batch takes, the workers keep ahead and the consumer hardly waits."""
     base = dict(root=str(v30_h264), loader="dlbench_map", verify=False, **{**FAST, "duration_s": 1.5})
-    free = run(RunSpec(**base))["metrics"]
+    free = measure_rank(RunSpec(**base))["metrics"]
     assert free["data_wait_frac"] > 0.8  # decoding in the consumer's own process is all waiting
-    fed = run(RunSpec(**{**base, "num_workers": 2}, step_ms=150))["metrics"]
+    fed = measure_rank(RunSpec(**{**base, "num_workers": 2}, step_ms=150))["metrics"]
     assert fed["data_wait_frac"] < 0.2
     per_window = fed["windows"][0]
     assert per_window["batches"] <= 1.5 / 0.150 + 1  # each batch held for the step: at most one per 150 ms
@@ -285,7 +287,7 @@ def test_a_training_step_is_held_and_the_data_wait_measured(v30_h264):
 def test_resume_check_interrupts_an_epoch_and_resumes_it_with_one_worker_more(v30_h264, monkeypatch):
     """`bench-run --resume-check`: after the windows, an epoch stopped at a random batch and resumed from its
     state_dict with one more worker delivers every frame of the rank once; a resume that repeats frames is caught."""
-    from dlbench.bench import resume
+    from dlbench.bench import resume_check
     from dlbench.cli import build_parser
     from dlbench.cli.bench import run_from_args
     from dlbench.loader.dataset_meta import DatasetMeta
@@ -294,15 +296,15 @@ def test_resume_check_interrupts_an_epoch_and_resumes_it_with_one_worker_more(v3
     argv = ["bench-run", "--root", str(v30_h264), "--out-dir", "o", "--loader", "dlbench_stream"]
     assert run_from_args(build_parser().parse_args(argv)).resume_check is False
     spec = run_from_args(build_parser().parse_args([*argv, "--resume-check"]))
-    cfg = replace(spec, buffer_size=8, **{**FAST, "num_workers": 1})
-    rec = run(cfg)
+    run_ = replace(spec, buffer_size=8, **{**FAST, "num_workers": 1})
+    rec = measure_rank(run_)
     m = rec["metrics"]
     assert rec["status"] == "ok" and not rec["reason"] and rec["config"]["resume_check"] is True
     assert m["resume_exact"] is True and m["resume_checked_samples"] == DatasetMeta.load(str(v30_h264)).num_frames
     # a resume that forgets what was delivered repeats it: the check says so
     monkeypatch.setattr(LeRobotStreamingDataset, "load_state_dict", lambda self, state: None)
     dmeta = DatasetMeta.load(str(v30_h264))
-    metrics, problem = resume.resume_check(replace(cfg, num_workers=0), dmeta, torch.device("cpu"))
+    metrics, problem = resume_check.resume_check(replace(run_, num_workers=0), dmeta)
     assert metrics["resume_exact"] is False and "arrived more than once" in problem
     with pytest.raises(UserError, match="dlbench_stream only"):
         make_run({"root": str(v30_h264), "loader": "dlbench_map", "resume_check": True, **FAST})

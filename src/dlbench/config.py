@@ -18,7 +18,12 @@ from .errors import UserError
 
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "config.schema.yaml"
 DATASET_KINDS = ("synth", "v21", "v30")
-BUILTIN_MODES = ("single", "sarm")  # dlbench.loader.dataset_meta.MODES; others come from config.yaml's `modes:`
+# the frame modes every loader knows, as delta_timestamps ("cameras": every camera); others come from config.yaml's
+# `modes:`. "single": one frame of every camera; "sarm": 8 steps spaced 1 s (the 7 s before the current frame, and it)
+BUILTIN_MODES = {
+    "single": None,
+    "sarm": {"cameras": [float(s) for s in range(-7, 1)], "observation.state": [float(s) for s in range(-7, 1)]},
+}
 
 
 @lru_cache(maxsize=1)

@@ -75,6 +75,7 @@ def description(name: str) -> str:
 AXES = tuple(name for name in _props() if is_axis(name))
 IDENTITY = tuple(name for name in _props() if name in AXES or name == "source")
 
+
 def _resolved(default, help_: str | None = None, choices: list | None = None):
     """A field that resolving a run adds to the schema's properties; `help_`: its `dlbench bench-run` option's help
     (None: no option of that name)."""

@@ -115,34 +115,34 @@ class FileBarrier:
         atomic.write_text(self.dir / f"failed-{self.rank}", f"rank {self.rank} failed: {message}")
 
 
-def _write_skipped(cfg: RunSpec, out_dir: Path, reason: str) -> dict:
-    rec = recordmod.make_record(cfg.record(), {}, status="skipped", reason=reason)
+def _write_skipped(run: RunSpec, out_dir: Path, reason: str) -> dict:
+    rec = recordmod.make_record(run.record(), {}, status="skipped", reason=reason)
     rec["config_digest"] = config_digest(rec["config"])
-    recordmod.write(rec, rank_file(out_dir, cfg.rank, cfg.world_size))
+    recordmod.write(rec, rank_file(out_dir, run.rank, run.world_size))
     return rec
 
 
-def run_rank(cfg: RunSpec, out_dir: str | Path) -> dict:
-    """Run rank `cfg.rank` and write its files atomically; a killed rank leaves no rank file."""
+def run_rank(run: RunSpec, out_dir: str | Path) -> dict:
+    """Run rank `run.rank` and write its files atomically; a killed rank leaves no rank file."""
     from .gpu import cuda_unavailable_reason
-    from .runner import run
+    from .runner import measure_rank
 
     out_dir = Path(out_dir)
-    out = rank_file(out_dir, cfg.rank, cfg.world_size)
-    reason = cuda_unavailable_reason(cfg.decode_device)
-    if reason and cfg.on_unavailable == "skip":
-        return _write_skipped(cfg, out_dir, reason)
+    out = rank_file(out_dir, run.rank, run.world_size)
+    reason = cuda_unavailable_reason(run.decode_device)
+    if reason and run.on_unavailable == "skip":
+        return _write_skipped(run, out_dir, reason)
     else:
         samples: list[int] = []
-        barrier = FileBarrier(out_dir, cfg.rank, cfg.world_size) if cfg.world_size > 1 else None
+        barrier = FileBarrier(out_dir, run.rank, run.world_size) if run.world_size > 1 else None
         try:
-            with metered(cfg) as meter:
-                rec = run(cfg, samples_out=samples, barrier=barrier, meter=meter)
+            with metered(run) as meter:
+                rec = measure_rank(run, samples_out=samples, barrier=barrier, meter=meter)
         except Exception as e:
             if barrier is not None:
                 barrier.abort(str(e).splitlines()[0] if str(e) else type(e).__name__)
             raise
-        with atomic.file(rank_file(out_dir, cfg.rank, cfg.world_size, ".samples.npy")) as tmp:
+        with atomic.file(rank_file(out_dir, run.rank, run.world_size, ".samples.npy")) as tmp:
             with open(tmp, "wb") as f:
                 np.save(f, np.asarray(samples, dtype=np.int64))
     rec["config_digest"] = config_digest(rec["config"])
@@ -153,7 +153,7 @@ def run_rank(cfg: RunSpec, out_dir: str | Path) -> dict:
 SPEC_FILE = "spec.json"
 
 
-def bench_run(run: RunSpec, out_dir: str | Path) -> dict:
+def run_job(run: RunSpec, out_dir: str | Path) -> dict:
     """The bench job: check the source (warm, reachable), size `auto` workers, run every rank at once, write
     run.json. Each rank gets the run whole, as `<out_dir>/spec.json`."""
     from ..sources import apply_env, check_reachable
@@ -196,27 +196,27 @@ def _gate_on_prewarm(run: RunSpec) -> None:
     print(f"warning: {message}", file=sys.stderr)
 
 
-def launch(cfg: RunSpec, out_dir: str | Path) -> dict:
+def launch(run: RunSpec, out_dir: str | Path) -> dict:
     """Run all ranks of one run (`ranks` of them) concurrently; verify their files; write and return run.json."""
     out_dir = atomic.make_dir(out_dir)
     shutil.rmtree(out_dir / ".barrier", ignore_errors=True)
-    world = cfg.world_size
-    name = split_loader(cfg.loader)[1]
-    if needs_peer(cfg.loader) and peer_python(name) is None:
+    world = run.world_size
+    name = split_loader(run.loader)[1]
+    if needs_peer(run.loader) and peer_python(name) is None:
         create = f"snakemake -c1 {named_peer_ready(name)}" if name else CREATE_COMMAND
-        reason = f"loader {cfg.loader} needs the LeRobot peer environment, which is missing; create it with {create}"
-        if cfg.on_unavailable != "skip":
+        reason = f"loader {run.loader} needs the LeRobot peer environment, which is missing; create it with {create}"
+        if run.on_unavailable != "skip":
             raise UserError(reason)
-        return skip_run(cfg, out_dir, reason)
-    if world == 1 and not needs_peer(cfg.loader):  # one rank of our own: run it here, sparing an interpreter start
-        run_rank(cfg, out_dir)
+        return skip_run(run, out_dir, reason)
+    if world == 1 and not needs_peer(run.loader):  # one rank of our own: run it here, sparing an interpreter start
+        run_rank(run, out_dir)
         return _finish(out_dir, world, "in-process")
     spec_path = out_dir / SPEC_FILE
-    atomic.write_json(spec_path, cfg.to_dict())
-    cmd, env = rank_command(cfg.loader, cfg.root)
+    atomic.write_json(spec_path, run.to_dict())
+    cmd, env = rank_command(run.loader, run.root)
     hub_cache = out_dir / HUB_CACHE
     # each run starts with an empty Hub cache, as on a fresh node (LanceDBDataset keeps a remote copy's meta/ there)
-    if str(cfg.root).startswith("hf://") or cfg.loader in LANCE_LOADERS:
+    if str(run.root).startswith("hf://") or run.loader in LANCE_LOADERS:
         env.update(HF_HOME=str(hub_cache), HF_LEROBOT_HOME=str(hub_cache / "lerobot"))
     args = [*cmd, "--spec", str(spec_path), "--out-dir", str(out_dir)]
     use_srun = world > 1 and "SLURM_JOB_ID" in os.environ and shutil.which("srun")
@@ -236,12 +236,12 @@ def launch(cfg: RunSpec, out_dir: str | Path) -> dict:
     return _finish(out_dir, world, "srun" if use_srun else "local")
 
 
-def skip_run(cfg: RunSpec, out_dir: str | Path, reason: str) -> dict:
+def skip_run(run: RunSpec, out_dir: str | Path, reason: str) -> dict:
     """Record every rank of the run as skipped with `reason` (nothing was measured); write run.json."""
     out_dir = Path(out_dir)
-    for r in range(cfg.world_size):
-        _write_skipped(replace(cfg, rank=r), out_dir, reason)
-    return _finish(out_dir, cfg.world_size, "none")
+    for r in range(run.world_size):
+        _write_skipped(replace(run, rank=r), out_dir, reason)
+    return _finish(out_dir, run.world_size, "none")
 
 
 def _finish(out_dir: Path, world: int, launcher: str) -> dict:

@@ -9,26 +9,26 @@ from ..loader.dataset_meta import DatasetMeta
 from ..runspec import RunSpec
 from ..validate import is_synthetic
 from . import record as recordmod
-from .harness import Pass
+from .measure import Pass
 from .probe import probe
 from .remote import cost_metrics, needed_bytes
 from .shuffle import shuffle_score
 from .verify import BarcodeCheck, DecodeCheck
 
 
-def frame_checks(cfg: RunSpec, dmeta: DatasetMeta, device: torch.device) -> tuple:
+def frame_checks(run: RunSpec, dmeta: DatasetMeta, device: torch.device) -> tuple:
     """The checks of the frames consumed, each None where it does not apply: (barcodes, independent decode)."""
-    barcodes = BarcodeCheck(dmeta, cfg.mode, cfg.delta_timestamps) if cfg.verify and is_synthetic(dmeta.info) else None
+    barcodes = BarcodeCheck(dmeta, run.mode, run.delta_timestamps) if run.verify and is_synthetic(dmeta.info) else None
     decoded = (
         DecodeCheck(
             dmeta,
-            cfg.mode,
-            cfg.check_frames,
-            deltas=cfg.delta_timestamps,
+            run.mode,
+            run.check_frames,
+            deltas=run.delta_timestamps,
             gpu=device.type == "cuda",
-            seed=cfg.seed + cfg.rank,
+            seed=run.seed + run.rank,
         )
-        if cfg.verify
+        if run.verify
         else None
     )
     return barcodes, decoded
@@ -97,7 +97,7 @@ def check_metrics(barcodes: BarcodeCheck | None, decoded: DecodeCheck | None) ->
     return out
 
 
-def run_metrics(cfg: RunSpec, measured: Pass, dmeta: DatasetMeta, adapter, barcodes, decoded, rows) -> dict:
+def run_metrics(run: RunSpec, measured: Pass, dmeta: DatasetMeta, adapter, barcodes, decoded, rows) -> dict:
     """The record's metrics: the pass, the single-process probe, the decoder caches, the dataset, the checks, what
     the storage served (`rows`: the samples delivered in the windows)."""
     fpi = adapter.frames_per_item
@@ -105,9 +105,9 @@ def run_metrics(cfg: RunSpec, measured: Pass, dmeta: DatasetMeta, adapter, barco
     remote = cost_metrics(None, None, 0, None)
     if measured.remote is not None:  # over the whole run: fetching ahead moves requests out of the windows
         delivered = np.asarray(list(measured.warm_rows) + list(rows), np.int64)
-        needed = needed_bytes(dmeta, delivered, cfg.mode, cfg.delta_timestamps)
+        needed = needed_bytes(dmeta, delivered, run.mode, run.delta_timestamps)
         remote = cost_metrics(*measured.remote, len(delivered) * fpi, needed)
-    probed = probe(cfg)
+    probed = probe(run)
     cam0 = dmeta.info["features"][dmeta.cameras[0]]["shape"] if dmeta.cameras else [0, 0, 0]
     return {
         **timing,
@@ -129,16 +129,16 @@ def run_metrics(cfg: RunSpec, measured: Pass, dmeta: DatasetMeta, adapter, barco
     }
 
 
-def rank_record(cfg: RunSpec, metrics: dict, decoded: DecodeCheck | None, resume_problem: str = "") -> dict:
+def rank_record(run: RunSpec, metrics: dict, decoded: DecodeCheck | None, resume_problem: str = "") -> dict:
     """The rank's record: unverified where no frame was checked; the wrong frames' problems and a failed resume
     check as its reason."""
     if metrics["frames_verified"] == 0:
         why = (
             "verify is off"
-            if not cfg.verify
+            if not run.verify
             else "no frame was checked (check_frames: 0 on a dataset without barcodes)"
         )
         reason = "; ".join(r for r in (f"unverified: {why}", resume_problem) if r)
-        return recordmod.make_record(cfg.record(), metrics, status="unverified", reason=reason)
+        return recordmod.make_record(run.record(), metrics, status="unverified", reason=reason)
     wrong = f"wrong frames: {'; '.join(decoded.problems)}" if decoded is not None and decoded.problems else ""
-    return recordmod.make_record(cfg.record(), metrics, reason="; ".join(r for r in (wrong, resume_problem) if r))
+    return recordmod.make_record(run.record(), metrics, reason="; ".join(r for r in (wrong, resume_problem) if r))

@@ -10,14 +10,14 @@ from ..runspec import RunSpec
 from .adapters import make_adapter
 
 
-def probe(cfg: RunSpec) -> dict:
+def probe(run: RunSpec) -> dict:
     """Single-process samples/s and (for dlbench loaders) the fetch vs decode split, on `probe_samples` items."""
     none = {"samples_per_s": None, "fetch_ms": None, "decode_ms": None}
-    if cfg.probe_samples <= 0:
+    if run.probe_samples <= 0:
         return none
-    adapter = make_adapter(cfg)
+    adapter = make_adapter(run)
     ds = adapter.dataset
-    count = cfg.probe_samples
+    count = run.probe_samples
     if adapter.iterable:
         it = iter(ds)
         if next(it, None) is None:  # this rank has nothing to read (its run says so)
@@ -25,7 +25,7 @@ def probe(cfg: RunSpec) -> dict:
         take = lambda: next(it)  # noqa: E731
         count += getattr(ds, "buffer_size", 0)  # so that the timed items include decoding as much as yielding
     else:
-        idx = iter(np.random.default_rng(cfg.seed).integers(0, len(ds), size=cfg.probe_samples + 1).tolist())
+        idx = iter(np.random.default_rng(run.seed).integers(0, len(ds), size=run.probe_samples + 1).tolist())
         take = lambda: ds[next(idx)]  # noqa: E731
         take()
     d0 = adapter.decode_seconds() if adapter.decode_seconds else 0.0

@@ -9,8 +9,8 @@ probe splits the time per sample into fetch (parquet, indexing, collation) and d
 `state_dict` / `load_state_dict` deliver every frame exactly once.
 
 This module holds a run's order of steps (the run is a `dlbench.runspec.RunSpec`); each step is a module of its
-own: `harness` (the DataLoader pass), `gpu` (batches to the device, the training step), `metrics` (the record),
-`probe`, `resume`.
+own: `measure` (the DataLoader pass), `gpu` (batches to the device, the training step), `metrics` (the record),
+`probe`, `resume_check`.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from ..loader.dataset_meta import DatasetMeta
 from ..runspec import RunSpec
 from .adapters import make_adapter
 from .gpu import cuda_unavailable_reason
-from .harness import busy_workers, measure_pass, work_note
+from .measure import busy_workers, measure_pass, work_note
 from .metrics import frame_checks, rank_record, run_metrics
-from .resume import resume_check
+from .resume_check import resume_check
 
 
-def run(cfg: RunSpec, samples_out: list | None = None, barrier=None, meter=None) -> dict:
-    """Run rank `cfg.rank` of a run (checked already: `runspec.make_run`, or the workflow) and return its record
+def measure_rank(run: RunSpec, samples_out: list | None = None, barrier=None, meter=None) -> dict:
+    """Run rank `run.rank` of a run (checked already: `runspec.make_run`, or the workflow) and return its record
     (see `record.py`).
 
     `samples_out`, if given, receives the `index` of every sample consumed in the steady window. `barrier`, if
@@ -38,30 +38,30 @@ def run(cfg: RunSpec, samples_out: list | None = None, barrier=None, meter=None)
     `meter`, a metering proxy the rank reads through (`remote.metered`), gives the remote-cost figures.
     """
     samples_out = [] if samples_out is None else samples_out
-    torch.manual_seed(cfg.seed)
-    reason = cuda_unavailable_reason(cfg.decode_device)
+    torch.manual_seed(run.seed)
+    reason = cuda_unavailable_reason(run.decode_device)
     if reason:
         raise UserError(reason)
-    device = torch.device("cuda" if cfg.decode_device.startswith("cuda") else "cpu")
-    dmeta = DatasetMeta.load(cfg.root, data_files_root=cfg.data_files_root)
-    adapter = make_adapter(cfg)
-    note = work_note(adapter, cfg.num_workers)
-    if busy_workers(adapter, cfg.num_workers) == 0:
+    device = torch.device("cuda" if run.decode_device.startswith("cuda") else "cpu")
+    dmeta = DatasetMeta.load(run.root, data_files_root=run.data_files_root)
+    adapter = make_adapter(run)
+    note = work_note(adapter, run.num_workers)
+    if busy_workers(adapter, run.num_workers) == 0:
         raise UserError(note)
     if note:
         print(f"note: {note}", file=sys.stderr)
-    barcodes, decoded = frame_checks(cfg, dmeta, device)
+    barcodes, decoded = frame_checks(run, dmeta, device)
     checks = [c for c in (barcodes and barcodes.check, decoded and decoded.offer) if c]
-    measured = measure_pass(cfg, adapter, device, checks, samples_out, barrier, meter)
+    measured = measure_pass(run, adapter, device, checks, samples_out, barrier, meter)
     if sum(w["samples"] for w in measured.seen.windows) == 0:
         raise UserError(
-            f"no samples arrived in the {cfg.duration_s} s window (loader {cfg.loader}, {cfg.num_workers} workers); "
+            f"no samples arrived in the {run.duration_s} s window (loader {run.loader}, {run.num_workers} workers); "
             f"rerun with --num-workers 0 to see the loader's own error in this process, and check the job's log"
         )
-    resume, resume_problem = resume_check(cfg, dmeta, device) if cfg.resume_check else ({}, "")
+    resume, resume_problem = resume_check(run, dmeta) if run.resume_check else ({}, "")
     if decoded is not None:
         decoded.finish()
-    metrics = {**run_metrics(cfg, measured, dmeta, adapter, barcodes, decoded, samples_out), **resume}
-    metrics["busy_workers"] = busy_workers(adapter, cfg.num_workers)
+    metrics = {**run_metrics(run, measured, dmeta, adapter, barcodes, decoded, samples_out), **resume}
+    metrics["busy_workers"] = busy_workers(adapter, run.num_workers)
     metrics["work_note"] = note
-    return rank_record(cfg, metrics, decoded, resume_problem)
+    return rank_record(run, metrics, decoded, resume_problem)

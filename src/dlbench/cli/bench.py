@@ -170,9 +170,9 @@ def _read_deltas(path: str) -> dict:
 
 
 def bench_run(a) -> None:
-    from ..bench.launch import bench_run
+    from ..bench.launch import run_job
 
-    m = bench_run(run_from_args(a), a.out_dir)
+    m = run_job(run_from_args(a), a.out_dir)
     say(f"{a.out_dir}: {m['world_size']} rank(s) via {m['launcher']}, status {m['status']}")
 
 

@@ -9,14 +9,9 @@ from functools import cached_property
 import numpy as np
 import pyarrow as pa
 
+from ..config import BUILTIN_MODES
 from ..errors import UserError
 from ..format import meta, paths
-
-# "single": one frame of every camera; "sarm": 8 steps spaced 1 s (the 7 s before the current frame, and it)
-MODES = {
-    "single": None,
-    "sarm": {"cameras": [float(s) for s in range(-7, 1)], "observation.state": [float(s) for s in range(-7, 1)]},
-}
 
 
 @dataclass
@@ -303,9 +298,9 @@ def resolve_windows(
     must be a multiple of 1/fps.
     """
     if delta_timestamps is None:
-        if mode not in MODES:
-            raise UserError(f"mode {mode!r} is unknown; choose one of {sorted(MODES)} or give delta_timestamps")
-        delta_timestamps = MODES[mode]
+        if mode not in BUILTIN_MODES:
+            raise UserError(f"mode {mode!r} is unknown; choose one of {sorted(BUILTIN_MODES)} or give delta_timestamps")
+        delta_timestamps = BUILTIN_MODES[mode]
     windows: dict[str, np.ndarray] = {}
     features = dmeta.info["features"]
     for key, deltas in (delta_timestamps or {}).items():

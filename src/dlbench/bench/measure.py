@@ -116,26 +116,26 @@ def split_info(batch: dict) -> tuple[dict, np.ndarray]:
     return batch, info.numpy() if isinstance(info, torch.Tensor) else info
 
 
-def make_dataloader(cfg: RunSpec, adapter, pin: bool) -> DataLoader:
+def make_dataloader(run: RunSpec, adapter, pin: bool) -> DataLoader:
     """The DataLoader the run measures: `dlbench.loader.DataLoader`, built as its users build it, over the loader's
     dataset with each item's `sample_info` attached. It picks its workers' start method, batches through a ring of
     shared slots (dlbench's loaders) or with the peer's own collate, and looks ahead where that pays."""
-    workers = cfg.num_workers
+    workers = run.num_workers
     dataset = timed(adapter.dataset, adapter.cache_stats)
     kwargs = dict(
-        batch_size=cfg.batch_size,
+        batch_size=run.batch_size,
         num_workers=workers,
         persistent_workers=workers > 0,
-        prefetch_factor=cfg.prefetch_factor if workers > 0 else None,
+        prefetch_factor=run.prefetch_factor if workers > 0 else None,
         pin_memory=pin,
-        in_order=cfg.in_order,
-        lookahead=cfg.lookahead,
+        in_order=run.in_order,
+        lookahead=run.lookahead,
     )
     if adapter.collate is not collate:  # a peer's batching; dlbench's loaders get the DataLoader's own
         kwargs["collate_fn"] = InfoCollate(adapter.collate)
     if not adapter.iterable:  # every rank shuffles its own disjoint part of the dataset, as in training
         kwargs["sampler"] = torch.utils.data.distributed.DistributedSampler(
-            dataset, num_replicas=cfg.world_size, rank=cfg.rank, shuffle=True, seed=cfg.seed, drop_last=True
+            dataset, num_replicas=run.world_size, rank=run.rank, shuffle=True, seed=run.seed, drop_last=True
         )
     return DataLoader(dataset, **kwargs)
 
@@ -218,30 +218,30 @@ def work_note(adapter, num_workers: int) -> str:
     return note(num_workers) if note else ""
 
 
-def warm_up(cfg: RunSpec, batches: Epochs, t_start: float, rows: list) -> float:
+def warm_up(run: RunSpec, batches: Epochs, t_start: float, rows: list) -> float:
     """The first batch, then batches for `warmup_s` more (their samples' `index` into `rows`); returns the first
     batch's latency from `t_start`."""
     rows.extend(to_torch(batches.next()[0])["index"].tolist())
     first_batch_latency = time.perf_counter() - t_start
-    while time.perf_counter() - t_start - first_batch_latency < cfg.warmup_s:
+    while time.perf_counter() - t_start - first_batch_latency < run.warmup_s:
         rows.extend(to_torch(batches.next()[0])["index"].tolist())
     return first_batch_latency
 
 
 def measure_window(
-    cfg: RunSpec, batches: Epochs, consumer: torch.device, checks: list, samples_out, seen: Window
+    run: RunSpec, batches: Epochs, consumer: torch.device, checks: list, samples_out, seen: Window
 ) -> dict:
     """One steady window of `duration_s` (or `num_batches`): each batch moved to the consumer as training moves it,
     noted in `seen`, then checked. Returns the window's start/end time, samples, batches and seconds."""
     samples = count = 0
     waited = 0.0  # seconds the consumer was blocked on the next batch (and its copy)
     # on a GPU the step is a kernel the next batch's loading overlaps (`GpuStep`); on the CPU, a sleep
-    gpu_step = GpuStep(cfg.step_ms) if cfg.step_ms and consumer.type == "cuda" else None
+    gpu_step = GpuStep(run.step_ms) if run.step_ms and consumer.type == "cuda" else None
     window_start_unix, w0 = time.time(), time.perf_counter()
     last, first_batch = w0, len(seen.latencies)
     while True:
         now = time.perf_counter()
-        if now - w0 >= cfg.duration_s or (cfg.num_batches is not None and count >= cfg.num_batches):
+        if now - w0 >= run.duration_s or (run.num_batches is not None and count >= run.num_batches):
             break
         batch, info = batches.next()
         batch = to_torch(batch)  # held until the copy is done: ring slots are reused once released
@@ -262,8 +262,8 @@ def measure_window(
             check(batch)
         if gpu_step is not None:
             gpu_step.run(batch)
-        elif cfg.step_ms:  # the step as training takes it: the checks above run inside it when they fit
-            time.sleep(max(0.0, cfg.step_ms / 1000.0 - (time.perf_counter() - arrived)))
+        elif run.step_ms:  # the step as training takes it: the checks above run inside it when they fit
+            time.sleep(max(0.0, run.step_ms / 1000.0 - (time.perf_counter() - arrived)))
     if gpu_step is not None:
         gpu_step.finish()
     elapsed = time.perf_counter() - w0
@@ -280,33 +280,33 @@ def measure_window(
     }
 
 
-def measure(cfg: RunSpec, batches: Epochs, consumer: torch.device, checks: list, samples_out) -> Window:
+def measure(run: RunSpec, batches: Epochs, consumer: torch.device, checks: list, samples_out) -> Window:
     """`repeats` windows of `duration_s` back to back (their spread is the run's noise)."""
     seen = Window()
-    for _ in range(cfg.repeats):
-        seen.windows.append(measure_window(cfg, batches, consumer, checks, samples_out, seen))
+    for _ in range(run.repeats):
+        seen.windows.append(measure_window(run, batches, consumer, checks, samples_out, seen))
     return seen
 
 
-def measure_pass(cfg: RunSpec, adapter, device: torch.device, checks: list, samples_out, barrier, meter) -> Pass:
+def measure_pass(run: RunSpec, adapter, device: torch.device, checks: list, samples_out, barrier, meter) -> Pass:
     """Build the DataLoader, take the first batch and warm up, wait for every rank, then measure (and read the
     metering proxy's counts, if any, on either side of the windows)."""
     # every batch goes to the GPU where there is one, as training moves it; frames decoded on the CPU travel from
     # pinned memory, frames decoded on the GPU are there already
     consumer = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     pin = consumer.type == "cuda" and device.type == "cpu"
-    loader = make_dataloader(cfg, adapter, pin)
+    loader = make_dataloader(run, adapter, pin)
     t_start = time.perf_counter()  # the workers' start, and their import of the decoder, are on the clock
-    batches = Epochs(loader, adapter.dataset, cfg.rank, cfg.world_size)
+    batches = Epochs(loader, adapter.dataset, run.rank, run.world_size)
     memory = MemorySampler(every_s=0.5)  # a few ms per sample: keep it off the measured cores
     memory.start()
     try:
         warm_rows: list = []
-        first_batch_latency = warm_up(cfg, batches, t_start, warm_rows)
+        first_batch_latency = warm_up(run, batches, t_start, warm_rows)
         if barrier is not None:
             barrier()
         before = meter.counts() if meter else None
-        seen = measure(cfg, batches, consumer, checks, samples_out)
+        seen = measure(run, batches, consumer, checks, samples_out)
         remote = (before, meter.counts()) if meter else None
         wallclock = time.perf_counter() - t_start
     finally:  # also on an error: the workers stop before the process exits

@@ -8,13 +8,12 @@ import json
 from dataclasses import replace
 
 import numpy as np
-import torch
 
 from ..loader.dataset_meta import DatasetMeta
 from ..runspec import RunSpec
 from ..validate import is_synthetic
 from .adapters import make_adapter
-from .harness import make_dataloader, split_info
+from .measure import make_dataloader, split_info
 from .verify import BarcodeCheck
 
 
@@ -29,16 +28,16 @@ def few(rows: list[int], most: int = 8) -> str:
     return ", ".join(map(str, rows[:most])) + (", ..." if len(rows) > most else "")
 
 
-def resume_check(cfg: RunSpec, dmeta: DatasetMeta, device: torch.device) -> tuple[dict, str]:
+def resume_check(run: RunSpec, dmeta: DatasetMeta) -> tuple[dict, str]:
     """One epoch of the rank's stream, interrupted after a seeded random batch: its `state_dict` (through JSON, as a
     checkpoint keeps it) is loaded by a fresh dataset read by one DataLoader worker more, which finishes the epoch.
     Every frame of the rank's epoch must arrive exactly once over both parts, with the right barcodes on synthetic
     data. Returns the metrics (resume_exact, resume_checked_samples) and what went wrong ('' when nothing did)."""
-    barcodes = BarcodeCheck(dmeta, cfg.mode, cfg.delta_timestamps) if is_synthetic(dmeta.info) else None
+    barcodes = BarcodeCheck(dmeta, run.mode, run.delta_timestamps) if is_synthetic(dmeta.info) else None
     got: list[int] = []
 
     def consume(adapter, workers: int, stop: int | None = None) -> None:
-        loader = make_dataloader(replace(cfg, num_workers=workers), adapter, pin=False)
+        loader = make_dataloader(replace(run, num_workers=workers), adapter, pin=False)
         for k, batch in enumerate(loader):
             batch, _ = split_info(batch)
             adapter.dataset.observe(batch)
@@ -49,16 +48,16 @@ def resume_check(cfg: RunSpec, dmeta: DatasetMeta, device: torch.device) -> tupl
                 break
         # returning drops the DataLoader: its workers stop, and the batches they had made undelivered are lost
 
-    first = make_adapter(cfg, tag_items=True)
+    first = make_adapter(run, tag_items=True)
     expected = rank_rows(first.dataset, first.dataset.epoch)
-    batches = -(-len(first.dataset) // cfg.batch_size)
-    stop = int(np.random.default_rng([cfg.seed, cfg.rank]).integers(1, max(2, batches)))
-    consume(first, cfg.num_workers, stop)
+    batches = -(-len(first.dataset) // run.batch_size)
+    stop = int(np.random.default_rng([run.seed, run.rank]).integers(1, max(2, batches)))
+    consume(first, run.num_workers, stop)
     state = json.loads(json.dumps(first.dataset.state_dict()))
     del first
-    second = make_adapter(cfg, tag_items=True)
+    second = make_adapter(run, tag_items=True)
     second.dataset.load_state_dict(state)
-    consume(second, cfg.num_workers + 1)
+    consume(second, run.num_workers + 1)
     counts = collections.Counter(got)
     missing = sorted(set(expected.tolist()) - counts.keys())
     repeated = sorted(r for r, n in counts.items() if n > 1)
@@ -72,7 +71,7 @@ def resume_check(cfg: RunSpec, dmeta: DatasetMeta, device: torch.device) -> tupl
     problem = "; ".join(p for p in problems if p)
     if problem:
         problem = (
-            f"resume check (stopped after batch {stop} of {batches} with {cfg.num_workers} workers, resumed with "
-            f"{cfg.num_workers + 1}): {problem}"
+            f"resume check (stopped after batch {stop} of {batches} with {run.num_workers} workers, resumed with "
+            f"{run.num_workers + 1}): {problem}"
         )
     return {"resume_exact": not problem, "resume_checked_samples": len(got)}, problem

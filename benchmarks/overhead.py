@@ -1,12 +1,12 @@
 """Harness overhead: the benchmark harness against the same DataLoader loop without instrumentation, in one run.
 
-    python -m benchmarks.harness [--dataset V30] [--loaders dlbench_stream dlbench_map] [--workers 2]
+    python -m benchmarks.overhead [--dataset V30] [--loaders dlbench_stream dlbench_map] [--workers 2]
                                    [--batch-size 16] [--duration-s 8] [--repeats 3]
 
 For each loader it alternates, `repeats` times:
   - bare: the loader's dataset in a plain DataLoader (same batch size, workers, prefetch, warm-up and window),
     batches pulled and counted, nothing else;
-  - harness: `bench.runner.run` without frame verification (per-sample timing, cache counters, RSS sampler, the
+  - harness: `bench.runner.measure_rank` without frame verification (per-sample timing, cache counters, RSS sampler, the
     device copy): the instrumentation every record carries;
   - harness+verify: the same with barcode checks of every frame, as the workflow runs on synthetic data.
 It prints the median decoded frames/s of each and the cost of the harness relative to the bare loop.
@@ -22,23 +22,23 @@ from dataclasses import replace
 import torch
 
 from dlbench.bench.adapters import make_adapter
-from dlbench.bench.runner import run
+from dlbench.bench.runner import measure_rank
 from dlbench.loader import DataLoader
 from dlbench.runspec import RunSpec
 
 
-def bare(cfg: RunSpec) -> float:
+def bare(run: RunSpec) -> float:
     """Decoded frames/s of the plain loop over the same window as the harness."""
-    adapter = make_adapter(cfg)
+    adapter = make_adapter(run)
     kwargs = dict(
-        batch_size=cfg.batch_size,
-        num_workers=cfg.num_workers,
-        persistent_workers=cfg.num_workers > 0,
-        prefetch_factor=cfg.prefetch_factor if cfg.num_workers else None,
-        in_order=cfg.in_order,
+        batch_size=run.batch_size,
+        num_workers=run.num_workers,
+        persistent_workers=run.num_workers > 0,
+        prefetch_factor=run.prefetch_factor if run.num_workers else None,
+        in_order=run.in_order,
     )
     if not adapter.iterable:
-        kwargs.update(shuffle=True, generator=torch.Generator().manual_seed(cfg.seed + 1000003 * cfg.rank))
+        kwargs.update(shuffle=True, generator=torch.Generator().manual_seed(run.seed + 1000003 * run.rank))
     loader = DataLoader(adapter.dataset, collate_fn=adapter.collate, **kwargs)  # batches as the loader's users get
     it = iter(loader)
 
@@ -53,17 +53,17 @@ def bare(cfg: RunSpec) -> float:
     t0 = time.perf_counter()
     next_batch()
     first = time.perf_counter() - t0
-    while time.perf_counter() - t0 - first < cfg.warmup_s:
+    while time.perf_counter() - t0 - first < run.warmup_s:
         next_batch()
     samples, w0 = 0, time.perf_counter()
-    while time.perf_counter() - w0 < cfg.duration_s:
+    while time.perf_counter() - w0 < run.duration_s:
         samples += len(next_batch()["index"])
     return samples * adapter.frames_per_item / (time.perf_counter() - w0)
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(
-        prog="python -m benchmarks.harness", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m benchmarks.overhead", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--dataset", default="results/datasets/synthetic/v30")
     ap.add_argument("--loaders", nargs="+", default=["dlbench_stream", "dlbench_map"])
@@ -81,7 +81,7 @@ def main(argv=None) -> None:
     )
     print(f"{'loader':<16}{'bare':>10}{'harness':>10}{'h+verify':>10}{'harness cost':>14}{'with verify':>13}")
     for loader in a.loaders:
-        cfg = RunSpec(
+        run = RunSpec(
             root=a.dataset,
             loader=loader,
             mode=a.mode,
@@ -94,9 +94,9 @@ def main(argv=None) -> None:
         )
         figures: dict[str, list[float]] = {"bare": [], "harness": [], "verify": []}
         for _ in range(a.repeats):
-            figures["bare"].append(bare(cfg))
-            figures["harness"].append(run(replace(cfg, verify=False))["metrics"]["frames_per_s_node"])
-            figures["verify"].append(run(cfg)["metrics"]["frames_per_s_node"])
+            figures["bare"].append(bare(run))
+            figures["harness"].append(measure_rank(replace(run, verify=False))["metrics"]["frames_per_s_node"])
+            figures["verify"].append(measure_rank(run)["metrics"]["frames_per_s_node"])
         med = {k: statistics.median(v) for k, v in figures.items()}
         cost = 1 - med["harness"] / med["bare"]
         cost_v = 1 - med["verify"] / med["bare"]
