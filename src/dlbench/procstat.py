@@ -30,6 +30,7 @@ class MemorySampler(threading.Thread):
     def __init__(self, pid: int | None = None, every_s: float = 0.1, pss_every_s: float = 5.0):
         super().__init__(daemon=True)
         self.proc, self.every, self.pss_every, self.peak = psutil.Process(pid), every_s, pss_every_s, 0
+        self.peak_children = 0  # the descendants' part of `peak` (the DataLoader workers)
         self._rss_high, self._pss_at = 0, float("-inf")
         self._halt = threading.Event()
 
@@ -51,14 +52,15 @@ class MemorySampler(threading.Thread):
             if rss <= 1.01 * self._rss_high and time.monotonic() - self._pss_at < self.pss_every:
                 return
             self._rss_high = max(self._rss_high, rss)
-        total = 0
+        parts = []
         for p in procs:
             try:
-                total += _pss(p)
+                parts.append(_pss(p))
             except psutil.Error:
-                pass
+                parts.append(0)
         self._pss_at = time.monotonic()
-        self.peak = max(self.peak, total)
+        if sum(parts) > self.peak:
+            self.peak, self.peak_children = sum(parts), sum(parts[1:])
 
     def run(self):
         while not self._halt.wait(self.every):
@@ -76,3 +78,15 @@ class MemorySampler(threading.Thread):
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU time (user + system, s) the processes `pids` have used so far; a process that has ended counts 0."""
+    total = 0.0
+    for pid in pids:
+        try:
+            t = psutil.Process(pid).cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total

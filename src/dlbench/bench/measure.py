@@ -12,7 +12,7 @@ import torch
 from ..errors import UserError
 from ..loader.collate import collate, to_torch
 from ..loader.dataloader import DataLoader
-from ..procstat import MemorySampler
+from ..procstat import MemorySampler, cpu_seconds
 from ..runspec import RunSpec
 from .gpu import GpuStep, to_device
 
@@ -167,6 +167,9 @@ class Epochs:
                     f"for this rank, or fewer samples than one batch); use fewer ranks or a smaller batch_size"
                 ) from None
 
+    def worker_pids(self) -> list[int]:
+        return getattr(self.it, "worker_pids", [])
+
     def close(self) -> None:
         self.it = self.loader = None  # shuts the workers down
 
@@ -202,6 +205,7 @@ class Pass:
     first_batch_latency: float
     wallclock: float
     peak_pss_mb: float
+    peak_pss_workers_mb: float  # the workers' part of it
     remote: tuple[dict, dict] | None = None  # the metering proxy's counts at the windows' start and end
     warm_rows: list | None = None  # the samples delivered before the windows (first batch and warm-up)
 
@@ -237,7 +241,9 @@ def measure_window(
     waited = 0.0  # seconds the consumer was blocked on the next batch (and its copy)
     # on a GPU the step is a kernel the next batch's loading overlaps (`GpuStep`); on the CPU, a sleep
     gpu_step = GpuStep(run.step_ms) if run.step_ms and consumer.type == "cuda" else None
+    workers = batches.worker_pids()
     window_start_unix, w0 = time.time(), time.perf_counter()
+    cpu0, worker_cpu0, checking = time.process_time(), cpu_seconds(workers), 0.0
     last, first_batch = w0, len(seen.latencies)
     while True:
         now = time.perf_counter()
@@ -258,8 +264,10 @@ def measure_window(
         seen.add(batch, info)
         if samples_out is not None:
             samples_out.extend(batch["index"].cpu().tolist())
+        c0 = time.perf_counter()
         for check in checks:
             check(batch)
+        checking += time.perf_counter() - c0
         if gpu_step is not None:
             gpu_step.run(batch)
         elif run.step_ms:  # the step as training takes it: the checks above run inside it when they fit
@@ -267,6 +275,7 @@ def measure_window(
     if gpu_step is not None:
         gpu_step.finish()
     elapsed = time.perf_counter() - w0
+    main_cpu, worker_cpu = time.process_time() - cpu0, cpu_seconds(workers) - worker_cpu0
     # the window's own latency percentiles: their spread over the windows is the noise `dlbench compare` tests against
     lat = np.concatenate(seen.latencies[first_batch:]) if count else None
     return {
@@ -276,6 +285,12 @@ def measure_window(
         "batches": count,
         "seconds": elapsed,
         "data_wait_s": waited,
+        # where the CPU went: this process (hand-over, checks, consumer; its threads too), the checks alone, and
+        # the DataLoader workers together (busy building items, as opposed to waiting on I/O or on a free slot)
+        "main_cpu_s": main_cpu,
+        "check_s": checking,
+        "worker_cpu_s": worker_cpu,
+        "workers": len(workers),
         **({f"latency_p{q}_ms": float(np.percentile(lat, q)) for q in LATENCY_PERCENTILES} if count else {}),
     }
 
@@ -313,4 +328,15 @@ def measure_pass(run: RunSpec, adapter, device: torch.device, checks: list, samp
         memory.stop()
         batches.close()
     context = loader.start_method
-    return Pass(seen, consumer, pin, context, first_batch_latency, wallclock, memory.peak / 2**20, remote, warm_rows)
+    return Pass(
+        seen,
+        consumer,
+        pin,
+        context,
+        first_batch_latency,
+        wallclock,
+        memory.peak / 2**20,
+        memory.peak_children / 2**20,
+        remote,
+        warm_rows,
+    )

@@ -59,11 +59,27 @@ def timing_metrics(measured: Pass, frames_per_item: int) -> dict:
         "latency_p50_ms": float(np.percentile(lat, 50)),
         "latency_p95_ms": float(np.percentile(lat, 95)),
         "latency_p99_ms": float(np.percentile(lat, 99)),
+        **cpu_metrics(windows),
         "wallclock_s": measured.wallclock,
         "steady_window_s": float(sum(w["seconds"] for w in windows)),
         "window_start_unix": windows[0]["start_unix"],
         "window_end_unix": windows[-1]["end_unix"],
         "windows": windows,
+    }
+
+
+def cpu_metrics(windows: list[dict]) -> dict:
+    """Where the windows' CPU went, per sample delivered: this process (hand-over, checks, consumer) and its checks
+    alone; the DataLoader workers together, and the share of their time they were busy (None without workers)."""
+    samples = sum(w["samples"] for w in windows) or 1
+    seconds = sum(w["seconds"] for w in windows)
+    workers = max(w.get("workers", 0) for w in windows)
+    worker_cpu = sum(w.get("worker_cpu_s", 0.0) for w in windows)
+    return {
+        "main_cpu_ms_per_sample": sum(w.get("main_cpu_s", 0.0) for w in windows) / samples * 1000,
+        "check_ms_per_sample": sum(w.get("check_s", 0.0) for w in windows) / samples * 1000,
+        "worker_cpu_ms_per_sample": worker_cpu / samples * 1000 if workers else None,
+        "worker_busy_frac": worker_cpu / (workers * seconds) if workers and seconds else None,
     }
 
 
@@ -114,6 +130,7 @@ def run_metrics(run: RunSpec, measured: Pass, dmeta: DatasetMeta, adapter, barco
         "consumer_device": measured.consumer.type,
         "pin_memory": measured.pin,
         "peak_pss_mb": measured.peak_pss_mb,
+        "peak_pss_workers_mb": measured.peak_pss_workers_mb,
         "shuffle_randomness": shuffle_score(measured.seen.distinct, measured.seen.sizes, dmeta.ep_to - dmeta.ep_from),
         "probe_samples_per_s": probed["samples_per_s"],
         "probe_fetch_ms": probed["fetch_ms"],

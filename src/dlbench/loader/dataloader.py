@@ -136,3 +136,8 @@ class _Batches:
 
     def __len__(self) -> int:
         return len(self.batches)
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """The process ids of the DataLoader's workers (none without workers)."""
+        return [w.pid for w in getattr(self.batches, "_workers", [])]

@@ -1,0 +1,167 @@
+"""`dlbench calibrate`: what one dataset costs to load from one source on this host, per loader and frame mode,
+measured in a few seconds each (`model.Calibration`; the model in `model.equations` reads it).
+
+Each loader runs one short DataLoader pass with one worker and the frame checks off, through the same launcher as a
+bench run (LeRobot's and Lance's loaders in their environment): with the main process doing little, the worker sets
+the pace, so its time per sample, its CPU time, the main process's hand-over cost, the first batch and the memory of
+each process are read off the pass's record. The checks' cost per sample is measured apart, on the dataset's own
+batches, since it is the same whoever loads them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..loader.dataset_meta import DatasetMeta
+from ..model.calibration import Calibration, LoaderCost
+from ..runspec import RunSpec
+from . import record as recordmod
+from .launch import launch, rank_file
+from .metrics import frame_checks
+
+# the calibration pass: one worker, no checks, a short window after a short warm-up, nothing else
+PASS = dict(
+    num_workers=1,
+    verify=False,
+    warmup_s=0.5,
+    duration_s=1.5,
+    repeats=1,
+    num_batches=None,
+    probe_samples=0,
+    step_ms=0,
+    ranks=1,
+    nodes=1,
+    resume_check=False,
+    decode_device="cpu",
+    on_unavailable="skip",
+)
+WORKER_BOUND_WAIT = 0.5  # the pass was worker-bound when the main process waited on data this share of the time
+CHECK_BATCHES = 6
+
+
+def cores() -> int:
+    """The cores this job may use (SLURM's allocation where there is one)."""
+    return int(os.environ.get("SLURM_CPUS_PER_TASK", 0)) or len(os.sched_getaffinity(0))
+
+
+def loader_cost(run: RunSpec, workdir: Path, check_s: float) -> LoaderCost | str:
+    """One calibration pass of `run`'s loader and mode; a string saying why where the loader could not run."""
+    out = workdir / f"{run.loader}-{run.mode}"
+    manifest = launch(replace(run, **PASS).with_id(), out)
+    rec = recordmod.read(rank_file(out, 0, 1))
+    if manifest["status"] not in ("ok", "unverified"):
+        return f"{run.loader} {run.mode}: {rec.get('reason') or manifest['status']}"
+    m = rec["metrics"]
+    per_sample = 1.0 / m["samples_per_s"]
+    worker_cpu = (m["worker_cpu_ms_per_sample"] or 0.0) / 1000
+    worker_bound = m["data_wait_frac"] >= WORKER_BOUND_WAIT
+    # main-bound, the worker idled between batches: its CPU time is what is known of its time per sample
+    worker_s = per_sample if worker_bound else max(worker_cpu, 1e-9)
+    workers_pss = m.get("peak_pss_workers_mb") or 0.0
+    return LoaderCost(
+        loader=run.loader,
+        mode=run.mode,
+        batch_size=run.batch_size,
+        frames_per_sample=m["frames_per_sample"],
+        worker_s=worker_s,
+        worker_cpu_s=min(worker_cpu, worker_s),
+        handover_s=m["main_cpu_ms_per_sample"] / 1000,
+        check_s=check_s if run.verify else 0.0,
+        start_s=max(0.0, m["first_batch_latency_s"] - run.batch_size * worker_s),
+        main_pss_mb=m["peak_pss_mb"] - workers_pss,
+        worker_pss_mb=workers_pss,
+        requests_per_kframe=m.get("remote_requests_per_kframe"),
+        mb_per_kframe=m.get("remote_mb_per_kframe"),
+        worker_bound=worker_bound,
+        note="" if worker_bound else "the main process set the pace: worker time is its CPU time",
+    )
+
+
+def check_cost(run: RunSpec) -> float:
+    """Seconds per sample the run's frame checks take in the main process, on batches of the dataset in `run`'s
+    mode (made by dlbench_map in this process: the frames are the same whichever loader delivers them)."""
+    if not run.verify:
+        return 0.0
+    from ..loader import DataLoader
+    from ..loader.map import LeRobotMapDataset
+
+    dmeta = DatasetMeta.load(run.root, data_files_root=run.data_files_root)
+    barcodes, decoded = frame_checks(run, dmeta, torch.device("cpu"))
+    checks = [c for c in (barcodes and barcodes.check, decoded and decoded.offer) if c]
+    ds = LeRobotMapDataset(
+        run.root, mode=run.mode, delta_timestamps=run.delta_timestamps, data_files_root=run.data_files_root
+    )
+    order = np.random.default_rng(run.seed).permutation(len(ds))[: CHECK_BATCHES * run.batch_size].tolist()
+    loader = DataLoader(ds, batch_size=run.batch_size, sampler=order, num_workers=0)
+    spent = samples = 0
+    for batch in loader:
+        t0 = time.perf_counter()
+        for check in checks:
+            check(batch)
+        spent += time.perf_counter() - t0
+        samples += len(batch["index"])
+    return spent / max(samples, 1)
+
+
+def ttfb_ms(dmeta: DatasetMeta, reads: int = 5) -> float | None:
+    """The median time to the first byte of a small ranged read of the dataset's first video file, in ms (None on
+    local disk, where the page cache answers)."""
+    import fsspec
+
+    from ..format.paths import is_remote
+
+    if not dmeta.cameras or not is_remote(dmeta.data_root):
+        return None
+    fs, path = fsspec.core.url_to_fs(dmeta.video_url(dmeta.cameras[0], 0))
+    size = fs.size(path)
+    times = []
+    for k in range(reads):
+        t0 = time.perf_counter()
+        fs.cat_file(path, start=(k * 7919) % max(size - 1, 1), end=(k * 7919) % max(size - 1, 1) + 1)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times) * 1000)
+
+
+def calibrate(runs: list[RunSpec], dataset: str, source: str, out: str | Path) -> Calibration:
+    """Calibrate each (loader, mode) of `runs` (runs of one dataset on one source; the first run of each pair stands
+    for it) and write the record to `out`. Loaders that cannot run here (no peer environment) are left out, said
+    so on stderr."""
+    from ..sources import apply_env
+
+    t0 = time.perf_counter()
+    first = runs[0]
+    apply_env(first.source_spec)
+    dmeta = DatasetMeta.load(first.root, data_files_root=first.data_files_root)
+    pairs = {}
+    for run in runs:
+        pairs.setdefault((run.loader, run.mode), run)
+    checks = {mode: check_cost(run) for (_, mode), run in pairs.items()}
+    costs = []
+    with tempfile.TemporaryDirectory(prefix="dlbench-calibrate-") as tmp:
+        for run in pairs.values():
+            cost = loader_cost(run, Path(tmp), checks[run.mode])
+            if isinstance(cost, str):
+                print(f"calibrate: left out: {cost}", flush=True)
+                continue
+            costs.append(cost)
+    record = Calibration(
+        dataset=dataset,
+        source=source,
+        host=socket.gethostname(),
+        cores=cores(),
+        episodes=dmeta.num_episodes,
+        data_files=len(dmeta.data_files()),
+        ttfb_ms=ttfb_ms(dmeta),
+        seconds=time.perf_counter() - t0,
+        costs=costs,
+    )
+    record.write(out)
+    return record

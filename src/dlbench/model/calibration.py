@@ -1,0 +1,78 @@
+"""A calibration record: what one dataset costs to load from one source on one host, per loader and frame mode
+(`dlbench calibrate` measures it; `equations.predict` reads it). Torch-free; JSON on disk.
+
+Every figure is measured, none assumed: a loader's costs come from a short DataLoader pass with one worker and the
+frame checks off (so that the worker, not the main process, sets the pace), the checks' cost from running them on
+the loader's own batches.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .. import atomic
+from ..errors import UserError
+
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class LoaderCost:
+    """One loader in one frame mode, per sample delivered (seconds)."""
+
+    loader: str
+    mode: str
+    batch_size: int
+    frames_per_sample: int
+    worker_s: float  # a worker's wall time per sample (building, collating, waiting on storage)
+    worker_cpu_s: float  # the CPU part of it
+    handover_s: float  # the main process's CPU per sample without checks (receiving batches, the consumer)
+    check_s: float  # the frame checks' time per sample in the main process (0: the run verifies nothing)
+    start_s: float  # from building the DataLoader to its first batch, less building that batch
+    main_pss_mb: float  # the main process's memory with one worker beside it
+    worker_pss_mb: float  # one worker's
+    requests_per_kframe: float | None = None  # remote sources: requests and MB read per 1,000 frames delivered
+    mb_per_kframe: float | None = None
+    worker_bound: bool = True  # False: the main process set the pace, so worker_s is the CPU part only
+    note: str = ""
+
+    @property
+    def main_s(self) -> float:
+        return self.handover_s + self.check_s
+
+
+@dataclass
+class Calibration:
+    dataset: str
+    source: str
+    host: str
+    cores: int
+    episodes: int
+    data_files: int  # data parquet files (LeRobot's streaming loader reads one per worker)
+    ttfb_ms: float | None  # the source's median time to the first byte of a small ranged read (None: local disk)
+    seconds: float  # how long calibrating took
+    costs: list[LoaderCost] = field(default_factory=list)
+    version: int = VERSION
+
+    def cost(self, loader: str, mode: str) -> LoaderCost | None:
+        return next((c for c in self.costs if c.loader == loader and c.mode == mode), None)
+
+    def write(self, path: str | Path) -> None:
+        atomic.write_json(path, asdict(self))
+
+    @classmethod
+    def read(cls, path: str | Path) -> Calibration:
+        try:
+            values = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise UserError(
+                f"{path}: calibration not found; make it with `dlbench calibrate` (or snakemake {path})"
+            ) from None
+        except ValueError as e:
+            raise UserError(f"{path}: not a calibration record ({e}); delete it and calibrate again") from None
+        if values.get("version") != VERSION:
+            raise UserError(f"{path}: a calibration of another version of dlbench; delete it and calibrate again")
+        costs = [LoaderCost(**c) for c in values.pop("costs")]
+        return cls(**values, costs=costs)

@@ -1,0 +1,151 @@
+"""What a configuration will give, from what a calibration measured: pure functions, no I/O (docs/model.md).
+
+A rank's DataLoader is a pipeline of two stages. Its workers build samples in parallel: each busy worker takes
+`worker_s` of wall time per sample (its CPU time `worker_cpu_s`, plus waits on storage), so B busy workers deliver
+B / worker_s samples/s. The main process takes each batch over and consumes it, one at a time: `main_s` of CPU per
+sample (hand-over, the run's frame checks, the consumer's bookkeeping), so it passes at most 1 / main_s. Every
+process of the host shares its cores: a sample costs worker_cpu_s + main_s of CPU in all, so the host delivers at
+most cores / (worker_cpu_s + main_s). Without workers the one process does both, in turn: 1 / (worker_s + main_s).
+A training step of step_ms per batch caps a rank at batch_size / step. The smallest of these is the rate, and its
+name is the bound:
+
+    rate_rank  = min(B / worker_s, 1 / main_s, batch_size / step)        (workers > 0)
+               = min(1 / (worker_s + main_s), batch_size / step)         (workers = 0)
+    rate_host  = min(ranks_on_host x rate_rank, cores / (worker_cpu_s + main_s))
+    frames/s   = rate_host x frames_per_sample
+
+B, the busy workers, is every worker for map-style loaders, and for streaming loaders those with a unit of work:
+dlbench_stream's virtual shards (`loader.partition`), LeRobot's data files (one shard each). Nothing here is fitted:
+every term is a measured cost of this dataset on this node (`calibration.LoaderCost`), or a count.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..loader.partition import auto_virtual_shards, busy_workers
+from .calibration import LoaderCost
+
+# the names of the bounds, in the order ties are reported
+BOUNDS = {
+    "workers": "the DataLoader workers (each at its measured time per sample); more workers would add",
+    "cores": "the host's CPU cores (workers and main process together)",
+    "main process": "the main process (hand-over of batches, frame checks)",
+    "episodes": "too few units of work (episodes, files) for the workers: some idle",
+    "fetch latency": "waits on storage inside the workers (more workers overlap them)",
+    "training step": "the training step: the consumer holds each batch for step_ms",
+    "single process": "the one process (num_workers 0) builds and consumes every sample in turn",
+}
+FETCH_BOUND_SHARE = 0.5  # a worker-bound run whose workers wait on storage more than this share is fetch-bound
+
+
+@dataclass(frozen=True)
+class Node:
+    """A host: its cores, how many of a run's ranks share it, and (for a what-if) its storage's time to first byte;
+    None: the calibrated source's."""
+
+    cores: int
+    ranks: int = 1
+    ttfb_ms: float | None = None
+
+
+def worker_time(cost: LoaderCost, node: Node, calibrated_ttfb_ms: float | None) -> float:
+    """A worker's seconds per sample on `node`: its CPU time plus its waits on storage, which scale with the time
+    to first byte of each request (the calibrated source's, or the node's what-if latency)."""
+    wait = max(0.0, cost.worker_s - cost.worker_cpu_s)
+    if node.ttfb_ms is None or not calibrated_ttfb_ms:
+        return cost.worker_s
+    return cost.worker_cpu_s + wait * node.ttfb_ms / calibrated_ttfb_ms
+
+
+@dataclass(frozen=True)
+class Prediction:
+    frames_per_s_node: float
+    samples_per_s_node: float
+    bound: str  # a key of BOUNDS
+    busy_workers: int  # per rank
+    rates: dict  # samples/s per node under each bound that applies (the smallest is the prediction)
+    first_batch_s: float
+    peak_pss_mb: float
+    requests_per_kframe: float | None
+    mb_per_kframe: float | None
+
+
+def busy(loader: str, workers: int, rank: int, ranks: int, episodes: int, data_files: int, fetch_episodes: int) -> int:
+    """The DataLoader workers of rank `rank` (of `ranks`) that have work (workers 0: the process itself, 1)."""
+    if loader.startswith("dlbench_stream"):
+        return busy_workers(auto_virtual_shards(episodes, max(fetch_episodes, 1)), rank, ranks, workers)
+    if loader.startswith("lerobot_stream"):  # one shard per data file, split over ranks, then over workers
+        return busy_workers(max(data_files, 1), rank, ranks, workers)
+    return max(workers, 1)
+
+
+def resolve_auto(workers: int | str, node: Node) -> int:
+    """`auto` as the bench job resolves it (`runspec.resolve_workers`): the host's cores shared by its ranks."""
+    return max(1, node.cores // max(node.ranks, 1)) if workers == "auto" else int(workers)
+
+
+def predict(
+    cost: LoaderCost,
+    node: Node,
+    workers: int | str,
+    *,
+    batch_size: int,
+    ranks: int = 1,
+    step_ms: float = 0.0,
+    episodes: int,
+    data_files: int = 1,
+    fetch_episodes: int = 0,
+    calibrated_ttfb_ms: float | None = None,
+) -> Prediction:
+    """Frames/s per node of a run on `node` (`ranks` ranks in all; `node.ranks` of them on this host) and the
+    bound that sets it. The slowest rank sets every rank's pace (they start and end together), so B is the
+    smallest over the host's ranks."""
+    w = resolve_auto(workers, node)
+    per_host = max(node.ranks, 1)
+    b = min(busy(cost.loader, w, r, ranks, episodes, data_files, fetch_episodes) for r in range(min(ranks, per_host)))
+    worker_s = worker_time(cost, node, calibrated_ttfb_ms)
+    rates: dict[str, float] = {}
+    if b == 0:
+        rates["episodes"] = 0.0
+    elif w == 0:
+        rates["single process"] = per_host / (worker_s + cost.main_s)
+    else:
+        fetch_share = 1.0 - min(1.0, cost.worker_cpu_s / worker_s) if worker_s > 0 else 0.0
+        name = "episodes" if b < w else ("fetch latency" if fetch_share > FETCH_BOUND_SHARE else "workers")
+        rates[name] = per_host * b / worker_s
+        rates["main process"] = per_host / cost.main_s if cost.main_s > 0 else math.inf
+    if step_ms > 0:
+        rates["training step"] = per_host * batch_size / (step_ms / 1000.0)
+    rates["cores"] = node.cores / (cost.worker_cpu_s + cost.main_s)
+    bound = min(rates, key=rates.get)
+    samples = rates[bound]
+    # the first batch: the workers' start, then one worker builds a whole batch
+    first = cost.start_s + batch_size * (worker_s + (cost.main_s if w == 0 else 0.0))
+    pss = cost.main_pss_mb + w * cost.worker_pss_mb
+    return Prediction(
+        frames_per_s_node=samples * cost.frames_per_sample,
+        samples_per_s_node=samples,
+        bound=bound,
+        busy_workers=b,
+        rates=rates,
+        first_batch_s=first,
+        peak_pss_mb=per_host * pss,
+        requests_per_kframe=cost.requests_per_kframe,
+        mb_per_kframe=cost.mb_per_kframe,
+    )
+
+
+def error(predicted: float, measured: float) -> float | None:
+    """(predicted - measured) / measured: +0.2 predicted 20% too high."""
+    return (predicted - measured) / measured if measured else None
+
+
+def saturation(curve: list[tuple[int, float]], gain: float = 0.05) -> int | None:
+    """The worker count past which one more worker adds under `gain` (a share) of frames/s: where more workers
+    stop paying (None: every step still pays)."""
+    for (w0, r0), (_, r1) in zip(curve, curve[1:]):
+        if r0 > 0 and r1 < r0 * (1 + gain):
+            return w0
+    return None
