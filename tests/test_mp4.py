@@ -17,6 +17,7 @@ from dlbench.convert import plan as planmod
 from dlbench.convert import work as workmod
 from dlbench.convert.run import run as convert_run
 from dlbench.format import meta, paths
+from dlbench.format.mp4 import read_track
 from dlbench.synth import Camera
 from dlbench.validate import validate
 
@@ -106,7 +107,7 @@ def test_offsets_past_4_gib_are_64_bit(v21_h264):
     info = meta.read_info(str(v21_h264))
     rel = paths.v21_video_path(0, CAM, int(info["chunks_size"]))
     with open(v21_h264 / rel, "rb") as fh:
-        track = mp4.read_track(fh, rel)
+        track = read_track(fh, rel)
     big = 3 * 2**30
     tracks = [replace(track, data_range=(track.data_range[0], big)) for _ in range(3)]
     header = mp4.join(tracks).header

@@ -28,9 +28,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import barcode
-from .convert import mp4
 from .errors import UserError, no_range_requests
-from .format import listing, meta, paths
+from .format import listing, meta, mp4, paths
 from .video import VideoDecoderCache
 
 SYNTHETIC_ROBOT = "dlbench_synthetic"

@@ -17,8 +17,7 @@ from collections.abc import Iterator
 import fsspec
 import numpy as np
 
-from ..convert import mp4
-from ..format import meta, paths
+from ..format import meta, mp4, paths
 from ..loader.dataset_meta import DatasetMeta, resolve_windows
 from ..loader.items import read_columns
 from ..sources import point_hub_clients

@@ -17,8 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import UserError, no_range_requests
-from ..format import listing, meta, paths
-from . import mp4
+from ..format import listing, meta, mp4, paths
 
 MAX_LISTED = 20
 REMOTE_READERS = 16  # footers and moovs read at once from a remote source: each costs a round trip or two

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from .. import atomic
 from ..errors import UserError, no_range_requests
 from ..format import meta, paths
+from ..format.mp4 import Track, Unsupported, read_track
 from . import mp4
 from . import plan as planmod
 from .lease import HOST, LEASE_TIMEOUT_S, LeaseDir
@@ -132,7 +133,7 @@ def _write_video_file(manifest: dict, camera: str, f: dict, out: Path) -> tuple[
     with atomic.file(target) as tmp:
         try:
             return JOINED_BY[0], _join(manifest["src"], rels, f["lengths"], fps, tmp)
-        except mp4.Unsupported:
+        except Unsupported:
             return JOINED_BY[1], _remux(manifest["src"], rels, f["lengths"], fps, tmp)
 
 
@@ -156,7 +157,7 @@ def _open_binary(src: str, rel: str):
 
 
 def _join(src: str, rels: list[str], lengths: list[int], fps: Fraction, tmp: Path) -> list[dict]:
-    """Copy the episodes' sample data as bytes (`mp4.join`); raise `mp4.Unsupported` before writing if it cannot."""
+    """Copy the episodes' sample data as bytes (`mp4.join`); raise `Unsupported` before writing if it cannot."""
     tracks = _read_tracks(src, rels, lengths, fps)
     joined = mp4.join(tracks)
     with open(tmp, "wb", buffering=0) as dst:
@@ -173,16 +174,16 @@ def _join(src: str, rels: list[str], lengths: list[int], fps: Fraction, tmp: Pat
     return [{**e, "time_base": [1, joined.timescale]} for e in entries]
 
 
-def _read_tracks(src: str, rels: list[str], lengths: list[int], fps: Fraction) -> list[mp4.Track]:
+def _read_tracks(src: str, rels: list[str], lengths: list[int], fps: Fraction) -> list[Track]:
     tracks = []
     for rel, length in zip(rels, lengths):
         with _open_binary(src, rel) as fh:
-            t = mp4.read_track(fh, paths.join(src, rel))
+            t = read_track(fh, paths.join(src, rel))
         if t.frames != length:
             raise UserError(f"{t.name}: {t.frames} frames but meta/episodes.jsonl says {length}")
         ticks = _ticks_per_frame(Fraction(1, t.timescale), fps, t.name)
         if int(t.durations.sum()) != length * ticks:
-            raise mp4.Unsupported(f"{t.name}: frame durations do not add up to {length} frames at {fps} fps")
+            raise Unsupported(f"{t.name}: frame durations do not add up to {length} frames at {fps} fps")
         tracks.append(t)
     return tracks
 

@@ -21,8 +21,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import fsspec
 import numpy as np
 
-from ..convert import mp4
 from ..errors import UserError
+from ..format import mp4
 from ..format.paths import is_remote
 from .dataset_meta import DatasetMeta
 
