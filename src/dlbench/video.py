@@ -198,8 +198,9 @@ class VideoDecoderCache:
         max_bytes: the most memory (bytes) the open decoders may hold, by `decoder_bytes` (host memory; an NVDEC
             decoder's GPU memory is not counted); least recently used decoders are closed to stay under it, down to
             one. None: `capacity` alone bounds the cache.
-        wrap: for remote files, `wrap(url, fsspec_file)` gives the file object the decoder reads (the streaming
-            loader's `EpisodeFetcher.file`); None: the fsspec file itself.
+        wrap: for remote files, `wrap(url, fsspec_file)` gives the file object the decoder reads (the loaders'
+            fetchers' `file`: a `loader.bytesource.SourceFile`); None: the fsspec file itself. Where a decode
+            fails, a file object with `read_on()` is asked whether it cut reads short, and then decoded again.
 
     One cache belongs to one process; DataLoader workers each build their own (see the loaders).
     """
@@ -322,10 +323,10 @@ class VideoDecoderCache:
             try:
                 batch = entry.decoder.get_frames_at(torch.from_numpy(unique))
             except RuntimeError:
-                if getattr(entry.source, "ended_reads", 0):
-                    # the file object ended the stream where its plan of the batch did (`BatchFile`) and the decoder
-                    # wanted more: decode the file again from a fresh decoder that reads on past the plan
-                    entry.source.read_on()
+                read_on = getattr(entry.source, "read_on", None)  # a fetcher's file object has one (see `wrap`)
+                if read_on is not None and read_on():
+                    # the file object ended the stream where its plan of the batch did and the decoder wanted more:
+                    # decode the file again from a fresh decoder that reads on past the plan
                     self._reopen(entry, url, "cpu" if entry.on_cpu else self.device)
                 elif self.device == "cpu" or entry.fell_back is not None:
                     raise

@@ -6,9 +6,10 @@ batch knows all its frames before decoding any, and a file's sample tables (its 
 packets are. So `BatchFetcher.prefetch` turns a batch's decode requests into byte ranges, one per frame from its
 keyframe to its last packet, merges ranges of a file that (nearly) touch, and starts them all at once (plain HTTP:
 one request each in flight on fsspec's I/O loop; s3fs: one `cat_ranges`; other filesystems: a small thread pool).
-The decoders then read through `BatchFile`: fetched bytes from memory (a range still in flight is waited for, alone,
-so decoding starts as the first range arrives), the file's head and tail (ftyp, moov, the first packets) from
-memory, anything else with an ordinary ranged read (counted in `fallback_reads`, which a good plan keeps near zero).
+The decoders then read through `BatchFile` (a `bytesource.SourceFile`): fetched bytes from memory (a range still in
+flight is waited for, alone, so decoding starts as the first range arrives), the file's head and tail (ftyp, moov,
+the first packets) from memory, anything else with an ordinary ranged read (counted in `fallback_reads`, which a
+good plan keeps near zero).
 
 A decoder reads a packet or more past the frame it returns before returning it (FFmpeg's libdav1d: the next one,
 often the next GOP's keyframe, the largest packet there is). In a file whose frames are not reordered, the plan
@@ -42,14 +43,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import fsspec
 import numpy as np
 
-from ..errors import UserError
-from .fetch import NEXT_SAMPLES, FileIndexes
+from .bytesource import NEXT_SAMPLES, REORDER_SAMPLES, SourceFile, read_range, whole
+from .fetch import FileIndexes
 
 # FFmpeg's reader moves forward by reading, not seeking, when the next position is less than its buffer (torchcodec:
 # 64 KB) plus its short-seek threshold (32 KB) ahead: ranges of a file closer than that are fetched as one
 GAP_READ_THROUGH = 96 * 2**10
-# packets past a frame that a decoder with frame reordering reads before it returns the frame (x264's B-frames)
-REORDER_SAMPLES = 8
 HELD_BYTES = 64 * 2**20  # fetched video kept per process (a few hundred random 480x640 AV1 frames' GOPs)
 FETCH_THREADS = 8  # concurrent ranged reads on filesystems without an async implementation
 DIRECT_URL_S = 3600  # how long a presigned URL is valid; one is made again after 90% of it
@@ -121,7 +120,8 @@ def subtract_ranges(ranges: list[tuple[int, int]], minus: list[tuple[int, int]])
 
 
 class BatchFetcher:
-    """Fetches the video bytes of a batch's frames before they are decoded, for one process.
+    """Fetches the video bytes of a batch's frames before they are decoded, for one process; a
+    `bytesource.ByteSource`.
 
     Args:
         held_bytes: the most fetched bytes kept between batches (least recently used ranges dropped first; the
@@ -238,8 +238,7 @@ class BatchFetcher:
         if isinstance(data, BaseException):
             self._read_on.add(url)
             return
-        if len(data) != hi - lo:
-            raise UserError(f"{url}: asked for bytes {lo}-{hi}, got {len(data)}; the file changed while read")
+        whole(url, lo, hi, data)
         self._bytes_held += len(data) - self._held.setdefault(url, _Held()).add(lo, data, self._stamp)
         self.requests += 1
         self.bytes += len(data)
@@ -251,7 +250,7 @@ class BatchFetcher:
             return fs.cat_ranges(paths, [lo for _, lo, _ in jobs], [hi for _, _, hi in jobs], on_error="return")
         if self._pool is None or self._pid != os.getpid():  # threads do not survive a fork
             self._pool, self._pid = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="dlbench-batch"), os.getpid()
-        return list(self._pool.map(lambda job: _read_range(*job), jobs))
+        return list(self._pool.map(lambda job: _read_or_error(*job), jobs))
 
     def _resolve(self, url: str) -> tuple:
         if url not in self._fs:
@@ -284,11 +283,9 @@ class BatchFetcher:
 
     def read(self, url: str, pos: int, n: int) -> bytes | None:
         """Up to n bytes at `pos` held in memory (never past the range holding `pos`); None where none is."""
-        index = self.indexes.peek(url)
-        if index is not None:
-            pinned = index.pinned(pos, n)
-            if pinned is not None:
-                return pinned
+        pinned = self.indexes.pinned(url, pos, n)
+        if pinned is not None:
+            return pinned
         held = self._held.get(url)
         i = held.find(pos) if held is not None else -1
         if i < 0:
@@ -355,62 +352,46 @@ def direct_url(fs, path: str) -> tuple[str, dict] | None:
     return None
 
 
-def _read_range(url: str, lo: int, hi: int) -> bytes | BaseException:
+def _read_or_error(url: str, lo: int, hi: int) -> bytes | BaseException:
     """Bytes [lo, hi) of `url`, or the exception reading them raised (as `cat_ranges(on_error="return")`)."""
-    fs, path = fsspec.core.url_to_fs(url)
-    try:
-        # the generic cat_file reads through a buffered file that over-reads by a block (HfFileSystem: 5 MB)
-        with fs.open(path, "rb", block_size=hi - lo, cache_type="none") as fh:
-            fh.seek(lo)
-            return fh.read(hi - lo)
+    try:  # the filesystem resolved in this thread: fsspec keeps one instance per thread
+        return read_range(*fsspec.core.url_to_fs(url), lo, hi)
     except Exception as e:
         return e
 
 
-class BatchFile:
-    """A read-only file object over a remote video: held bytes first, `fallback` reads for the rest.
+class BatchFile(SourceFile):
+    """A `SourceFile` over a remote video: held bytes first, `fallback` reads for the rest, reads past the plan ended.
 
     A read returns at most what one held range has from the position (a decoder's reader takes short reads), so a
     read near the end of a planned range does not fetch past it."""
 
+    short_reads = True
+
     def __init__(self, fetcher: BatchFetcher, url: str, fallback):
-        self.fetcher, self.url, self.fallback = fetcher, url, fallback
-        self.size = fallback.size
-        self.pos = 0
+        super().__init__(fetcher, url, fallback)
         self.ended_reads = 0  # reads this file object answered with the end of the stream
 
-    def seek(self, offset: int, whence: int = 0) -> int:
-        self.pos = {0: 0, 1: self.pos, 2: self.size}[whence] + offset
-        return self.pos
-
-    def tell(self) -> int:
-        return self.pos
-
-    def read(self, n: int = -1) -> bytes:
-        n = self.size - self.pos if n is None or n < 0 else min(n, self.size - self.pos)
-        if n <= 0:
-            return b""
-        chunk = self.fetcher.read(self.url, self.pos, n)
-        if chunk is None and self.fetcher.ends(self.url, self.pos):
+    def read_outside(self, n: int) -> bytes:
+        """The end of the stream where the fetcher ends reads past its plan (`BatchFetcher.ends`); else an ordinary
+        ranged read up to the next held range only, never again what is held."""
+        if self.source.ends(self.url, self.pos):
             self.ended_reads += 1
-            self.fetcher.ended_reads += 1
+            self.source.ended_reads += 1
             return b""
-        if chunk is None:
-            # outside the plan: read up to the next held range only, never again what is held
-            self.fetcher.settle()
-            nxt = self.fetcher.next_held(self.url, self.pos)
-            if nxt is not None:
-                n = min(n, nxt - self.pos)
-            self.fallback.seek(self.pos)
-            chunk = self.fallback.read(n)
-            self.fetcher.fallback_reads += 1
-            self.fetcher.fallback_bytes += len(chunk)
-        self.pos += len(chunk)
+        self.source.settle()
+        nxt = self.source.next_held(self.url, self.pos)
+        if nxt is not None:
+            n = min(n, nxt - self.pos)
+        chunk = super().read_outside(n)
+        self.source.fallback_reads += 1
+        self.source.fallback_bytes += len(chunk)
         return chunk
 
-    def read_on(self) -> None:
-        """Reads past the plan fetch from now on (see `BatchFetcher.read_on`)."""
-        self.fetcher.read_on(self.url)
-
-    def close(self) -> None:
-        self.fallback.close()
+    def read_on(self) -> bool:
+        """Where this file ended reads past the plan, reads of its URL are fetched from now on
+        (`BatchFetcher.read_on`)."""
+        if not self.ended_reads:
+            return False
+        self.source.read_on(self.url)
+        return True

@@ -6,8 +6,10 @@ frames) and one block of memory per open decoder. A streaming reader knows which
 video file each episode's frames are one contiguous run of bytes. So `EpisodeFetcher` fetches, per camera, the bytes
 of a group of consecutive episodes with one ranged GET, on a background thread while earlier episodes decode, and
 writes them to a spill file that is unlinked at once (nothing is left behind, however the process ends). The
-decoders read through `SpilledFile`: fetched ranges from the spill files, the file's head and tail (ftyp, moov) from
-memory, anything else with ordinary ranged reads (`fallback`, counted like every request).
+decoders read through a `bytesource.SourceFile`: fetched ranges from the spill files, the file's head and tail (ftyp,
+moov) from memory, anything else with ordinary ranged reads (`fallback`, counted like every request).
+
+`FileIndex` is a video file's layout (its sample tables), from which both fetchers plan their ranges.
 """
 
 from __future__ import annotations
@@ -24,14 +26,9 @@ import numpy as np
 from ..errors import UserError
 from ..format import mp4
 from ..format.paths import is_remote
+from .bytesource import NEXT_SAMPLES, REORDER_SAMPLES, SourceFile, read_range, whole
 from .dataset_meta import DatasetMeta
 
-# samples read past an episode's last frame: a decoder with frame reordering reads a few packets beyond the frame it
-# returns (x264's B-frames: up to 4); the rest of the GOP is not needed
-REORDER_SAMPLES = 8
-# a decoder without reordering still reads the packet after the frame it returns before returning it (FFmpeg's
-# libdav1d on 480x640 AV1: a random frame's reads fell outside its range until this one packet was added)
-NEXT_SAMPLES = 1
 MERGE_GAP = 2**20  # episode ranges of one file closer than this are fetched in one request
 KEPT_INDEXES = 32  # file layouts kept per process (32 B per frame of the file, plus its moov)
 # the start of the sample data kept with the head: opening a decoder reads the first packets to learn the stream
@@ -121,6 +118,11 @@ class FileIndexes:
         """The file's layout if parsed already, else None (nothing is read)."""
         return self._indexes.get(url)
 
+    def pinned(self, url: str, pos: int, n: int) -> bytes | None:
+        """Bytes of `url` at `pos` held with its parsed layout (head or tail), up to n; None outside them."""
+        index = self._indexes.get(url)
+        return None if index is None else index.pinned(pos, n)
+
 
 class _Span:
     """One fetched range of a file: its bytes land in an unlinked spill file (the future gives its descriptor)."""
@@ -136,7 +138,8 @@ class _Span:
 
 
 class EpisodeFetcher:
-    """Fetches groups of episodes' video bytes ahead of use, for one process (a DataLoader worker).
+    """Fetches groups of episodes' video bytes ahead of use, for one process (a DataLoader worker); a
+    `bytesource.ByteSource`.
 
     `plan(groups)` gives the groups in the order their episodes will be read; `need(episode)` before decoding an
     episode starts the fetch of its group (if not yet started) and of the next `ahead` groups, without waiting (a read
@@ -235,15 +238,7 @@ class EpisodeFetcher:
                     self._spans.setdefault(url, []).append(_Span(lo, hi, future, k))
 
     def _fetch(self, url: str, lo: int, hi: int) -> int:
-        fs, path = fsspec.core.url_to_fs(url)
-        if getattr(fs, "async_impl", False):  # s3fs, HTTP: one ranged GET
-            data = fs.cat_file(path, start=lo, end=hi)
-        else:  # the generic cat_file reads through a buffered file that over-reads by a block (HfFileSystem: 5 MB)
-            with fs.open(path, "rb", block_size=hi - lo, cache_type="none") as fh:
-                fh.seek(lo)
-                data = fh.read(hi - lo)
-        if len(data) != hi - lo:
-            raise UserError(f"{url}: asked for bytes {lo}-{hi}, got {len(data)}; the file changed while being read")
+        data = whole(url, lo, hi, read_range(*fsspec.core.url_to_fs(url), lo, hi))
         fd, name = tempfile.mkstemp(prefix="dlbench-spill-", dir=self.spill_dir)
         os.unlink(name)  # the space is freed when the descriptor closes, whatever happens to this process
         try:
@@ -261,11 +256,9 @@ class EpisodeFetcher:
     def read(self, url: str, pos: int, n: int) -> bytes | None:
         """Up to n bytes at `pos` from memory or a spill file; None where neither holds `pos`. Called from the
         thread that calls `plan`, `need` and `done` (a spill file closes only through them)."""
-        idx = self._indexes.peek(url)
-        if idx is not None:
-            pinned = idx.pinned(pos, n)
-            if pinned is not None:
-                return pinned
+        pinned = self._indexes.pinned(url, pos, n)
+        if pinned is not None:
+            return pinned
         with self._lock:
             span = next((s for s in self._spans.get(url, ()) if s.lo <= pos < s.hi), None)
         if span is None:
@@ -278,43 +271,8 @@ class EpisodeFetcher:
             return None
         return os.pread(fd, min(n, span.hi - pos), pos - span.lo)
 
-    def file(self, url: str, fallback) -> SpilledFile:
+    def file(self, url: str, fallback) -> SourceFile:
         """The file object a decoder reads `url` through; `fallback` (an fsspec file) serves what is not fetched."""
         if is_remote(url):
             self.index(url)
-        return SpilledFile(self, url, fallback)
-
-
-class SpilledFile:
-    """A read-only file object over a remote video: fetched bytes first, `fallback` reads for the rest."""
-
-    def __init__(self, fetcher: EpisodeFetcher, url: str, fallback):
-        self.fetcher, self.url, self.fallback = fetcher, url, fallback
-        self.size = fallback.size
-        self.pos = 0
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self.pos, 2: self.size}[whence]
-        self.pos = base + offset
-        return self.pos
-
-    def tell(self) -> int:
-        return self.pos
-
-    def read(self, n: int = -1) -> bytes:
-        n = self.size - self.pos if n is None or n < 0 else min(n, self.size - self.pos)
-        out = []
-        while n > 0:
-            chunk = self.fetcher.read(self.url, self.pos, n)
-            if chunk is None:
-                self.fallback.seek(self.pos)
-                chunk = self.fallback.read(n)
-            if not chunk:
-                break
-            out.append(chunk)
-            self.pos += len(chunk)
-            n -= len(chunk)
-        return b"".join(out)
-
-    def close(self) -> None:
-        self.fallback.close()
+        return SourceFile(self, url, fallback)

@@ -1,0 +1,103 @@
+"""What the fetchers of remote video share: the byte-source contract and the file object a decoder reads through.
+
+A fetcher (`fetch.EpisodeFetcher`: a streaming worker's next episodes, spilled to local disk;
+`batch_fetch.BatchFetcher`: a map-style batch's frames, in memory) fetches byte ranges of video files before the
+decoders ask for them. It is a `ByteSource`: `read` gives the bytes it holds at a position, `file` the `SourceFile`
+that a decoder reads a file through (`VideoDecoderCache(wrap=source.file)`): held bytes first, ordinary ranged reads
+(`fallback`, an fsspec file, counted like every request) for the rest. `read_range` is how both fetch a range.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ..errors import UserError
+
+# samples read past the last frame wanted: a decoder with frame reordering reads a few packets beyond the frame it
+# returns (x264's B-frames: up to 4); the rest of the GOP is not needed
+REORDER_SAMPLES = 8
+# a decoder without reordering still reads the packet after the frame it returns before returning it (FFmpeg's
+# libdav1d on 480x640 AV1: a random frame's reads fell outside its range until this one packet was added)
+NEXT_SAMPLES = 1
+
+
+class ByteSource(Protocol):
+    """Byte ranges of remote files, fetched ahead of the decoders' reads, for one process."""
+
+    def read(self, url: str, pos: int, n: int) -> bytes | None:
+        """Up to n bytes of `url` at `pos` that the source holds (never past the range holding `pos`; a range still
+        being fetched is waited for); None where it holds none at `pos`."""
+        ...
+
+    def file(self, url: str, fallback) -> SourceFile:
+        """The file object a decoder reads `url` through; `fallback` (an fsspec file) serves what is not held."""
+        ...
+
+
+class SourceFile:
+    """A read-only file object over a remote file: the bytes `source` holds first, `fallback` reads for the rest.
+
+    A read returns all n bytes asked for (up to the end of the file), joined from held ranges and fallback reads;
+    with `short_reads`, at most what one held range (or one fallback read) has from the position.
+    """
+
+    short_reads = False
+
+    def __init__(self, source: ByteSource, url: str, fallback):
+        self.source, self.url, self.fallback = source, url, fallback
+        self.size = fallback.size
+        self.pos = 0
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self.pos = {0: 0, 1: self.pos, 2: self.size}[whence] + offset
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.size - self.pos if n is None or n < 0 else min(n, self.size - self.pos)
+        out = []
+        while n > 0:
+            chunk = self.source.read(self.url, self.pos, n)
+            if chunk is None:
+                chunk = self.read_outside(n)
+            if not chunk:
+                break
+            out.append(chunk)
+            self.pos += len(chunk)
+            n -= len(chunk)
+            if self.short_reads:
+                break
+        return b"".join(out)  # (one chunk: the chunk itself, not a copy)
+
+    def read_outside(self, n: int) -> bytes:
+        """Up to n bytes at the position, which the source does not hold: an ordinary ranged read."""
+        self.fallback.seek(self.pos)
+        return self.fallback.read(n)
+
+    def read_on(self) -> bool:
+        """After a decode through this file failed: True where the file cut reads short of what the decoder wanted
+        (a plan's end), and then reads of its URL go on past that from now on (decode it again); False where it
+        cut nothing short (the failure is the file's or the decoder's own)."""
+        return False
+
+    def close(self) -> None:
+        self.fallback.close()
+
+
+def read_range(fs, path: str, lo: int, hi: int) -> bytes:
+    """Bytes [lo, hi) of `path` on `fs` in one request (fewer where the file is shorter)."""
+    if getattr(fs, "async_impl", False):  # s3fs, HTTP: one ranged GET
+        return fs.cat_file(path, start=lo, end=hi)
+    # the generic cat_file reads through a buffered file that over-reads by a block (HfFileSystem: 5 MB)
+    with fs.open(path, "rb", block_size=hi - lo, cache_type="none") as fh:
+        fh.seek(lo)
+        return fh.read(hi - lo)
+
+
+def whole(url: str, lo: int, hi: int, data: bytes) -> bytes:
+    """`data`, read as bytes [lo, hi) of `url`; a `UserError` where it is not all of them."""
+    if len(data) != hi - lo:
+        raise UserError(f"{url}: asked for bytes {lo}-{hi}, got {len(data)}; the file changed while being read")
+    return data
