@@ -1,12 +1,13 @@
 """What both loaders share: reading parquet columns, building items from rows, and what a dataset exposes.
 
-`ItemBuilder` turns rows into LeRobot items (numeric fields, windows with pad masks, the task, decoded frames);
-`BuilderViews` is what the bench harness, `dlbench.loader.DataLoader` and training code read off a dataset.
+`ItemRows` turns rows into their fields and frame requests (numeric fields, windows with pad masks, the task, each
+frame's time in its video file): plain arrays, no I/O. `ItemBuilder` adds the frames, decoded by the process's
+`decoding.FrameDecoder`, and makes LeRobot items. `BuilderViews` is what the bench harness,
+`dlbench.loader.DataLoader` and training code read off a dataset.
 """
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
@@ -16,18 +17,13 @@ import torch
 from ..errors import UserError, no_range_requests
 from ..format import meta, paths
 from ..video import VideoDecoderCache, split_runs
-from ..workers import keep_freed_blocks
 from .batch_fetch import BatchFetcher
 from .collate import RowItem, collating_worker, floats_made_in_collate
 from .dataset_meta import DatasetMeta
+from .decoding import FrameDecoder
 from .fetch import EpisodeFetcher
 
 INDEX_COLUMNS = ("index", "episode_index", "frame_index", "timestamp", "task_index")
-# remote video read sizes: the streaming loader reads each episode forward (few large reads); a random frame needs
-# one GOP: on 480x640 AV1 from the loopback Hub, 4 MB blocks read 3.9 GB per 1,000 random frames, 128 KB blocks 0.2 GB,
-# in the same ~1,000 requests and at the same frames/s (docs/benchmarks.md)
-SEQUENTIAL_BLOCK, RANDOM_ACCESS_BLOCK = 4 * 2**20, 128 * 2**10
-FETCH_FALLBACK_BLOCK = 256 * 2**10
 
 
 def read_columns(dmeta: DatasetMeta, rel_files: list[str], columns: list[str]) -> dict[str, np.ndarray]:
@@ -86,43 +82,25 @@ def _episode_groups(eps: np.ndarray) -> list[tuple[int, np.ndarray | None]]:
     return [(int(ep), np.flatnonzero(which == u)) for u, ep in enumerate(episodes)]
 
 
-class ItemBuilder:
-    """Turns a row (and its episode) into an item; shared by the map-style and streaming datasets."""
+class ItemRows:
+    """Rows into their items' fields and frame requests: the parquet columns held, the rows' episodes, delta-timestamp
+    windows (clamped to the episode, with pad masks) and each frame's time in its video file. Plain arrays only:
+    picklable, and the same in every process.
+
+    Args:
+        dmeta: the dataset.
+        windows: per key, the window as frame offsets (`dataset_meta.resolve_windows`).
+        columns: the parquet columns held (`read_columns`), all rows in order; see `hold` for runs of rows.
+        return_float: frames as float32 in [0, 1] (else uint8): sizes an item's frames.
+    """
 
     def __init__(
-        self,
-        dmeta: DatasetMeta,
-        windows: dict[str, np.ndarray],
-        columns: dict[str, np.ndarray],
-        decode_device: str,
-        cache_size: int,
-        return_float: bool,
-        tolerance_s: float,
-        image_transforms=None,
-        *,
-        decoder_cache_mb: float | None = None,
-        block_size: int = SEQUENTIAL_BLOCK,
-        fetch: bool = False,
-        spill_dir: str | None = None,
-        batch_reads: bool = False,
+        self, dmeta: DatasetMeta, windows: dict[str, np.ndarray], columns: dict[str, np.ndarray], return_float: bool
     ):
-        self.fetch, self.spill_dir = fetch and paths.is_remote(dmeta.data_root), spill_dir
-        self._fetcher: EpisodeFetcher | None = None
-        # remote video of a batch's frames fetched together before decoding (`BatchFetcher`); map-style only
-        self.batch_reads = batch_reads and not self.fetch and paths.is_remote(dmeta.data_root)
-        self._batch_fetcher: BatchFetcher | None = None
-        self.image_transforms = image_transforms  # applied to each camera's frames of an item, as LeRobot does
-        self.decoder_cache_mb, self.block_size = decoder_cache_mb, block_size
-        self.dmeta, self.windows, self.cols = dmeta, windows, columns
-        self.decode_device, self.cache_size = decode_device, cache_size
-        self.return_float, self.tolerance_s = return_float, tolerance_s
+        self.dmeta, self.windows, self.cols, self.return_float = dmeta, windows, columns, return_float
         # `columns` hold runs of rows back to back (a streaming worker holds only its shards' rows): each run's
         # first global row and its position in `columns`
         self.run_rows, self.run_pos = np.zeros(1, np.int64), np.zeros(1, np.int64)
-        self._cache: VideoDecoderCache | None = None
-        self._pid = None
-        self.decode_s = 0.0  # time spent decoding in this process (for the fetch/decode split)
-        self.fetch_s = 0.0  # time spent planning and starting batches' fetches before decoding (`batch_reads`)
 
     def hold(self, columns: dict[str, np.ndarray], runs: list[tuple[int, int]]) -> None:
         """Take `columns` holding the global rows of `runs` ([start, stop) each, ascending), stored back to back."""
@@ -136,116 +114,6 @@ class ItemBuilder:
             return rows - (self.run_rows[0] - self.run_pos[0])
         run = np.searchsorted(self.run_rows, rows, side="right") - 1
         return rows - self.run_rows[run] + self.run_pos[run]
-
-    def __getstate__(self) -> dict:
-        # open decoders (and the cache's lock) stay in their process; a spawned worker builds its own cache
-        return {**self.__dict__, "_cache": None, "_pid": None, "_fetcher": None, "_batch_fetcher": None}
-
-    @property
-    def cache(self) -> VideoDecoderCache:
-        if self._cache is None or self._pid != os.getpid():  # one cache per process: never share decoders across fork
-            if torch.utils.data.get_worker_info() is not None:  # a DataLoader worker: its allocator is ours to tune
-                keep_freed_blocks()
-            budget = None if self.decoder_cache_mb is None else int(self.decoder_cache_mb * 2**20)
-            if self._fetcher is not None:  # a forked child's copy: close the spill files it inherited
-                self._fetcher.release_all()
-            self._fetcher = EpisodeFetcher(self.dmeta, self.dmeta.cameras, self.spill_dir) if self.fetch else None
-            self._batch_fetcher = BatchFetcher() if self.batch_reads else None
-            fetcher = self._fetcher or self._batch_fetcher
-            self._cache = VideoDecoderCache(
-                self.cache_size,
-                device=self.decode_device,
-                # with episodes fetched, only what lies outside them is read as the decoder asks: a few packets
-                block_size=FETCH_FALLBACK_BLOCK if self.fetch else self.block_size,
-                max_bytes=budget,
-                wrap=fetcher.file if fetcher else None,
-            )
-            self._pid = os.getpid()
-        return self._cache
-
-    @property
-    def batch_fetcher(self) -> BatchFetcher | None:
-        """This process's `BatchFetcher` (see `batch_reads`), or None where batches are not fetched ahead."""
-        _ = self.cache  # made with the cache, in each process
-        return self._batch_fetcher
-
-    @property
-    def fetcher(self) -> EpisodeFetcher | None:
-        """This process's `EpisodeFetcher` (see `fetch`), or None when episodes are not fetched."""
-        _ = self.cache  # made with the cache, in each process
-        return self._fetcher
-
-    def build(self, row: int) -> dict:
-        """The item for global row `row`."""
-        return self.build_many([row])[0]
-
-    def build_many(self, rows: list[int], cursor: int | None = None, ahead=None) -> list[dict | RowItem]:
-        """Items for several rows; each camera's frames are decoded with one sorted request per episode.
-
-        The parquet fields of all rows are gathered at once (one numpy take per column), and so are each episode's
-        frames; each item holds views of those blocks. `cursor` names the sequential reader the rows belong to (the
-        streaming loader's pool slot): each gets its own decoder per file (see `VideoDecoderCache`), so episodes
-        read in turn from one file do not make one decoder seek back and forth.
-
-        `ahead`: the rows of the batch this process is expected to build next; where batches are fetched before
-        decoding (`batch_reads`), their fetches start during this one's decoding.
-
-        In a DataLoader worker batched by dlbench's collate the items are `RowItem`s: the row and its frames, whose
-        fields `collate` gathers for the whole batch at once (`batch_fields`) instead of item by item.
-        """
-        rows, eps, window = self._windows(rows)
-        # one decode request per camera and episode: a streaming block is one episode, a map-style item one row.
-        # In a DataLoader worker batched by dlbench's collate, windows with repeated frames stay `FrameGather`s and
-        # are copied once, straight into the batch; everywhere else items hold plain tensors
-        # float frames are made there too, in the batch (`floats_in_collate`)
-        defer_float = self.floats_in_collate() and floats_made_in_collate(self.dmeta.cameras)
-        gather = (self.return_float and not defer_float) or self.image_transforms is not None or not collating_worker()
-        groups = _episode_groups(eps)
-        times_of = {cam: self._frame_times(cam, rows, eps, window) for cam in self.dmeta.cameras}
-        if self.batch_reads:  # every frame's bytes fetched at once, before the first decode
-            t0 = time.perf_counter()
-            requests = self._requests(times_of, groups)
-            upcoming = self.decode_requests(ahead) if ahead is not None and len(ahead) else None
-            self.batch_fetcher.prefetch(requests, self.dmeta.fps, ahead=upcoming)
-            self.fetch_s += time.perf_counter() - t0
-        per_item: dict[str, list] = {}  # camera -> its frames, item by item
-        for cam in self.dmeta.cameras:
-            times = times_of[cam]
-            per_item[cam] = frames = [None] * len(rows)
-            for ep, member in groups:
-                wanted = times if member is None else times[member]
-                t0 = time.perf_counter()
-                got = self.cache.decode(
-                    self.dmeta.video_url(cam, ep),
-                    wanted.ravel(),
-                    self.dmeta.fps,
-                    self.tolerance_s,
-                    cursor=cursor,
-                    gather=gather,
-                )
-                self.decode_s += time.perf_counter() - t0
-                if self.return_float and not defer_float:
-                    got = got.float() / 255.0
-                split = split_runs(got, len(wanted)) if cam in self.windows else got.unbind(0)
-                for i, f in zip(range(len(rows)) if member is None else member.tolist(), split):
-                    frames[i] = f
-        if self.batch_reads:  # every range of the batch held, counted, before the next is planned
-            self.batch_fetcher.settle()
-        if not gather:  # the batch gathers the fields (see `RowItem`)
-            cams = list(per_item)
-            return [RowItem(self, row, dict(zip(cams, f))) for row, *f in zip(rows.tolist(), *per_item.values())]
-        fields = self._fields(rows, eps, window)
-        names = [*fields, *per_item]
-        columns = [
-            *(torch.from_numpy(v).unbind(0) if isinstance(v, np.ndarray) else v for v in fields.values()),
-            *per_item.values(),
-        ]
-        items = [dict(zip(names, values)) for values in zip(*columns)]
-        if self.image_transforms is not None:
-            for item in items:
-                for cam in per_item:
-                    item[cam] = self.image_transforms(item[cam])
-        return items
 
     def batch_fields(self, rows: list[int]) -> dict[str, np.ndarray | list]:
         """Everything of the rows' items but their frames, for the whole batch: each field (B, ...), the tasks a
@@ -301,11 +169,6 @@ class ItemBuilder:
             for ep, member in groups
         ]
 
-    def floats_in_collate(self) -> bool:
-        """Whether dlbench's collate turns this builder's frames into floats (dividing by 255 in the batch slot)
-        in a worker it batches: the worker then hands over uint8 frames, a quarter of the bytes."""
-        return self.return_float and self.image_transforms is None and self.cache.device == "cpu"
-
     def frames_per_item(self) -> int:
         return sum(len(self.windows[c]) if c in self.windows else 1 for c in self.dmeta.cameras)
 
@@ -314,6 +177,113 @@ class ItemBuilder:
         per_frame = {c: int(np.prod(self.dmeta.info["features"][c]["shape"])) for c in self.dmeta.cameras}
         steps = sum(per_frame[c] * (len(self.windows[c]) if c in self.windows else 1) for c in self.dmeta.cameras)
         return steps * (4 if self.return_float else 1)
+
+
+class ItemBuilder(ItemRows):
+    """Turns rows into items: their fields and windows (`ItemRows`) and their frames, decoded by `decoder` (this
+    process's decoder cache and fetcher); shared by the map-style and streaming datasets."""
+
+    def __init__(
+        self,
+        dmeta: DatasetMeta,
+        windows: dict[str, np.ndarray],
+        columns: dict[str, np.ndarray],
+        decoder: FrameDecoder,
+        return_float: bool,
+        image_transforms=None,
+    ):
+        super().__init__(dmeta, windows, columns, return_float)
+        self.decoder = decoder
+        self.image_transforms = image_transforms  # applied to each camera's frames of an item, as LeRobot does
+        self.decode_s = 0.0  # time spent decoding in this process (for the fetch/decode split)
+        self.fetch_s = (
+            0.0  # time spent planning and starting batches' fetches before decoding (`FrameDecoder.batch_reads`)
+        )
+
+    @property
+    def cache(self) -> VideoDecoderCache:
+        """This process's decoder cache (`FrameDecoder.cache`)."""
+        return self.decoder.cache
+
+    @property
+    def batch_fetcher(self) -> BatchFetcher | None:
+        """This process's `BatchFetcher` (`FrameDecoder.batch_fetcher`)."""
+        return self.decoder.batch_fetcher
+
+    @property
+    def fetcher(self) -> EpisodeFetcher | None:
+        """This process's `EpisodeFetcher` (`FrameDecoder.fetcher`)."""
+        return self.decoder.fetcher
+
+    def build(self, row: int) -> dict:
+        """The item for global row `row`."""
+        return self.build_many([row])[0]
+
+    def build_many(self, rows: list[int], cursor: int | None = None, ahead=None) -> list[dict | RowItem]:
+        """Items for several rows; each camera's frames are decoded with one sorted request per episode.
+
+        The parquet fields of all rows are gathered at once (one numpy take per column), and so are each episode's
+        frames; each item holds views of those blocks. `cursor` names the sequential reader the rows belong to (the
+        streaming loader's pool slot): each gets its own decoder per file (see `VideoDecoderCache`), so episodes
+        read in turn from one file do not make one decoder seek back and forth.
+
+        `ahead`: the rows of the batch this process is expected to build next; where batches are fetched before
+        decoding (`FrameDecoder.batch_reads`), their fetches start during this one's decoding.
+
+        In a DataLoader worker batched by dlbench's collate the items are `RowItem`s: the row and its frames, whose
+        fields `collate` gathers for the whole batch at once (`batch_fields`) instead of item by item.
+        """
+        rows, eps, window = self._windows(rows)
+        # one decode request per camera and episode: a streaming block is one episode, a map-style item one row.
+        # In a DataLoader worker batched by dlbench's collate, windows with repeated frames stay `FrameGather`s and
+        # are copied once, straight into the batch; everywhere else items hold plain tensors
+        # float frames are made there too, in the batch (`floats_in_collate`)
+        defer_float = self.floats_in_collate() and floats_made_in_collate(self.dmeta.cameras)
+        gather = (self.return_float and not defer_float) or self.image_transforms is not None or not collating_worker()
+        groups = _episode_groups(eps)
+        times_of = {cam: self._frame_times(cam, rows, eps, window) for cam in self.dmeta.cameras}
+        if self.decoder.batch_reads:  # every frame's bytes fetched at once, before the first decode
+            t0 = time.perf_counter()
+            requests = self._requests(times_of, groups)
+            upcoming = self.decode_requests(ahead) if ahead is not None and len(ahead) else None
+            self.decoder.batch_fetcher.prefetch(requests, self.dmeta.fps, ahead=upcoming)
+            self.fetch_s += time.perf_counter() - t0
+        per_item: dict[str, list] = {}  # camera -> its frames, item by item
+        for cam in self.dmeta.cameras:
+            times = times_of[cam]
+            per_item[cam] = frames = [None] * len(rows)
+            for ep, member in groups:
+                wanted = times if member is None else times[member]
+                t0 = time.perf_counter()
+                got = self.decoder.decode(self.dmeta.video_url(cam, ep), wanted.ravel(), cursor=cursor, gather=gather)
+                self.decode_s += time.perf_counter() - t0
+                if self.return_float and not defer_float:
+                    got = got.float() / 255.0
+                split = split_runs(got, len(wanted)) if cam in self.windows else got.unbind(0)
+                for i, f in zip(range(len(rows)) if member is None else member.tolist(), split):
+                    frames[i] = f
+        if self.decoder.batch_reads:  # every range of the batch held, counted, before the next is planned
+            self.decoder.batch_fetcher.settle()
+        if not gather:  # the batch gathers the fields (see `RowItem`)
+            cams = list(per_item)
+            return [RowItem(self, row, dict(zip(cams, f))) for row, *f in zip(rows.tolist(), *per_item.values())]
+        fields = self._fields(rows, eps, window)
+        names = [*fields, *per_item]
+        columns = [
+            *(torch.from_numpy(v).unbind(0) if isinstance(v, np.ndarray) else v for v in fields.values()),
+            *per_item.values(),
+        ]
+        items = [dict(zip(names, values)) for values in zip(*columns)]
+        if self.image_transforms is not None:
+            for item in items:
+                for cam in per_item:
+                    item[cam] = self.image_transforms(item[cam])
+        return items
+
+    def floats_in_collate(self) -> bool:
+        """Whether dlbench's collate turns this builder's frames into floats (dividing by 255 in the batch slot)
+        in a worker it batches: the worker then hands over uint8 frames, a quarter of the bytes."""
+        return self.return_float and self.image_transforms is None and self.decoder.decode_device == "cpu"
 
 
 class BuilderViews:
@@ -345,11 +315,11 @@ class BuilderViews:
 
     @property
     def cache(self) -> VideoDecoderCache:
-        return self.builder.cache
+        return self.builder.decoder.cache
 
     @property
     def decode_device(self) -> str:
-        return self.builder.decode_device
+        return self.builder.decoder.decode_device
 
     @property
     def frames_per_item(self) -> int:

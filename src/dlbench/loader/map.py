@@ -24,7 +24,8 @@ from .dataset_meta import (
     local_snapshot,
     resolve_windows,
 )
-from .items import RANDOM_ACCESS_BLOCK, BuilderViews, ItemBuilder, data_columns, read_columns
+from .decoding import RANDOM_ACCESS_BLOCK, FrameDecoder
+from .items import BuilderViews, ItemBuilder, data_columns, read_columns
 from .lerobot_args import check_lerobot_args
 
 
@@ -122,19 +123,16 @@ class LeRobotMapDataset(BuilderViews, torch.utils.data.Dataset):
                 f"{root}: the data files' index column is not 0..N-1 in file order; run `dlbench validate {root}`"
             )
         self.episodes, self._rows = episode_rows(self.meta, episodes, episode_filter)
-        self.builder = ItemBuilder(
+        decoder = FrameDecoder(
             self.meta,
-            windows,
-            columns,
             decode_device,
             decoder_cache_size,
-            not return_uint8,
             tolerance_s,
-            image_transforms,
             decoder_cache_mb=decoder_cache_mb,
             block_size=int(remote_block_kb * 1024) if remote_block_kb else RANDOM_ACCESS_BLOCK,
             batch_reads=True,
         )
+        self.builder = ItemBuilder(self.meta, windows, columns, decoder, not return_uint8, image_transforms)
 
     @cached_property
     def absolute_to_relative_idx(self) -> dict[int, int] | None:
@@ -154,7 +152,7 @@ class LeRobotMapDataset(BuilderViews, torch.utils.data.Dataset):
     @property
     def plans_batches(self) -> bool:
         """Whether a batch is more than its items: its remote video is fetched together before decoding."""
-        return self.builder.batch_reads
+        return self.builder.decoder.batch_reads
 
     def __getitem__(self, idx: int) -> dict:
         return self.__getitems__([idx])[0]

@@ -46,7 +46,8 @@ from .dataset_meta import (
     local_snapshot,
     resolve_windows,
 )
-from .items import SEQUENTIAL_BLOCK, BuilderViews, ItemBuilder, data_columns, read_columns
+from .decoding import SEQUENTIAL_BLOCK, FrameDecoder
+from .items import BuilderViews, ItemBuilder, data_columns, read_columns
 from .lerobot_args import check_lerobot_args
 from .partition import (
     Lanes,
@@ -173,22 +174,19 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         # live episodes are read in turn: on the CPU each pool slot gets its own decoder per file (a seek back to a
         # keyframe costs more than decoding on); NVDEC decoders cost 50-70 ms and GPU memory to create, so there one
         # per file seeks
-        self.builder = ItemBuilder(
+        decoder = FrameDecoder(
             self.meta,
-            windows,
-            {},
             decode_device,
             decoder_cache_size or 0,  # the default is set below, once the worker's pool slots are known
-            not return_uint8,
             tolerance_s,
-            image_transforms,
             decoder_cache_mb=decoder_cache_mb,
             block_size=int(remote_block_kb * 1024) if remote_block_kb else SEQUENTIAL_BLOCK,
             fetch=fetch_episodes > 0,
             spill_dir=spill_dir,
         )
+        self.builder = ItemBuilder(self.meta, windows, {}, decoder, not return_uint8, image_transforms)
         # episodes fetched together enter the pool together: groups change the order only where fetching is on
-        self.group = fetch_episodes if self.builder.fetch else 1
+        self.group = fetch_episodes if self.builder.decoder.fetch else 1
         self._slot_cursors = decode_device == "cpu"
         self.seed, self.epoch = seed, 0
         self._iters = 0  # __iter__ calls since set_epoch: persistent DataLoader workers advance their own epoch
@@ -200,7 +198,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             sum(len(s) for s in self._shards), len(self._shards), pool_size, buffer_size, self.max_blocks(), shuffle
         )
         if not decoder_cache_size:
-            self.builder.cache_size = len(self.meta.cameras) * (self.lanes.at_once * self.lanes.pool + 2)
+            self.builder.decoder.cache_size = len(self.meta.cameras) * (self.lanes.at_once * self.lanes.pool + 2)
         self._loaded: tuple | None = None  # the runs of rows whose parquet columns are in memory
         self.delivered = Delivered()  # what this process delivered of the epoch; what a loaded state skips
 
@@ -404,7 +402,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         if not todo:
             return
         self._load_shards([v for v, _ in todo])
-        fetcher = self.builder.fetcher
+        fetcher = self.builder.decoder.fetcher
         if fetcher is not None:  # one plan for the pass: each lane's next groups are fetched ahead as it reads
             fetcher.plan([g for v, _ in todo for g in self.shard_groups(v, epoch)])
         streams = [partial(self._shard_stream, v, epoch, done, info is None, fetcher) for v, done in todo]
