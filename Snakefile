@@ -14,6 +14,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/sources.smk"
 include: "workflow/rules/peers.smk"
 include: "workflow/rules/bench.smk"
+include: "workflow/rules/model.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -365,7 +365,7 @@ def test_no_plot_gives_two_runs_one_label(tmp_path, monkeypatch):
         write_run(tmp_path, "bucket", "dlbench_map", [100.0], source="bucket"),
         write_run(tmp_path, "bucket_b", "dlbench_map", [110.0], source="bucket"),
     ]
-    df = agg.aggregate(runs, tmp_path / "summary.csv")
+    agg.aggregate(runs, tmp_path / "summary.csv")
     seen = {}
 
     def keep(fig, path):

@@ -125,7 +125,10 @@ def endpoint_args(name):
 def bench_inputs(wildcards):
     """The run's spec, its dataset's validation report, and for remote sources the staging marker and the prewarm
     report."""
-    r = run_of(wildcards)
+    return bench_inputs_of(run_of(wildcards))
+
+
+def bench_inputs_of(r):
     source = SOURCES[r.source]
     inputs = {
         "spec": f"results/specs/{r.scenario}/{r.run_id}.json",
@@ -147,7 +150,10 @@ def bench_inputs(wildcards):
 
 
 def bench_threads(wildcards):
-    r = run_of(wildcards)
+    return bench_threads_of(run_of(wildcards))
+
+
+def bench_threads_of(r):
     return (resolve_workers(r.num_workers) + 1) * r.ranks
 
 
@@ -300,3 +306,31 @@ if USES_LOOPBACK and not os.path.isdir(dlbench.loopback.DATA_DIR):
         if source.loopback is not None:
             for marker in Path(f"results/sources/{name}").glob("*.staged.json"):
                 marker.unlink()
+
+
+# ------------------------------------------------------------------------------ calibration and predictions
+# per (dataset, source) the runs the model predicts: those decoding on the CPU (NVDEC is not calibrated)
+CALIBRATED = {}
+for _r in RUNS.values():
+    if _r.decode_device == "cpu":
+        CALIBRATED.setdefault((_r.dataset, _r.source), []).append(_r)
+
+
+def calibration_file(dataset, source):
+    return f"results/calibration/{dataset}/{source}.json"
+
+
+def calibrate_inputs(wildcards):
+    """The specs of the runs a calibration stands for, and what their bench jobs need (validation, staging, the
+    Lance copy), but no prewarm gate: a calibration measures whatever the source gives."""
+    inputs = {"specs": [], "needs": []}
+    for r in CALIBRATED[(wildcards.dataset, wildcards.source)]:
+        needs = bench_inputs_of(r)
+        inputs["specs"].append(needs.pop("spec"))
+        needs.pop("prewarm", None)
+        inputs["needs"] += [v for v in needs.values() if v not in inputs["needs"]]
+    return inputs
+
+
+def calibration_threads(wildcards):
+    return max(bench_threads_of(r) for r in CALIBRATED[(wildcards.dataset, wildcards.source)])

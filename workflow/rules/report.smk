@@ -23,6 +23,7 @@ rule aggregate:
     input:
         runs=run_dirs(),
         prewarm=prewarm_reports(),
+        predictions="results/predictions.csv",
     output:
         report("results/summary.csv", caption="../report/summary.rst", category="Tables"),
     log:
@@ -32,7 +33,8 @@ rule aggregate:
     params:
         args=aggregate_args(),
     shell:
-        "dlbench -q aggregate {input.runs} --out {output} {params.args} > {log} 2>&1"
+        "dlbench -q aggregate {input.runs} --out {output} {params.args} --predictions {input.predictions} "
+        "> {log} 2>&1"
 
 
 rule conversion_table:

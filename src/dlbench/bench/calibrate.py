@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..errors import UserError
 from ..loader.dataset_meta import DatasetMeta
 from ..model.calibration import Calibration, LoaderCost
 from ..runspec import RunSpec
@@ -101,14 +102,13 @@ def check_cost(run: RunSpec) -> float:
     )
     order = np.random.default_rng(run.seed).permutation(len(ds))[: CHECK_BATCHES * run.batch_size].tolist()
     loader = DataLoader(ds, batch_size=run.batch_size, sampler=order, num_workers=0)
-    spent = samples = 0
+    per_sample = []
     for batch in loader:
         t0 = time.perf_counter()
         for check in checks:
             check(batch)
-        spent += time.perf_counter() - t0
-        samples += len(batch["index"])
-    return spent / max(samples, 1)
+        per_sample.append((time.perf_counter() - t0) / len(batch["index"]))
+    return float(np.median(per_sample)) if per_sample else 0.0  # the median: a first call or a busy moment is no cost
 
 
 def ttfb_ms(dmeta: DatasetMeta, reads: int = 5) -> float | None:
@@ -139,17 +139,25 @@ def calibrate(runs: list[RunSpec], dataset: str, source: str, out: str | Path) -
     t0 = time.perf_counter()
     first = runs[0]
     apply_env(first.source_spec)
-    dmeta = DatasetMeta.load(first.root, data_files_root=first.data_files_root)
+    try:
+        dmeta = DatasetMeta.load(first.root, data_files_root=first.data_files_root)
+    except UserError as e:
+        if any(run.on_unreachable != "skip" for run in runs):
+            raise
+        record = Calibration(dataset, source, socket.gethostname(), cores(), 0, 0, None, 0.0, note=f"not read: {e}")
+        record.write(out)
+        return record
     pairs = {}
     for run in runs:
         pairs.setdefault((run.loader, run.mode), run)
     checks = {mode: check_cost(run) for (_, mode), run in pairs.items()}
-    costs = []
+    costs, missing = [], []
     with tempfile.TemporaryDirectory(prefix="dlbench-calibrate-") as tmp:
         for run in pairs.values():
             cost = loader_cost(run, Path(tmp), checks[run.mode])
             if isinstance(cost, str):
                 print(f"calibrate: left out: {cost}", flush=True)
+                missing.append(cost)
                 continue
             costs.append(cost)
     record = Calibration(
@@ -162,6 +170,7 @@ def calibrate(runs: list[RunSpec], dataset: str, source: str, out: str | Path) -
         ttfb_ms=ttfb_ms(dmeta),
         seconds=time.perf_counter() - t0,
         costs=costs,
+        note="; ".join(missing),
     )
     record.write(out)
     return record

@@ -79,6 +79,7 @@ def add(sub) -> None:
         type=_source_report,
         help="a source's prewarm check report: its runs get source_verdict (repeatable)",
     )
+    p.add_argument("--predictions", default=None, help="predictions.csv: each run gets its prediction, bound and error")
     p.set_defaults(func=aggregate)
 
     p = command(sub, "conversion-table", help="conversion records (convert run --record) -> CSV")
@@ -106,7 +107,13 @@ def aggregate(a) -> None:
     from ..report.aggregate import aggregate
 
     df = aggregate(
-        a.runs, a.out, targets=dict(a.target), baseline=a.baseline, thrash=_thrash(a), prewarm=dict(a.prewarm)
+        a.runs,
+        a.out,
+        targets=dict(a.target),
+        baseline=a.baseline,
+        thrash=_thrash(a),
+        prewarm=dict(a.prewarm),
+        predictions=a.predictions,
     )
     say(f"wrote {a.out} ({len(df)} runs, {int(df['pass'].sum())} pass their target)")
 

@@ -54,6 +54,7 @@ class Calibration:
     ttfb_ms: float | None  # the source's median time to the first byte of a small ranged read (None: local disk)
     seconds: float  # how long calibrating took
     costs: list[LoaderCost] = field(default_factory=list)
+    note: str = ""  # why loaders are missing (not reachable from here, no peer environment)
     version: int = VERSION
 
     def cost(self, loader: str, mode: str) -> LoaderCost | None:

@@ -24,18 +24,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..loader.partition import auto_virtual_shards, busy_workers
 from .calibration import LoaderCost
 
 # the names of the bounds, in the order ties are reported
 BOUNDS = {
-    "workers": "the DataLoader workers (each at its measured time per sample); more workers would add",
-    "cores": "the host's CPU cores (workers and main process together)",
-    "main process": "the main process (hand-over of batches, frame checks)",
-    "episodes": "too few units of work (episodes, files) for the workers: some idle",
-    "fetch latency": "waits on storage inside the workers (more workers overlap them)",
-    "training step": "the training step: the consumer holds each batch for step_ms",
-    "single process": "the one process (num_workers 0) builds and consumes every sample in turn",
+    "workers": "the DataLoader workers at their measured time per sample: more workers would add, cores allowing",
+    "cores": "every core is busy (workers and main process together): more workers would not help",
+    "main process": "the main process (taking batches over, frame checks): more workers would not help",
+    "episodes": "too few units of work (episodes, data files) for the workers: some idle",
+    "fetch latency": "the workers wait on storage: more workers (or fetching ahead) overlap the waits",
+    "training step": "the training step: the consumer holds each batch for step_ms (the run is fed)",
+    "single process": "one process (num_workers 0) builds and consumes every sample in turn",
 }
 FETCH_BOUND_SHARE = 0.5  # a worker-bound run whose workers wait on storage more than this share is fetch-bound
 
@@ -74,6 +73,8 @@ class Prediction:
 
 def busy(loader: str, workers: int, rank: int, ranks: int, episodes: int, data_files: int, fetch_episodes: int) -> int:
     """The DataLoader workers of rank `rank` (of `ranks`) that have work (workers 0: the process itself, 1)."""
+    from ..loader.partition import auto_virtual_shards, busy_workers  # here: importing dlbench.loader loads torch
+
     if loader.startswith("dlbench_stream"):
         return busy_workers(auto_virtual_shards(episodes, max(fetch_episodes, 1)), rank, ranks, workers)
     if loader.startswith("lerobot_stream"):  # one shard per data file, split over ranks, then over workers

@@ -26,7 +26,8 @@ def predict_run(run: dict, cal: Calibration, cores: int | None = None, hosts: in
         return "decoding on the GPU is not calibrated"
     cost = cal.cost(run["loader"], run["mode"])
     if cost is None:
-        return f"no calibration of {run['loader']} in mode {run['mode']} (its loader could not run there)"
+        why = f": {cal.note}" if cal.note else ""
+        return f"no calibration of {run['loader']} in mode {run['mode']}{why}"
     ranks = run["ranks"]
     node = Node(cores=cores or cal.cores, ranks=math.ceil(ranks / max(hosts, 1)))
     scale = run["batch_size"] / cost.batch_size  # per-sample costs hold; only the batch's size changes

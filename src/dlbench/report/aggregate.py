@@ -46,6 +46,7 @@ from .. import atomic
 from ..bench import record as recordmod
 from ..config import SAME_KIND, baseline_loader, defaults, schema
 from ..errors import UserError
+from ..model.equations import BOUNDS
 from ..runspec import IDENTITY
 
 WORKER_BOUND_FRAC = 0.8  # of num_workers x the single-process probe rate
@@ -114,10 +115,12 @@ def aggregate(
     baseline: str = SAME_KIND,
     thrash: dict | None = None,
     prewarm: dict[str, str | Path] | None = None,
+    predictions: str | Path | None = None,
 ) -> pd.DataFrame:
     """One summary row per run from run directories (or rank record files); writes `out` (CSV) unless None.
 
-    `prewarm` maps "source/dataset" to its prewarm check report; runs on that pair get `source_verdict`."""
+    `prewarm` maps "source/dataset" to its prewarm check report; runs on that pair get `source_verdict`.
+    `predictions` (predictions.csv) gives each run its predicted frames/s, bound and the error."""
     verdicts = {}
     for source, report in (prewarm or {}).items():
         try:
@@ -169,11 +172,50 @@ def aggregate(
             and row["frames_wrong"] == 0
         )
         rows.append(row)
-    df = derive(pd.DataFrame(rows), baseline, {**defaults("thrash"), **(thrash or {})})
+    df = derive(with_predictions(pd.DataFrame(rows), predictions), baseline, {**defaults("thrash"), **(thrash or {})})
     if out is not None:
         with atomic.file(out) as tmp:
             df.to_csv(tmp, index=False)
     return df
+
+
+PREDICTION_MISS = 0.25  # a run the model missed by more than this share says so in its notes
+
+
+def with_predictions(df: pd.DataFrame, predictions: str | Path | None) -> pd.DataFrame:
+    """Each run's prediction (predictions.csv, made from the calibrations before the bench jobs): the predicted
+    frames/s, `bound` (what the model says sets the rate) and `prediction_error` ((predicted - measured) /
+    measured)."""
+    if predictions is None or df.empty:
+        return df
+    try:
+        pred = pd.read_csv(predictions)
+    except (OSError, ValueError) as e:
+        raise UserError(f"{predictions}: not a readable predictions table ({e}); delete it and rerun") from None
+    keep = ["scenario", "run_id", "predicted_frames_per_s_node", "predicted_bound", "prediction_note"]
+    df = df.merge(pred[[c for c in keep if c in pred]], on=["scenario", "run_id"], how="left")
+    df = df.rename(columns={"predicted_bound": "bound"})
+    measured = df["frames_per_s_node"] if "frames_per_s_node" in df else float("nan")
+    df["prediction_error"] = (df["predicted_frames_per_s_node"] - measured) / measured
+    return df
+
+
+def _prediction_note(row: pd.Series) -> str:
+    """Where the model missed the measured rate by more than PREDICTION_MISS: by how much, and what it said
+    bounds the run, beside what the run measured of the same terms."""
+    err = row.get("prediction_error")
+    if err is None or pd.isna(err) or abs(err) <= PREDICTION_MISS:
+        return ""
+    cpu = [
+        f"{name} {row[col]:.2f} ms/sample"
+        for name, col in (("main", "main_cpu_ms_per_sample"), ("workers", "worker_cpu_ms_per_sample"))
+        if col in row and pd.notna(row[col])
+    ]
+    measured = f" (measured CPU: {', '.join(cpu)})" if cpu else ""
+    return (
+        f"model off by {err:+.0%}: predicted {row['predicted_frames_per_s_node']:.0f} frames/s, bound by "
+        f"{row['bound']}{measured}"
+    )
 
 
 def _environment(rec: dict) -> dict:
@@ -356,10 +398,13 @@ def _notes(row: pd.Series) -> list[str]:
         why.append(f"{int(row['frames_wrong'])} wrong frames")
     if row["decoder_thrash"]:
         why.append(f"decoder thrash (cache hit rate {row['cache_hit_rate']:.2f}, p99 {row['latency_p99_ms']:.0f} ms)")
-    if row["worker_bound"]:
+    bound = row.get("bound")
+    if isinstance(bound, str) and bound in BOUNDS and (row["worker_bound"] or pd.notna(target)):
+        why.append(f"bound by {bound}: {BOUNDS[bound]}")  # the model's, from the calibration: never against the cores
+    elif row["worker_bound"]:
         why.append(
             f"worker-bound ({row['num_workers']} workers each at their single-process rate of "
-            f"{row['probe_samples_per_s']:.0f} samples/s; add workers if cores allow)"
+            f"{row['probe_samples_per_s']:.0f} samples/s)"
         )
     if pd.notna(row.get("nodes_used")) and row["nodes_used"] < row["nodes"]:
         why.append(
@@ -370,6 +415,8 @@ def _notes(row: pd.Series) -> list[str]:
         why.append("measured on a cold source (prewarm check said cold)")
     if isinstance(row.get("work_note"), str) and row["work_note"]:
         why.append(row["work_note"])
+    if miss := _prediction_note(row):
+        why.append(miss)
     return why
 
 

@@ -11,4 +11,5 @@ PLOT_NAMES = (
     "cache_vs_p99.png",
     "data_wait.png",
     "remote_cost.png",
+    "prediction.png",
 )

@@ -414,6 +414,36 @@ def plot_remote_cost(df: pd.DataFrame, path: Path) -> Path:
     return _mode_bars(ok, "remote_requests_per_kframe", labels, colors, "{:.0f}", xlabel, title, path)
 
 
+def plot_prediction(df: pd.DataFrame, path: Path) -> Path:
+    """Predicted against measured frames/s per node, one point per run (its bound as the marker's colour), with the
+    line where they agree and the band of 25% around it."""
+    title = "The model: predicted vs measured frames/s per node (band: 25%)"
+    if "predicted_frames_per_s_node" not in df:
+        return _nothing(path, title, "needs summary.csv with predictions (results/predictions.csv, from calibrations)")
+    ok = _ok(df).dropna(subset=["predicted_frames_per_s_node", "frames_per_s_node"])
+    if ok.empty:
+        return _nothing(path, title, "no finished run has a prediction (GPU runs and uncalibrated loaders have none)")
+    fig, ax = plt.subplots(figsize=(7, 6))
+    bounds = sorted(ok["bound"].fillna("?").unique())
+    colors = dict(zip(bounds, plt.get_cmap("tab10").colors))
+    for bound, g in ok.groupby(ok["bound"].fillna("?")):
+        ax.scatter(g["frames_per_s_node"], g["predicted_frames_per_s_node"], color=colors[bound], label=bound, s=30)
+    lo = min(ok["frames_per_s_node"].min(), ok["predicted_frames_per_s_node"].min()) * 0.7
+    hi = max(ok["frames_per_s_node"].max(), ok["predicted_frames_per_s_node"].max()) * 1.4
+    ax.plot([lo, hi], [lo, hi], color="black", lw=1)
+    ax.fill_between([lo, hi], [lo * 0.75, hi * 0.75], [lo * 1.25, hi * 1.25], color="grey", alpha=0.15)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    err = ok["prediction_error"].abs()
+    ax.set_xlabel("measured frames/s per node")
+    ax.set_ylabel("predicted frames/s per node")
+    ax.set_title(f"{title}\nmedian |error| {err.median():.0%}, worst {err.max():.0%} over {len(ok)} runs", fontsize=10)
+    ax.legend(title="predicted bound", fontsize=8)
+    return _save(fig, path)
+
+
 PLOTS = dict(
     zip(
         PLOT_NAMES,
@@ -427,6 +457,7 @@ PLOTS = dict(
             plot_cache,
             plot_data_wait,
             plot_remote_cost,
+            plot_prediction,
         ),
         strict=True,
     )

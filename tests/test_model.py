@@ -1,0 +1,150 @@
+"""dlbench.model: the equations (pure, over many shapes), the calibration record, and a real calibration."""
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dlbench.errors import UserError
+from dlbench.model import Calibration, LoaderCost, Node, predict
+from dlbench.model.equations import saturation
+from dlbench.model.table import predict_run, what_if
+
+pytestmark = pytest.mark.unit
+
+
+def cost(worker_ms=1.0, cpu_ms=None, handover_ms=0.05, check_ms=0.1, loader="dlbench_map", fps=2, batch=16):
+    return LoaderCost(
+        loader=loader,
+        mode="single",
+        batch_size=batch,
+        frames_per_sample=fps,
+        worker_s=worker_ms / 1000,
+        worker_cpu_s=(worker_ms if cpu_ms is None else cpu_ms) / 1000,
+        handover_s=handover_ms / 1000,
+        check_s=check_ms / 1000,
+        start_s=0.5,
+        main_pss_mb=200.0,
+        worker_pss_mb=150.0,
+    )
+
+
+costs = st.builds(
+    cost,
+    worker_ms=st.floats(0.05, 50),
+    handover_ms=st.floats(0.001, 5),
+    check_ms=st.floats(0, 5),
+    loader=st.sampled_from(["dlbench_map", "dlbench_stream", "lerobot_map", "lerobot_stream", "lance_map"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(c=costs, cores=st.integers(1, 128), workers=st.integers(0, 256), episodes=st.integers(1, 2000))
+def test_no_term_is_exceeded(c, cores, workers, episodes):
+    """The prediction never beats what the cores, the main process or the busy workers can do."""
+    p = predict(c, Node(cores), workers, batch_size=16, episodes=episodes, data_files=3)
+    s = p.samples_per_s_node
+    assert s <= cores / (c.worker_cpu_s + c.main_s) * (1 + 1e-9)
+    if workers:
+        assert s <= 1 / c.main_s * (1 + 1e-9)
+        assert s <= p.busy_workers / c.worker_s * (1 + 1e-9)
+    else:
+        assert s == pytest.approx(min(1 / (c.worker_s + c.main_s), cores / (c.worker_cpu_s + c.main_s)))
+    assert p.bound in p.rates and p.rates[p.bound] == s
+    assert p.frames_per_s_node == pytest.approx(s * c.frames_per_sample)
+
+
+@settings(max_examples=300, deadline=None)
+@given(c=costs, cores=st.integers(1, 64), extra=st.integers(1, 64), episodes=st.integers(1, 2000))
+def test_more_workers_than_cores_never_pays_where_workers_only_compute(c, cores, extra, episodes):
+    """A worker that never waits on storage (its time is all CPU) cannot gain from more workers than cores."""
+    at = predict(c, Node(cores), cores, batch_size=16, episodes=episodes).frames_per_s_node
+    past = predict(c, Node(cores), cores + extra, batch_size=16, episodes=episodes).frames_per_s_node
+    assert past <= at * (1 + 1e-9)
+
+
+@settings(max_examples=200, deadline=None)
+@given(c=costs, cores=st.integers(1, 64), workers=st.integers(1, 64))
+def test_more_workers_never_predicts_less(c, cores, workers):
+    one = predict(c, Node(cores), workers, batch_size=16, episodes=4096).frames_per_s_node
+    more = predict(c, Node(cores), workers + 1, batch_size=16, episodes=4096).frames_per_s_node
+    assert more >= one * (1 - 1e-9)
+
+
+def test_waits_on_storage_are_overlapped_by_more_workers_and_scale_with_latency():
+    """A worker that waits 9 ms of every 10 (a remote source) is fetch-bound; more workers than cores pay, and a
+    store with half the time to first byte halves the wait."""
+    c = cost(worker_ms=10, cpu_ms=1)
+    two = predict(c, Node(2), 2, batch_size=16, episodes=100, calibrated_ttfb_ms=20)
+    eight = predict(c, Node(2), 8, batch_size=16, episodes=100, calibrated_ttfb_ms=20)
+    assert two.bound == "fetch latency" and eight.samples_per_s_node == pytest.approx(4 * two.samples_per_s_node)
+    near = predict(c, Node(2, ttfb_ms=10), 2, batch_size=16, episodes=100, calibrated_ttfb_ms=20)
+    assert near.samples_per_s_node == pytest.approx(2 / (0.001 + 0.0045))
+
+
+def test_streaming_with_fewer_units_than_workers_names_the_episodes():
+    """dlbench_stream deals virtual shards (one per episode); LeRobot's stream one data file per worker."""
+    ours = predict(cost(loader="dlbench_stream"), Node(16), 8, batch_size=16, episodes=3)
+    assert ours.busy_workers == 3 and ours.bound == "episodes"
+    theirs = predict(cost(loader="lerobot_stream"), Node(16), 4, batch_size=16, episodes=50, data_files=1)
+    assert theirs.busy_workers == 1 and theirs.bound == "episodes"
+    two_ranks = predict(cost(loader="dlbench_stream"), Node(16, ranks=2), 2, batch_size=16, ranks=2, episodes=3)
+    assert two_ranks.busy_workers == 1  # rank 1 gets one of the 3 shards: the slowest rank sets the pace
+
+
+def test_ranks_on_a_node_share_its_cores_and_a_training_step_caps_each_rank():
+    c = cost(worker_ms=1, handover_ms=0.01, check_ms=0)
+    one = predict(c, Node(4, ranks=1), 1, batch_size=16, episodes=100)
+    two = predict(c, Node(4, ranks=2), 1, batch_size=16, ranks=2, episodes=100)
+    assert two.samples_per_s_node == pytest.approx(2 * one.samples_per_s_node)
+    crowded = predict(c, Node(2, ranks=4), 2, batch_size=16, ranks=4, episodes=100)
+    assert crowded.bound == "cores"
+    stepped = predict(c, Node(4), 2, batch_size=16, step_ms=100, episodes=100)
+    assert stepped.bound == "training step" and stepped.samples_per_s_node == pytest.approx(160)
+
+
+def test_auto_workers_are_the_cores_of_the_node():
+    c = cost(worker_ms=10, cpu_ms=10, handover_ms=0.01, check_ms=0)
+    p = predict(c, Node(96), "auto", batch_size=16, episodes=10_000)
+    assert p.busy_workers == 96 and p.peak_pss_mb == pytest.approx(200 + 96 * 150)
+
+
+def test_saturation_is_where_one_more_worker_adds_under_five_percent():
+    assert saturation([(1, 100.0), (2, 200.0), (4, 380.0), (8, 390.0)]) == 4
+    assert saturation([(1, 100.0), (2, 200.0)]) is None
+
+
+def calibration(**kw) -> Calibration:
+    base = dict(dataset="d", source="local", host="h", cores=2, episodes=10, data_files=1, ttfb_ms=None, seconds=1.0)
+    return Calibration(**{**base, **kw}, costs=[cost(), cost(loader="dlbench_stream")])
+
+
+def test_a_calibration_reads_back_and_a_stale_one_is_refused(tmp_path):
+    cal = calibration()
+    cal.write(tmp_path / "c.json")
+    assert Calibration.read(tmp_path / "c.json") == cal
+    values = json.loads((tmp_path / "c.json").read_text())
+    (tmp_path / "old.json").write_text(json.dumps({**values, "version": 0}))
+    with pytest.raises(UserError, match="another version"):
+        Calibration.read(tmp_path / "old.json")
+    with pytest.raises(UserError, match="calibration not found"):
+        Calibration.read(tmp_path / "missing.json")
+
+
+def test_a_run_is_predicted_from_its_calibration_or_says_why_not():
+    cal = calibration(note="lerobot_map single: no peer environment")
+    run = {"loader": "dlbench_map", "mode": "single", "decode_device": "cpu", "ranks": 2, "nodes": 2}
+    run |= {"num_workers": 2, "batch_size": 32, "step_ms": 0}
+    local, spread = predict_run(run, cal, hosts=1), predict_run(run, cal, hosts=2)
+    # both cores-bound per node: the same per node, but two hosts deliver twice as much, each holding one rank
+    assert spread.samples_per_s_node == pytest.approx(local.samples_per_s_node) and spread.bound == "cores"
+    assert spread.peak_pss_mb == pytest.approx(local.peak_pss_mb / 2)
+    assert "GPU" in predict_run({**run, "decode_device": "cuda"}, cal)
+    assert "no peer environment" in predict_run({**run, "loader": "lerobot_map"}, cal)
+
+
+def test_the_what_if_table_answers_for_another_node():
+    text = what_if(calibration(), ["dlbench_map"], None, [1, 8, 30, 60], [1, 2], cores=32)
+    assert "nodes of 32 cores" in text and "more workers stop paying past 8" in text  # the main process: 6,667/s
+    assert text.count("dlbench_map") >= 8

@@ -1,0 +1,43 @@
+# Calibrate each (dataset, source) the matrix reads, then predict every run from it: results/predictions.csv needs
+# no bench job, so `snakemake -c all results/predictions.csv` shows the plan's expected numbers first.
+
+
+localrules:
+    predictions,
+
+
+rule calibrate:
+    input:
+        unpack(calibrate_inputs),
+    output:
+        "results/calibration/{dataset}/{source}.json",
+    log:
+        "results/logs/calibration/{dataset}-{source}.log",
+    conda:
+        "../envs/cpu.yaml"
+    threads: measuring(calibration_threads)
+    resources:
+        measure=measure,
+        loopback=lambda wildcards: loopback_jobs(wildcards.source),
+    params:
+        specs=lambda wildcards, input: " ".join(f"--spec {s}" for s in input.specs),
+    shell:
+        "dlbench -q calibrate {params.specs} --dataset {wildcards.dataset} --source {wildcards.source} "
+        "--out {output} > {log} 2>&1"
+
+
+rule predictions:
+    input:
+        [calibration_file(d, s) for d, s in CALIBRATED],
+    output:
+        report("results/predictions.csv", caption="../report/predictions.rst", category="Tables"),
+    log:
+        "results/logs/predictions.log",
+    conda:
+        "../envs/cpu.yaml"
+    params:
+        runs=[r.to_dict() for r in RUNS.values()],
+        calibrations={f"{d}/{s}": calibration_file(d, s) for d, s in CALIBRATED},
+        hosts_spread=not workflow.local_exec,  # on a cluster each rank of a multi-node run has a host
+    script:
+        "../scripts/predictions.py"
