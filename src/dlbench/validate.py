@@ -37,7 +37,6 @@ SIZE_SLACK = 1.05  # output files may exceed the planned size by their own heade
 MAX_LISTED = 10
 # LeRobot 0.6.1's default tolerance_s: a decoded frame whose pts is this far (or more) from its query raises
 # FrameTimestampError (lerobot/datasets/video_utils.py: `min_ < tolerance_s`)
-TOLERANCE_S = 1e-4
 EPISODE_COLUMNS = ("episode_index", "length", "data/chunk_index", "data/file_index", "dataset_from_index",
                    "dataset_to_index")  # fmt: skip
 VIDEO_COLUMNS = ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
@@ -374,16 +373,16 @@ def _timestamp_problem(rel: str, cols: dict, fps: float) -> str | None:
     """Rows whose timestamp is not frame_index / fps within LeRobot's tolerance: off the 1/fps grid (LeRobot raises
     FrameTimestampError decoding them) or on another frame's time (LeRobot decodes that frame instead)."""
     ts, fi, ep = cols["timestamp"].astype(np.float64), cols["frame_index"], cols["episode_index"]
-    bad = np.flatnonzero(np.abs(ts - fi / fps) >= TOLERANCE_S)
+    bad = np.flatnonzero(np.abs(ts - fi / fps) >= meta.TOLERANCE_S)
     if not len(bad):
         return None
     k = bad[0]
     where = f"{rel}: episode {ep[k]} frame {fi[k]} (and {len(bad) - 1} more rows)"
     off = abs(ts[k] * fps - round(ts[k] * fps)) / fps
-    if off >= TOLERANCE_S:
+    if off >= meta.TOLERANCE_S:
         return (
             f"{where}: timestamp {ts[k]:.6f} s is {off * 1e3:.2f} ms off the 1/{fps:g} s frame grid: LeRobot raises "
-            f"FrameTimestampError decoding its frames (tolerance_s {TOLERANCE_S:g} s)"
+            f"FrameTimestampError decoding its frames (tolerance_s {meta.TOLERANCE_S:g} s)"
         )
     return (
         f"{where}: timestamp {ts[k]:.6f} s is frame {round(ts[k] * fps)}'s, not frame_index / fps = "
@@ -495,7 +494,7 @@ def _edge_requests(
     for i in episodes:
         start = eps[f"videos/{cam}/from_timestamp"][i]
         span = eps[f"videos/{cam}/to_timestamp"][i] - start
-        if tiled and abs(span - eps["length"][i] / fps) > TOLERANCE_S:
+        if tiled and abs(span - eps["length"][i] / fps) > meta.TOLERANCE_S:
             problems.append(
                 f"episode {i} {cam}: to-from = {span:.6f} s but length/fps = {eps['length'][i] / fps:.6f} s: "
                 f"its frames are not where its rows say"

@@ -18,9 +18,9 @@ import numpy as np
 import torch
 
 from .errors import UserError, no_range_requests
+from .format.meta import TOLERANCE_S
 from .format.paths import is_remote, local_path
 
-DEFAULT_TOLERANCE_S = 1e-4
 # torchcodec's NVDEC implementation: "ffmpeg" (FFmpeg's NVDEC hardware decoding) or "beta" (torchcodec's own, on
 # NVIDIA's Video Codec SDK; torchcodec's default from 0.14). "ffmpeg" is the default here because torchcodec
 # 0.14.0's "beta" returned, for about 2 in 1000 frames of x264 files with B-frames, the frame 3 later under the
@@ -301,7 +301,7 @@ class VideoDecoderCache:
         url: str,
         times_s: Sequence[float],
         fps: float,
-        tolerance_s: float = DEFAULT_TOLERANCE_S,
+        tolerance_s: float = TOLERANCE_S,
         cursor: int | None = None,
         gather: bool = True,
     ) -> torch.Tensor | FrameGather:

@@ -34,58 +34,58 @@ def _dlbench_adapter(ds, iterable: bool) -> Adapter:
     )  # dlbench.loader.DataLoader's batching
 
 
-def make_adapter(cfg, tag_items: bool = False) -> Adapter:
-    """Build the loader named by `cfg.loader` (a RunSpec) over `cfg.root`; `tag_items`: dlbench_stream's items
+def make_adapter(run, tag_items: bool = False) -> Adapter:
+    """Build the loader named by `run.loader` (a RunSpec) over `run.root`; `tag_items`: dlbench_stream's items
     carry their place in the stream, for its `observe` and `state_dict` (the resume check)."""
     # lerobot_map@NAME is lerobot_map: which LeRobot answers is the environment's (the rank runs in .peers/NAME)
-    cfg = dataclasses.replace(cfg, loader=base_loader(cfg.loader))
-    if cfg.loader == "dlbench_map":
+    run = dataclasses.replace(run, loader=base_loader(run.loader))
+    if run.loader == "dlbench_map":
         from ..loader.map import LeRobotMapDataset
 
         ds = LeRobotMapDataset(
-            cfg.root,
-            mode=cfg.mode,
-            delta_timestamps=cfg.delta_timestamps,
-            decode_device=cfg.decode_device,
-            decoder_cache_size=cfg.decoder_cache_size or 16,
-            decoder_cache_mb=cfg.decoder_cache_mb,
-            remote_block_kb=cfg.remote_block_kb,
-            data_files_root=cfg.data_files_root,
+            run.root,
+            mode=run.mode,
+            delta_timestamps=run.delta_timestamps,
+            decode_device=run.decode_device,
+            decoder_cache_size=run.decoder_cache_size or 16,
+            decoder_cache_mb=run.decoder_cache_mb,
+            remote_block_kb=run.remote_block_kb,
+            data_files_root=run.data_files_root,
             return_uint8=True,  # as LeRobot's training factory asks of LeRobotDataset, and of the baselines here
         )
         return _dlbench_adapter(ds, iterable=False)
-    if cfg.loader == "dlbench_stream":
+    if run.loader == "dlbench_stream":
         from ..loader.stream import LeRobotStreamingDataset
 
         ds = LeRobotStreamingDataset(
-            cfg.root,
-            mode=cfg.mode,
-            delta_timestamps=cfg.delta_timestamps,
-            decode_device=cfg.decode_device,
-            decoder_cache_size=cfg.decoder_cache_size,
-            decoder_cache_mb=cfg.decoder_cache_mb,
-            remote_block_kb=cfg.remote_block_kb,
-            fetch_episodes=cfg.fetch_episodes,
-            rank=cfg.rank,
-            world_size=cfg.world_size,
-            seed=cfg.seed,
-            pool_size=cfg.pool_size,
-            buffer_size=cfg.buffer_size,
-            data_files_root=cfg.data_files_root,
+            run.root,
+            mode=run.mode,
+            delta_timestamps=run.delta_timestamps,
+            decode_device=run.decode_device,
+            decoder_cache_size=run.decoder_cache_size,
+            decoder_cache_mb=run.decoder_cache_mb,
+            remote_block_kb=run.remote_block_kb,
+            fetch_episodes=run.fetch_episodes,
+            rank=run.rank,
+            world_size=run.world_size,
+            seed=run.seed,
+            pool_size=run.pool_size,
+            buffer_size=run.buffer_size,
+            data_files_root=run.data_files_root,
             return_uint8=True,
             tag_items=tag_items,
         )
         return _dlbench_adapter(ds, iterable=True)
-    if cfg.loader in LEROBOT_LOADERS:
-        return _lerobot(cfg)
-    if cfg.loader == "lance_map":  # lerobot-lancedb's LanceDBDataset, beside LeRobot's in the peer environment
+    if run.loader in LEROBOT_LOADERS:
+        return _lerobot(run)
+    if run.loader == "lance_map":  # lerobot-lancedb's LanceDBDataset, beside LeRobot's in the peer environment
         from .lance import lance_adapter
 
-        return lance_adapter(cfg)
-    raise UserError(f"loader {cfg.loader!r} is unknown; choose one of {list(LOADERS)}")
+        return lance_adapter(run)
+    raise UserError(f"loader {run.loader!r} is unknown; choose one of {list(LOADERS)}")
 
 
-def _lerobot(cfg) -> Adapter:
+def _lerobot(run) -> Adapter:
     try:
         from lerobot.datasets.lerobot_dataset import LeRobotDataset
         from lerobot.datasets.streaming_dataset import StreamingLeRobotDataset
@@ -93,14 +93,14 @@ def _lerobot(cfg) -> Adapter:
         from ..peer import CREATE_COMMAND
 
         raise UserError(
-            f"loader {cfg.loader} needs LeRobot 0.6.1, which is not importable here; it runs in the "
+            f"loader {run.loader} needs LeRobot 0.6.1, which is not importable here; it runs in the "
             f"peer environment (create it with {CREATE_COMMAND})"
         ) from None
-    dmeta = DatasetMeta.load(cfg.root)
-    deltas = lerobot_delta_timestamps(dmeta, cfg.mode, cfg.delta_timestamps)
+    dmeta = DatasetMeta.load(run.root)
+    deltas = lerobot_delta_timestamps(dmeta, run.mode, run.delta_timestamps)
     fpi = sum(len(deltas.get(c, [0])) if deltas else 1 for c in dmeta.cameras)
-    where = lerobot_location(cfg.root)
-    if cfg.loader == "lerobot_map":
+    where = lerobot_location(run.root)
+    if run.loader == "lerobot_map":
         ds = LeRobotDataset(**where, delta_timestamps=deltas, return_uint8=True, video_backend="torchcodec")
         _stop_tqdm_monitor()
         return Adapter(ds, False, fpi, None, None)
@@ -114,12 +114,12 @@ def _lerobot(cfg) -> Adapter:
         **where,
         delta_timestamps=deltas,
         return_uint8=True,
-        seed=cfg.seed,
-        buffer_size=cfg.buffer_size,
-        max_num_shards=max(1, cfg.num_workers),
+        seed=run.seed,
+        buffer_size=run.buffer_size,
+        max_num_shards=max(1, run.num_workers),
     )
-    if cfg.world_size > 1:
-        notes.append(lb.split_by_node(ds, cfg.rank, cfg.world_size))
+    if run.world_size > 1:
+        notes.append(lb.split_by_node(ds, run.rank, run.world_size))
     if notes:
         lb.add_note(ds, "; ".join(notes))
     _stop_tqdm_monitor()

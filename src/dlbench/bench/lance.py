@@ -23,8 +23,8 @@ LOADER = "lance_map"
 FRAMES_TABLE = "frames.lance"  # lerobot_lancedb.FRAMES_TABLE, as a directory of the layout
 
 
-def lance_adapter(cfg) -> Adapter:
-    """`LanceDBDataset` over `cfg.lance_root` in the run's frame mode, frames as uint8 (as LeRobot's training asks)."""
+def lance_adapter(run) -> Adapter:
+    """`LanceDBDataset` over `run.lance_root` in the run's frame mode, frames as uint8 (as LeRobot's training asks)."""
     try:
         from lerobot_lancedb.reader import LanceDBDataset
     except ImportError:
@@ -34,10 +34,10 @@ def lance_adapter(cfg) -> Adapter:
             f"loader {LOADER} needs lerobot-lancedb, which is not importable here; it runs in the peer environment "
             f"(create it with {CREATE_COMMAND})"
         ) from None
-    lance_root = str(cfg.lance_root)  # given and readable by Lance: `runspec.check`
-    dmeta = DatasetMeta.load(cfg.root)
+    lance_root = str(run.lance_root)  # given and readable by Lance: `runspec.check`
+    dmeta = DatasetMeta.load(run.root)
     check_copy(lance_root, dmeta)
-    deltas = lerobot_delta_timestamps(dmeta, cfg.mode, cfg.delta_timestamps)
+    deltas = lerobot_delta_timestamps(dmeta, run.mode, run.delta_timestamps)
     fpi = sum(len(deltas.get(c, [0])) if deltas else 1 for c in dmeta.cameras)
     options = storage_options(lance_root)
     root = lance_root if is_remote(lance_root) else local_path(lance_root)

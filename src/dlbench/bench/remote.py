@@ -1,7 +1,7 @@
 """What a run costs its storage: requests and bytes, counted at a metering proxy (`dlbench.loopback.meter`) that
 every read of the rank goes through, and the bytes an ideal reader would have needed for the frames delivered.
 
-`metered(cfg)` routes this rank's reads of a plain-HTTP S3 endpoint or Hub (HF_ENDPOINT) through its own metering
+`metered(run)` routes this rank's reads of a plain-HTTP S3 endpoint or Hub (HF_ENDPOINT) through its own metering
 proxy, which also applies the source's `max_requests_per_s` and backs off on 429/503. `cost_metrics` turns the
 proxy's counts over the steady windows into the record's figures: requests and bytes per 1,000 delivered frames,
 and read amplification, the bytes read over the bytes needed. Needed: for each delivered frame of each camera, its
@@ -25,12 +25,12 @@ from ..sources import point_hub_clients
 S3_ENDPOINT_ENV = "FSSPEC_S3_ENDPOINT_URL"
 
 
-def meterable(cfg) -> str | None:
+def meterable(run) -> str | None:
     """The plain-HTTP endpoint this rank's reads go to (an S3 endpoint, or HF_ENDPOINT for an hf:// dataset), or
     None where they cannot be metered (a local dataset, TLS)."""
-    if cfg.root.startswith("s3://"):
+    if run.root.startswith("s3://"):
         url = os.environ.get(S3_ENDPOINT_ENV)
-    elif cfg.root.startswith("hf://"):
+    elif run.root.startswith("hf://"):
         url = os.environ.get("HF_ENDPOINT")
     else:
         url = None
@@ -46,22 +46,22 @@ def _point_at(root: str, url: str) -> None:
 
 
 @contextlib.contextmanager
-def metered(cfg) -> Iterator:
+def metered(run) -> Iterator:
     """A metering proxy in front of this rank's endpoint for the duration (None where `meterable` says no); this
     process and the DataLoader workers it starts read through it."""
     from ..loopback.meter import MeterProcess
 
-    target = meterable(cfg)
+    target = meterable(run)
     if target is None:
         yield None
         return
-    limit = float((cfg.source_spec or {}).get("max_requests_per_s") or 0)
+    limit = float((run.source_spec or {}).get("max_requests_per_s") or 0)
     with MeterProcess(target, max_requests_per_s=limit) as proxy:
-        _point_at(cfg.root, proxy.url)
+        _point_at(run.root, proxy.url)
         try:
             yield proxy
         finally:
-            _point_at(cfg.root, target)
+            _point_at(run.root, target)
 
 
 def _gop_bytes(track: mp4.Track, frames: np.ndarray) -> int:

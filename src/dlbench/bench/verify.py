@@ -15,10 +15,10 @@ import numpy as np
 import torch
 
 from .. import barcode
+from ..format.meta import TOLERANCE_S
 from ..loader.dataset_meta import DatasetMeta, resolve_windows
 
 NVDEC_TOLERANCE = 8.0  # mean absolute difference, grey levels, of an NVDEC frame from FFmpeg's CPU decode
-TIMESTAMP_TOLERANCE_S = 1e-4  # LeRobot's tolerance_s: a frame's pts may differ from its timestamp by this much
 
 
 def _as_uint8(frames: torch.Tensor) -> torch.Tensor:
@@ -119,11 +119,11 @@ class DecodeCheck:
                 with _open(url) as source:
                     decoder = VideoDecoder(source, seek_mode="exact", device="cpu")
                     # the frame shown at its timestamp, allowing for the rounding of stored timestamps
-                    reference = decoder.get_frames_played_at((times + TIMESTAMP_TOLERANCE_S).tolist())
+                    reference = decoder.get_frames_played_at((times + TOLERANCE_S).tolist())
                 off = np.abs(reference.pts_seconds.numpy() - times)
                 for (ep, frame, got), want, err in zip(items, reference.data, off):
                     self.checked += 1
-                    if err > TIMESTAMP_TOLERANCE_S:
+                    if err > TOLERANCE_S:
                         self._wrong(cam, ep, frame, f"the file has no frame at its timestamp (nearest {err:.6f} s off)")
                     elif got.shape != want.shape:
                         self._wrong(cam, ep, frame, f"shape {tuple(got.shape)} != {tuple(want.shape)}")

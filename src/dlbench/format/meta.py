@@ -103,6 +103,7 @@ def write_info(root: str | Path, info: dict) -> None:
 
 
 INFO_REQUIRED = ("fps", "features")  # what every reader of either version needs from info.json
+TOLERANCE_S = 1e-4  # LeRobot's tolerance_s: a frame's timestamp may differ from its index / fps by this much
 
 
 def require_version(root: str, expected: str) -> dict:

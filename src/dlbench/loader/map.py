@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ..errors import UserError
-from ..video import DEFAULT_TOLERANCE_S
+from ..format.meta import TOLERANCE_S
 from .dataset_meta import (
     DatasetMeta,
     check_readable,
@@ -76,7 +76,7 @@ class LeRobotMapDataset(BuilderViews, torch.utils.data.Dataset):
         episode_filter: Callable[[dict], bool] | None = None,
         image_transforms=None,
         delta_timestamps: dict | None = None,
-        tolerance_s: float = DEFAULT_TOLERANCE_S,
+        tolerance_s: float = TOLERANCE_S,
         revision: str | None = None,
         force_cache_sync: bool = False,
         download_videos: bool = True,
