@@ -20,6 +20,9 @@ over ranks), `frames_per_s_min` and `frames_per_s_max` the spread. Derived colum
   served over the steady windows, counted at each rank's metering proxy (`bench.remote`), per 1,000 delivered
   frames; amplification is bytes read over the bytes an ideal reader needs;
 - `source_verdict`: the prewarm check's verdict (warm or cold) for runs on a checked source;
+- `predicted_frames_per_s_node`, `bound`, `prediction_error`: the model's prediction of the run from its dataset
+  and source's calibration (results/predictions.csv, made before the bench jobs; docs/model.md), what it says sets
+  the rate, and (predicted - measured) / measured; a miss over 25% says so in `notes`;
 - `window_frames_per_s`, `window_data_wait_frac`, `window_latency_p50_ms` (p95, p99): the per-window values behind
   the run's figures (JSON lists), so `dlbench compare` can test a change against the windows' noise from a summary
   alone; `environment`: the
@@ -307,6 +310,12 @@ def _measured(ok: list[dict], nodes: int) -> dict:
         "frames_barcode_checked": int(col("frames_barcode_checked").fillna(0).sum()),
         "frames_decode_checked": int(col("frames_decode_checked").fillna(0).sum()),
         "probe_samples_per_s": col("probe_samples_per_s").mean(),
+        # where the CPU went, per sample (mean over ranks): the main process, its frame checks, the workers
+        "main_cpu_ms_per_sample": col("main_cpu_ms_per_sample").mean(),
+        "check_ms_per_sample": col("check_ms_per_sample").mean(),
+        "worker_cpu_ms_per_sample": col("worker_cpu_ms_per_sample").mean(),
+        "worker_busy_frac": col("worker_busy_frac").mean(),
+        "peak_pss_workers_mb": col("peak_pss_workers_mb").max(),
         # DataLoader workers with something to read, over the ranks (dlbench_stream says; empty for the others)
         "busy_workers": col("busy_workers").sum(min_count=1),
         "worker_start_method": ok[0]["metrics"].get("worker_start_method"),
