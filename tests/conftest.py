@@ -1,24 +1,27 @@
-"""Shared fixtures: tiny synthetic datasets made at test time (a few episodes, 64 px, a few dozen frames)."""
+"""Shared fixtures (tiny synthetic datasets made at test time: a few episodes, 64 px, a few dozen frames; the
+loopback S3 server) and the hooks that sort tests into tiers. Plain helpers live in helpers.py."""
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import faulthandler
-import functools
-import hashlib
-import http.server
+import json
 import os
-import shutil
-import threading
-from pathlib import Path
 
 import pytest
 
-from dlbench import peer
-from dlbench.convert.plan import PlanOptions
+from dlbench import loopback, peer
 from dlbench.convert.run import run as convert_run
-from dlbench.synth import Camera, SynthConfig, synthesize
+
+from .helpers import (
+    BUCKET_URL,
+    RECORDED_CAMERAS,
+    RECORDED_IMAGE_CAMERAS,
+    SMALL_FILES,
+    dlbench,
+    free_port,
+    synth_cached,
+    tiny_config,
+)
 
 CHILD_WATCHDOG_S = 300
 
@@ -32,18 +35,11 @@ def _watchdog_in_forked_child() -> None:
 
 os.register_at_fork(after_in_child=_watchdog_in_forked_child)
 
-# test tiers by what a test needs (`pytest -m unit` is the inner loop): module -> marker
-TIERS = {
-    "test_slurm": "slurm",
-    "test_cuda": "cuda",
-    "test_sources": "server",
-    "test_hub": "server",
-    "test_lerobot_interop": "peer",
-    "test_lance": "peer",
-    "test_peers": "peer",
-    "test_map_fetch": "server",
-    "test_workflow": "slow",  # Snakemake in a subprocess, each parse a few seconds
-}
+# test tiers by what a test needs (`pytest -m unit` is the inner loop; markers registered in pyproject.toml). Each
+# test module declares its own, e.g. `pytestmark = pytest.mark.server`; a module declaring none fails collection.
+# A test in a unit module that is marked with another tier itself (or takes a PEER_FIXTURES fixture) is not unit.
+NOT_UNIT = ("slurm", "cuda", "server", "peer", "slow")
+TIERS = ("unit", *NOT_UNIT)
 PEER_FIXTURES = {"lerobot_recorded_v30", "lerobot_recorded_images_v30"}
 
 
@@ -68,70 +64,49 @@ def pytest_xdist_make_scheduler(config, log):
     return SharedFixtureScheduling(config, log)
 
 
+def declared_tiers(module) -> list[str]:
+    """The tiers a test module's `pytestmark` names (a mark or a list of marks)."""
+    marks = getattr(module, "pytestmark", [])
+    marks = marks if isinstance(marks, list | tuple) else [marks]
+    return [m.name for m in marks if getattr(m, "name", None) in TIERS]
+
+
+class TieredModule(pytest.Module):
+    """A test module whose collection fails, naming it, unless it declares its tier."""
+
+    def collect(self):
+        tiers = declared_tiers(self.obj)  # imports the module and reads its module-level marks
+        if not tiers or ("unit" in tiers and len(tiers) > 1):
+            raise self.CollectError(
+                f"{self.path.name} declares {'no test tier' if not tiers else 'unit beside another tier'}: add "
+                f"`pytestmark = pytest.mark.<tier>` after its imports, <tier> one of {', '.join(TIERS)} "
+                "(unit: the library in-process; see tests/conftest.py and docs/testing.md)"
+            )
+        # unit is each test's default, given to it in pytest_collection_modifyitems unless it has another tier
+        self.own_markers[:] = [m for m in self.own_markers if m.name != "unit"]
+        return super().collect()
+
+
+def pytest_pycollect_makemodule(module_path, parent):
+    if module_path.name.startswith("test_"):
+        return TieredModule.from_parent(parent, path=module_path)
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
-    """Mark each test with its tier: slurm, cuda, server (loopback S3 or Hub), peer (LeRobot's environment), slow
-    (end to end), else unit; order the tiers as FIRST says."""
+    """Mark each test with its tier: its module's (slurm, cuda, server: loopback S3 or Hub, peer: LeRobot's
+    environment, slow: end to end), peer too when it takes a PEER_FIXTURES fixture, else unit; order the tiers as FIRST
+    says."""
     for item in items:
-        module = item.module.__name__.rsplit(".", 1)[-1]
-        tier = TIERS.get(module)
-        if tier:
-            item.add_marker(tier)
         if PEER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker("peer")
-        if not any(item.get_closest_marker(m) for m in ("slurm", "cuda", "server", "peer", "slow")):
+        if not any(item.get_closest_marker(m) for m in NOT_UNIT):
             item.add_marker("unit")
 
     def rank(item) -> int:
         return next((i for i, m in enumerate(FIRST) if item.get_closest_marker(m)), len(FIRST))
 
     items.sort(key=rank)  # stable: within a tier, the collection order
-
-
-CAMS2 = (Camera("observation.images.front", 64, 64), Camera("observation.images.wrist", 64, 96))
-# thresholds small enough that data and every camera span several files
-SMALL_FILES = PlanOptions(episodes_per_batch=3, data_file_size_in_mb=0.012, video_file_size_in_mb=0.008)
-
-
-@contextlib.contextmanager
-def plain_http_server(directory, handler_class=http.server.SimpleHTTPRequestHandler):
-    """Python's own HTTP server on loopback serving `directory` (its default handler ignores Range headers). Yields
-    its URL."""
-    handler = functools.partial(handler_class, directory=str(directory))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def tiny_config(**kw) -> SynthConfig:
-    base = dict(episodes=8, length_min=12, length_max=40, cameras=CAMS2, tasks=2, seed=7)
-    base.update(kw)
-    return SynthConfig(**base)
-
-
-# synthesized datasets kept between sessions, keyed by their config and the generator's code
-SYNTH_CACHE = Path(os.environ.get("DLBENCH_TEST_CACHE", Path(__file__).resolve().parents[1] / ".pytest_cache"))
-
-
-def synth_cached(cfg: SynthConfig, out: Path) -> Path:
-    """`synthesize(cfg, out)`, copied from the on-disk cache when an earlier session made the same dataset (each
-    test gets its own copy, so none can damage the cache)."""
-    import dlbench.synth
-
-    code = b"".join(p.read_bytes() for p in sorted(Path(dlbench.synth.__file__).parent.glob("*.py")))
-    key = hashlib.sha256(repr(dataclasses.asdict(cfg)).encode() + code).hexdigest()[:16]
-    cached = SYNTH_CACHE / "dlbench-datasets" / key
-    if not cached.is_dir():
-        made = synthesize(cfg, cached.with_suffix(f".{os.getpid()}.tmp"), overwrite=True, workers=2, progress=False)
-        try:
-            made.rename(cached)  # whole or not at all
-        except OSError:  # another session cached it meanwhile
-            shutil.rmtree(made, ignore_errors=True)
-    shutil.copytree(cached, out)
-    return out
 
 
 @pytest.fixture(scope="session")
@@ -153,8 +128,26 @@ def v30_h264_one_file(v21_h264, tmp_path_factory):
     return convert_run(str(v21_h264), tmp_path_factory.mktemp("h264v30one") / "v30", workers=1, progress=False)
 
 
-# what `lerobot_recorded_v30` records: camera name -> (height, width)
-RECORDED_CAMERAS = {"front": (64, 96), "wrist": (64, 96)}
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory, v30_h264):
+    """The tiny v3.0 dataset staged into a loopback S3 server at BUCKET_URL, one server per test module; `fast` reads
+    it directly, `slow` through a proxy adding 150 ms to every response and capping it at 16 Mbit/s."""
+    home = tmp_path_factory.mktemp("loopback")
+    port, slow_port = free_port(), free_port()
+    state = home / "state.json"
+    loopback.start(port, [(slow_port, 150.0, 16.0)], state, home / "logs", data_dir=home / "data")
+    fast = {"type": "s3", "url": BUCKET_URL, "endpoint_url": f"http://127.0.0.1:{port}", "loopback": {}}
+    try:
+        staged = dlbench("stage", str(v30_h264), BUCKET_URL, "--marker", str(home / "staged.json"), spec=fast)
+        assert staged.returncode == 0, staged.stderr
+        yield {
+            "fast": fast,
+            "slow": {**fast, "endpoint_url": f"http://127.0.0.1:{slow_port}"},
+            "home": home,
+            "staged": json.loads((home / "staged.json").read_text()),
+        }
+    finally:
+        loopback.stop(state)
 
 
 @pytest.fixture(scope="session")
@@ -166,10 +159,6 @@ def lerobot_recorded_v30(tmp_path_factory):
     return peer.lerobot_record(
         tmp_path_factory.mktemp("lerobot_rec") / "v30", episodes=3, cameras=RECORDED_CAMERAS, seed=0, timeout=600
     )
-
-
-# what `lerobot_recorded_images_v30` records: a video camera and a camera stored as images (PNG in the data files)
-RECORDED_IMAGE_CAMERAS = {"top": (32, 48)}
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,8 @@ import pytest
 from dlbench import __version__
 from dlbench.cli import build_parser
 
+pytestmark = pytest.mark.unit
+
 
 def _parsers(parser, path=()):
     yield path, parser

@@ -16,7 +16,9 @@ from dlbench.cli import main
 from dlbench.convert.run import run as convert_run
 from dlbench.report.compare import KEY, METRICS, compare, judge, permutation_p
 
-from .conftest import synth_cached, tiny_config
+from .helpers import synth_cached, tiny_config
+
+pytestmark = pytest.mark.unit
 
 FPS = METRICS[0]
 ENV = {"dlbench": "0.1.0", "torch": "2.11.0", "torchcodec": "0.11.1", "ffmpeg": "5.1", "python": "3.12.1"}

@@ -11,7 +11,9 @@ from dlbench.cli import main
 from dlbench.config import schema, validate_config
 from dlbench.errors import UserError
 
-from .test_workflow import snakemake
+from .helpers import snakemake
+
+pytestmark = pytest.mark.unit
 
 RUN = schema()["definitions"]["run"]["properties"]
 DATASET = {"d": {"synth": {}}}

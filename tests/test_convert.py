@@ -11,7 +11,10 @@ from dlbench.errors import UserError
 from dlbench.format import meta, paths
 from dlbench.validate import validate
 from dlbench.video import VideoDecoderCache
-from tests.conftest import SMALL_FILES
+
+from .helpers import SMALL_FILES
+
+pytestmark = pytest.mark.unit
 
 
 def test_converted_dataset_validates_with_several_files_per_stream(v30_h264):

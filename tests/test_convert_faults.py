@@ -22,7 +22,9 @@ from dlbench.format import paths
 from dlbench.synth import Camera
 from dlbench.validate import validate
 
-from .conftest import SMALL_FILES, plain_http_server, synth_cached, tiny_config
+from .helpers import SMALL_FILES, plain_http_server, synth_cached, tiny_config, tree_bytes
+
+pytestmark = pytest.mark.unit
 
 # one unit holds several output files, so a worker can be stopped between two of them
 BIG_UNITS = planmod.PlanOptions(episodes_per_batch=100, data_file_size_in_mb=0.012, video_file_size_in_mb=0.008)
@@ -37,10 +39,6 @@ def worker(work: Path, host: str, pause: float = 0.0, lease_timeout: float = 60.
         stderr=subprocess.PIPE,
         text=True,
     )
-
-
-def tree_bytes(root: Path) -> dict:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def test_lease_is_exclusive_and_stale_leases_are_taken_over(tmp_path):

@@ -18,9 +18,9 @@ from dlbench.runspec import RunSpec
 from dlbench.synth import Camera, synthesize
 from dlbench.video import VideoDecoderCache
 
-from .conftest import tiny_config
-from .test_loader import expected_frames
-from .test_stream import check_item
+from .helpers import check_item, expected_frames, tiny_config
+
+pytestmark = pytest.mark.cuda  # a GPU
 
 needs_cuda = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="no CUDA device: the NVDEC decode path runs only on a machine with a GPU"

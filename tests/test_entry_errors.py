@@ -12,7 +12,9 @@ from dlbench.convert.run import run as convert_run
 from dlbench.errors import UserError
 from dlbench.synth import Camera, synthesize
 
-from .conftest import tiny_config
+from .helpers import tiny_config
+
+pytestmark = pytest.mark.unit
 
 
 @pytest.fixture(scope="module")

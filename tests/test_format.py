@@ -1,7 +1,10 @@
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from dlbench.format import meta, paths
+
+pytestmark = pytest.mark.unit
 
 
 def test_v21_metadata_round_trip(tmp_path):

@@ -17,6 +17,8 @@ from dlbench import peer
 from dlbench.loader import LeRobotMapDataset, LeRobotStreamingDataset
 from dlbench.loopback import hub
 
+pytestmark = pytest.mark.server  # the loopback Hub
+
 
 @pytest.fixture(scope="module")
 def repos(v30_h264_one_file, v30_h264, tmp_path_factory):

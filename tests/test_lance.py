@@ -11,13 +11,16 @@ import pytest
 from dlbench import loopback, peer
 from dlbench.sources import LOOPBACK_CREDENTIALS
 
-from .test_sources import free_port
+from .helpers import free_port
 
-pytestmark = pytest.mark.skipif(
-    peer.peer_python() is None,
-    reason=f"LeRobot peer environment (with lerobot-lancedb) missing or incomplete; create it with "
-    f"{peer.CREATE_COMMAND}",
-)
+pytestmark = [
+    pytest.mark.peer,
+    pytest.mark.skipif(
+        peer.peer_python() is None,
+        reason=f"LeRobot peer environment (with lerobot-lancedb) missing or incomplete; create it with "
+        f"{peer.CREATE_COMMAND}",
+    ),
+]
 FAST = ["--duration-s", "1", "--warmup-s", "0.2", "--batch-size", "4", "--num-workers", "1", "--probe-samples", "4"]
 
 

@@ -6,14 +6,9 @@ from dlbench.errors import UserError
 from dlbench.loader import DataLoader
 from dlbench.loader.map import LeRobotMapDataset
 
+from .helpers import expected_frames
 
-def expected_frames(ds, item, cam):
-    ep = int(item["episode_index"])
-    length = int(ds.meta.ep_to[ep] - ds.meta.ep_from[ep])
-    f = int(item["frame_index"])
-    if cam not in ds.builder.windows:
-        return [f]
-    return [min(max(f + d, 0), length - 1) for d in ds.builder.windows[cam]]
+pytestmark = pytest.mark.unit
 
 
 @pytest.mark.parametrize("mode", ["single", "sarm"])

@@ -1,10 +1,13 @@
 """`loader.lookahead`: batches that name the batch their DataLoader worker gets next."""
 
+import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
 from dlbench.loader.lookahead import LookaheadBatches
+
+pytestmark = pytest.mark.unit
 
 
 @given(st.integers(0, 60), st.integers(1, 7), st.integers(1, 5))

@@ -1,8 +1,6 @@
 """Map-style batches read remote video as planned from the files' sample tables (`loader.batch_fetch`): every frame
 right, every read the decoders make inside the plan, fewer requests than reads as the decoders ask."""
 
-# ruff: noqa: F811 (tests take the loopback S3 server fixture `s3`, imported from test_sources, as an argument)
-
 import json
 import math
 
@@ -17,8 +15,9 @@ from dlbench.loader.lookahead import AheadBatch
 from dlbench.loader.map import LeRobotMapDataset
 from dlbench.sources import apply_env
 
-from .test_sources import _isolate_s3_env, dlbench, s3  # noqa: F401 (s3: the loopback S3 server fixture)
-from .test_stream import check_item, unbatch
+from .helpers import check_item, dlbench, isolate_s3_env, synth_cached, tiny_config, unbatch
+
+pytestmark = pytest.mark.server  # the loopback S3 server (SeaweedFS)
 
 
 def test_ranges_merge_when_close_and_held_bytes_are_not_fetched_again():
@@ -39,7 +38,7 @@ def test_ranges_merge_when_close_and_held_bytes_are_not_fetched_again():
 
 
 def _staged(s3, v30_h264_one_file, tmp_path, monkeypatch) -> str:
-    _isolate_s3_env(monkeypatch)
+    isolate_s3_env(monkeypatch)
     url = "s3://dlbench-test/map-fetch"  # every episode of a camera in one video file, as in real datasets
     staged = dlbench("stage", str(v30_h264_one_file), url, "--marker", str(tmp_path / "staged.json"), spec=s3["fast"])
     assert staged.returncode == 0, staged.stderr
@@ -159,8 +158,6 @@ def v30_av1_one_file(tmp_path_factory):
     from dlbench.convert.run import run as convert_run
     from dlbench.synth import Camera
 
-    from .conftest import synth_cached, tiny_config
-
     tmp = tmp_path_factory.mktemp("av1one")
     cfg = tiny_config(
         codec="av1", content="camera", episodes=3, length_min=20, length_max=30, cameras=(Camera("cam", 480, 640),)
@@ -170,7 +167,7 @@ def v30_av1_one_file(tmp_path_factory):
 
 
 def _stage_av1(s3, dataset, tmp_path, monkeypatch) -> str:
-    _isolate_s3_env(monkeypatch)
+    isolate_s3_env(monkeypatch)
     url = "s3://dlbench-test/plan-av1"
     staged = dlbench("stage", str(dataset), url, "--marker", str(tmp_path / "staged.json"), spec=s3["fast"])
     assert staged.returncode == 0, staged.stderr

@@ -12,7 +12,9 @@ import pytest
 from dlbench.convert.run import run as convert_run
 from dlbench.synth import Camera
 
-from .conftest import synth_cached, tiny_config
+from .helpers import synth_cached, tiny_config
+
+pytestmark = pytest.mark.unit
 
 CAMERAS = tuple(Camera(f"observation.images.cam{i}", 240, 320) for i in range(6))
 DECODERS_MB, BUFFER_MB = 24, 8

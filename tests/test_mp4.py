@@ -21,7 +21,9 @@ from dlbench.format.mp4 import read_track
 from dlbench.synth import Camera
 from dlbench.validate import validate
 
-from .conftest import SMALL_FILES, synth_cached, tiny_config
+from .helpers import SMALL_FILES, synth_cached, tiny_config
+
+pytestmark = pytest.mark.unit
 
 CAM = "observation.images.front"
 

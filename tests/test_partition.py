@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +24,8 @@ from dlbench.loader.partition import (
     split_episodes,
     worker_shards,
 )
+
+pytestmark = pytest.mark.unit
 
 
 @dataclass

@@ -13,6 +13,10 @@ from dlbench.bench import launch
 from dlbench.config import baseline_loader, validate_config
 from dlbench.errors import UserError
 
+from .helpers import TINY, snakemake
+
+pytestmark = pytest.mark.peer  # LeRobot's peer environment
+
 REPO = Path(__file__).resolve().parents[1]
 OLD = "0.6.0"  # the LeRobot of the end-to-end test's peer, one release before the peer environment's
 
@@ -87,8 +91,6 @@ def test_rank_runs_in_the_named_environment(tmp_path, monkeypatch):
 
 
 def test_workflow_builds_the_peer_before_its_runs(tmp_path):
-    from .test_workflow import TINY, snakemake
-
     cfg = {**TINY, "peers": {"old": {"pip": f"lerobot=={OLD}"}}}
     cfg["bench"] = {**TINY["bench"], "scenarios": {"old": {"loader": "lerobot_map@old"}}}
     dry = snakemake(tmp_path, cfg, "-n", "-c", "1", "results/runs/old/synthetic-lerobot_map@old-single-b4-w1-cpu")

@@ -2,7 +2,11 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from dlbench import procstat
+
+pytestmark = pytest.mark.unit
 
 
 def test_peak_pss_counts_a_child_and_reads_pss_only_when_rss_grows(monkeypatch):

@@ -9,6 +9,8 @@ from dlbench.errors import UserError
 from dlbench.loader.partition import rank_shards
 from dlbench.loader.resume import Delivered, merge_states
 
+pytestmark = pytest.mark.unit
+
 IDENTITY = {"seed": 3, "virtual_shards": 6, "dataset": {"num_frames": 60}, "order": {"pool_size": 2}}
 FRAMES = np.full(6, 10)
 

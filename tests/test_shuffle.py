@@ -5,6 +5,8 @@ import pytest
 
 from dlbench.bench.shuffle import shuffle_score
 
+pytestmark = pytest.mark.unit
+
 LENGTHS = np.random.default_rng(0).integers(60, 151, size=24)  # the default synthetic dataset's shape
 EPISODE = np.repeat(np.arange(len(LENGTHS)), LENGTHS)  # episode of each item, in order
 

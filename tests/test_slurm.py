@@ -17,8 +17,7 @@ import yaml
 
 from dlbench.loopback import routable_address
 
-from .test_convert_faults import tree_bytes
-from .test_workflow import REPO, SNAKEMAKE, TINY, measuring_windows, with_buckets
+from .helpers import REPO, SNAKEMAKE, TINY, measuring_windows, tree_bytes, with_buckets
 
 SCRIPTS = REPO / "scripts"
 SUBNET = "10.231.7"  # slurm-up.sh's bridge: the submit host is .1, node K is .1K
@@ -35,7 +34,7 @@ def _why_not() -> str | None:
     return None
 
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))]
 
 # many small output files: units enough for both nodes' conversion workers
 SMALL_UNITS = {"data_file_size_in_mb": 0.004, "video_file_size_in_mb": 0.004}

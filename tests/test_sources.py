@@ -5,7 +5,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,50 +14,11 @@ from dlbench import loopback
 from dlbench.errors import UserError
 from dlbench.loader import DataLoader
 from dlbench.loader.stream import LeRobotStreamingDataset
-from dlbench.sources import LOOPBACK_CREDENTIALS, apply_env, endpoint_option, spec_from_endpoint
+from dlbench.sources import apply_env, endpoint_option, spec_from_endpoint
 
-from .conftest import plain_http_server
-from .test_stream import check_item, unbatch
+from .helpers import BUCKET_URL, check_item, dlbench, free_port, isolate_s3_env, plain_http_server, unbatch
 
-BUCKET_URL = "s3://dlbench-test/v30"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def dlbench(*args: str, spec: dict | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
-    """The dlbench command, reading `spec`'s server; a loopback server accepts any key, a real bucket needs them."""
-    extra = ["--endpoint-url", spec["endpoint_url"]] if spec is not None else []
-    if spec is not None and "loopback" in spec:
-        env = {**LOOPBACK_CREDENTIALS, **(os.environ if env is None else env)}
-    return subprocess.run(
-        [sys.executable, "-m", "dlbench", *args, *extra], capture_output=True, text=True, timeout=300, env=env
-    )
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory, v30_h264):
-    """The tiny v3.0 dataset staged into a loopback S3 server; `fast` reads it directly, `slow` through a proxy
-    adding 150 ms to every response and capping it at 16 Mbit/s."""
-    home = tmp_path_factory.mktemp("loopback")
-    port, slow_port = free_port(), free_port()
-    state = home / "state.json"
-    loopback.start(port, [(slow_port, 150.0, 16.0)], state, home / "logs", data_dir=home / "data")
-    fast = {"type": "s3", "url": BUCKET_URL, "endpoint_url": f"http://127.0.0.1:{port}", "loopback": {}}
-    try:
-        staged = dlbench("stage", str(v30_h264), BUCKET_URL, "--marker", str(home / "staged.json"), spec=fast)
-        assert staged.returncode == 0, staged.stderr
-        yield {
-            "fast": fast,
-            "slow": {**fast, "endpoint_url": f"http://127.0.0.1:{slow_port}"},
-            "home": home,
-            "staged": json.loads((home / "staged.json").read_text()),
-        }
-    finally:
-        loopback.stop(state)
+pytestmark = pytest.mark.server  # the loopback S3 server (SeaweedFS)
 
 
 def prewarm(spec: dict, out: Path) -> subprocess.CompletedProcess:
@@ -138,15 +98,8 @@ def test_cold_verdict_stops_a_warmed_run_and_warn_lets_it_measure(s3, tmp_path):
     assert record["metrics"]["worker_start_method"] == "forkserver"
 
 
-def _isolate_s3_env(monkeypatch) -> None:
-    """Let `apply_env` write the endpoint and credentials for this test only (restored after it)."""
-    monkeypatch.setattr("fsspec.config.conf", {})
-    for key in ("FSSPEC_S3_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
-        monkeypatch.delenv(key, raising=False)
-
-
 def test_streaming_from_loopback_s3_verifies_every_frame(s3, monkeypatch):
-    _isolate_s3_env(monkeypatch)
+    isolate_s3_env(monkeypatch)
     apply_env(s3["fast"])
     ds = LeRobotStreamingDataset(BUCKET_URL, return_uint8=True, pool_size=2, buffer_size=8)
     seen = []
@@ -171,7 +124,7 @@ def test_fetched_episodes_read_every_frame_right_in_one_request_per_group_and_fi
     benchmark's: docs/benchmarks.md "Remote cost"; these files are smaller than one of FFmpeg's reads.)"""
     from dlbench.loopback.meter import MeterProcess
 
-    _isolate_s3_env(monkeypatch)
+    isolate_s3_env(monkeypatch)
     url = BUCKET_URL + "-one-file"  # every episode of a camera in one video file, as in real datasets
     staged = dlbench("stage", str(v30_h264_one_file), url, "--marker", str(tmp_path / "staged.json"), spec=s3["fast"])
     assert staged.returncode == 0, staged.stderr

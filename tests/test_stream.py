@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-from dlbench import barcode
 from dlbench.errors import UserError
 from dlbench.format import paths
 from dlbench.loader.map import LeRobotMapDataset
@@ -15,26 +14,15 @@ from dlbench.loader.partition import entry_groups, shard_order, split_episodes
 from dlbench.loader.stream import LeRobotStreamingDataset
 from dlbench.workers import start_method
 
-from .test_loader import expected_frames
+from .helpers import check_item, unbatch
+
+pytestmark = pytest.mark.unit
 
 
 def torch_loader(dataset, **kwargs):
     """torch's own DataLoader, its workers started as dlbench starts its own: forked only while no other thread
     runs in this process (earlier tests leave some behind, such as fsspec's I/O loop)."""
     return torch.utils.data.DataLoader(dataset, multiprocessing_context=start_method(), **kwargs)
-
-
-def check_item(ds, item):
-    for cam_index, cam in enumerate(ds.meta.cameras):
-        frames = item[cam] if item[cam].ndim == 4 else item[cam][None]
-        ep, fr, c, valid = barcode.read_batch(frames)
-        assert valid.all() and (ep == int(item["episode_index"])).all() and (c == cam_index).all()
-        assert fr.tolist() == expected_frames(ds, item, cam)
-
-
-def unbatch(batch):
-    n = len(batch["index"])
-    return [{k: v[i] for k, v in batch.items() if k != "task"} for i in range(n)]
 
 
 @pytest.mark.parametrize("mode", ["single", "sarm"])

@@ -12,7 +12,9 @@ from dlbench.errors import UserError
 from dlbench.format import meta, paths
 from dlbench.synth import Camera, episode_lengths, render_frames, synthesize
 
-from .conftest import tiny_config
+from .helpers import tiny_config
+
+pytestmark = pytest.mark.unit
 
 
 def check_v21(root, cfg):

@@ -22,7 +22,9 @@ from dlbench.errors import UserError
 from dlbench.format import paths
 from dlbench.validate import validate
 
-from .conftest import plain_http_server
+from .helpers import plain_http_server
+
+pytestmark = pytest.mark.unit
 
 VALID = ["v30_h264", "v30_h264_one_file", "lerobot_recorded_v30"]
 DEFECT_DATASETS = ["v30_h264", "lerobot_recorded_v30"]  # several files per stream; LeRobot's own layout and AV1

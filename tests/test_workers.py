@@ -11,6 +11,8 @@ import torch
 from dlbench.loader import DataLoader
 from dlbench.workers import ParentSettings
 
+pytestmark = pytest.mark.unit
+
 
 def test_workers_fork_only_while_no_other_thread_runs():
     """A fork beside a running thread can leave the child stuck on a lock that thread held: dlbench forks only

@@ -3,7 +3,6 @@
 import json
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -12,100 +11,10 @@ import pandas as pd
 import psutil
 import pytest
 import torch
-import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile")]
+from .helpers import REPO, SNAKEMAKE, TINY, free_port, measuring_windows, snakemake, with_buckets
 
-TINY = {
-    "datasets": {
-        "synthetic": {
-            "synth": {
-                "episodes": 8,
-                "length_min": 10,
-                "length_max": 20,
-                "cameras": [{"key": "observation.images.front", "height": 32, "width": 32}],
-            }
-        }
-    },
-    "convert": {"workers": 2, "episodes_per_batch": 2},
-    "bench": {
-        "defaults": {"batch_size": 4, "num_workers": 1, "duration_s": 2, "warmup_s": 0.5, "probe_samples": 4},
-        "scenarios": {
-            "mmap_local": {"mode": ["single", "sarm"]},
-            # short windows (1 + 3 x 2 batches): both ranks stay inside their first epoch
-            "stream_2rank": {"loader": "dlbench_stream", "ranks": 2, "num_batches": 2, "buffer_size": 8, "warmup_s": 0},
-            "gpu": {"loader": "dlbench_stream", "decode_device": "cuda"},
-        },
-    },
-}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def with_buckets(config: dict, scenarios=("bucket", "warm"), on_cold: str = "warn") -> dict:
-    """`config` plus two bucket sources on the loopback S3 server (SeaweedFS) and a streaming scenario on each named
-    in `scenarios`: `bucket` behind a shaping proxy, `warm` gated on the prewarm check."""
-    sources = {
-        "local": {"type": "local"},
-        "bucket": {
-            "type": "s3",
-            "url": "s3://dlbench/bucket",
-            "stage": True,
-            "loopback": {"port": free_port(), "latency_ms": 5, "bandwidth_mbps": 400},
-        },
-        "warm": {
-            "type": "s3",
-            "url": "s3://dlbench/warm",
-            "stage": True,
-            "loopback": {},
-            "require_warm": True,
-            "on_cold": on_cold,
-            "prewarm": {"files": 4, "range_mb": 1, "ttfb_ms_max": 50, "mbps_min": 50},
-        },
-    }
-    stream = {"loader": "dlbench_stream", "num_batches": 6, "buffer_size": 8}
-    bench = config["bench"]
-    added = {f"stream_{name}": {**stream, "source": name} for name in scenarios}
-    return {
-        **config,
-        "loopback_server": {"port": free_port()},
-        "sources": sources,
-        "bench": {**bench, "scenarios": {**bench["scenarios"], **added}},
-    }
-
-
-def measuring_windows(results: Path) -> list[tuple[float, float, str]]:
-    """(start, end, what) of every measurement the records kept: bench runs (all ranks together), conversion timings
-    and prewarm checks."""
-    windows = []
-    for run in results.glob("runs/*/*"):
-        recs = [json.loads(p.read_text()) for p in run.glob("rank*of*.json")]
-        recs = [r for r in recs if r["status"] in ("ok", "unverified")]
-        if recs:
-            windows.append(
-                (
-                    min(r["metrics"]["window_start_unix"] for r in recs),
-                    max(r["metrics"]["window_end_unix"] for r in recs),
-                    str(run),
-                )
-            )
-    for path in [*results.glob("convert/*/scaling/w*.json"), *results.glob("prewarm/*/*.json")]:
-        rec = json.loads(path.read_text())
-        windows.append((rec["window_start_unix"], rec["window_end_unix"], str(path)))
-    return sorted(windows)
-
-
-def snakemake(workdir: Path, config: dict, *args: str) -> subprocess.CompletedProcess:
-    cfg = workdir / "tiny.yaml"
-    cfg.write_text(yaml.safe_dump(config))
-    return subprocess.run(
-        [*SNAKEMAKE, "-d", str(workdir), "--configfile", str(cfg), *args], capture_output=True, text=True, timeout=900
-    )
+pytestmark = pytest.mark.slow  # Snakemake in a subprocess, each parse a few seconds
 
 
 @pytest.mark.slow
