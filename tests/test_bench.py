@@ -308,3 +308,18 @@ def test_resume_check_interrupts_an_epoch_and_resumes_it_with_one_worker_more(v3
     assert metrics["resume_exact"] is False and "arrived more than once" in problem
     with pytest.raises(UserError, match="dlbench_stream only"):
         make_run({"root": str(v30_h264), "loader": "dlbench_map", "resume_check": True, **FAST})
+
+
+def test_a_stream_of_fewer_shards_than_workers_says_which_idle():
+    """LeRobot's streaming loader gives each DataLoader worker whole `datasets` shards (one per data file): past
+    `num_shards` workers idle, and the record says so (busy_workers, work_note) instead of the worker's log alone."""
+    from types import SimpleNamespace
+
+    from dlbench.bench.measure import busy_workers, work_note
+
+    stream = SimpleNamespace(dataset=SimpleNamespace(num_shards=1), iterable=True)
+    assert busy_workers(stream, 2) == 1 and busy_workers(stream, 0) == 1
+    assert work_note(stream, 2).startswith("1 of 2 DataLoader workers have data to read")
+    assert work_note(stream, 1) == ""
+    mapped = SimpleNamespace(dataset=SimpleNamespace(num_shards=1), iterable=False)  # map-style: any index anywhere
+    assert busy_workers(mapped, 2) is None and work_note(mapped, 2) == ""

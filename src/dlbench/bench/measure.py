@@ -211,15 +211,28 @@ class Pass:
 
 
 def busy_workers(adapter, num_workers: int) -> int | None:
-    """How many of this rank's DataLoader workers have something to read (None: the loader does not say)."""
+    """How many of this rank's DataLoader workers have something to read (None: the loader does not say). A stream
+    over `datasets` shards (LeRobot's: one per data file) gives each worker whole shards: past `num_shards`
+    workers idle, which `datasets` only warns of in the worker's log."""
     count = getattr(adapter.dataset, "busy_workers", None)
-    return count(num_workers) if count else None
+    if count:
+        return count(num_workers)
+    shards = getattr(adapter.dataset, "num_shards", None) if adapter.iterable else None
+    return min(max(num_workers, 1), shards) if isinstance(shards, int) else None
 
 
 def work_note(adapter, num_workers: int) -> str:
-    """One line when a rank or worker of this run has nothing to read (dlbench_stream says), else ''."""
+    """One line when a rank or worker of this run has nothing to read, else ''."""
     note = getattr(adapter.dataset, "work_note", None)
-    return note(num_workers) if note else ""
+    if note:
+        return note(num_workers)
+    busy = busy_workers(adapter, num_workers)
+    if busy is None or busy >= max(num_workers, 1):
+        return ""
+    return (
+        f"{busy} of {num_workers} DataLoader workers have data to read: the stream has {busy} shard(s) (one per data "
+        f"file); the others idle: use num_workers <= {busy}"
+    )
 
 
 def warm_up(run: RunSpec, batches: Epochs, t_start: float, rows: list) -> float:
