@@ -79,6 +79,7 @@ def main(argv=None) -> None:
     ap.add_argument("--workers", nargs="+", default=["0", "1", "2", "auto"])
     ap.add_argument("--duration-s", type=float, default=3.0)
     ap.add_argument("--warmup-s", type=float, default=1.0)
+    ap.add_argument("--reuse", action="store_true", help="keep runs measured before; calibrate and predict anew")
     a = ap.parse_args(argv)
     work = Path(a.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -98,9 +99,10 @@ def main(argv=None) -> None:
             for mode in a.modes:
                 for w in a.workers:
                     out = work / f"model-{name}" / "runs" / f"{loader}-{mode}-w{w}"
-                    dlbench("bench-run", "--root", str(root), "--loader", loader, "--mode", mode, "--num-workers", w,
-                            "--duration-s", str(a.duration_s), "--warmup-s", str(a.warmup_s), "--repeats", "2",
-                            "--probe-samples", "0", "--out-dir", str(out))  # fmt: skip
+                    if not (a.reuse and (out / "rank0of1.json").exists()):
+                        window = ["--duration-s", str(a.duration_s), "--warmup-s", str(a.warmup_s), "--repeats", "2"]
+                        dlbench("bench-run", "--root", str(root), "--loader", loader, "--mode", mode,
+                                "--num-workers", w, *window, "--probe-samples", "0", "--out-dir", str(out))  # fmt: skip
                     rec = json.loads((out / "rank0of1.json").read_text())
                     run = {**rec["config"], "num_workers": w if w == "auto" else int(w)}
                     p = predict_run(run, cal)

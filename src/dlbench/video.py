@@ -40,6 +40,11 @@ class FrameTimestampError(UserError):
     """A decoded frame's presentation time is not the requested one."""
 
 
+# codecs whose files torchcodec's approximate seek misplaces: x265's open GOPs (its default) land it 2 frames late
+# (torchcodec 0.13, FFmpeg 5.1; exact mode, which indexes every packet at open, is right)
+EXACT_SEEK_CODECS = frozenset({"hevc"})
+
+
 def is_channels_last(frames: torch.Tensor) -> bool:
     """True for a (..., C, H, W) view of (..., H, W, C) memory, which is how torchcodec returns frames."""
     return frames.dim() >= 3 and not frames.is_contiguous() and frames.movedim(-3, -1).is_contiguous()
@@ -236,7 +241,6 @@ class VideoDecoderCache:
         self.hits = self.misses = self.evictions = self.fallbacks = 0
 
     def _open(self, url: str, device: str | None = None) -> _Entry:
-        from torchcodec.decoders import VideoDecoder
 
         device = device or self.device
         handle = None
@@ -247,12 +251,11 @@ class VideoDecoderCache:
                 source = handle if self.wrap is None else self.wrap(url, handle)
             else:
                 source = local_path(url)
-            kwargs = {"seek_mode": self.seek_mode, "device": device}
-            if device == "cpu":
-                decoder = VideoDecoder(source, num_ffmpeg_threads=self.num_ffmpeg_threads, **kwargs)
-            else:
-                with _cuda_backend():
-                    decoder = VideoDecoder(source, **kwargs)
+            decoder = self._decoder(source, device, self.seek_mode)
+            if self.seek_mode == "approximate" and decoder.metadata.codec in EXACT_SEEK_CODECS:
+                if handle is not None:
+                    handle.seek(0)
+                decoder = self._decoder(source, device, "exact")
         except FileNotFoundError:
             raise UserError(f"{url}: video file not found") from None
         except (RuntimeError, ValueError) as e:
@@ -266,6 +269,14 @@ class VideoDecoderCache:
         num_frames = md.num_frames if md.num_frames is not None else md.num_frames_from_header
         nbytes = decoder_bytes(md.width or 0, md.height or 0, num_frames)
         return _Entry(decoder, handle, fps, num_frames, nbytes, source if handle is not None else None)
+
+    def _decoder(self, source, device: str, seek_mode: str):
+        from torchcodec.decoders import VideoDecoder
+
+        if device == "cpu":
+            return VideoDecoder(source, seek_mode=seek_mode, device=device, num_ffmpeg_threads=self.num_ffmpeg_threads)
+        with _cuda_backend():
+            return VideoDecoder(source, seek_mode=seek_mode, device=device)
 
     def get(self, url: str, cursor: int | None = None) -> _Entry:
         key = (url, cursor)

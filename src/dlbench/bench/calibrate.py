@@ -73,7 +73,7 @@ def loader_cost(run: RunSpec, workdir: Path, check_s: float) -> LoaderCost | str
         batch_size=run.batch_size,
         frames_per_sample=m["frames_per_sample"],
         worker_s=worker_s,
-        worker_cpu_s=min(worker_cpu, worker_s),
+        worker_cpu_s=worker_cpu,  # more than worker_s where a worker decodes on several threads (LeRobot's)
         handover_s=m["main_cpu_ms_per_sample"] / 1000,
         check_s=check_s if run.verify else 0.0,
         start_s=max(0.0, m["first_batch_latency_s"] - run.batch_size * worker_s),
@@ -98,7 +98,11 @@ def check_cost(run: RunSpec) -> float:
     barcodes, decoded = frame_checks(run, dmeta, torch.device("cpu"))
     checks = [c for c in (barcodes and barcodes.check, decoded and decoded.offer) if c]
     ds = LeRobotMapDataset(
-        run.root, mode=run.mode, delta_timestamps=run.delta_timestamps, data_files_root=run.data_files_root
+        run.root,
+        mode=run.mode,
+        delta_timestamps=run.delta_timestamps,
+        data_files_root=run.data_files_root,
+        return_uint8=True,  # as every bench run delivers frames (float frames cost the checks 3x)
     )
     order = np.random.default_rng(run.seed).permutation(len(ds))[: CHECK_BATCHES * run.batch_size].tolist()
     loader = DataLoader(ds, batch_size=run.batch_size, sampler=order, num_workers=0)
