@@ -11,7 +11,9 @@ batches, since it is the same whoever loads them.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import subprocess
 import tempfile
 import time
 from dataclasses import replace
@@ -20,19 +22,21 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .. import runspec
+from ..config import split_loader
 from ..errors import UserError
 from ..loader.dataset_meta import DatasetMeta
 from ..model.calibration import Calibration, LoaderCost
+from ..peer import CREATE_COMMAND, peer_python
 from ..runspec import RunSpec
 from . import record as recordmod
-from .launch import launch, rank_file
+from .launch import launch, needs_peer, rank_command, rank_file
 from .metrics import frame_checks
 
-# the calibration pass: one worker, no checks, a short window after a short warm-up, nothing else
+# the calibration passes: no checks, a short window after the run's own warm-up (a stream's cost per sample depends
+# on how far into its episodes it is), nothing else; `solo` in one process, `worker` with one DataLoader worker
 PASS = dict(
-    num_workers=1,
     verify=False,
-    warmup_s=0.5,
     duration_s=1.5,
     repeats=1,
     num_batches=None,
@@ -44,6 +48,9 @@ PASS = dict(
     decode_device="cpu",
     on_unavailable="skip",
 )
+MAX_WARMUP_S = 3.0
+MIN_BATCHES = 3  # a window with fewer is measured again, long enough for them (slow sets: 720p sarm)
+MAX_WINDOW_S = 8.0
 WORKER_BOUND_WAIT = 0.5  # the pass was worker-bound when the main process waited on data this share of the time
 CHECK_BATCHES = 6
 
@@ -53,14 +60,30 @@ def cores() -> int:
     return int(os.environ.get("SLURM_CPUS_PER_TASK", 0)) or len(os.sched_getaffinity(0))
 
 
+def one_pass(run: RunSpec, workdir: Path, workers: int) -> dict | str:
+    """One calibration pass of `run`'s loader with `workers` DataLoader workers: its rank record's metrics, or a
+    string saying why the loader could not run here."""
+    out = workdir / f"{run.loader}-{run.mode}-w{workers}"
+    spec = replace(run, **PASS, num_workers=workers, warmup_s=min(run.warmup_s, MAX_WARMUP_S))
+    for _ in range(2):
+        shutil.rmtree(out, ignore_errors=True)
+        manifest = launch(spec.with_id(), out)
+        rec = recordmod.read(rank_file(out, 0, 1))
+        if manifest["status"] not in ("ok", "unverified"):
+            return f"{run.loader} {run.mode}: {rec.get('reason') or manifest['status']}"
+        m = rec["metrics"]
+        if m["samples"] >= MIN_BATCHES * run.batch_size or spec.duration_s >= MAX_WINDOW_S:
+            return m
+        spec = replace(spec, duration_s=min(MAX_WINDOW_S, 1.3 * MIN_BATCHES * run.batch_size / m["samples_per_s"]))
+    return m
+
+
 def loader_cost(run: RunSpec, workdir: Path, check_s: float) -> LoaderCost | str:
-    """One calibration pass of `run`'s loader and mode; a string saying why where the loader could not run."""
-    out = workdir / f"{run.loader}-{run.mode}"
-    manifest = launch(replace(run, **PASS).with_id(), out)
-    rec = recordmod.read(rank_file(out, 0, 1))
-    if manifest["status"] not in ("ok", "unverified"):
-        return f"{run.loader} {run.mode}: {rec.get('reason') or manifest['status']}"
-    m = rec["metrics"]
+    """The two passes of `run`'s loader and mode, as its costs per sample."""
+    solo = one_pass(run, workdir, 0)
+    m = one_pass(run, workdir, 1) if not isinstance(solo, str) else solo
+    if isinstance(m, str):
+        return m
     per_sample = 1.0 / m["samples_per_s"]
     worker_cpu = (m["worker_cpu_ms_per_sample"] or 0.0) / 1000
     worker_bound = m["data_wait_frac"] >= WORKER_BOUND_WAIT
@@ -72,6 +95,7 @@ def loader_cost(run: RunSpec, workdir: Path, check_s: float) -> LoaderCost | str
         mode=run.mode,
         batch_size=run.batch_size,
         frames_per_sample=m["frames_per_sample"],
+        solo_s=1.0 / solo["samples_per_s"],
         worker_s=worker_s,
         worker_cpu_s=worker_cpu,  # more than worker_s where a worker decodes on several threads (LeRobot's)
         handover_s=m["main_cpu_ms_per_sample"] / 1000,
@@ -136,8 +160,9 @@ def ttfb_ms(dmeta: DatasetMeta, reads: int = 5) -> float | None:
 
 def calibrate(runs: list[RunSpec], dataset: str, source: str, out: str | Path) -> Calibration:
     """Calibrate each (loader, mode) of `runs` (runs of one dataset on one source; the first run of each pair stands
-    for it) and write the record to `out`. Loaders that cannot run here (no peer environment) are left out, said
-    so on stderr."""
+    for it) and write the record to `out`. The pairs of loaders that run in another environment (LeRobot's, Lance's)
+    are measured by one process there (`dlbench calibrate` again). Loaders that cannot run here are left out and
+    named in the record's note."""
     from ..sources import apply_env
 
     t0 = time.perf_counter()
@@ -154,16 +179,23 @@ def calibrate(runs: list[RunSpec], dataset: str, source: str, out: str | Path) -
     pairs = {}
     for run in runs:
         pairs.setdefault((run.loader, run.mode), run)
+    here = [run for run in pairs.values() if not needs_peer(run.loader)]
+    elsewhere: dict[str, list[RunSpec]] = {}
+    for run in pairs.values():
+        if needs_peer(run.loader):
+            elsewhere.setdefault(split_loader(run.loader)[1] or "", []).append(run)
     checks = {mode: check_cost(run) for (_, mode), run in pairs.items()}
     costs, missing = [], []
     with tempfile.TemporaryDirectory(prefix="dlbench-calibrate-") as tmp:
-        for run in pairs.values():
+        for run in here:
             cost = loader_cost(run, Path(tmp), checks[run.mode])
-            if isinstance(cost, str):
-                print(f"calibrate: left out: {cost}", flush=True)
-                missing.append(cost)
-                continue
-            costs.append(cost)
+            (missing if isinstance(cost, str) else costs).append(cost)
+        for name, group in elsewhere.items():
+            found = _in_peer_env(group, Path(tmp) / f"peer-{name or 'default'}", dataset, source)
+            costs += [replace(c, check_s=checks[c.mode] if c.check_s else 0.0) for c in found.costs]
+            missing += [found.note] if found.note else []
+    for problem in missing:
+        print(f"calibrate: left out: {problem}", flush=True)
     record = Calibration(
         dataset=dataset,
         source=source,
@@ -178,3 +210,24 @@ def calibrate(runs: list[RunSpec], dataset: str, source: str, out: str | Path) -
     )
     record.write(out)
     return record
+
+
+def _in_peer_env(runs: list[RunSpec], workdir: Path, dataset: str, source: str) -> Calibration:
+    """The costs of loaders that run in a peer environment, measured by one `dlbench calibrate` there; a
+    calibration with only a note where that environment is missing."""
+    name = split_loader(runs[0].loader)[1]
+    if peer_python(name) is None:
+        why = f"{', '.join(sorted({r.loader for r in runs}))}: no peer environment (create it: {CREATE_COMMAND})"
+        return Calibration(dataset, source, socket.gethostname(), cores(), 0, 0, None, 0.0, note=why)
+    workdir.mkdir(parents=True)
+    specs = []
+    for k, run in enumerate(runs):
+        runspec.write(run, workdir / f"spec{k}.json")
+        specs += ["--spec", str(workdir / f"spec{k}.json")]
+    cmd, env = rank_command(runs[0].loader, runs[0].root)
+    out = workdir / "calibration.json"
+    args = [*cmd[: cmd.index("bench-rank")], "calibrate", *specs, "--dataset", dataset, "--source", source]
+    proc = subprocess.run([*args, "--out", str(out)], env=env, capture_output=True, text=True)
+    if proc.returncode:
+        raise UserError(f"calibrating {runs[0].loader} in its environment failed: {proc.stderr.strip()[-1500:]}")
+    return Calibration.read(out)

@@ -1,9 +1,9 @@
 """A calibration record: what one dataset costs to load from one source on one host, per loader and frame mode
 (`dlbench calibrate` measures it; `equations.predict` reads it). Torch-free; JSON on disk.
 
-Every figure is measured, none assumed: a loader's costs come from a short DataLoader pass with one worker and the
-frame checks off (so that the worker, not the main process, sets the pace), the checks' cost from running them on
-the loader's own batches.
+Every figure is measured, none assumed: a loader's costs come from two short DataLoader passes with the frame checks
+off, one in a single process and one with one worker (so that the worker, not the main process, sets the pace),
+the checks' cost from running them on the dataset's own batches.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from .. import atomic
 from ..errors import UserError
 
-VERSION = 1
+VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,7 @@ class LoaderCost:
     mode: str
     batch_size: int
     frames_per_sample: int
+    solo_s: float  # wall time per sample with no workers, checks off (the process builds and takes every batch)
     worker_s: float  # a worker's wall time per sample (building, collating, waiting on storage)
     worker_cpu_s: float  # the CPU part of it
     handover_s: float  # the main process's CPU per sample without checks (receiving batches, the consumer)
