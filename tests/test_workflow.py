@@ -78,7 +78,28 @@ def test_default_dag_end_to_end(tmp_path):
         assert gpu["status"] == "skipped" and "no CUDA device" in gpu["reason"]
     assert (ok["frames_barcode_checked"] > 0).all() and (ok["frames_decode_checked"] >= 32).all()
     check_two_ranks(tmp_path / "results/runs/stream_2rank/synthetic-dlbench_stream-single-b4-w1-cpu")
-    for png in ("throughput", "latency", "decode_device", "workers", "nodes", "cache_vs_p99", "conversion"):
+    # every run predicted before it ran, from its (dataset, source) calibration; the GPU run says why not
+    predictions = pd.read_csv(tmp_path / "results/predictions.csv")
+    assert sorted(zip(predictions["scenario"], predictions["run_id"])) == sorted(
+        zip(summary["scenario"], summary["run_id"])
+    )
+    cpu = summary[summary["decode_device"] == "cpu"]
+    assert (cpu["predicted_frames_per_s_node"] > 0).all() and cpu["bound"].notna().all()
+    assert cpu["prediction_error"].notna().all()
+    assert predictions.set_index("scenario").loc["gpu", "prediction_note"] == "decoding on the GPU is not calibrated"
+    for source in ("local", "bucket", "warm"):
+        cal = json.loads((tmp_path / f"results/calibration/synthetic/{source}.json").read_text())
+        assert cal["costs"] and all(c["worker_s"] > 0 and c["handover_s"] > 0 for c in cal["costs"]), cal
+    for png in (
+        "throughput",
+        "latency",
+        "decode_device",
+        "workers",
+        "nodes",
+        "cache_vs_p99",
+        "conversion",
+        "prediction",
+    ):
         assert (tmp_path / f"results/plots/{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     conversion = pd.read_csv(tmp_path / "results/tables/conversion.csv")
     assert conversion["workers"].tolist() == [1, 2] and (conversion["episodes"] == 8).all()

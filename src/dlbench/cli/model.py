@@ -23,6 +23,7 @@ def add(sub) -> None:
     p.add_argument("--loader", type=_list(str), default=["dlbench_map", "dlbench_stream"], help="with --root")
     p.add_argument("--mode", type=_list(str), default=["single", "sarm"], help="with --root")
     p.add_argument("--batch-size", type=int, default=None, help="with --root (default: the schema's)")
+    p.add_argument("--warmup-s", type=float, default=None, help="with --root: the runs' warm-up (s)")
     p.add_argument("--endpoint-url", default=None, help=ENDPOINT_HELP)
     p.add_argument("--dataset", default=None, help="the dataset's name in the record (default: from the root)")
     p.add_argument("--source", default="local", help="the source's name in the record")
@@ -54,7 +55,7 @@ def calibrate(a) -> None:
         runs = [runspec.read(s) for s in a.spec]
     elif a.root:
         source_spec = spec_from_endpoint(a.endpoint_url)
-        given = {"root": a.root, "batch_size": a.batch_size, "source_spec": source_spec}
+        given = {"root": a.root, "batch_size": a.batch_size, "warmup_s": a.warmup_s, "source_spec": source_spec}
         runs = [runspec.make_run({**given, "loader": lo, "mode": m}) for lo in a.loader for m in a.mode]
     else:
         raise UserError("calibrate needs --spec FILE (repeatable) or --root PATH_OR_URL")
