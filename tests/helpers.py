@@ -227,3 +227,20 @@ def snakemake(workdir: Path, config: dict, *args: str) -> subprocess.CompletedPr
     return subprocess.run(
         [*SNAKEMAKE, "-d", str(workdir), "--configfile", str(cfg), *args], capture_output=True, text=True, timeout=900
     )
+
+
+def peer_tier(needs: str = "") -> list:
+    """The markers of a module whose tests run in the LeRobot peer environment: the peer tier, skipped (saying how to
+    create it) where it is missing; `needs`: what else the environment must hold, for the message."""
+    import pytest
+
+    from dlbench import peer
+
+    what = f" ({needs})" if needs else ""
+    return [
+        pytest.mark.peer,
+        pytest.mark.skipif(
+            peer.peer_python() is None,
+            reason=f"LeRobot peer environment{what} missing or incomplete; create it with {peer.CREATE_COMMAND}",
+        ),
+    ]

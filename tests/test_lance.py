@@ -11,16 +11,9 @@ import pytest
 from dlbench import loopback, peer
 from dlbench.sources import LOOPBACK_CREDENTIALS
 
-from .helpers import free_port
+from .helpers import free_port, peer_tier
 
-pytestmark = [
-    pytest.mark.peer,
-    pytest.mark.skipif(
-        peer.peer_python() is None,
-        reason=f"LeRobot peer environment (with lerobot-lancedb) missing or incomplete; create it with "
-        f"{peer.CREATE_COMMAND}",
-    ),
-]
+pytestmark = peer_tier("with lerobot-lancedb")
 FAST = ["--duration-s", "1", "--warmup-s", "0.2", "--batch-size", "4", "--num-workers", "1", "--probe-samples", "4"]
 
 

@@ -15,16 +15,9 @@ from dlbench.format import meta
 from dlbench.loader import LeRobotMapDataset
 from dlbench.validate import validate
 
-from .helpers import RECORDED_CAMERAS
+from .helpers import RECORDED_CAMERAS, peer_tier
 
-pytestmark = [
-    pytest.mark.peer,
-    pytest.mark.skipif(
-        peer.peer_python() is None,
-        reason=f"LeRobot peer environment missing or incomplete (needs Python 3.12 and the package index); "
-        f"create it with {peer.CREATE_COMMAND}",
-    ),
-]
+pytestmark = peer_tier("Python 3.12 and the package index")
 
 
 def test_lerobot_reads_every_frame_of_dlbench_output(v30_h264, v21_h264, tmp_path):
