@@ -149,3 +149,43 @@ def test_the_what_if_table_answers_for_another_node():
     text = what_if(calibration(), ["dlbench_map"], None, [1, 8, 30, 60], [1, 2], cores=32)
     assert "nodes of 32 cores" in text and "more workers stop paying past 8" in text  # the main process: 6,667/s
     assert text.count("dlbench_map") >= 8
+
+
+def test_an_unreachable_dataset_is_calibrated_as_such_or_stops_with_one_line(tmp_path):
+    """A dataset that cannot be read from here (a closed port) with on_unreachable: skip gets a calibration that says
+    why, so its runs' predictions say it too; without skip, one line naming the URL."""
+    from dataclasses import replace
+
+    from dlbench.bench.calibrate import calibrate
+    from dlbench.runspec import make_run
+
+    run = make_run({"root": "http://127.0.0.1:9/nowhere", "loader": "dlbench_stream"})
+    cal = calibrate([replace(run, on_unreachable="skip")], "nowhere", "local", tmp_path / "c.json")
+    assert cal.costs == [] and "http://127.0.0.1:9/nowhere" in cal.note
+    why = predict_run({**run.to_dict(), "decode_device": "cpu"}, Calibration.read(tmp_path / "c.json"))
+    assert "no calibration of dlbench_stream" in why and "nowhere" in why
+    with pytest.raises(UserError, match="http://127.0.0.1:9/nowhere: "):
+        calibrate([run], "nowhere", "local", tmp_path / "d.json")
+    assert not (tmp_path / "d.json").exists()
+
+
+def test_a_real_calibration_measures_every_pair_and_predicts_its_own_runs(v30_h264, tmp_path):
+    """`dlbench calibrate` on a small set: every term measured and positive; a run of the calibrated shape is
+    predicted within a factor of two of what it measures (the error table lives in docs/model.md, not in a test)."""
+    from dlbench.bench.calibrate import calibrate
+    from dlbench.bench.launch import launch
+    from dlbench.runspec import make_run
+
+    runs = [
+        make_run({"root": str(v30_h264), "loader": lo, "warmup_s": 0.3}) for lo in ("dlbench_map", "dlbench_stream")
+    ]
+    cal = calibrate(runs, "h264", "local", tmp_path / "cal.json")
+    assert {c.loader for c in cal.costs} == {"dlbench_map", "dlbench_stream"} and cal.cores >= 1
+    for c in cal.costs:
+        assert c.solo_s > 0 and c.worker_s > 0 and c.worker_cpu_s > 0 and c.handover_s > 0 and c.check_s > 0
+        assert c.main_pss_mb > 0 and c.worker_pss_mb > 0
+    run = make_run({"root": str(v30_h264), "num_workers": 1, "duration_s": 1.5, "warmup_s": 0.3, "repeats": 1})
+    launch(run, tmp_path / "run")
+    measured = json.loads((tmp_path / "run/rank0of1.json").read_text())["metrics"]["frames_per_s_node"]
+    predicted = predict_run(run.to_dict(), cal).frames_per_s_node
+    assert 0.5 < predicted / measured < 2.0, (predicted, measured)

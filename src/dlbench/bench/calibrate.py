@@ -163,12 +163,15 @@ def calibrate(runs: list[RunSpec], dataset: str, source: str, out: str | Path) -
     for it) and write the record to `out`. The pairs of loaders that run in another environment (LeRobot's, Lance's)
     are measured by one process there (`dlbench calibrate` again). Loaders that cannot run here are left out and
     named in the record's note."""
-    from ..sources import apply_env
+    from ..format.paths import is_remote
+    from ..sources import apply_env, check_reachable
 
     t0 = time.perf_counter()
     first = runs[0]
     apply_env(first.source_spec)
     try:
+        if is_remote(first.root):
+            check_reachable(first.root)  # one line naming the URL and what to check, as bench jobs say it
         dmeta = DatasetMeta.load(first.root, data_files_root=first.data_files_root)
     except UserError as e:
         if any(run.on_unreachable != "skip" for run in runs):
