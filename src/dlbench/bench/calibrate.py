@@ -67,7 +67,11 @@ def one_pass(run: RunSpec, workdir: Path, workers: int) -> dict | str:
     spec = replace(run, **PASS, num_workers=workers, warmup_s=min(run.warmup_s, MAX_WARMUP_S))
     for _ in range(2):
         shutil.rmtree(out, ignore_errors=True)
-        manifest = launch(spec.with_id(), out)
+        try:
+            manifest = launch(spec.with_id(), out)
+        except Exception as e:  # the loader's own failure: its bench runs will report it; the rest is calibrated
+            last = (str(e).strip().splitlines() or [""])[-1]
+            return f"{run.loader} {run.mode}: {type(e).__name__}: {last}"
         rec = recordmod.read(rank_file(out, 0, 1))
         if manifest["status"] not in ("ok", "unverified"):
             return f"{run.loader} {run.mode}: {rec.get('reason') or manifest['status']}"
@@ -78,12 +82,20 @@ def one_pass(run: RunSpec, workdir: Path, workers: int) -> dict | str:
     return m
 
 
-def loader_cost(run: RunSpec, workdir: Path, check_s: float) -> LoaderCost | str:
-    """The two passes of `run`'s loader and mode, as its costs per sample."""
-    solo = one_pass(run, workdir, 0)
-    m = one_pass(run, workdir, 1) if not isinstance(solo, str) else solo
-    if isinstance(m, str):
-        return m
+def loader_costs(runs: list[RunSpec], workdir: Path, checks: dict[str, float]) -> list[LoaderCost | str]:
+    """The two passes of each run's loader and mode, as its costs per sample (a string where it could not run).
+    Every one-worker pass comes first: its worker forks from this process, which must not hold decoders of a loader
+    yet (LeRobot keeps them in one cache per process, which a forked worker would share and break)."""
+    forked = [one_pass(run, workdir, 1) for run in runs]
+    solos = [one_pass(run, workdir, 0) if not isinstance(m, str) else m for run, m in zip(runs, forked)]
+    return [
+        m if isinstance(m, str) else (solo if isinstance(solo, str) else _cost(run, solo, m, checks[run.mode]))
+        for run, solo, m in zip(runs, solos, forked)
+    ]
+
+
+def _cost(run: RunSpec, solo: dict, m: dict, check_s: float) -> LoaderCost:
+    """A loader's costs per sample from its one-process (`solo`) and one-worker (`m`) passes' metrics."""
     per_sample = 1.0 / m["samples_per_s"]
     worker_cpu = (m["worker_cpu_ms_per_sample"] or 0.0) / 1000
     worker_bound = m["data_wait_frac"] >= WORKER_BOUND_WAIT
@@ -190,8 +202,7 @@ def calibrate(runs: list[RunSpec], dataset: str, source: str, out: str | Path) -
     checks = {mode: check_cost(run) for (_, mode), run in pairs.items()}
     costs, missing = [], []
     with tempfile.TemporaryDirectory(prefix="dlbench-calibrate-") as tmp:
-        for run in here:
-            cost = loader_cost(run, Path(tmp), checks[run.mode])
+        for cost in loader_costs(here, Path(tmp), checks):
             (missing if isinstance(cost, str) else costs).append(cost)
         for name, group in elsewhere.items():
             found = _in_peer_env(group, Path(tmp) / f"peer-{name or 'default'}", dataset, source)
@@ -232,5 +243,7 @@ def _in_peer_env(runs: list[RunSpec], workdir: Path, dataset: str, source: str) 
     args = [*cmd[: cmd.index("bench-rank")], "calibrate", *specs, "--dataset", dataset, "--source", source]
     proc = subprocess.run([*args, "--out", str(out)], env=env, capture_output=True, text=True)
     if proc.returncode:
-        raise UserError(f"calibrating {runs[0].loader} in its environment failed: {proc.stderr.strip()[-1500:]}")
+        last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        why = f"{', '.join(sorted({r.loader for r in runs}))}: calibrating in the peer environment failed: {last}"
+        return Calibration(dataset, source, socket.gethostname(), cores(), 0, 0, None, 0.0, note=why)
     return Calibration.read(out)
