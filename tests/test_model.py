@@ -92,6 +92,9 @@ def test_streaming_with_fewer_units_than_workers_names_the_episodes():
     assert theirs.busy_workers == 1 and theirs.bound == "episodes"
     two_ranks = predict(cost(loader="dlbench_stream"), Node(16, ranks=2), 2, batch_size=16, ranks=2, episodes=3)
     assert two_ranks.busy_workers == 1  # rank 1 gets one of the 3 shards: the slowest rank sets the pace
+    # one data file over two ranks: `datasets` splits it by rows, so each rank streams it with one busy worker
+    split = predict(cost(loader="lerobot_stream"), Node(16, ranks=1), 2, batch_size=16, ranks=2, episodes=50)
+    assert split.busy_workers == 1 and split.samples_per_s_node > 0
 
 
 def test_ranks_on_a_node_share_its_cores_and_a_training_step_caps_each_rank():

@@ -78,8 +78,11 @@ def busy(loader: str, workers: int, rank: int, ranks: int, episodes: int, data_f
 
     if loader.startswith("dlbench_stream"):
         return busy_workers(auto_virtual_shards(episodes, max(fetch_episodes, 1)), rank, ranks, workers)
-    if loader.startswith("lerobot_stream"):  # one shard per data file, split over ranks, then over workers
-        return busy_workers(max(data_files, 1), rank, ranks, workers)
+    if loader.startswith("lerobot_stream"):
+        # one shard per data file; `datasets` splits ranks by rows where the files do not divide among them, so
+        # every rank keeps every shard
+        files = max(data_files, 1)
+        return busy_workers(files, rank, ranks, workers) if files % ranks == 0 else min(max(workers, 1), files)
     return max(workers, 1)
 
 
