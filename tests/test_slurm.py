@@ -54,9 +54,9 @@ SLURM_TINY = {
 
 def _profile_resources() -> list[str]:
     """profiles/slurm's set-resources as CLI values (a CLI --set-resources replaces the profile's whole key), with
-    bench jobs fitted to the test nodes' one CPU each."""
+    bench and calibration jobs fitted to the test nodes' one CPU each."""
     profile = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())["set-resources"]
-    profile["bench"]["cpus_per_task"] = 1
+    profile["bench"]["cpus_per_task"] = profile["calibrate"]["cpus_per_task"] = 1
     return [f"{rule}:{key}={value}" for rule, res in profile.items() for key, value in res.items()]
 
 

@@ -330,7 +330,3 @@ def calibrate_inputs(wildcards):
         needs.pop("prewarm", None)
         inputs["needs"] += [v for v in needs.values() if v not in inputs["needs"]]
     return inputs
-
-
-def calibration_threads(wildcards):
-    return max(bench_threads_of(r) for r in CALIBRATED[(wildcards.dataset, wildcards.source)])

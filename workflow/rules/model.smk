@@ -15,7 +15,7 @@ rule calibrate:
         "results/logs/calibration/{dataset}-{source}.log",
     conda:
         "../envs/cpu.yaml"
-    threads: measuring(calibration_threads)
+    threads: measuring(2)  # one DataLoader worker and the main process
     resources:
         measure=measure,
         loopback=lambda wildcards: loopback_jobs(wildcards.source),
