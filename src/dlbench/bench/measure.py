@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from ..errors import UserError
-from ..loader.collate import collate, to_torch
+from ..loader.collate import collate
 from ..loader.dataloader import DataLoader
 from ..procstat import MemorySampler, cpu_seconds
 from ..runspec import RunSpec
@@ -238,10 +238,10 @@ def work_note(adapter, num_workers: int) -> str:
 def warm_up(run: RunSpec, batches: Epochs, t_start: float, rows: list) -> float:
     """The first batch, then batches for `warmup_s` more (their samples' `index` into `rows`); returns the first
     batch's latency from `t_start`."""
-    rows.extend(to_torch(batches.next()[0])["index"].tolist())
+    rows.extend(batches.next()[0]["index"].tolist())
     first_batch_latency = time.perf_counter() - t_start
     while time.perf_counter() - t_start - first_batch_latency < run.warmup_s:
-        rows.extend(to_torch(batches.next()[0])["index"].tolist())
+        rows.extend(batches.next()[0]["index"].tolist())
     return first_batch_latency
 
 
@@ -263,7 +263,7 @@ def measure_window(
         if now - w0 >= run.duration_s or (run.num_batches is not None and count >= run.num_batches):
             break
         batch, info = batches.next()
-        batch = to_torch(batch)  # held until the copy is done: ring slots are reused once released
+        # `batch` (tensors over ring slots, as the DataLoader hands them) is held until the copy is done
         if consumer.type == "cuda":  # the copy training pays; the checks below read the host batch
             to_device(batch, consumer)
             if gpu_step is None:
