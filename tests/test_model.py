@@ -20,11 +20,12 @@ def cost(worker_ms=1.0, cpu_ms=None, handover_ms=0.05, check_ms=0.1, loader="dlb
         mode="single",
         batch_size=batch,
         frames_per_sample=fps,
-        solo_s=0.8 * worker_ms / 1000,  # one process: no hand-over through shared memory
+        solo_s=(0.8 * worker_ms + 0.2 * check_ms) / 1000,  # one process: no hand-over through shared memory
         worker_s=worker_ms / 1000,
         worker_cpu_s=(worker_ms if cpu_ms is None else cpu_ms) / 1000,
         handover_s=handover_ms / 1000,
         check_s=check_ms / 1000,
+        solo_check_s=0.2 * check_ms / 1000,
         start_s=0.5,
         main_pss_mb=200.0,
         worker_pss_mb=150.0,
@@ -51,7 +52,7 @@ def test_no_term_is_exceeded(c, cores, workers, episodes):
         assert s <= 1 / c.main_s * (1 + 1e-9)
         assert s <= p.busy_workers / c.worker_s * (1 + 1e-9)
     else:
-        assert s == pytest.approx(min(1 / (c.solo_s + c.check_s), cores / (c.worker_cpu_s + c.main_s)))
+        assert s == pytest.approx(min(1 / c.solo_s, cores / (c.worker_cpu_s + c.main_s)))
     assert p.bound in p.rates and p.rates[p.bound] == s
     assert p.frames_per_s_node == pytest.approx(s * c.frames_per_sample)
 
@@ -144,6 +145,10 @@ def test_a_run_is_predicted_from_its_calibration_or_says_why_not():
     # both cores-bound per node: the same per node, but two hosts deliver twice as much, each holding one rank
     assert spread.samples_per_s_node == pytest.approx(local.samples_per_s_node) and spread.bound == "cores"
     assert spread.peak_pss_mb == pytest.approx(local.peak_pss_mb / 2)
+    for workers in (0, 2):  # a run that checks no frames is spared their cost
+        checked = predict_run({**run, "num_workers": workers}, cal).samples_per_s_node
+        unchecked = predict_run({**run, "num_workers": workers, "verify": False}, cal).samples_per_s_node
+        assert unchecked > checked
     assert "GPU" in predict_run({**run, "decode_device": "cuda"}, cal)
     assert "no peer environment" in predict_run({**run, "loader": "lerobot_map"}, cal)
 
@@ -185,7 +190,8 @@ def test_a_real_calibration_measures_every_pair_and_predicts_its_own_runs(v30_h2
     cal = calibrate(runs, "h264", "local", tmp_path / "cal.json")
     assert {c.loader for c in cal.costs} == {"dlbench_map", "dlbench_stream"} and cal.cores >= 1
     for c in cal.costs:
-        assert c.solo_s > 0 and c.worker_s > 0 and c.worker_cpu_s > 0 and c.handover_s > 0 and c.check_s > 0
+        assert c.solo_s > 0 and c.worker_s > 0 and c.worker_cpu_s > 0 and c.handover_s > 0
+        assert c.check_s > 0 and 0 < c.solo_check_s < c.solo_s  # the passes checked frames, as the runs do
         assert c.main_pss_mb > 0 and c.worker_pss_mb > 0
     run = make_run({"root": str(v30_h264), "num_workers": 1, "duration_s": 1.5, "warmup_s": 0.3, "repeats": 1})
     launch(run, tmp_path / "run")

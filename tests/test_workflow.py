@@ -122,7 +122,7 @@ def check_two_ranks(run_dir: Path) -> None:
     m0, m1 = (r["metrics"] for r in records)
     assert m0["window_start_unix"] < m1["window_end_unix"] and m1["window_start_unix"] < m0["window_end_unix"]
     for m in (m0, m1):
-        assert m["frames_wrong"] == 0 and m["frames_barcode_checked"] == m["samples"] * m["frames_per_sample"] > 0
+        assert m["frames_wrong"] == 0 and m["frames_barcode_checked"] == (m["samples"] + m["warmup_samples"]) * m["frames_per_sample"] > 0
         assert 0 <= m["latency_p50_ms"] <= m["latency_p95_ms"] <= m["latency_p99_ms"]
         assert 0.0 <= m["cache_hit_rate"] <= 1.0 and m["cache_hits"] + m["cache_misses"] > 0
         assert m["peak_pss_mb"] > 0 and m["first_batch_latency_s"] > 0 and m["samples_per_s"] > 0

@@ -1,11 +1,12 @@
 """`dlbench calibrate`: what one dataset costs to load from one source on this host, per loader and frame mode,
 measured in a few seconds each (`model.Calibration`; the model in `model.equations` reads it).
 
-Each loader runs one short DataLoader pass with one worker and the frame checks off, through the same launcher as a
-bench run (LeRobot's and Lance's loaders in their environment): with the main process doing little, the worker sets
-the pace, so its time per sample, its CPU time, the main process's hand-over cost, the first batch and the memory of
-each process are read off the pass's record. The checks' cost per sample is measured apart, on the dataset's own
-batches, since it is the same whoever loads them.
+Each loader runs two short DataLoader passes, through the same launcher as a bench run (LeRobot's and Lance's loaders
+in their environment) and with the run's own frame checks: one with one worker, where the worker sets the pace, so
+its time per sample, its CPU time, the main process's hand-over and checks, the first batch and the memory of each
+process are read off the pass's record; and one in a single process. The checks are measured where runs pay them:
+on frames a worker handed over through shared memory they cost the main process up to ten times what they cost on
+frames it decoded itself (first touches of the ring's pages, caches the worker filled on another core).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from .. import runspec
 from ..config import split_loader
@@ -31,12 +31,10 @@ from ..peer import CREATE_COMMAND, peer_python
 from ..runspec import RunSpec
 from . import record as recordmod
 from .launch import launch, needs_peer, rank_command, rank_file
-from .metrics import frame_checks
 
-# the calibration passes: no checks, a short window after the run's own warm-up (a stream's cost per sample depends
-# on how far into its episodes it is), nothing else; `solo` in one process, `worker` with one DataLoader worker
+# the calibration passes: a short window after the run's own warm-up (a stream's cost per sample depends on how far
+# into its episodes it is), the run's checks, nothing else; `solo` in one process, `worker` with one DataLoader worker
 PASS = dict(
-    verify=False,
     duration_s=1.5,
     repeats=1,
     num_batches=None,
@@ -52,7 +50,6 @@ MAX_WARMUP_S = 3.0
 MIN_BATCHES = 3  # a window with fewer is measured again, long enough for them (slow sets: 720p sarm)
 MAX_WINDOW_S = 8.0
 WORKER_BOUND_WAIT = 0.5  # the pass was worker-bound when the main process waited on data this share of the time
-CHECK_BATCHES = 6
 
 
 def cores() -> int:
@@ -82,20 +79,21 @@ def one_pass(run: RunSpec, workdir: Path, workers: int) -> dict | str:
     return m
 
 
-def loader_costs(runs: list[RunSpec], workdir: Path, checks: dict[str, float]) -> list[LoaderCost | str]:
+def loader_costs(runs: list[RunSpec], workdir: Path) -> list[LoaderCost | str]:
     """The two passes of each run's loader and mode, as its costs per sample (a string where it could not run).
     Every one-worker pass comes first: its worker forks from this process, which must not hold decoders of a loader
     yet (LeRobot keeps them in one cache per process, which a forked worker would share and break)."""
     forked = [one_pass(run, workdir, 1) for run in runs]
     solos = [one_pass(run, workdir, 0) if not isinstance(m, str) else m for run, m in zip(runs, forked)]
     return [
-        m if isinstance(m, str) else (solo if isinstance(solo, str) else _cost(run, solo, m, checks[run.mode]))
+        m if isinstance(m, str) else (solo if isinstance(solo, str) else _cost(run, solo, m))
         for run, solo, m in zip(runs, solos, forked)
     ]
 
 
-def _cost(run: RunSpec, solo: dict, m: dict, check_s: float) -> LoaderCost:
+def _cost(run: RunSpec, solo: dict, m: dict) -> LoaderCost:
     """A loader's costs per sample from its one-process (`solo`) and one-worker (`m`) passes' metrics."""
+    check_s = m["check_ms_per_sample"] / 1000
     per_sample = 1.0 / m["samples_per_s"]
     worker_cpu = (m["worker_cpu_ms_per_sample"] or 0.0) / 1000
     worker_bound = m["data_wait_frac"] >= WORKER_BOUND_WAIT
@@ -110,8 +108,9 @@ def _cost(run: RunSpec, solo: dict, m: dict, check_s: float) -> LoaderCost:
         solo_s=1.0 / solo["samples_per_s"],
         worker_s=worker_s,
         worker_cpu_s=worker_cpu,  # more than worker_s where a worker decodes on several threads (LeRobot's)
-        handover_s=m["main_cpu_ms_per_sample"] / 1000,
-        check_s=check_s if run.verify else 0.0,
+        handover_s=max(0.0, m["main_cpu_ms_per_sample"] / 1000 - check_s),
+        check_s=check_s,
+        solo_check_s=solo["check_ms_per_sample"] / 1000,
         start_s=max(0.0, m["first_batch_latency_s"] - run.batch_size * worker_s),
         main_pss_mb=m["peak_pss_mb"] - workers_pss,
         worker_pss_mb=workers_pss,
@@ -120,35 +119,6 @@ def _cost(run: RunSpec, solo: dict, m: dict, check_s: float) -> LoaderCost:
         worker_bound=worker_bound,
         note="" if worker_bound else "the main process set the pace: worker time is its CPU time",
     )
-
-
-def check_cost(run: RunSpec) -> float:
-    """Seconds per sample the run's frame checks take in the main process, on batches of the dataset in `run`'s
-    mode (made by dlbench_map in this process: the frames are the same whichever loader delivers them)."""
-    if not run.verify:
-        return 0.0
-    from ..loader import DataLoader
-    from ..loader.map import LeRobotMapDataset
-
-    dmeta = DatasetMeta.load(run.root, data_files_root=run.data_files_root)
-    barcodes, decoded = frame_checks(run, dmeta, torch.device("cpu"))
-    checks = [c for c in (barcodes and barcodes.check, decoded and decoded.offer) if c]
-    ds = LeRobotMapDataset(
-        run.root,
-        mode=run.mode,
-        delta_timestamps=run.delta_timestamps,
-        data_files_root=run.data_files_root,
-        return_uint8=True,  # as every bench run delivers frames (float frames cost the checks 3x)
-    )
-    order = np.random.default_rng(run.seed).permutation(len(ds))[: CHECK_BATCHES * run.batch_size].tolist()
-    loader = DataLoader(ds, batch_size=run.batch_size, sampler=order, num_workers=0)
-    per_sample = []
-    for batch in loader:
-        t0 = time.perf_counter()
-        for check in checks:
-            check(batch)
-        per_sample.append((time.perf_counter() - t0) / len(batch["index"]))
-    return float(np.median(per_sample)) if per_sample else 0.0  # the median: a first call or a busy moment is no cost
 
 
 def ttfb_ms(dmeta: DatasetMeta, reads: int = 5) -> float | None:
@@ -199,14 +169,13 @@ def calibrate(runs: list[RunSpec], dataset: str, source: str, out: str | Path) -
     for run in pairs.values():
         if needs_peer(run.loader):
             elsewhere.setdefault(split_loader(run.loader)[1] or "", []).append(run)
-    checks = {mode: check_cost(run) for (_, mode), run in pairs.items()}
     costs, missing = [], []
     with tempfile.TemporaryDirectory(prefix="dlbench-calibrate-") as tmp:
-        for cost in loader_costs(here, Path(tmp), checks):
+        for cost in loader_costs(here, Path(tmp)):
             (missing if isinstance(cost, str) else costs).append(cost)
         for name, group in elsewhere.items():
             found = _in_peer_env(group, Path(tmp) / f"peer-{name or 'default'}", dataset, source)
-            costs += [replace(c, check_s=checks[c.mode] if c.check_s else 0.0) for c in found.costs]
+            costs += found.costs
             missing += [found.note] if found.note else []
     for problem in missing:
         print(f"calibrate: left out: {problem}", flush=True)

@@ -235,14 +235,19 @@ def work_note(adapter, num_workers: int) -> str:
     )
 
 
-def warm_up(run: RunSpec, batches: Epochs, t_start: float, rows: list) -> float:
-    """The first batch, then batches for `warmup_s` more (their samples' `index` into `rows`); returns the first
-    batch's latency from `t_start`."""
-    rows.extend(batches.next()[0]["index"].tolist())
+def warm_up(run: RunSpec, batches: Epochs, t_start: float, rows: list, checks: list) -> float:
+    """The first batch, then batches for `warmup_s` more (their samples' `index` into `rows`), each checked as the
+    windows' are: the checks' own start (the decode check's first picks copy every frame) is warm-up too. Returns
+    the first batch's latency from `t_start`."""
+    batch = batches.next()[0]
     first_batch_latency = time.perf_counter() - t_start
-    while time.perf_counter() - t_start - first_batch_latency < run.warmup_s:
-        rows.extend(batches.next()[0]["index"].tolist())
-    return first_batch_latency
+    while True:
+        rows.extend(batch["index"].tolist())
+        for check in checks:
+            check(batch)
+        if time.perf_counter() - t_start - first_batch_latency >= run.warmup_s:
+            return first_batch_latency
+        batch = batches.next()[0]
 
 
 def measure_window(
@@ -330,7 +335,7 @@ def measure_pass(run: RunSpec, adapter, device: torch.device, checks: list, samp
     memory.start()
     try:
         warm_rows: list = []
-        first_batch_latency = warm_up(run, batches, t_start, warm_rows)
+        first_batch_latency = warm_up(run, batches, t_start, warm_rows, checks)
         if barrier is not None:
             barrier()
         before = meter.counts() if meter else None

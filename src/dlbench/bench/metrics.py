@@ -42,6 +42,7 @@ def timing_metrics(measured: Pass, frames_per_item: int) -> dict:
     rates = np.array([w["samples"] / w["seconds"] for w in windows])
     return {
         "samples": sum(w["samples"] for w in windows),
+        "warmup_samples": len(measured.warm_rows or ()),  # checked too, not timed
         "batches": sum(w["batches"] for w in windows),
         "repeats": len(windows),
         "frames_per_s_node": float(np.median(rates)) * frames_per_item,  # the median window; min and max: spread

@@ -66,8 +66,8 @@ class BarcodeCheck:
 class DecodeCheck:
     """Compares a uniform sample of delivered frames (`per_camera` per camera) with an independent decode.
 
-    `offer(batch)` during the window keeps a reservoir sample of every frame delivered (a uniform sample over the
-    window; a frame is copied only when it enters the sample); `finish()` decodes and compares.
+    `offer(batch)` during the run keeps a reservoir sample of every frame delivered (a uniform sample over the
+    warm-up and the windows; a frame is copied only when it enters the sample); `finish()` decodes and compares.
     """
 
     def __init__(

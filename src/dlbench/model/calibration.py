@@ -1,21 +1,20 @@
 """A calibration record: what one dataset costs to load from one source on one host, per loader and frame mode
 (`dlbench calibrate` measures it; `equations.predict` reads it). Torch-free; JSON on disk.
 
-Every figure is measured, none assumed: a loader's costs come from two short DataLoader passes with the frame checks
-off, one in a single process and one with one worker (so that the worker, not the main process, sets the pace),
-the checks' cost from running them on the dataset's own batches.
+Every figure is measured, none assumed: a loader's costs come from two short DataLoader passes with the run's frame
+checks, one in a single process and one with one worker (so that the worker, not the main process, sets the pace).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from .. import atomic
 from ..errors import UserError
 
-VERSION = 2
+VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -26,11 +25,12 @@ class LoaderCost:
     mode: str
     batch_size: int
     frames_per_sample: int
-    solo_s: float  # wall time per sample with no workers, checks off (the process builds and takes every batch)
+    solo_s: float  # wall time per sample with no workers, checks included (the process builds and takes every batch)
     worker_s: float  # a worker's wall time per sample (building, collating, waiting on storage)
     worker_cpu_s: float  # the CPU part of it
-    handover_s: float  # the main process's CPU per sample without checks (receiving batches, the consumer)
-    check_s: float  # the frame checks' time per sample in the main process (0: the run verifies nothing)
+    handover_s: float  # the main process's CPU per sample, less the checks (receiving batches, the consumer)
+    check_s: float  # the frame checks' time per sample in the main process, on handed-over frames (0: no checks)
+    solo_check_s: float  # the checks' part of solo_s (on frames the process decoded itself)
     start_s: float  # from building the DataLoader to its first batch, less building that batch
     main_pss_mb: float  # the main process's memory with one worker beside it
     worker_pss_mb: float  # one worker's
@@ -42,6 +42,10 @@ class LoaderCost:
     @property
     def main_s(self) -> float:
         return self.handover_s + self.check_s
+
+    def unchecked(self) -> LoaderCost:
+        """The costs of a run that checks no frames."""
+        return replace(self, solo_s=self.solo_s - self.solo_check_s, check_s=0.0, solo_check_s=0.0)
 
 
 @dataclass

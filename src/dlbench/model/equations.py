@@ -6,12 +6,12 @@ B / worker_s samples/s. The main process takes each batch over and consumes it, 
 sample (hand-over, the run's frame checks, the consumer's bookkeeping), so it passes at most 1 / main_s. Every
 process of the host shares its cores: a sample costs worker_cpu_s + main_s of CPU in all, so the host delivers at
 most cores / (worker_cpu_s + main_s). Without workers the one process builds and takes every sample in turn, at
-its own measured time per sample (`solo_s`: no shared-memory hand-over), plus the checks: 1 / (solo_s + check_s).
+its own measured time per sample (`solo_s`: no shared-memory hand-over, its checks included): 1 / solo_s.
 A training step of step_ms per batch caps a rank at batch_size / step. The smallest of these is the rate, and its
 name is the bound:
 
     rate_rank  = min(B / worker_s, 1 / main_s, batch_size / step)        (workers > 0)
-               = min(1 / (solo_s + check_s), batch_size / step)          (workers = 0)
+               = min(1 / solo_s, batch_size / step)                      (workers = 0)
     rate_host  = min(ranks_on_host x rate_rank, cores / (worker_cpu_s + main_s))
     frames/s   = rate_host x frames_per_sample
 
@@ -116,7 +116,7 @@ def predict(
         rates["episodes"] = 0.0
     elif w == 0:
         solo = cost.solo_s + (worker_s - cost.worker_s)  # the one process waits on storage as a worker does
-        rates["single process"] = per_host / (solo + cost.check_s)
+        rates["single process"] = per_host / solo
     else:
         fetch_share = 1.0 - min(1.0, cost.worker_cpu_s / worker_s) if worker_s > 0 else 0.0
         name = "episodes" if b < w else ("fetch latency" if fetch_share > FETCH_BOUND_SHARE else "workers")
