@@ -1,5 +1,5 @@
-# dlbench: datasets (synth | v2.1 -> convert: plan, work x N, finalize | v3.0 in place) -> validate -> run specs
-# -> bench runs -> summary.csv -> plots.
+# dlbench: datasets (synth | v2.1 -> convert: plan, work x N, finalize | v3.0 in place | reencode of another)
+# -> validate -> run specs -> bench runs -> summary.csv -> plots.
 # Edit config.yaml to change the matrix; ask for any target, e.g. `snakemake -c all results/summary.csv`.
 from snakemake.utils import min_version
 
@@ -11,6 +11,7 @@ configfile: "config.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
+include: "workflow/rules/encoding.smk"
 include: "workflow/rules/sources.smk"
 include: "workflow/rules/peers.smk"
 include: "workflow/rules/bench.smk"
@@ -25,6 +26,7 @@ rule all:
         CONVERSION_TABLE,
         PLOTS,
         CONVERSION_PLOT,
+        ENCODINGS,
         COMPARE,
 
 

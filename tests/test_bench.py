@@ -28,7 +28,10 @@ def test_record_has_sane_metrics_and_verifies_every_frame(v30_h264, loader):
     m = rec["metrics"]
     assert rec["status"] == "ok" and rec["versions"]["torchcodec"] and rec["config"]["loader"] == loader
     assert m["samples"] == len(samples) > 0
-    assert m["frames_barcode_checked"] == (m["samples"] + m["warmup_samples"]) * m["frames_per_sample"] and m["frames_wrong"] == 0
+    assert (
+        m["frames_barcode_checked"] == (m["samples"] + m["warmup_samples"]) * m["frames_per_sample"]
+        and m["frames_wrong"] == 0
+    )
     assert m["frames_decode_checked"] == 2 * 32  # a sample per camera, decoded independently
     assert m["frames_verified"] == m["frames_barcode_checked"] + m["frames_decode_checked"]
     assert m["frames_per_sample"] == 16 and m["num_cameras"] == 2

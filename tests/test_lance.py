@@ -51,7 +51,10 @@ def test_lance_map_delivers_frames_and_every_frame_is_verified(lance_copy, tmp_p
     m = rec["metrics"]
     assert rec["status"] == "ok" and rec["config"]["loader"] == "lance_map" and not rec.get("reason")
     assert m["samples"] > 0 and m["frames_per_sample"] == frames_per_sample
-    assert m["frames_barcode_checked"] == (m["samples"] + m["warmup_samples"]) * frames_per_sample and m["frames_wrong"] == 0
+    assert (
+        m["frames_barcode_checked"] == (m["samples"] + m["warmup_samples"]) * frames_per_sample
+        and m["frames_wrong"] == 0
+    )
     assert m["frames_decode_checked"] > 0  # a sample compared with an independent decode of the v3.0 files
 
 

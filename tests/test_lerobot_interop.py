@@ -41,6 +41,27 @@ def test_lerobot_reads_every_frame_of_dlbench_output(v30_h264, v21_h264, tmp_pat
         assert (codes[:, 2] == cam_index).all()
 
 
+@pytest.mark.parametrize("codec", ["hevc", "h264"])
+def test_lerobot_reads_every_frame_of_a_reencoded_dataset(v30_h264, tmp_path, codec):
+    """`dlbench reencode` output (closed GOPs of 5) read by LeRobot 0.6.1: every frame at every index is the one
+    the source holds there (its barcode)."""
+    from dlbench.encoding.options import Encoding
+    from dlbench.encoding.reencode import reencode
+
+    dst = tmp_path / "reencoded"
+    reencode(str(v30_h264), dst, Encoding(codec, gop=5, crf=20), workers=2)
+    out = tmp_path / "dump.npz"
+    peer.run_peer("lerobot_dump", str(dst), str(out), timeout=600)
+    dump = np.load(out)
+    assert len(dump["index"]) == meta.read_info(str(v30_h264))["total_frames"]
+    for cam_index, cam in enumerate(meta.video_keys(meta.read_info(str(dst)))):
+        codes = dump[f"barcode/{cam}"]
+        assert codes[:, 3].all(), f"{cam}: LeRobot returned frames without an intact barcode"
+        np.testing.assert_array_equal(codes[:, 0], dump["episode_index"])
+        np.testing.assert_array_equal(codes[:, 1], dump["frame_index"])
+        assert (codes[:, 2] == cam_index).all()
+
+
 def test_lerobot_converter_output_has_the_same_episodes(v30_h264, v21_h264, tmp_path):
     copy = tmp_path / "lerobot"
     shutil.copytree(v21_h264, copy)

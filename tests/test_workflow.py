@@ -122,7 +122,10 @@ def check_two_ranks(run_dir: Path) -> None:
     m0, m1 = (r["metrics"] for r in records)
     assert m0["window_start_unix"] < m1["window_end_unix"] and m1["window_start_unix"] < m0["window_end_unix"]
     for m in (m0, m1):
-        assert m["frames_wrong"] == 0 and m["frames_barcode_checked"] == (m["samples"] + m["warmup_samples"]) * m["frames_per_sample"] > 0
+        assert (
+            m["frames_wrong"] == 0
+            and m["frames_barcode_checked"] == (m["samples"] + m["warmup_samples"]) * m["frames_per_sample"] > 0
+        )
         assert 0 <= m["latency_p50_ms"] <= m["latency_p95_ms"] <= m["latency_p99_ms"]
         assert 0.0 <= m["cache_hit_rate"] <= 1.0 and m["cache_hits"] + m["cache_misses"] > 0
         assert m["peak_pss_mb"] > 0 and m["first_batch_latency_s"] > 0 and m["samples_per_s"] > 0
@@ -473,3 +476,39 @@ def test_bucket_legs_on_the_loopback_hub_with_lerobot_beside_dlbench(tmp_path):
     assert (summary.set_index("scenario").loc["stream_warmed_bucket", "source_verdict"] == "warm").all()
     assert (tmp_path / "results/plots/remote_cost.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not (tmp_path / "results/sources/loopback.json").exists()  # the servers stopped with the run
+
+
+def test_a_reencoded_dataset_is_benchmarked_beside_its_source_and_its_encoding_measured(tmp_path):
+    """A `reencode` dataset of a synthetic one: made by the DAG, validated, benchmarked with every delivered frame's
+    barcode checked, and set beside its source in encodings.csv (quality, bytes, decode rates) and its plot."""
+    config = {
+        "datasets": {
+            "tiny": {"synth": {"episodes": 3, "length_min": 30, "length_max": 40}},
+            "tiny_hevc": {"reencode": {"from": "tiny", "codec": "hevc", "gop": 5, "crf": 20}},
+        },
+        "convert": {"workers": 1, "scaling_workers": []},
+        "bench": {
+            "defaults": {
+                "batch_size": 4,
+                "num_workers": 1,
+                "duration_s": 1,
+                "warmup_s": 0.3,
+                "repeats": 1,
+                "probe_samples": 0,
+                "check_frames": 8,
+            },  # fmt: skip
+            "scenarios": {"enc": {"dataset": ["tiny", "tiny_hevc"], "loader": ["dlbench_map"]}},
+        },
+    }
+    proc = snakemake(tmp_path, config, "-c", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = pd.read_csv(tmp_path / "results/summary.csv").set_index("dataset")
+    assert (summary["status"] == "ok").all() and (summary["frames_wrong"] == 0).all()
+    run = tmp_path / "results/runs/enc/tiny_hevc-dlbench_map-single-b4-w1-cpu/rank0of1.json"
+    m = json.loads(run.read_text())["metrics"]
+    assert m["frames_barcode_checked"] == (m["samples"] + m["warmup_samples"]) * m["frames_per_sample"] > 0
+    table = pd.read_csv(tmp_path / "results/tables/encodings.csv").set_index("dataset")
+    assert sorted(table.index) == ["tiny", "tiny_hevc"]
+    assert table.loc["tiny_hevc", "codec"] == "hevc" and table.loc["tiny_hevc", "keyframe_interval"] <= 5
+    assert table.loc["tiny_hevc", "psnr_db"] > 35 and table.loc["tiny_hevc", "bytes_vs_source"] > 0
+    assert (tmp_path / "results/plots/encodings.png").stat().st_size > 10_000

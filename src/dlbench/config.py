@@ -17,7 +17,7 @@ import yaml
 from .errors import UserError
 
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "config.schema.yaml"
-DATASET_KINDS = ("synth", "v21", "v30")
+DATASET_KINDS = ("synth", "v21", "v30", "reencode")
 # the frame modes every loader knows, as delta_timestamps ("cameras": every camera); others come from config.yaml's
 # `modes:`. "single": one frame of every camera; "sarm": 8 steps spaced 1 s (the 7 s before the current frame, and it)
 BUILTIN_MODES = {
@@ -235,7 +235,7 @@ def _check_shape(config: dict) -> None:
         kinds = [k for k in DATASET_KINDS if k in ds]
         if len(kinds) != 1:
             found = f"found {', '.join(kinds)}" if kinds else "found none"
-            raise UserError(f"datasets.{name}: give exactly one of synth, v21, v30 ({found})")
+            raise UserError(f"datasets.{name}: give exactly one of synth, v21, v30, reencode ({found})")
     for name, peer in (config.get("peers") or {}).items():
         if isinstance(peer, dict) and len(peer) != 1:
             found = f"found {', '.join(peer)}" if peer else "found none"

@@ -17,7 +17,7 @@ from .sources import Source
 
 # ------------------------------------------------------------------------------------------------- datasets
 def dataset_kind(config: dict, name: str) -> str:
-    """synth, v21 or v30: how the DAG gets the dataset's v3.0 form."""
+    """synth, v21, v30 or reencode: how the DAG gets the dataset's v3.0 form."""
     ds = config["datasets"][name]
     return next(k for k in DATASET_KINDS if k in ds)
 
@@ -40,13 +40,50 @@ def dataset_source(config: dict, name: str) -> str | None:
     return f"results/datasets/{name}/v21" if "synth" in ds else None
 
 
+def reencoded_from(config: dict, name: str) -> str | None:
+    """The name of the dataset a reencode dataset is made from (None for the other kinds)."""
+    return config["datasets"][name].get("reencode", {}).get("from")
+
+
+def encoding(config: dict, name: str):
+    """A reencode dataset's `encoding.options.Encoding`; errors name the config key."""
+    from .encoding.options import from_config
+
+    values = {k: v for k, v in config["datasets"][name]["reencode"].items() if k != "workers"}
+    return from_config(values, f"datasets.{name}.reencode")[1]
+
+
+def encoded_datasets(config: dict) -> list[str]:
+    """The datasets encodings.csv describes: every reencode dataset and the dataset it is made from."""
+    names = [n for n in config["datasets"] if dataset_kind(config, n) == "reencode"]
+    return sorted(set(names) | {reencoded_from(config, n) for n in names})
+
+
+def _check_reencode(config: dict, name: str) -> None:
+    seen = [name]
+    while (source := reencoded_from(config, seen[-1])) is not None:
+        if source not in config["datasets"]:
+            raise UserError(
+                f"datasets.{seen[-1]}.reencode.from: {source!r} is not a dataset of this config; "
+                f"datasets: {sorted(config['datasets'])}"
+            )
+        if source in seen:
+            raise UserError(f"datasets.{name}.reencode.from: a loop ({' -> '.join([*seen, source])})")
+        seen.append(source)
+    encoding(config, name)
+
+
 def check_local_dataset(config: dict, name: str) -> None:
-    """A v21 or v30 dataset on local disk must exist and be that version: one line naming the key otherwise.
+    """A v21 or v30 dataset on local disk must exist and be that version: one line naming the key otherwise; a
+    reencode dataset must name a dataset of this config, and an encoding FFmpeg can make.
 
     URLs are checked by the jobs that read them (validate, bench), where the network is."""
     from .format import meta
 
     kind = dataset_kind(config, name)
+    if kind == "reencode":
+        _check_reencode(config, name)
+        return check_local_dataset(config, reencoded_from(config, name))
     if kind == "synth":
         return
     path = config["datasets"][name][kind]

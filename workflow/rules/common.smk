@@ -61,7 +61,7 @@ def _scaling_datasets():
     if named is None:  # a user's dataset is converted once, in the DAG; timing it twice more is opt-in
         named = [d for d in READ_DATASETS if matrix.dataset_kind(config, d) == "synth"]
     for d in named:
-        if d not in config["datasets"] or matrix.dataset_kind(config, d) == "v30":
+        if d not in config["datasets"] or matrix.dataset_kind(config, d) not in ("synth", "v21"):
             config_error(
                 f"convert.scaling_datasets: {d!r} is not a synth or v21 dataset; datasets: "
                 f"{sorted(config['datasets'])}"
@@ -70,7 +70,8 @@ def _scaling_datasets():
 
 
 SCALING_DATASETS = _scaling_datasets()
-for _name in sorted(set(READ_DATASETS) | set(SCALING_DATASETS)):
+REENCODE_DATASETS = {n for n, ds in config["datasets"].items() if "reencode" in ds}
+for _name in sorted(set(READ_DATASETS) | set(SCALING_DATASETS) | REENCODE_DATASETS):
     configured(matrix.check_local_dataset, config, _name)
 
 

@@ -8,10 +8,11 @@ import logging
 import sys
 
 from ..errors import WORKFLOW_EXTRA, UserError, needs_extra
-from . import bench, compare, convert, lance, model, report, sources, synth, validate
+from . import bench, compare, convert, encoding, lance, model, report, sources, synth, validate
 from .common import Help, log
 
-COMMANDS = (synth, convert, lance, validate, bench, model, sources, report, compare)  # as `dlbench --help` lists them
+# as `dlbench --help` lists them
+COMMANDS = (synth, convert, encoding, lance, validate, bench, model, sources, report, compare)
 
 
 def build_parser() -> argparse.ArgumentParser:

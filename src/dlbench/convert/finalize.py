@@ -184,11 +184,11 @@ def finalize(work_dir: str | Path, dst: str | Path) -> Path:
         }
     )
     meta.write_info(out, new_info)
-    _publish(out, dst)
+    publish(out, dst)
     return dst
 
 
-def _publish(staged: Path, dst: Path) -> None:
+def publish(staged: Path, dst: Path) -> None:
     """Hard-link the staged tree into a hidden sibling of `dst`, then rename it to `dst` (one atomic step).
 
     The staged tree stays, so finalize can run again (say, after `dst` was deleted) without redoing the units.

@@ -94,6 +94,14 @@ class Track:
         dts = np.cumsum(self.durations) - self.durations
         return int((dts + self.composition).min())
 
+    def presented_s(self) -> np.ndarray:
+        """Every frame's presentation time in seconds, in the order shown (the edit list's offset taken off)."""
+        pts = np.cumsum(self.durations) - self.durations
+        if self.composition is not None:
+            pts = pts + self.composition
+        shift = self.edit_media_time if self.edit_media_time is not None else 0
+        return np.sort(pts - shift) / self.timescale
+
 
 def read_track(fh, name: str) -> Track:
     """Parse the moov of an MP4 file object (seekable); raise `Unsupported` for a layout it does not read."""

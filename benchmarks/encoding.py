@@ -1,0 +1,137 @@
+"""Re-encodings of a dataset side by side: what each costs (bytes, encode time against FFmpeg alone) and gives
+(dlbench_map's frames/s at random access, decode rates in order and at random, PSNR and SSIM against the source).
+
+    python -m benchmarks.encoding [--workdir /tmp/dlbench-model] [--root V30] [--variants h264:1:20 h264:2:23 ...]
+
+A variant is codec:gop:crf[:preset]. By default the dataset is the realistic set of `benchmarks.model` (480x640
+AV1 g=2 crf 30, camera-like content, 2 cameras, 6 episodes of 10-15 s), written once into the workdir. For each
+variant: `dlbench reencode` (2 FFmpeg processes of 1 thread each on these cores) and, on the same files one after
+the other, the plain `ffmpeg` command with the same options on every core: their frames/s and ratio. Then every
+variant and the source are measured alike: `dlbench encoding` (every 10th frame compared) and a dlbench_map bench
+run in mode single (random access, 2 workers, frames checked), in one process after another. Prints one row per
+encoding, and writes encodings.csv and encodings.png into the workdir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from dlbench.encoding.options import Encoding
+
+DEFAULT_VARIANTS = ["h264:1:20", "h264:2:23", "h264:10:23", "hevc:2:26:fast", "av1:8:30"]
+
+
+def dlbench(*args: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "dlbench", "-q", *args], capture_output=True, text=True)
+    if proc.returncode:
+        sys.exit(f"dlbench {' '.join(args)} failed:\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
+    return proc.stdout
+
+
+def plain_ffmpeg_s(root: Path, enc: Encoding) -> tuple[float, int]:
+    """Seconds the `ffmpeg` command takes on every video file of `root`, one after another, on every core; and the
+    frames it encoded."""
+    from dlbench.format.mp4 import read_track
+
+    seconds, frames = 0.0, 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for f in sorted(root.glob("videos/*/*/*.mp4")):
+            with open(f, "rb") as fh:
+                track = read_track(fh, str(f))
+            out = Path(tmp) / "out.mp4"
+            cmd = [
+                "ffmpeg",
+                "-nostdin",
+                "-v",
+                "error",
+                "-i",
+                str(f),
+                *enc.ffmpeg_args(track.timescale, 0),
+                "-y",
+                str(out),
+            ]
+            t0 = time.perf_counter()
+            subprocess.run(cmd, check=True, env={**os.environ, "SVT_LOG": "1"})
+            seconds += time.perf_counter() - t0
+            frames += track.frames
+    return seconds, frames
+
+
+def bench_map(root: Path, out: Path, duration_s: float) -> float:
+    shutil.rmtree(out, ignore_errors=True)
+    dlbench("bench-run", "--root", str(root), "--loader", "dlbench_map", "--mode", "single", "--num-workers", "2",
+            "--duration-s", str(duration_s), "--warmup-s", "1", "--repeats", "2", "--probe-samples", "0",
+            "--out-dir", str(out))  # fmt: skip
+    rec = json.loads((out / "rank0of1.json").read_text())
+    assert rec["metrics"]["frames_wrong"] == 0, rec["metrics"]
+    return rec["metrics"]["frames_per_s_node"]
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workdir", default="/tmp/dlbench-model")
+    ap.add_argument("--root", default=None, help="a v3.0 dataset (default: the realistic set, made once)")
+    ap.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS)
+    ap.add_argument("--duration-s", type=float, default=3.0)
+    a = ap.parse_args(argv)
+    work = Path(a.workdir)
+    if a.root:
+        root = Path(a.root)
+    else:
+        from benchmarks.model import dataset
+
+        root = dataset(work, "realistic")
+    out = work / "encodings"
+    out.mkdir(parents=True, exist_ok=True)
+    rows = [out / "source.json"]
+    dlbench("encoding", str(root), "--name", "source", "--out", str(rows[0]))
+    roots = {"source": root}
+    print(f"{'encoding':<22}{'dlbench frames/s':>17}{'ffmpeg frames/s':>16}{'ratio':>7}", flush=True)
+    for v in a.variants:
+        codec, gop, crf, *preset = v.split(":")
+        enc = Encoding(codec, int(gop), int(crf), preset[0] if preset else None)
+        name = enc.label().replace(" ", "_")
+        dst = out / name
+        shutil.rmtree(dst, ignore_errors=True)
+        t0 = time.perf_counter()
+        record = str(out / f"{name}.reencode.json")
+        dlbench("reencode", str(root), str(dst), "--codec", codec, "--gop", gop, "--crf", crf,
+                *(["--preset", preset[0]] if preset else []), "--workers", "2", "--record", record)  # fmt: skip
+        ours = time.perf_counter() - t0
+        theirs, frames = plain_ffmpeg_s(root, enc)
+        print(f"{enc.label():<22}{frames / ours:>17.0f}{frames / theirs:>16.0f}{theirs / ours:>7.2f}", flush=True)
+        rows.append(out / f"{name}.json")
+        dlbench("encoding", str(dst), "--name", name, "--reference", str(root), "--reencode-record", record,
+                "--out", str(rows[-1]))  # fmt: skip
+        roots[name] = dst
+    dlbench(
+        "encodings-table", *map(str, rows), "--out", str(out / "encodings.csv"), "--plot", str(out / "encodings.png")
+    )
+    import pandas as pd
+
+    table = pd.read_csv(out / "encodings.csv")
+    print(f"\n{'encoding':<22}{'KB/frame':>9}{'PSNR':>7}{'SSIM':>7}{'random fps':>11}{'in order':>10}"
+          f"{'dlbench_map frames/s':>22}{'vs source':>10}")  # fmt: skip
+    base = None
+    for name, r in roots.items():  # one after another, the source first: its rate is the ratios' base
+        fps = bench_map(r, out / "runs" / name, a.duration_s)
+        base = base or fps
+        t = table[table["dataset"] == name]
+        psnr = f"{t['psnr_db'].mean():.1f}" if t["psnr_db"].notna().any() else "-"
+        ssim = f"{t['ssim'].mean():.3f}" if t["ssim"].notna().any() else "-"
+        print(f"{t['label'].iloc[0]:<22}{t['bytes_per_frame'].mean() / 1024:>9.1f}{psnr:>7}{ssim:>7}"
+              f"{t['decode_random_frames_per_s'].mean():>11.0f}{t['decode_in_order_frames_per_s'].mean():>10.0f}"
+              f"{fps:>22.0f}{fps / base:>9.2f}x", flush=True)  # fmt: skip
+    print(f"\n{out / 'encodings.csv'}, {out / 'encodings.png'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,251 @@
+"""`dlbench reencode`: a LeRobot v3.0 dataset with its videos re-encoded, every frame at its index and timestamp.
+
+One unit of work per video file (a camera's run of episodes). Units are leased as the converter's are
+(`convert.lease`), so any number of workers, on any hosts sharing the work directory, split them and a rerun after
+a kill redoes only the unfinished ones. A unit runs FFmpeg on the file, keeping every frame's timestamp (passthrough
+frame timing, the source's track timescale), checks that the output presents exactly the source's frames at the
+source's times, and writes its done record last. `finalize` copies the data and metadata (unchanged: episodes keep
+their files and timestamps), describes the new encoding in `meta/info.json`, and publishes the dataset in one
+rename. A damaged source is refused by `plan`, before anything is written.
+
+The work directory holds manifest.json, leases/, done/<unit>.json and out/ (the new dataset, staged).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from .. import atomic
+from ..convert.finalize import publish
+from ..convert.lease import HOST, LEASE_TIMEOUT_S, LeaseDir
+from ..errors import UserError
+from ..format import meta, paths
+from ..format.mp4 import Damaged, declared_frames, read_track
+from .options import Encoding
+
+MANIFEST = "manifest.json"
+MANIFEST_VERSION = 1
+TIME_TOLERANCE_S = 1e-6  # a frame's timestamp after re-encoding, against the source's
+
+
+def _episode_files(src: str, info: dict) -> dict[str, dict[str, int]]:
+    """Per camera, each video file (its path in the dataset) and the frames its episodes hold."""
+    cams = meta.video_keys(info)
+    cols = ["length"] + [f"videos/{c}/{k}" for c in cams for k in ("chunk_index", "file_index")]
+    table = meta.read_episodes_v30(src, columns=cols).to_pydict()
+    files: dict[str, dict[str, int]] = {c: {} for c in cams}
+    for i, length in enumerate(table["length"]):
+        for c in cams:
+            rel = paths.v30_video_path(c, table[f"videos/{c}/chunk_index"][i], table[f"videos/{c}/file_index"][i])
+            files[c][rel] = files[c].get(rel, 0) + int(length)
+    return files
+
+
+def _check_file(src: str, rel: str, frames: int) -> str | None:
+    """Why the source video file cannot be re-encoded (missing, empty, cut short, frames not as its episodes say),
+    or None."""
+    try:
+        with meta.open_file(src, rel) as fh:
+            declared = declared_frames(fh, rel)
+    except UserError as e:
+        return str(e)
+    except Damaged as e:
+        return str(e)
+    if declared is not None and declared != frames:
+        return f"{rel}: holds {declared} frames where its episodes (meta/episodes) count {frames}"
+    return None
+
+
+def plan(src: str, work: str | Path, encoding: Encoding) -> dict:
+    """Check the source and write the manifest (one unit per video file). Nothing is written for a damaged source."""
+    info = meta.require_version(src, "v3.0")
+    files = _episode_files(src, info)
+    if not any(files.values()):
+        raise UserError(f"{src}: no videos to re-encode (its cameras are stored as images, or it has none)")
+    problems = [p for c in files for rel, n in files[c].items() if (p := _check_file(src, rel, n))]
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise UserError(f"{src}: cannot re-encode: {problems[0]}{more}; repair or re-download the dataset")
+    units = [{"unit": k, "camera": c, "rel": rel, "frames": n} for k, (c, rel, n) in enumerate(
+        (c, rel, n) for c in files for rel, n in sorted(files[c].items()))]  # fmt: skip
+    manifest = {"version": MANIFEST_VERSION, "src": src, "encoding": encoding.to_dict(), "units": units}
+    work = atomic.make_dir(work)
+    path = work / MANIFEST
+    if path.exists():
+        old = json.loads(path.read_text())
+        if any(old.get(k) != manifest[k] for k in ("src", "encoding", "units")):
+            raise UserError(f"{work}: holds another re-encode's work ({old.get('src')}); give another work directory")
+        return old  # resuming: the units already done stay done
+    atomic.write_json(path, manifest)
+    return manifest
+
+
+def load_manifest(work: str | Path) -> dict:
+    path = Path(work) / MANIFEST
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path}: no re-encode plan here; run `dlbench reencode` first") from None
+    if manifest.get("version") != MANIFEST_VERSION:
+        raise UserError(f"{path}: a plan of another dlbench version; delete {work} and re-encode again")
+    return manifest
+
+
+def _done(work: Path, unit: int) -> Path:
+    return work / "done" / f"unit-{unit:06d}.json"
+
+
+def _local_copy(src: str, rel: str, tmp: Path) -> str:
+    """A path FFmpeg can read: the file itself on local disk, else a copy under `tmp` (fsspec)."""
+    url = paths.join(src, rel)
+    if not paths.is_remote(url):
+        return paths.local_path(url)
+    out = tmp / Path(rel).name
+    with meta.open_file(src, rel) as fin, open(out, "wb") as fout:
+        shutil.copyfileobj(fin, fout, 8 << 20)
+    return str(out)
+
+
+def _presented(path: str | Path) -> np.ndarray:
+    with open(path, "rb") as fh:
+        return read_track(fh, str(path)).presented_s()
+
+
+def encode_file(source: str, out: Path, encoding: Encoding, threads: int) -> float:
+    """Re-encode one video file with FFmpeg, atomically; check its frames are the source's, at the same times.
+    Returns the seconds FFmpeg took."""
+    with open(source, "rb") as fh:
+        track = read_track(fh, source)
+    with atomic.file(out) as tmp:
+        tmp_mp4 = tmp.with_name(tmp.name + ".mp4")  # FFmpeg picks the container from the extension
+        cmd = ["ffmpeg", "-nostdin", "-hide_banner", "-v", "error", "-i", source]
+        cmd += [*encoding.ffmpeg_args(track.timescale, threads), "-y", str(tmp_mp4)]
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "SVT_LOG": "1"})
+        seconds = time.perf_counter() - t0
+        if proc.returncode:
+            tmp_mp4.unlink(missing_ok=True)
+            last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+            raise UserError(f"{source}: FFmpeg could not re-encode it to {encoding.label()}: {last}")
+        os.replace(tmp_mp4, tmp)
+        want, got = track.presented_s(), _presented(tmp)
+        if len(got) != len(want) or np.abs(got - want).max(initial=0.0) > TIME_TOLERANCE_S:
+            raise UserError(
+                f"{source}: re-encoded to {len(got)} frames where it has {len(want)}, or at other times; "
+                f"FFmpeg {encoding.encoder} did not keep every frame (report this with the file)"
+            )
+    return seconds
+
+
+def run_unit(work: Path, manifest: dict, unit: dict, threads: int) -> None:
+    src, encoding = manifest["src"], Encoding(**manifest["encoding"])
+    with tempfile.TemporaryDirectory(dir=work, prefix=".fetch-") as tmp:
+        source = _local_copy(src, unit["rel"], Path(tmp))
+        seconds = encode_file(source, work / "out" / unit["rel"], encoding, threads)
+        src_bytes = os.path.getsize(source)
+    record = {**unit, "host": HOST, "encode_s": seconds, "bytes": (work / "out" / unit["rel"]).stat().st_size,
+              "source_bytes": src_bytes}  # fmt: skip
+    atomic.write_json(_done(work, unit["unit"]), record)
+
+
+def work(work_dir: str | Path, threads: int = 1, lease_timeout_s: float = LEASE_TIMEOUT_S) -> int:
+    """Lease and run units until none is left to take; returns how many this worker ran."""
+    work_dir = Path(work_dir)
+    manifest = load_manifest(work_dir)
+    leases = LeaseDir(work_dir / "leases", timeout_s=lease_timeout_s)
+    ran = 0
+    for unit in manifest["units"]:
+        if _done(work_dir, unit["unit"]).exists():
+            continue
+        lease = leases.try_acquire(f"unit-{unit['unit']:06d}")
+        if lease is None:
+            continue
+        try:
+            if not _done(work_dir, unit["unit"]).exists():
+                run_unit(work_dir, manifest, unit, threads)
+                ran += 1
+        finally:
+            lease.release()
+    return ran
+
+
+def finalize(work_dir: str | Path, dst: str | Path) -> dict:
+    """Stage the data and metadata beside the re-encoded videos, describe the encoding, publish at `dst`. Returns
+    the record: per unit, its seconds and bytes."""
+    work, dst = Path(work_dir), Path(dst)
+    manifest = load_manifest(work)
+    missing = [u["rel"] for u in manifest["units"] if not _done(work, u["unit"]).exists()]
+    if missing:
+        raise UserError(f"{work}: {len(missing)} video file(s) not re-encoded yet (first: {missing[0]}); run again")
+    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
+        raise UserError(f"{dst} is not empty; choose an empty destination (the re-encoded files are kept in {work})")
+    src, encoding, out = manifest["src"], Encoding(**manifest["encoding"]), work / "out"
+    for rel in _files_besides_videos(src):
+        target = out / rel
+        if not target.exists():
+            with meta.open_file(src, rel) as fin, atomic.file(target) as tmp, open(tmp, "wb") as fout:
+                shutil.copyfileobj(fin, fout, 8 << 20)
+    info = meta.read_info(src)
+    for cam in meta.video_keys(info):
+        feature = info["features"][cam]
+        video = feature.setdefault("info", {})
+        video.update({"video.codec": encoding.codec, "video.pix_fmt": encoding.pixel_format,
+                      "video.g": encoding.effective_gop, "video.crf": encoding.effective_crf})  # fmt: skip
+        if encoding.height is not None:
+            video.update({"video.height": encoding.height, "video.width": encoding.width})
+            feature["shape"] = [encoding.height, encoding.width, *feature["shape"][2:]]
+    meta.write_info(out, info)
+    publish(out, dst)
+    return {"src": src, "encoding": manifest["encoding"],
+            "units": [json.loads(_done(work, u["unit"]).read_text()) for u in manifest["units"]]}  # fmt: skip
+
+
+def _files_besides_videos(src: str) -> list[str]:
+    """Every file of the source dataset but its videos and info.json, as paths within it."""
+    if paths.is_remote(src):
+        import fsspec
+
+        fs, root = fsspec.core.url_to_fs(src)
+        found = [p[len(root.rstrip("/")) + 1 :] for p in fs.find(root)]
+    else:
+        root = Path(paths.local_path(src))
+        found = [str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()]
+    return sorted(r for r in found if not r.startswith("videos/") and r != "meta/info.json" and "/." not in f"/{r}")
+
+
+def reencode(
+    src: str,
+    dst: str | Path,
+    encoding: Encoding,
+    workers: int = 1,
+    threads: int | None = None,
+    work_dir: str | Path | None = None,
+) -> dict:
+    """Re-encode `src` into `dst` with `workers` FFmpeg processes at once, sharing `threads` threads (default: this
+    process's cores). The work directory defaults to a hidden sibling of `dst`, so a rerun resumes; it is removed
+    once published."""
+    dst = Path(dst)
+    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
+        raise UserError(f"{dst} is not empty; choose an empty destination")
+    staging = Path(work_dir) if work_dir else dst.with_name(f".{dst.name}.reencode-work")
+    plan(src, staging, encoding)
+    workers = max(workers, 1)
+    threads = max(1, (threads or len(os.sched_getaffinity(0))) // workers)
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:  # each thread waits on its FFmpeg process
+        for done in [pool.submit(work, staging, threads) for _ in range(workers)]:
+            done.result()
+    record = {**finalize(staging, dst), "workers": workers, "threads_per_worker": threads,
+              "wall_s": time.perf_counter() - t0}  # fmt: skip
+    if work_dir is None:
+        shutil.rmtree(staging, ignore_errors=True)
+    return record

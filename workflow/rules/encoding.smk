@@ -1,0 +1,95 @@
+# Re-encoded datasets (`datasets: NAME: {reencode: {from: OTHER, codec: ...}}`): OTHER's v3.0 form -> reencode ->
+# results/datasets/NAME/v30, then validated and benchmarked like any dataset. What each encoding costs and gives, per
+# camera (bytes, decode in order and at random, PSNR/SSIM against its source): results/tables/encodings.csv.
+
+REENCODED = sorted(REENCODE_DATASETS)
+REENCODED_DATASETS = "|".join(re.escape(n) for n in REENCODED) or "(?!)"
+ENCODED_DATASETS = configured(matrix.encoded_datasets, config)
+ENCODINGS = ["results/tables/encodings.csv", "results/plots/encodings.png"] if REENCODED else []
+
+
+localrules:
+    encodings_table,
+
+
+def reencode_args(wildcards):
+    e = matrix.encoding(config, wildcards.dataset)
+    args = [f"--codec {e.codec}", f"--pixel-format {e.pixel_format}"]
+    given = (("gop", e.gop), ("crf", e.crf), ("preset", e.preset))
+    args += [f"--{k} {shlex.quote(str(v))}" for k, v in given if v is not None]
+    args += [f"--height {e.height} --width {e.width}"] if e.height else []
+    return " ".join(args + ([] if e.faststart else ["--no-faststart"]))
+
+
+def source_root(wildcards):
+    return matrix.v30_path(config, matrix.reencoded_from(config, wildcards.dataset))
+
+
+rule reencode:
+    input:
+        lambda wildcards: local_input(source_root(wildcards)),
+    output:
+        dataset=directory("results/datasets/{dataset}/v30"),
+        record="results/encodings/{dataset}/reencode.json",
+    log:
+        "results/logs/reencode/{dataset}.log",
+    wildcard_constraints:
+        dataset=REENCODED_DATASETS,
+    conda:
+        "../envs/cpu.yaml"
+    threads: 8  # FFmpeg threads in all; a local run caps it at --cores
+    params:
+        src=source_root,
+        args=reencode_args,
+        workers=lambda wildcards: config["datasets"][wildcards.dataset]["reencode"]["workers"],
+    shell:
+        "dlbench reencode {params.src:q} {output.dataset} {params.args} --workers {params.workers} "
+        "--threads {threads} --record {output.record} > {log} 2>&1"
+
+
+def encoding_inputs(wildcards):
+    inputs = {"dataset": local_input(matrix.v30_path(config, wildcards.dataset))}
+    if wildcards.dataset in REENCODED:
+        inputs["reference"] = local_input(source_root(wildcards))
+        inputs["record"] = f"results/encodings/{wildcards.dataset}/reencode.json"
+    return inputs
+
+
+def encoding_args(wildcards, input):
+    if wildcards.dataset not in REENCODED:
+        return ""
+    return f"--reference {shlex.quote(source_root(wildcards))} --reencode-record {input.record}"
+
+
+rule encoding:
+    """Bytes, decode cost and quality of one dataset's encoding, per camera (timed: one measuring job at a time)."""
+    input:
+        unpack(encoding_inputs),
+    output:
+        "results/encodings/{dataset}/encoding.json",
+    log:
+        "results/logs/encoding/{dataset}.log",
+    conda:
+        "../envs/cpu.yaml"
+    threads: measuring(1)
+    resources:
+        measure=measure,
+    params:
+        root=lambda wildcards: matrix.v30_path(config, wildcards.dataset),
+        args=encoding_args,
+    shell:
+        "dlbench encoding {params.root:q} --name {wildcards.dataset} {params.args} --out {output} > {log} 2>&1"
+
+
+rule encodings_table:
+    input:
+        [f"results/encodings/{d}/encoding.json" for d in ENCODED_DATASETS],
+    output:
+        table=report("results/tables/encodings.csv", caption="../report/encodings_table.rst", category="Tables"),
+        plot=report("results/plots/encodings.png", caption="../report/encodings.rst", category="Plots"),
+    log:
+        "results/logs/encodings_table.log",
+    conda:
+        "../envs/cpu.yaml"
+    shell:
+        "dlbench -q encodings-table {input} --out {output.table} --plot {output.plot} > {log} 2>&1"
