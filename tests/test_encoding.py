@@ -146,3 +146,17 @@ def test_a_killed_reencode_resumes_with_the_files_it_had_done(v30_h264, tmp_path
     with pytest.raises(UserError, match="another re-encode"):
         plan(str(v30_h264), work, Encoding("hevc"))
     assert json.loads((work / MANIFEST).read_text())["encoding"]["codec"] == "h264"
+
+
+def test_an_encoding_that_damages_the_barcodes_says_so_and_leaves_them_unread(v30_h264, tmp_path):
+    """At h264 crf 51 the 64x64 frames' barcodes do not survive: the record counts the frames, and the dataset is
+    no longer marked synthetic, so its runs verify frames by independent decode instead of failing on barcodes."""
+    from dlbench.encoding.reencode import LOST_BARCODES
+    from dlbench.validate import is_synthetic
+
+    assert is_synthetic(meta.read_info(str(v30_h264)))
+    kept = reencode(str(v30_h264), tmp_path / "kept", Encoding("h264", crf=18))
+    assert kept["barcodes_unreadable"] == 0 and is_synthetic(meta.read_info(str(tmp_path / "kept")))
+    lost = reencode(str(v30_h264), tmp_path / "lost", Encoding("h264", crf=51))
+    assert lost["barcodes_unreadable"] == sum(u["barcodes_unreadable"] for u in lost["units"]) > 0
+    assert meta.read_info(str(tmp_path / "lost"))["robot_type"] == LOST_BARCODES

@@ -56,6 +56,9 @@ def reencode(a) -> None:
     ratio = sum(u["bytes"] for u in record["units"]) / max(sum(u["source_bytes"] for u in record["units"]), 1)
     say(f"{a.dst}: {len(record['units'])} video file(s), {frames} frames as {enc.label()} in {record['wall_s']:.1f} s "
         f"({frames / record['wall_s']:.0f} frames/s); {ratio:.2f}x the source's bytes")  # fmt: skip
+    if record["barcodes_unreadable"]:
+        say(f"{a.dst}: {record['barcodes_unreadable']} frame(s) lost their barcode to {enc.label()}; its runs verify "
+            f"frames against an independent decode only (a lower crf keeps the barcodes)")  # fmt: skip
 
 
 def encoding(a) -> None:

@@ -104,6 +104,7 @@ def measure(root: str, name: str, reference: str | None = None, record: dict | N
             "psnr_db": None,
             "ssim": None,
             "encode_frames_per_s": None,
+            "barcodes_unreadable": None,
             "label": None,
             "reference": None,
         }
@@ -118,6 +119,7 @@ def measure(root: str, name: str, reference: str | None = None, record: dict | N
         if record is not None:
             units = [u for u in record["units"] if u["camera"] == cam]
             row["encode_frames_per_s"] = sum(u["frames"] for u in units) / sum(u["encode_s"] for u in units)
+            row["barcodes_unreadable"] = sum(u["barcodes_unreadable"] for u in units)
             from .options import Encoding
 
             row["label"] = Encoding(**record["encoding"]).label()

@@ -30,11 +30,13 @@ from ..convert.lease import HOST, LEASE_TIMEOUT_S, LeaseDir
 from ..errors import UserError
 from ..format import meta, paths
 from ..format.mp4 import Damaged, declared_frames, read_track
+from ..validate import is_synthetic
 from .options import Encoding
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
 TIME_TOLERANCE_S = 1e-6  # a frame's timestamp after re-encoding, against the source's
+LOST_BARCODES = "dlbench_synthetic_reencoded_barcodes_lost"  # not SYNTHETIC_ROBOT: no run reads its barcodes
 
 
 def _episode_files(src: str, info: dict) -> dict[str, dict[str, int]]:
@@ -77,7 +79,8 @@ def plan(src: str, work: str | Path, encoding: Encoding) -> dict:
         raise UserError(f"{src}: cannot re-encode: {problems[0]}{more}; repair or re-download the dataset")
     units = [{"unit": k, "camera": c, "rel": rel, "frames": n} for k, (c, rel, n) in enumerate(
         (c, rel, n) for c in files for rel, n in sorted(files[c].items()))]  # fmt: skip
-    manifest = {"version": MANIFEST_VERSION, "src": src, "encoding": encoding.to_dict(), "units": units}
+    manifest = {"version": MANIFEST_VERSION, "src": src, "encoding": encoding.to_dict(), "units": units,
+                "synthetic": is_synthetic(info)}  # fmt: skip
     work = atomic.make_dir(work)
     path = work / MANIFEST
     if path.exists():
@@ -120,9 +123,23 @@ def _presented(path: str | Path) -> np.ndarray:
         return read_track(fh, str(path)).presented_s()
 
 
-def encode_file(source: str, out: Path, encoding: Encoding, threads: int) -> float:
-    """Re-encode one video file with FFmpeg, atomically; check its frames are the source's, at the same times.
-    Returns the seconds FFmpeg took."""
+def unreadable_barcodes(path: str | Path, batch: int = 128) -> int:
+    """How many frames of a synthetic dataset's video file no longer carry an intact barcode."""
+    from torchcodec.decoders import VideoDecoder
+
+    from .. import barcode
+
+    decoder = VideoDecoder(str(path), seek_mode="exact", num_ffmpeg_threads=1)
+    n, bad = decoder.metadata.num_frames, 0
+    for start in range(0, n, batch):
+        bad += int((~barcode.read_batch(decoder.get_frames_in_range(start, min(n, start + batch)).data)[3]).sum())
+    return bad
+
+
+def encode_file(source: str, out: Path, encoding: Encoding, threads: int, barcodes: bool = False) -> tuple[float, int]:
+    """Re-encode one video file with FFmpeg, atomically; check its frames are the source's, at the same times (and,
+    with `barcodes`, count the frames whose barcode the encoding damaged). Returns the seconds FFmpeg took and that
+    count."""
     with open(source, "rb") as fh:
         track = read_track(fh, source)
     with atomic.file(out) as tmp:
@@ -143,17 +160,19 @@ def encode_file(source: str, out: Path, encoding: Encoding, threads: int) -> flo
                 f"{source}: re-encoded to {len(got)} frames where it has {len(want)}, or at other times; "
                 f"FFmpeg {encoding.encoder} did not keep every frame (report this with the file)"
             )
-    return seconds
+        damaged = unreadable_barcodes(tmp) if barcodes else 0
+    return seconds, damaged
 
 
 def run_unit(work: Path, manifest: dict, unit: dict, threads: int) -> None:
     src, encoding = manifest["src"], Encoding(**manifest["encoding"])
     with tempfile.TemporaryDirectory(dir=work, prefix=".fetch-") as tmp:
         source = _local_copy(src, unit["rel"], Path(tmp))
-        seconds = encode_file(source, work / "out" / unit["rel"], encoding, threads)
+        out = work / "out" / unit["rel"]
+        seconds, damaged = encode_file(source, out, encoding, threads, barcodes=manifest["synthetic"])
         src_bytes = os.path.getsize(source)
-    record = {**unit, "host": HOST, "encode_s": seconds, "bytes": (work / "out" / unit["rel"]).stat().st_size,
-              "source_bytes": src_bytes}  # fmt: skip
+    record = {**unit, "host": HOST, "encode_s": seconds, "bytes": out.stat().st_size, "source_bytes": src_bytes,
+              "barcodes_unreadable": damaged}  # fmt: skip
     atomic.write_json(_done(work, unit["unit"]), record)
 
 
@@ -203,10 +222,13 @@ def finalize(work_dir: str | Path, dst: str | Path) -> dict:
         if encoding.height is not None:
             video.update({"video.height": encoding.height, "video.width": encoding.width})
             feature["shape"] = [encoding.height, encoding.width, *feature["shape"][2:]]
+    units = [json.loads(_done(work, u["unit"]).read_text()) for u in manifest["units"]]
+    damaged = sum(u["barcodes_unreadable"] for u in units)
+    if damaged:  # runs of it check every frame against an independent decode instead of by barcode
+        info["robot_type"] = LOST_BARCODES
     meta.write_info(out, info)
     publish(out, dst)
-    return {"src": src, "encoding": manifest["encoding"],
-            "units": [json.loads(_done(work, u["unit"]).read_text()) for u in manifest["units"]]}  # fmt: skip
+    return {"src": src, "encoding": manifest["encoding"], "units": units, "barcodes_unreadable": damaged}
 
 
 def _files_besides_videos(src: str) -> list[str]:
