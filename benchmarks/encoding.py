@@ -3,13 +3,14 @@
 
     python -m benchmarks.encoding [--workdir /tmp/dlbench-model] [--root V30] [--variants h264:1:20 h264:2:23 ...]
 
-A variant is codec:gop:crf[:preset]. By default the dataset is the realistic set of `benchmarks.model` (480x640
-AV1 g=2 crf 30, camera-like content, 2 cameras, 6 episodes of 10-15 s), written once into the workdir. For each
+A variant is codec:gop:crf[:preset][:fastdecode]. By default the dataset is the realistic set of
+`benchmarks.model` (480x640 AV1 g=2 crf 30, camera-like content, 2 cameras, 6 episodes of 10-15 s), written once
+into the workdir. For each
 variant: `dlbench reencode` (2 FFmpeg processes of 1 thread each on these cores) and, on the same files one after
 the other, the plain `ffmpeg` command with the same options on every core: their frames/s and ratio. Then every
-variant and the source are measured alike: `dlbench encoding` (every 10th frame compared) and a dlbench_map bench
-run in mode single (random access, 2 workers, frames checked), in one process after another. Prints one row per
-encoding, and writes encodings.csv and encodings.png into the workdir.
+variant and the source are measured alike: `dlbench encoding` (every 10th frame compared) and dlbench_map bench runs
+in mode single (random access, 2 workers, frames checked), every encoding once per round (medians of 3 rounds).
+Prints one row per encoding, and writes encodings.csv and encodings.png into the workdir.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,7 +28,8 @@ from pathlib import Path
 
 from dlbench.encoding.options import Encoding
 
-DEFAULT_VARIANTS = ["h264:1:20", "h264:2:23", "h264:10:23", "hevc:2:26:fast", "av1:8:30"]
+DEFAULT_VARIANTS = ["h264:1:20", "h264:1:20:fastdecode", "h264:2:20:fastdecode", "h264:10:23", "hevc:1:24:fast",
+                    "av1:8:30"]  # fmt: skip
 
 
 def dlbench(*args: str) -> str:
@@ -81,6 +84,7 @@ def main(argv=None) -> None:
     ap.add_argument("--root", default=None, help="a v3.0 dataset (default: the realistic set, made once)")
     ap.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS)
     ap.add_argument("--duration-s", type=float, default=3.0)
+    ap.add_argument("--rounds", type=int, default=3, help="bench runs of each encoding, alternating (median)")
     a = ap.parse_args(argv)
     work = Path(a.workdir)
     if a.root:
@@ -96,15 +100,18 @@ def main(argv=None) -> None:
     roots = {"source": root}
     print(f"{'encoding':<22}{'dlbench frames/s':>17}{'ffmpeg frames/s':>16}{'ratio':>7}", flush=True)
     for v in a.variants:
-        codec, gop, crf, *preset = v.split(":")
-        enc = Encoding(codec, int(gop), int(crf), preset[0] if preset else None)
+        codec, gop, crf, *rest = v.split(":")
+        fast = "fastdecode" in rest
+        preset = [p for p in rest if p != "fastdecode"]
+        enc = Encoding(codec, int(gop), int(crf), preset[0] if preset else None, fast_decode=fast)
         name = enc.label().replace(" ", "_")
         dst = out / name
         shutil.rmtree(dst, ignore_errors=True)
         t0 = time.perf_counter()
         record = str(out / f"{name}.reencode.json")
         dlbench("reencode", str(root), str(dst), "--codec", codec, "--gop", gop, "--crf", crf,
-                *(["--preset", preset[0]] if preset else []), "--workers", "2", "--record", record)  # fmt: skip
+                *(["--preset", preset[0]] if preset else []), *(["--fast-decode"] if fast else []),
+                "--workers", "2", "--record", record)  # fmt: skip
         ours = time.perf_counter() - t0
         theirs, frames = plain_ffmpeg_s(root, enc)
         print(f"{enc.label():<22}{frames / ours:>17.0f}{frames / theirs:>16.0f}{theirs / ours:>7.2f}", flush=True)
@@ -120,10 +127,13 @@ def main(argv=None) -> None:
     table = pd.read_csv(out / "encodings.csv")
     print(f"\n{'encoding':<22}{'KB/frame':>9}{'PSNR':>7}{'SSIM':>7}{'random fps':>11}{'in order':>10}"
           f"{'dlbench_map frames/s':>22}{'vs source':>10}")  # fmt: skip
-    base = None
-    for name, r in roots.items():  # one after another, the source first: its rate is the ratios' base
-        fps = bench_map(r, out / "runs" / name, a.duration_s)
-        base = base or fps
+    rates = {name: [] for name in roots}
+    for k in range(a.rounds):  # every encoding once per round, the source first: alternating, on the same cores
+        for name, r in roots.items():
+            rates[name].append(bench_map(r, out / "runs" / f"{name}-{k}", a.duration_s))
+    base = statistics.median(rates["source"])
+    for name in roots:
+        fps = statistics.median(rates[name])
         t = table[table["dataset"] == name]
         psnr = f"{t['psnr_db'].mean():.1f}" if t["psnr_db"].notna().any() else "-"
         ssim = f"{t['ssim'].mean():.3f}" if t["ssim"].notna().any() else "-"

@@ -18,7 +18,8 @@ def reencode_args(wildcards):
     given = (("gop", e.gop), ("crf", e.crf), ("preset", e.preset))
     args += [f"--{k} {shlex.quote(str(v))}" for k, v in given if v is not None]
     args += [f"--height {e.height} --width {e.width}"] if e.height else []
-    return " ".join(args + ([] if e.faststart else ["--no-faststart"]))
+    args += [] if e.faststart else ["--no-faststart"]
+    return " ".join(args + (["--fast-decode"] if e.fast_decode else []))
 
 
 def source_root(wildcards):

@@ -22,6 +22,7 @@ def add(sub) -> None:
     p.add_argument("--height", type=int, default=None, help="with --width: a smaller size")
     p.add_argument("--width", type=int, default=None)
     p.add_argument("--no-faststart", dest="faststart", action="store_false", help="the index after the frames")
+    p.add_argument("--fast-decode", action="store_true", help="leave out the tools that cost the decoder most")
     p.add_argument("--workers", type=int, default=1, help="FFmpeg processes at once")
     p.add_argument("--threads", type=int, default=None, help="threads of all of them together (default: the cores)")
     p.add_argument("--work", default=None, help="the work directory (default: a hidden sibling of DST; resumable)")
@@ -48,7 +49,7 @@ def reencode(a) -> None:
     from ..encoding.options import Encoding
     from ..encoding.reencode import reencode as run
 
-    enc = Encoding(a.codec, a.gop, a.crf, a.preset, a.pixel_format, a.height, a.width, a.faststart)
+    enc = Encoding(a.codec, a.gop, a.crf, a.preset, a.pixel_format, a.height, a.width, a.faststart, a.fast_decode)
     record = run(a.src, a.dst, enc, workers=a.workers, threads=a.threads, work_dir=a.work)
     if a.record:
         atomic.write_json(a.record, record)

@@ -14,7 +14,9 @@ PIXEL_FORMATS = ("yuv420p", "yuv444p", "yuv420p10le")
 class Encoding:
     """codec h264 | hevc | av1; gop: frames between keyframes (at most); crf: quality (lower: better, larger);
     preset: the encoder's speed preset (its own default where None); height/width: a smaller size (both or
-    neither); faststart: the index (moov) ahead of the frames, so a reader needs one request less."""
+    neither); faststart: the index (moov) ahead of the frames, so a reader needs one request less; fast_decode:
+    the encoder's tools that cost the decoder most left out (x264/x265 `-tune fastdecode`: no CABAC, no deblocking;
+    SVT-AV1 `fast-decode=1`), for more bytes at the same crf."""
 
     codec: str
     gop: int | None = None
@@ -24,6 +26,7 @@ class Encoding:
     height: int | None = None
     width: int | None = None
     faststart: bool = True
+    fast_decode: bool = False
 
     def __post_init__(self):
         if self.codec not in CODECS:
@@ -62,7 +65,8 @@ class Encoding:
     def label(self) -> str:
         """A short name for tables and plots: `h264 g10 crf23`."""
         size = f" {self.width}x{self.height}" if self.height else ""
-        return f"{self.codec} g{self.effective_gop} crf{self.effective_crf}{size}"
+        fast = " fastdecode" if self.fast_decode else ""
+        return f"{self.codec} g{self.effective_gop} crf{self.effective_crf}{size}{fast}"
 
     def ffmpeg_args(self, timescale: int, threads: int) -> list[str]:
         """The output options of an `ffmpeg -i SOURCE ... OUT.mp4` that re-encodes the first video stream: every
@@ -76,6 +80,8 @@ class Encoding:
             args += ["-x265-params", f"log-level=error:no-open-gop=1{pools}"]
         if self.codec == "h264":
             args += ["-x264-params", "open-gop=0"]
+        if self.fast_decode:
+            args += ["-svtav1-params", "fast-decode=1"] if self.codec == "av1" else ["-tune", "fastdecode"]
         if self.height is not None:
             args += ["-vf", f"scale={self.width}:{self.height}:flags=area"]
         args += ["-fps_mode", "passthrough", "-video_track_timescale", str(timescale)]
