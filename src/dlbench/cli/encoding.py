@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from .. import atomic
+from ..errors import UserError
 from .common import command, say
 
 
@@ -78,7 +79,12 @@ def encoding(a) -> None:
 def encodings_table(a) -> None:
     from ..encoding.measure import table
 
-    df = table([json.loads(Path(p).read_text()) for p in a.rows])
+    rows = []
+    for p in a.rows:
+        rows.append(json.loads(Path(p).read_text()))
+        if not isinstance(rows[-1], list) or not all(isinstance(r, dict) and "camera" in r for r in rows[-1]):
+            raise UserError(f"{p}: not the rows of `dlbench encoding --out`; give those files only")
+    df = table(rows)
     with atomic.file(a.out) as tmp:
         df.to_csv(tmp, index=False)
     if a.plot:

@@ -303,30 +303,31 @@ def plot_conversion(table: pd.DataFrame, path: Path) -> Path:
 
 
 def plot_encodings(table: pd.DataFrame, path: Path) -> Path:
-    """Per encoding and camera: bytes per frame against one decoder thread's frames/s at random access (filled)
-    and in order (open), labelled with its PSNR against the source."""
+    """Per encoding (a colour) and camera (a marker): bytes per frame against one decoder thread's frames/s at
+    random access (filled) and in order (open), each encoding labelled with its PSNR against the source."""
     title = "encodings: size against decode speed"
     if table.empty:
         return _nothing(path, title, "no encodings measured (a reencode dataset in config.yaml)")
-    fig, ax = plt.subplots(figsize=(8, 5))
-    named = set()
-    for (name, cam), g in table.groupby(["dataset", "camera"], sort=False):
+    fig, ax = plt.subplots(figsize=(9, 5))
+    markers = dict(zip(table["camera"].unique(), "os^vDP*X"))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for k, (name, g) in enumerate(table.groupby("dataset", sort=False)):
+        colour = colours[k % len(colours)]
+        for _, r in g.iterrows():
+            kb, marker = r["bytes_per_frame"] / 1024, markers[r["camera"]]
+            ax.plot([r["decode_random_frames_per_s"]], [kb], marker=marker, linestyle="", color=colour)
+            ax.plot([r["decode_in_order_frames_per_s"]], [kb], marker=marker, fillstyle="none", color=colour)
         r = g.iloc[0]
-        kb = r["bytes_per_frame"] / 1024
-        line = ax.plot([r["decode_random_frames_per_s"]], [kb], marker="o", linestyle="", label=f"{name} · {cam}")[0]
-        ax.plot([r["decode_in_order_frames_per_s"]], [kb], marker="o", fillstyle="none", color=line.get_color())
-        if name not in named:  # one label per encoding
-            named.add(name)
-            what = f"{r['label']}, {r['psnr_db']:.1f} dB" if pd.notna(r.get("psnr_db")) else f"{r['label']} (source)"
-            ax.annotate(
-                what, (r["decode_random_frames_per_s"], kb), fontsize=7, xytext=(4, 4), textcoords="offset points"
-            )
+        what = f"{r['label']}, {r['psnr_db']:.1f} dB" if pd.notna(r.get("psnr_db")) else f"{r['label']} (source)"
+        ax.plot([], [], marker="o", linestyle="", color=colour, label=f"{name}: {what}")
+    for camera, marker in markers.items():
+        ax.plot([], [], marker=marker, linestyle="", color="grey", label=camera)
     ax.set_xscale("log")
     ax.set_xlabel("decoded frames/s, one thread (filled: at random; open: in order)")
     ax.set_ylabel("KB per frame")
     ax.set_ylim(bottom=0)
     ax.set_title(title, pad=12)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _save(fig, path)
 
 
