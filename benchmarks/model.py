@@ -6,8 +6,8 @@
 For each dataset (synthesized once into the workdir): `dlbench calibrate` on it (seconds per loader and mode), then
 every loader x mode x worker count through `dlbench bench-run` (frames checked, as the workflow runs them), each
 predicted from the calibration alone (`dlbench.model`). Prints one row per run with its bound and error, then the
-median and the largest absolute error, and how long calibrating took. `--peers` adds LeRobot's loaders on the first
-set (they run in the peer environment).
+median and the largest absolute error (of frames/s, and of peak PSS), and how long calibrating took. `--peers` adds
+LeRobot's loaders on the first set (they run in the peer environment).
 """
 
 from __future__ import annotations
@@ -111,13 +111,17 @@ def main(argv=None) -> None:
                         print(f"{name:<11}{loader:<16}{mode:<7}{w:>5}{measured:>10.0f}  no prediction: {p}")
                         continue
                     err = (p.frames_per_s_node - measured) / measured
-                    rows.append((name, loader, mode, w, measured, p.frames_per_s_node, err, p.bound))
+                    pss = rec["metrics"]["peak_pss_mb"]
+                    pss_err = (p.peak_pss_mb - pss) / pss
+                    rows.append((name, loader, mode, w, measured, p.frames_per_s_node, err, p.bound, pss_err))
                     print(f"{name:<11}{loader:<16}{mode:<7}{w:>5}{measured:>10.0f}{p.frames_per_s_node:>10.0f}"
-                          f"{err:>+8.0%}  {p.bound}", flush=True)  # fmt: skip
-    errors = [abs(r[6]) for r in rows]
+                          f"{err:>+8.0%}  {p.bound:<15}PSS {pss:>5.0f} MB {pss_err:>+5.0%}", flush=True)  # fmt: skip
+    errors, pss = [abs(r[6]) for r in rows], [abs(r[8]) for r in rows]
     if errors:
         print(f"median |error| {statistics.median(errors):.1%}, largest {max(errors):.1%} over {len(rows)} runs; "
               f"within 15%: {sum(e <= 0.15 for e in errors)}, over 35%: {sum(e > 0.35 for e in errors)}")  # fmt: skip
+        print(f"peak PSS: median |error| {statistics.median(pss):.1%}, largest {max(pss):.1%}, "
+              f"within 25%: {sum(e <= 0.25 for e in pss)} of {len(pss)}")  # fmt: skip
 
 
 if __name__ == "__main__":
