@@ -23,6 +23,7 @@ rule all:
     default_target: True
     input:
         "results/summary.csv",
+        "results/advice.md",
         CONVERSION_TABLE,
         PLOTS,
         CONVERSION_PLOT,

@@ -4,6 +4,7 @@
 
 localrules:
     aggregate,
+    advice,
     conversion_table,
     plots,
     plot_conversion,
@@ -97,3 +98,19 @@ if COMPARE_TO:
             "../envs/cpu.yaml"
         shell:
             "dlbench -q compare {input.base} {input.new} --out {output.table} --plot {output.plot} --all > {log} 2>&1"
+
+
+rule advice:
+    """Per verified run: where its time went, its bound, and the changes that would lift it (dlbench advise)."""
+    input:
+        summary="results/summary.csv",
+        calibrations=[calibration_file(d, s) for d, s in CALIBRATED],
+        encodings=ENCODINGS[:1],
+    output:
+        report("results/advice.md", caption="../report/advice.rst", category="Tables"),
+    log:
+        "results/logs/advice.log",
+    conda:
+        "../envs/cpu.yaml"
+    shell:
+        "dlbench -q advise results --out {output} > {log} 2>&1"

@@ -87,6 +87,11 @@ def add(sub) -> None:
     p.add_argument("--out", required=True, help="CSV to write")
     p.set_defaults(func=conversion_table)
 
+    p = command(sub, "advise", help="per run: where the time went, its bound, and what would lift it (Markdown)")
+    p.add_argument("results", nargs="?", default="results", help="the results directory (summary.csv, calibration/)")
+    p.add_argument("--out", default=None, help="write the advice here (default: print it)")
+    p.set_defaults(func=advise)
+
     p = command(sub, "plot", help="summary CSV -> PNG plots")
     p.add_argument("summary", nargs="?", default=None, help="summary.csv (omit to draw only --conversion)")
     p.add_argument("--conversion", default=None, help="conversion table CSV: adds conversion.png")
@@ -130,3 +135,29 @@ def plot(a) -> None:
 
     for p in plot_all(a.summary, a.outdir, conversion=a.conversion, thrash=_thrash(a)):
         say(f"wrote {p}")
+
+
+def advise(a) -> None:
+    from pathlib import Path
+
+    import pandas as pd
+
+    from .. import atomic
+    from ..errors import UserError
+    from ..model.calibration import Calibration
+    from ..report.advice import advise as write
+
+    results = Path(a.results)
+    if not (results / "summary.csv").exists():
+        raise UserError(f"{results}/summary.csv not found; run the workflow first (snakemake -c all)")
+    cals = {}
+    for path in sorted(results.glob("calibration/*/*.json")):
+        cal = Calibration.read(path)
+        cals[(cal.dataset, cal.source)] = cal
+    table = results / "tables/encodings.csv"
+    text = write(pd.read_csv(results / "summary.csv"), cals, pd.read_csv(table) if table.exists() else None)
+    if a.out:
+        atomic.write_text(a.out, text)
+        say(f"{a.out}: advice on {text.count(chr(10) + '## ')} run(s)")
+    else:
+        print(text, end="")

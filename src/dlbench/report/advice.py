@@ -1,0 +1,174 @@
+"""`dlbench advise`: for each verified run, where its time went, the bound that holds it, and the changes that would
+lift it, ranked by the gain the model predicts (`dlbench.model`), or measured where the matrix ran the change
+(a re-encoded variant of the dataset). A run within 10% of what its cores allow is said to be at its bound, with
+nothing prescribed. results/advice.md; docs/model.md#advice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from ..model.calibration import Calibration
+from ..model.table import predict_run
+
+AT_BOUND = 0.9  # measured at or above this share of the cores' rate: at the hardware's bound
+WORTH = 1.1  # a change is prescribed when it is predicted to give at least this many times the frames/s
+RUN_KEYS = ("loader", "mode", "batch_size", "num_workers", "decode_device", "step_ms", "ranks", "nodes")
+
+
+@dataclass(frozen=True)
+class Prescription:
+    change: dict  # config keys of the scenario and their new values
+    frames_per_s_node: float  # predicted (or measured, `measured`) with the change
+    gain: float  # that over the run's measured frames/s
+    measured: bool = False
+    why: str = ""
+
+
+def _run(row: dict) -> dict:
+    """The run spec values the model reads, from a summary row (its runs checked their frames)."""
+    run = {k: row.get(k) for k in RUN_KEYS}
+    run["num_workers"] = _workers(row["num_workers"])
+    run["step_ms"] = 0 if pd.isna(run.get("step_ms")) else run["step_ms"]
+    return {**run, "verify": True, "fetch_episodes": 0}
+
+
+def _workers(value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return value  # "auto"
+
+
+def cores_rate(row: dict, cal: Calibration) -> float | None:
+    """Frames/s per node every core of the calibrated host gives this loader and mode (the hardware's bound)."""
+    cost = cal.cost(row["loader"], row["mode"])
+    if cost is None:
+        return None
+    return cal.cores / (cost.worker_cpu_s + cost.main_s) * cost.frames_per_sample
+
+
+def prescribe(row: dict, cal: Calibration, variants: list[dict] = ()) -> list[Prescription]:
+    """Up to three changes for one run, best first: the worker count (never past the cores its ranks share), another
+    calibrated loader of the same mode, a re-encoded variant the matrix measured (`variants`: summary rows of the
+    same settings on such a dataset)."""
+    measured = row["frames_per_s_node"]
+    run = _run(row)
+    now = predict_run(run, cal)
+    if isinstance(now, str) or not now.frames_per_s_node:
+        return []
+    scale = measured / now.frames_per_s_node  # the model's miss on this run, carried to its what-ifs
+    found: list[Prescription] = []
+    per_rank = max(1, cal.cores // max(int(run["ranks"] or 1), 1))
+    options = sorted({0, 1, 2, 4, 8, 16, 32, 64, per_rank} & set(range(per_rank + 1)))
+    rates = {w: predict_run({**run, "num_workers": w}, cal).frames_per_s_node * scale for w in options}
+    best = max(rates.values())
+    w = min(k for k, v in rates.items() if v >= 0.98 * best)  # the fewest workers within 2% of the best
+    if w != run["num_workers"] and rates[w] >= WORTH * measured:
+        why = f"the model, over 0 to {per_rank} workers (the cores a rank has)"
+        found.append(Prescription({"num_workers": w}, rates[w], rates[w] / measured, why=why))
+    for other in cal.costs:  # loaders of the same access: random (map) or in order (stream)
+        if other.mode == row["mode"] and other.loader != row["loader"] and _kind(other.loader) == _kind(row["loader"]):
+            alt = {**run, "loader": other.loader}
+            fps = max(predict_run({**alt, "num_workers": k}, cal).frames_per_s_node for k in options) * scale
+            if fps >= WORTH * measured:
+                why = "the model, at that loader's best worker count"
+                found.append(Prescription({"loader": other.loader}, fps, fps / measured, why=why))
+    for v in variants:
+        fps = v["frames_per_s_node"]
+        if fps >= WORTH * measured:
+            why = f"re-encoded: {v['bytes_vs_source']:.2f}x the bytes at {v['psnr_db']:.1f} dB PSNR; run {v['run_id']}"
+            found.append(Prescription({"dataset": v["dataset"]}, fps, fps / measured, measured=True, why=why))
+    return sorted(found, key=lambda p: -p.gain)[:3]
+
+
+def _kind(loader: str) -> str:
+    return "stream" if "_stream" in loader else "map"
+
+
+def time_split(row: dict) -> str:
+    """Where one run's time went, from its record's CPU split."""
+    parts = []
+    if pd.notna(row.get("worker_cpu_ms_per_sample")):
+        busy = row.get("worker_busy_frac")
+        busy_text = f", busy {busy:.0%} of the window" if pd.notna(busy) else ""
+        parts.append(f"workers {row['worker_cpu_ms_per_sample']:.2f} ms CPU per sample{busy_text}")
+    if pd.notna(row.get("main_cpu_ms_per_sample")):
+        checks = row.get("check_ms_per_sample")
+        of = f" (the frame checks {checks:.2f})" if pd.notna(checks) else ""
+        parts.append(f"main process {row['main_cpu_ms_per_sample']:.2f} ms per sample{of}")
+    if pd.notna(row.get("data_wait_frac")):
+        parts.append(f"the consumer waited on data {row['data_wait_frac']:.0%} of the time")
+    return "; ".join(parts) or "no CPU split recorded"
+
+
+def advise(summary: pd.DataFrame, calibrations: dict, encodings: pd.DataFrame | None = None) -> str:
+    """advice.md: a section per verified run. `calibrations`: (dataset, source) -> Calibration."""
+    lines = [
+        "# Advice",
+        "",
+        "Per verified run: where the time went, the bound, and what would lift it (docs/model.md).",
+    ]
+    ok = summary[summary["status"].isin(["ok"])]
+    variants_of = _variants(encodings)
+    for _, r in ok.iterrows():
+        row = r.to_dict()
+        target = row.get("target_frames_per_s_node")
+        head = f"{row['frames_per_s_node']:,.0f} frames/s per node"
+        if pd.notna(target):
+            head += f" (target {target:,.0f}: {'pass' if row['frames_per_s_node'] >= target else 'below'})"
+        lines += ["", f"## {row['scenario']} / {row['run_id']}", "", f"{head}: {time_split(row)}."]
+        cal = calibrations.get((row["dataset"], row["source"]))
+        if cal is None or row.get("decode_device") != "cpu":
+            lines.append("No calibration of this run (GPU decoding, or none made): no prescription.")
+            continue
+        bound = row.get("bound") if pd.notna(row.get("bound")) else "unknown"
+        ceiling = cores_rate(row, cal)
+        same = [v for v in variants_of.get(row["dataset"], []) if _same_settings(v, row, ok)]
+        found = prescribe(row, cal, [_variant_row(v, row, ok) for v in same])
+        if ceiling and row["frames_per_s_node"] >= AT_BOUND * ceiling:
+            lines.append(f"At its bound: {row['frames_per_s_node'] / ceiling:.0%} of what every core gives this loader "
+                         f"on this encoding ({ceiling:,.0f} frames/s per node): more workers cannot help.")  # fmt: skip
+            found = [p for p in found if "num_workers" not in p.change]
+        else:
+            lines.append(f"Bound: {bound}" + (f"; every core would give {ceiling:,.0f} frames/s." if ceiling else "."))
+        if not found:
+            lines.append("Nothing to prescribe: no change the model or the matrix knows gives 10% more.")
+        for k, p in enumerate(found, 1):
+            yaml = ", ".join(f"{key}: {value}" for key, value in p.change.items())
+            how = "measured" if p.measured else "predicted"
+            lines.append(f"{k}. `{yaml}` in scenario {row['scenario']}: {p.frames_per_s_node:,.0f} frames/s per node "
+                         f"({how}, {p.gain:.2f}x; {p.why})")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _variants(encodings: pd.DataFrame | None) -> dict[str, list[dict]]:
+    """Source dataset name -> its re-encoded variants' rows in encodings.csv (one per variant)."""
+    if encodings is None or encodings.empty:
+        return {}
+    roots = dict(zip(encodings["root"], encodings["dataset"]))
+    out: dict[str, list[dict]] = {}
+    for _, v in encodings[encodings["reference"].notna()].drop_duplicates("dataset").iterrows():
+        if v["reference"] in roots:
+            out.setdefault(roots[v["reference"]], []).append(v.to_dict())
+    return out
+
+
+def _matching(ok: pd.DataFrame, dataset: str, row: dict) -> pd.DataFrame:
+    keys = ["source", "loader", "mode", "batch_size", "num_workers", "decode_device", "ranks"]
+    m = ok[ok["dataset"] == dataset]
+    for k in keys:
+        m = m[m[k].astype(str) == str(row[k])]
+    return m
+
+
+def _same_settings(variant: dict, row: dict, ok: pd.DataFrame) -> bool:
+    return not _matching(ok, variant["dataset"], row).empty
+
+
+def _variant_row(variant: dict, row: dict, ok: pd.DataFrame) -> dict:
+    """The summary row of the variant's run with `row`'s settings, with the encoding's cost beside it."""
+    run = _matching(ok, variant["dataset"], row).iloc[0].to_dict()
+    return {**run, "bytes_vs_source": variant["bytes_vs_source"], "psnr_db": variant["psnr_db"]}
