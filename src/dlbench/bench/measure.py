@@ -22,14 +22,16 @@ LATENCY_PERCENTILES = (50, 95, 99)
 SAMPLE_INFO = "_sample_info"  # the key under which each item carries its `sample_info` to the consumer
 
 
-def sample_info(t0: float, stats) -> torch.Tensor:
-    """[latency_ms, worker, cache hits, misses, evictions, size, cpu fallbacks] for one sample (-1 where unknown): a
-    small tensor, which `collate` stacks into a numpy array pickled with the batch (no shared-memory segment)."""
+def sample_info(t0: float, stats, decode_seconds=None) -> torch.Tensor:
+    """[latency_ms, worker, cache hits, misses, evictions, size, cpu fallbacks, decode seconds so far] for one sample
+    (-1 where unknown): a small tensor, which `collate` stacks into a numpy array pickled with the batch (no
+    shared-memory segment). The last is the process's running total, so the consumer reads decoding's share."""
     ms = (time.perf_counter() - t0) * 1000.0
     w = torch.utils.data.get_worker_info()
     s = stats() if stats else {}
     keys = ("hits", "misses", "evictions", "size", "cpu_fallbacks")
-    return torch.tensor([ms, w.id if w else -1, *(s.get(k, -1) for k in keys)], dtype=torch.float64)
+    decoded = decode_seconds() if decode_seconds else -1
+    return torch.tensor([ms, w.id if w else -1, *(s.get(k, -1) for k in keys), decoded], dtype=torch.float64)
 
 
 class _Passthrough:
@@ -46,8 +48,8 @@ class _Passthrough:
 class Timed(_Passthrough, torch.utils.data.Dataset):
     """A map-style dataset read item by item: each item carries its `sample_info`."""
 
-    def __init__(self, inner, stats):
-        self.inner, self.stats = inner, stats
+    def __init__(self, inner, stats, decode_seconds=None):
+        self.inner, self.stats, self.decode_seconds = inner, stats, decode_seconds
 
     def __len__(self):
         return len(self.inner)
@@ -55,7 +57,7 @@ class Timed(_Passthrough, torch.utils.data.Dataset):
     def __getitem__(self, idx):
         t0 = time.perf_counter()
         item = self.inner[idx]
-        item[SAMPLE_INFO] = sample_info(t0, self.stats)
+        item[SAMPLE_INFO] = sample_info(t0, self.stats, self.decode_seconds)
         return item
 
 
@@ -66,7 +68,7 @@ class TimedBatches(Timed):
     def __getitems__(self, indices):
         t0 = time.perf_counter()
         items = self.inner.__getitems__(indices)
-        info = sample_info(t0, self.stats)
+        info = sample_info(t0, self.stats, self.decode_seconds)
         info[0] /= max(1, len(items))
         for item in items:
             item[SAMPLE_INFO] = info
@@ -76,8 +78,8 @@ class TimedBatches(Timed):
 class TimedIterable(_Passthrough, torch.utils.data.IterableDataset):
     """An iterable dataset: each item carries its `sample_info` (latency = time in the iterator's next)."""
 
-    def __init__(self, inner, stats):
-        self.inner, self.stats = inner, stats
+    def __init__(self, inner, stats, decode_seconds=None):
+        self.inner, self.stats, self.decode_seconds = inner, stats, decode_seconds
 
     def __iter__(self):
         it = iter(self.inner)
@@ -87,15 +89,15 @@ class TimedIterable(_Passthrough, torch.utils.data.IterableDataset):
                 item = next(it)
             except StopIteration:
                 return
-            item[SAMPLE_INFO] = sample_info(t0, self.stats)
+            item[SAMPLE_INFO] = sample_info(t0, self.stats, self.decode_seconds)
             yield item
 
 
-def timed(dataset, stats):
+def timed(dataset, stats, decode_seconds=None):
     """`dataset` with each item's `sample_info` attached, fetched by torch exactly as the dataset itself would be."""
     if isinstance(dataset, torch.utils.data.IterableDataset):
-        return TimedIterable(dataset, stats)
-    return (TimedBatches if hasattr(dataset, "__getitems__") else Timed)(dataset, stats)
+        return TimedIterable(dataset, stats, decode_seconds)
+    return (TimedBatches if hasattr(dataset, "__getitems__") else Timed)(dataset, stats, decode_seconds)
 
 
 class InfoCollate:
@@ -121,7 +123,7 @@ def make_dataloader(run: RunSpec, adapter, pin: bool) -> DataLoader:
     dataset with each item's `sample_info` attached. It picks its workers' start method, batches through a ring of
     shared slots (dlbench's loaders) or with the peer's own collate, and looks ahead where that pays."""
     workers = run.num_workers
-    dataset = timed(adapter.dataset, adapter.cache_stats)
+    dataset = timed(adapter.dataset, adapter.cache_stats, adapter.decode_seconds)
     kwargs = dict(
         batch_size=run.batch_size,
         num_workers=workers,
@@ -184,12 +186,18 @@ class Window:
     distinct: list = field(default_factory=list)  # distinct episodes per batch (shuffle randomness)
     sizes: list = field(default_factory=list)
     worker_stats: dict = field(default_factory=dict)  # worker id -> its latest decoder cache counters
+    # worker id -> [its decode seconds at its first sample in the windows, at its latest, samples since the first]
+    decoding: dict = field(default_factory=dict)
 
     def add(self, batch, info: np.ndarray) -> None:
         """One batch that arrived, with its per-sample infos (`sample_info`)."""
         self.latencies.append(info[:, 0])
         for row in info:
-            self.worker_stats[int(row[1])] = row[2:7]
+            w = int(row[1])
+            self.worker_stats[w] = row[2:7]
+            if row[7] >= 0:
+                first = self.decoding.setdefault(w, [row[7], row[7], -1])
+                first[1], first[2] = row[7], first[2] + 1
         self.distinct.append(len(np.unique(batch["episode_index"].cpu().numpy())))
         self.sizes.append(len(info))
 

@@ -61,12 +61,22 @@ def timing_metrics(measured: Pass, frames_per_item: int) -> dict:
         "latency_p95_ms": float(np.percentile(lat, 95)),
         "latency_p99_ms": float(np.percentile(lat, 99)),
         **cpu_metrics(windows),
+        **item_metrics(measured.seen.decoding, lat),
         "wallclock_s": measured.wallclock,
         "steady_window_s": float(sum(w["seconds"] for w in windows)),
         "window_start_unix": windows[0]["start_unix"],
         "window_end_unix": windows[-1]["end_unix"],
         "windows": windows,
     }
+
+
+def item_metrics(decoding: dict, latencies: np.ndarray) -> dict:
+    """A worker's time per item built, and the part of it spent decoding (dlbench's loaders count it; None for
+    the others): the rest is reading rows, assembling windows and waiting on storage outside the decoder."""
+    counted = sum(n for _, _, n in decoding.values())
+    decode_ms = sum(last - first for first, last, _ in decoding.values()) / counted * 1000 if counted > 0 else None
+    item_ms = float(np.mean(latencies)) if len(latencies) else None
+    return {"worker_item_ms_per_sample": item_ms, "worker_decode_ms_per_sample": decode_ms}
 
 
 def cpu_metrics(windows: list[dict]) -> dict:

@@ -91,6 +91,11 @@ def _kind(loader: str) -> str:
 def time_split(row: dict) -> str:
     """Where one run's time went, from its record's CPU split."""
     parts = []
+    item, decode = row.get("worker_item_ms_per_sample"), row.get("worker_decode_ms_per_sample")
+    if pd.notna(item) and pd.notna(decode):
+        parts.append(f"a worker builds an item in {item:.2f} ms, {decode:.2f} of them decoding")
+    elif pd.notna(item):
+        parts.append(f"a worker builds an item in {item:.2f} ms")
     if pd.notna(row.get("worker_cpu_ms_per_sample")):
         busy = row.get("worker_busy_frac")
         busy_text = f", busy {busy:.0%} of the window" if pd.notna(busy) else ""

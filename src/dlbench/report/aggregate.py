@@ -315,6 +315,9 @@ def _measured(ok: list[dict], nodes: int) -> dict:
         "check_ms_per_sample": col("check_ms_per_sample").mean(),
         "worker_cpu_ms_per_sample": col("worker_cpu_ms_per_sample").mean(),
         "worker_busy_frac": col("worker_busy_frac").mean(),
+        # a worker's time per item built, and its decoding part (dlbench's loaders)
+        "worker_item_ms_per_sample": col("worker_item_ms_per_sample").mean(),
+        "worker_decode_ms_per_sample": col("worker_decode_ms_per_sample").mean(),
         "peak_pss_workers_mb": col("peak_pss_workers_mb").max(),
         # DataLoader workers with something to read, over the ranks (dlbench_stream says; empty for the others)
         "busy_workers": col("busy_workers").sum(min_count=1),
