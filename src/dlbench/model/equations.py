@@ -129,7 +129,7 @@ def predict(
     samples = rates[bound]
     # the first batch: the workers' start, then one worker builds a whole batch
     first = cost.start_s + batch_size * (cost.solo_s if w == 0 else worker_s)
-    pss = cost.main_pss_mb + w * cost.worker_pss_mb
+    pss = cost.main_pss_mb + max(w, 1) * cost.worker_pss_mb  # without workers the one process decodes too
     return Prediction(
         frames_per_s_node=samples * cost.frames_per_sample,
         samples_per_s_node=samples,
