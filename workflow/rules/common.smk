@@ -331,3 +331,38 @@ def calibrate_inputs(wildcards):
         needs.pop("prewarm", None)
         inputs["needs"] += [v for v in needs.values() if v not in inputs["needs"]]
     return inputs
+
+
+# re-encoded datasets (workflow/rules/encoding.smk)
+REENCODED = sorted(REENCODE_DATASETS)
+REENCODED_DATASETS = "|".join(re.escape(n) for n in REENCODED) or "(?!)"
+ENCODED_DATASETS = configured(matrix.encoded_datasets, config)
+ENCODINGS = ["results/tables/encodings.csv", "results/plots/encodings.png"] if REENCODED else []
+
+
+def reencode_args(wildcards):
+    e = matrix.encoding(config, wildcards.dataset)
+    args = [f"--codec {e.codec}", f"--pixel-format {e.pixel_format}"]
+    given = (("gop", e.gop), ("crf", e.crf), ("preset", e.preset))
+    args += [f"--{k} {shlex.quote(str(v))}" for k, v in given if v is not None]
+    args += [f"--height {e.height} --width {e.width}"] if e.height else []
+    args += [] if e.faststart else ["--no-faststart"]
+    return " ".join(args + (["--fast-decode"] if e.fast_decode else []))
+
+
+def source_root(wildcards):
+    return matrix.v30_path(config, matrix.reencoded_from(config, wildcards.dataset))
+
+
+def encoding_inputs(wildcards):
+    inputs = {"dataset": local_input(matrix.v30_path(config, wildcards.dataset))}
+    if wildcards.dataset in REENCODED:
+        inputs["reference"] = local_input(source_root(wildcards))
+        inputs["record"] = f"results/encodings/{wildcards.dataset}/reencode.json"
+    return inputs
+
+
+def encoding_args(wildcards, input):
+    if wildcards.dataset not in REENCODED:
+        return ""
+    return f"--reference {shlex.quote(source_root(wildcards))} --reencode-record {input.record}"
