@@ -197,7 +197,7 @@ def test_a_loopback_server_that_cannot_start_stops_the_run_before_any_job(tmp_pa
         ({"dataset": {"synth": {}}}, r"dataset: replaced by `datasets:`"),
         (
             {"datasets": {"d": {"synth": {}, "v21": "/x"}}},
-            r"datasets.d: give exactly one of synth, v21, v30 \(found synth, v21\)",
+            r"datasets.d: give exactly one of synth, v21, v30, reencode \(found synth, v21\)",
         ),
         ({"datasets": {"d": {"v30": "/no/such/dataset"}}}, r"datasets.d.v30: /no/such/dataset does not exist"),
         (
