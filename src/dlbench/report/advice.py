@@ -102,8 +102,8 @@ def time_split(row: dict) -> str:
         parts.append(f"workers {row['worker_cpu_ms_per_sample']:.2f} ms CPU per sample{busy_text}")
     if pd.notna(row.get("main_cpu_ms_per_sample")):
         checks = row.get("check_ms_per_sample")
-        of = f" (the frame checks {checks:.2f})" if pd.notna(checks) else ""
-        parts.append(f"main process {row['main_cpu_ms_per_sample']:.2f} ms per sample{of}")
+        of = f"; its frame checks took {checks:.2f} ms of wall time" if pd.notna(checks) else ""
+        parts.append(f"main process {row['main_cpu_ms_per_sample']:.2f} ms CPU per sample{of}")
     if pd.notna(row.get("data_wait_frac")):
         parts.append(f"the consumer waited on data {row['data_wait_frac']:.0%} of the time")
     return "; ".join(parts) or "no CPU split recorded"
