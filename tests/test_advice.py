@@ -1,6 +1,8 @@
 """dlbench advise: the bound, the changes that lift it (never more workers than cores), a run at its bound left
 alone, a measured re-encoded variant prescribed with its cost."""
 
+import json
+
 import pandas as pd
 import pytest
 from hypothesis import given, settings
@@ -61,3 +63,90 @@ def test_a_measured_reencoded_variant_is_prescribed_with_its_cost():
     text = advise(pd.DataFrame([slow, fast]), {("d", "local"): c}, encodings)
     section = text.split("## s / d-dlbench_map-single-w2")[1].split("##")[0]
     assert "`dataset: d_g1`" in section and "measured, 3.00x" in section and "1.20x the bytes at 36.0 dB" in section
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    workers=st.integers(0, 16),
+    rate=st.floats(10, 1e5),
+    item=st.floats(0, 50),
+    decode=st.floats(0, 50),
+    fetch=st.floats(0, 50),
+)
+def test_the_time_split_adds_up_to_a_workers_time_and_no_part_is_negative(workers, rate, item, decode, fetch):
+    from dlbench.bench.metrics import time_split
+
+    m = {"samples": rate * 10, "steady_window_s": 10.0, "worker_item_ms_per_sample": item,
+         "worker_decode_ms_per_sample": decode, "worker_fetch_ms_per_sample": fetch}  # fmt: skip
+    split = time_split(m, workers)
+    assert all(v >= 0 for v in split.values())
+    assert split["split_fetch_ms"] == fetch and split["split_decode_ms"] == decode
+    wall = max(workers, 1) * 1000 / rate
+    assert sum(split.values()) == pytest.approx(max(wall, fetch + decode + split["split_assembly_ms"]))
+    assert time_split({**m, "worker_decode_ms_per_sample": None}, workers) == dict.fromkeys(split)
+
+
+def test_a_prescription_that_measured_worse_or_no_better_is_withdrawn():
+    from dlbench.report.verify import verdict
+
+    assert verdict(0.8).startswith("withdrawn: measured worse")
+    assert verdict(1.02).startswith("withdrawn: no gain")
+    assert verdict(1.5) == "proven"
+
+
+def _results_with_one_run(root, tmp_path, workers: int):
+    """A results directory as the workflow leaves it: one run's spec, its run directory and summary.csv."""
+    from dlbench import runspec
+    from dlbench.bench.launch import launch
+    from dlbench.report.aggregate import aggregate
+
+    results = tmp_path / "results"
+    run = runspec.make_run({"root": str(root), "dataset": "h264", "num_workers": workers, "duration_s": 1.0,
+                            "warmup_s": 0.3, "repeats": 1}, scenario="s")  # fmt: skip
+    runspec.write(run, results / "specs" / "s" / f"{run.run_id}.json")
+    launch(run, results / "runs" / "s" / run.run_id)
+    summary = aggregate([results / "runs" / "s" / run.run_id], results / "summary.csv")
+    return results, summary
+
+
+def test_verify_runs_the_top_prescription_beside_the_run_and_the_advice_says_what_it_measured(v30_h264, tmp_path):
+    from dlbench.report.verify import verify
+
+    results, summary = _results_with_one_run(v30_h264, tmp_path, workers=0)
+    solo_ms = 2000 / summary.iloc[0]["frames_per_s_node"]  # 2 frames a sample: the costs of what the run measured
+    c = Calibration("h264", "local", "h", 2, 6, 1, None, 1.0, costs=[cost(worker_ms=(solo_ms - 0.02) / 0.8)])
+    table = verify(results, summary, {("h264", "local"): c}, None, legs=2, duration_s=1.0, warmup_s=0.3)
+    assert len(table) == 1
+    v = table.iloc[0]
+    assert v["change"] == "num_workers: 2" and v["predicted_gain"] >= 1.1
+    assert len(json.loads(v["before_windows"])) == 2 and len(json.loads(v["after_windows"])) == 2
+    assert v["measured_gain"] == pytest.approx(v["after_frames_per_s_node"] / v["before_frames_per_s_node"])
+    assert v["verdict"] in ("proven", verdict_worse(), verdict_none())
+    assert not (results / "advice" / "verify").exists()  # the legs' records are not left behind
+    text = advise(summary, {("h264", "local"): c}, None, table)
+    assert "Verified here, 2 alternating legs each" in text and f"{v['measured_gain']:.2f}x measured" in text
+
+
+def verdict_worse():
+    from dlbench.report.verify import verdict
+
+    return verdict(0.5)
+
+
+def verdict_none():
+    from dlbench.report.verify import verdict
+
+    return verdict(1.0)
+
+
+def test_a_prescription_the_run_cannot_take_is_said_not_verified_without_running(v30_h264, tmp_path):
+    """lance_map needs the dataset's Lance copy, which this results directory lacks: one line, no legs run."""
+    from dlbench.report.verify import verify
+
+    results, summary = _results_with_one_run(v30_h264, tmp_path, workers=2)
+    costs = [cost(worker_ms=8.0), cost(worker_ms=0.5, loader="lance_map")]
+    c = Calibration("h264", "local", "h", 2, 6, 1, None, 1.0, costs=costs)
+    table = verify(results, summary, {("h264", "local"): c}, None, legs=2, duration_s=1.0)
+    assert table.iloc[0]["change"] == "loader: lance_map"
+    assert table.iloc[0]["verdict"].startswith("not verified: ") and "lance" in table.iloc[0]["verdict"]
+    assert pd.isna(table.iloc[0]["measured_gain"])

@@ -251,6 +251,15 @@ def thrash_args():
     return f"--thrash-hit-rate-below {t['hit_rate_below']} --thrash-p99-ms-above {t['p99_ms_above']}"
 
 
+# `advice: verify` in config.yaml: how many runs' top prescriptions `advice_verify` runs (0: the rule is left out)
+VERIFIED = ["results/advice/verified.csv"] if config["advice"]["verify"] else []
+
+
+def advice_verify_args():
+    a = config["advice"]
+    return f"{a['verify']} --legs {a['legs']} --leg-s {a['leg_s']}"
+
+
 def aggregate_args():
     """`dlbench aggregate`'s options from config.yaml: targets, baseline, thrash, each checked source's report."""
     args = [f"--target {mode}={fps}" for mode, fps in config["targets"].items()]

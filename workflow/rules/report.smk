@@ -100,17 +100,43 @@ if COMPARE_TO:
             "dlbench -q compare {input.base} {input.new} --out {output.table} --plot {output.plot} --all > {log} 2>&1"
 
 
+rule advice_verify:
+    """The top prescription of the runs with the largest predicted gains, each run beside the run as it was, in
+    alternating legs on one machine (dlbench advise --verify)."""
+    input:
+        summary="results/summary.csv",
+        calibrations=[calibration_file(d, s) for d, s in CALIBRATED],
+        encodings=ENCODINGS[:1],
+    output:
+        report("results/advice/verified.csv", caption="../report/verified.rst", category="Tables"),
+    log:
+        "results/logs/advice_verify.log",
+    conda:
+        "../envs/cpu.yaml"
+    threads: measuring(2)
+    resources:
+        measure=measure,
+        loopback=int(USES_LOOPBACK),
+    params:
+        args=advice_verify_args(),
+    shell:
+        "dlbench -q advise results --verify {params.args} --verified {output} > {log} 2>&1"
+
+
 rule advice:
     """Per verified run: where its time went, its bound, and the changes that would lift it (dlbench advise)."""
     input:
         summary="results/summary.csv",
         calibrations=[calibration_file(d, s) for d, s in CALIBRATED],
         encodings=ENCODINGS[:1],
+        verified=VERIFIED,
     output:
         report("results/advice.md", caption="../report/advice.rst", category="Tables"),
     log:
         "results/logs/advice.log",
     conda:
         "../envs/cpu.yaml"
+    params:
+        verified=f"--verified {VERIFIED[0]}" if VERIFIED else "--verified none",
     shell:
-        "dlbench -q advise results --out {output} > {log} 2>&1"
+        "dlbench -q advise results --out {output} {params.verified} > {log} 2>&1"

@@ -21,7 +21,8 @@ class Adapter:
     iterable: bool
     frames_per_item: int
     cache_stats: Callable[[], dict] | None  # this process's decoder cache counters, if the loader has them
-    decode_seconds: Callable[[], float] | None  # time spent decoding in this process (probe split)
+    # this process's seconds decoding, and waiting on storage (in the decoder's reads and before them): the split
+    decode_seconds: Callable[[], tuple[float, float]] | None
     collate: Callable[[list], Any] = torch.utils.data.default_collate  # how the loader's users batch items
 
 

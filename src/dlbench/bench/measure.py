@@ -23,15 +23,16 @@ SAMPLE_INFO = "_sample_info"  # the key under which each item carries its `sampl
 
 
 def sample_info(t0: float, stats, decode_seconds=None) -> torch.Tensor:
-    """[latency_ms, worker, cache hits, misses, evictions, size, cpu fallbacks, decode seconds so far] for one sample
-    (-1 where unknown): a small tensor, which `collate` stacks into a numpy array pickled with the batch (no
-    shared-memory segment). The last is the process's running total, so the consumer reads decoding's share."""
+    """[latency_ms, worker, cache hits, misses, evictions, size, cpu fallbacks, decode seconds so far, storage wait
+    seconds so far] for one sample (-1 where unknown): a small tensor, which `collate` stacks into a numpy array
+    pickled with the batch (no shared-memory segment). The last two are the process's running totals, so the
+    consumer reads decoding's and storage's shares of a worker's time."""
     ms = (time.perf_counter() - t0) * 1000.0
     w = torch.utils.data.get_worker_info()
     s = stats() if stats else {}
     keys = ("hits", "misses", "evictions", "size", "cpu_fallbacks")
-    decoded = decode_seconds() if decode_seconds else -1
-    return torch.tensor([ms, w.id if w else -1, *(s.get(k, -1) for k in keys), decoded], dtype=torch.float64)
+    decoded, waited = decode_seconds() if decode_seconds else (-1, -1)
+    return torch.tensor([ms, w.id if w else -1, *(s.get(k, -1) for k in keys), decoded, waited], dtype=torch.float64)
 
 
 class _Passthrough:
@@ -186,7 +187,8 @@ class Window:
     distinct: list = field(default_factory=list)  # distinct episodes per batch (shuffle randomness)
     sizes: list = field(default_factory=list)
     worker_stats: dict = field(default_factory=dict)  # worker id -> its latest decoder cache counters
-    # worker id -> [its decode seconds at its first sample in the windows, at its latest, samples since the first]
+    # worker id -> [its decode seconds at its first sample in the windows, at its latest, samples since the first,
+    # its storage wait seconds at its first sample, at its latest]
     decoding: dict = field(default_factory=dict)
 
     def add(self, batch, info: np.ndarray) -> None:
@@ -196,8 +198,8 @@ class Window:
             w = int(row[1])
             self.worker_stats[w] = row[2:7]
             if row[7] >= 0:
-                first = self.decoding.setdefault(w, [row[7], row[7], -1])
-                first[1], first[2] = row[7], first[2] + 1
+                first = self.decoding.setdefault(w, [row[7], row[7], -1, row[8], row[8]])
+                first[1], first[2], first[4] = row[7], first[2] + 1, row[8]
         self.distinct.append(len(np.unique(batch["episode_index"].cpu().numpy())))
         self.sizes.append(len(info))
 

@@ -40,7 +40,7 @@ def timing_metrics(measured: Pass, frames_per_item: int) -> dict:
     lat = np.concatenate(measured.seen.latencies)
     gaps = np.asarray(measured.seen.intervals) * 1000.0
     rates = np.array([w["samples"] / w["seconds"] for w in windows])
-    return {
+    out = {
         "samples": sum(w["samples"] for w in windows),
         "warmup_samples": len(measured.warm_rows or ()),  # checked too, not timed
         "batches": sum(w["batches"] for w in windows),
@@ -68,15 +68,43 @@ def timing_metrics(measured: Pass, frames_per_item: int) -> dict:
         "window_end_unix": windows[-1]["end_unix"],
         "windows": windows,
     }
+    return {**out, **time_split(out, max(w.get("workers", 0) for w in windows))}
 
 
 def item_metrics(decoding: dict, latencies: np.ndarray) -> dict:
-    """A worker's time per item built, and the part of it spent decoding (dlbench's loaders count it; None for
-    the others): the rest is reading rows, assembling windows and waiting on storage outside the decoder."""
-    counted = sum(n for _, _, n in decoding.values())
-    decode_ms = sum(last - first for first, last, _ in decoding.values()) / counted * 1000 if counted > 0 else None
+    """A worker's time per item built, and the parts of it spent decoding and waiting on storage (dlbench's loaders
+    count them; None for the others): the rest is reading rows and assembling windows."""
+    counted = sum(d[2] for d in decoding.values())
     item_ms = float(np.mean(latencies)) if len(latencies) else None
-    return {"worker_item_ms_per_sample": item_ms, "worker_decode_ms_per_sample": decode_ms}
+    if counted <= 0:
+        return {
+            "worker_item_ms_per_sample": item_ms,
+            "worker_decode_ms_per_sample": None,
+            "worker_fetch_ms_per_sample": None,
+        }
+    waited = sum(d[4] - d[3] for d in decoding.values()) / counted * 1000
+    return {
+        "worker_item_ms_per_sample": item_ms,
+        "worker_decode_ms_per_sample": sum(d[1] - d[0] for d in decoding.values()) / counted * 1000,
+        "worker_fetch_ms_per_sample": max(0.0, waited),
+    }
+
+
+def time_split(metrics: dict, workers: int) -> dict:
+    """Where a worker's wall time per sample it built went: fetch (waiting on storage), decode, assembly (the rest of
+    building items: rows, windows, the worker's collate) and idle (the rest: the hand-over into shared memory, a
+    full queue, a shared core, nothing to read). The four add up to workers x window seconds / samples. Item times
+    are means over the items (a stream's refills land in the items that trigger them). Without workers the one
+    process's time: idle is then its time outside items (taking batches over, checks, consumer). All None where
+    the loader does not count its decoding."""
+    decode, fetch = metrics.get("worker_decode_ms_per_sample"), metrics.get("worker_fetch_ms_per_sample")
+    keys = ("split_fetch_ms", "split_decode_ms", "split_assembly_ms", "split_idle_ms")
+    rate = metrics["samples"] / metrics["steady_window_s"] if metrics.get("steady_window_s") else None
+    if decode is None or not rate:
+        return dict.fromkeys(keys)
+    wall = max(workers, 1) * 1000.0 / rate
+    other = max(0.0, (metrics.get("worker_item_ms_per_sample") or 0.0) - decode - fetch)
+    return dict(zip(keys, (fetch, decode, other, max(0.0, wall - fetch - decode - other))))
 
 
 def cpu_metrics(windows: list[dict]) -> dict:

@@ -28,7 +28,7 @@ def probe(run: RunSpec) -> dict:
         idx = iter(np.random.default_rng(run.seed).integers(0, len(ds), size=run.probe_samples + 1).tolist())
         take = lambda: ds[next(idx)]  # noqa: E731
         take()
-    d0 = adapter.decode_seconds() if adapter.decode_seconds else 0.0
+    d0 = adapter.decode_seconds()[0] if adapter.decode_seconds else 0.0
     t0 = time.perf_counter()
     n = 0
     try:
@@ -42,6 +42,6 @@ def probe(run: RunSpec) -> dict:
         return none
     out = {"samples_per_s": n / total, "fetch_ms": None, "decode_ms": None}
     if adapter.decode_seconds:
-        decode = adapter.decode_seconds() - d0
+        decode = adapter.decode_seconds()[0] - d0
         out.update(fetch_ms=(total - decode) / n * 1000, decode_ms=decode / n * 1000)
     return out

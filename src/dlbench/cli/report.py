@@ -90,6 +90,24 @@ def add(sub) -> None:
     p = command(sub, "advise", help="per run: where the time went, its bound, and what would lift it (Markdown)")
     p.add_argument("results", nargs="?", default="results", help="the results directory (summary.csv, calibration/)")
     p.add_argument("--out", default=None, help="write the advice here (default: print it)")
+    p.add_argument(
+        "--verify",
+        type=int,
+        nargs="?",
+        const=-1,
+        default=None,
+        metavar="N",
+        help="run the top prescription of N runs (default: every run with one), the largest predicted gains first, "
+        "each beside the run as it was in alternating legs on this machine; writes --verified",
+    )
+    p.add_argument(
+        "--verified",
+        default=None,
+        help="the table of verified prescriptions: written by --verify (default RESULTS/advice/verified.csv), read "
+        "without it (where it exists; 'none': not read)",
+    )
+    p.add_argument("--legs", type=int, default=3, help="--verify: legs each side, alternating (default: 3)")
+    p.add_argument("--leg-s", type=float, default=4.0, help="--verify: seconds measured per leg (default: 4)")
     p.set_defaults(func=advise)
 
     p = command(sub, "plot", help="summary CSV -> PNG plots")
@@ -150,12 +168,28 @@ def advise(a) -> None:
     results = Path(a.results)
     if not (results / "summary.csv").exists():
         raise UserError(f"{results}/summary.csv not found; run the workflow first (snakemake -c all)")
+    if a.legs < 1 or a.leg_s <= 0:
+        raise UserError("--legs must be at least 1 and --leg-s above 0")
     cals = {}
     for path in sorted(results.glob("calibration/*/*.json")):
         cal = Calibration.read(path)
         cals[(cal.dataset, cal.source)] = cal
     table = results / "tables/encodings.csv"
-    text = write(pd.read_csv(results / "summary.csv"), cals, pd.read_csv(table) if table.exists() else None)
+    summary, encodings = pd.read_csv(results / "summary.csv"), pd.read_csv(table) if table.exists() else None
+    verified_path = Path(a.verified or results / "advice" / "verified.csv")
+    verified = None
+    if a.verify is not None:
+        from ..report.verify import verify
+
+        limit = None if a.verify < 0 else a.verify
+        verified = verify(results, summary, cals, encodings, legs=a.legs, duration_s=a.leg_s, limit=limit, say=say)
+        verified_path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic.file(verified_path) as tmp:
+            verified.to_csv(tmp, index=False)
+        say(f"wrote {verified_path} ({len(verified)} prescription(s) tried)")
+    elif a.verified != "none" and verified_path.exists():
+        verified = pd.read_csv(verified_path)
+    text = write(summary, cals, encodings, verified)
     if a.out:
         atomic.write_text(a.out, text)
         say(f"{a.out}: advice on {text.count(chr(10) + '## ')} run(s)")

@@ -9,6 +9,7 @@ that a decoder reads a file through (`VideoDecoderCache(wrap=source.file)`): hel
 
 from __future__ import annotations
 
+import time
 from typing import Protocol
 
 from ..errors import UserError
@@ -34,6 +35,14 @@ class ByteSource(Protocol):
         ...
 
 
+_read_s = [0.0]  # this process's seconds in `SourceFile.read`: the decoders' waits on remote bytes
+
+
+def read_seconds() -> float:
+    """Seconds this process's decoders have spent waiting on remote bytes (reads through a `SourceFile`)."""
+    return _read_s[0]
+
+
 class SourceFile:
     """A read-only file object over a remote file: the bytes `source` holds first, `fallback` reads for the rest.
 
@@ -56,6 +65,13 @@ class SourceFile:
         return self.pos
 
     def read(self, n: int = -1) -> bytes:
+        t0 = time.perf_counter()
+        try:
+            return self._read(n)
+        finally:
+            _read_s[0] += time.perf_counter() - t0
+
+    def _read(self, n: int) -> bytes:
         n = self.size - self.pos if n is None or n < 0 else min(n, self.size - self.pos)
         out = []
         while n > 0:

@@ -6,6 +6,7 @@ nothing prescribed. results/advice.md; docs/model.md#advice.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import pandas as pd
@@ -88,14 +89,20 @@ def _kind(loader: str) -> str:
     return "stream" if "_stream" in loader else "map"
 
 
+SPLIT = (("split_fetch_ms", "fetch"), ("split_decode_ms", "decode"), ("split_assembly_ms", "assembly"),
+         ("split_idle_ms", "idle"))  # fmt: skip
+
+
 def time_split(row: dict) -> str:
-    """Where one run's time went, from its record's CPU split."""
+    """Where one run's time went: a worker's wall time per sample split (`bench.metrics.time_split`), else its CPU."""
     parts = []
-    item, decode = row.get("worker_item_ms_per_sample"), row.get("worker_decode_ms_per_sample")
-    if pd.notna(item) and pd.notna(decode):
-        parts.append(f"a worker builds an item in {item:.2f} ms, {decode:.2f} of them decoding")
-    elif pd.notna(item):
-        parts.append(f"a worker builds an item in {item:.2f} ms")
+    split = [(name, row.get(key)) for key, name in SPLIT]
+    if all(pd.notna(v) for _, v in split):
+        total = sum(v for _, v in split) or 1.0
+        shares = ", ".join(f"{name} {v:.2f} ({v / total:.0%})" for name, v in split)
+        parts.append(f"a worker's {total:.2f} ms per sample: {shares}")
+    elif pd.notna(row.get("worker_item_ms_per_sample")):
+        parts.append(f"a worker builds an item in {row['worker_item_ms_per_sample']:.2f} ms")
     if pd.notna(row.get("worker_cpu_ms_per_sample")):
         busy = row.get("worker_busy_frac")
         busy_text = f", busy {busy:.0%} of the window" if pd.notna(busy) else ""
@@ -106,11 +113,57 @@ def time_split(row: dict) -> str:
         parts.append(f"main process {row['main_cpu_ms_per_sample']:.2f} ms CPU per sample{of}")
     if pd.notna(row.get("data_wait_frac")):
         parts.append(f"the consumer waited on data {row['data_wait_frac']:.0%} of the time")
-    return "; ".join(parts) or "no CPU split recorded"
+    if pd.notna(row.get("slowest_rank")):
+        parts.append(f"slowest rank {int(row['slowest_rank'])} at {row['slowest_rank_vs_median']:.0%} of the median")
+    return "; ".join(parts) or "no time split recorded"
 
 
-def advise(summary: pd.DataFrame, calibrations: dict, encodings: pd.DataFrame | None = None) -> str:
-    """advice.md: a section per verified run. `calibrations`: (dataset, source) -> Calibration."""
+def yaml(change: dict) -> str:
+    """A prescription's config lines, as one line to paste into the scenario."""
+    return ", ".join(f"{key}: {value}" for key, value in change.items())
+
+
+def judge(row: dict, cal: Calibration, variants_of: dict, ok: pd.DataFrame) -> tuple[str, list[Prescription]]:
+    """One run's bound line and its prescriptions (none for the worker count where the run is at its cores' bound)."""
+    bound = row.get("bound") if pd.notna(row.get("bound")) else "unknown"
+    ceiling = cores_rate(row, cal)
+    same = [v for v in variants_of.get(row["dataset"], []) if _same_settings(v, row, ok)]
+    found = prescribe(row, cal, [_variant_row(v, row, ok) for v in same])
+    if ceiling and row["frames_per_s_node"] >= AT_BOUND * ceiling:
+        line = (f"At its bound: {row['frames_per_s_node'] / ceiling:.0%} of what every core gives this loader on "
+                f"this encoding ({ceiling:,.0f} frames/s per node): more workers cannot help.")  # fmt: skip
+        return line, [p for p in found if "num_workers" not in p.change]
+    return f"Bound: {bound}" + (f"; every core would give {ceiling:,.0f} frames/s." if ceiling else "."), found
+
+
+def prescriptions(summary: pd.DataFrame, calibrations: dict, encodings: pd.DataFrame | None = None):
+    """(summary row, its prescriptions) for each verified CPU-decoded run with a calibration."""
+    ok = summary[summary["status"] == "ok"]
+    variants_of = _variants(encodings)
+    for _, r in ok.iterrows():
+        row = r.to_dict()
+        cal = calibrations.get((row["dataset"], row["source"]))
+        if cal is not None and row.get("decode_device") == "cpu":
+            yield row, judge(row, cal, variants_of, ok)[1]
+
+
+def _verified_line(v: dict) -> str:
+    if str(v["verdict"]).startswith("not verified"):
+        return f"   {v['verdict']}."
+    return (f"   Verified here, {len(json.loads(v['before_windows']))} alternating legs each: "
+            f"{v['before_frames_per_s_node']:,.0f} -> {v['after_frames_per_s_node']:,.0f} frames/s, "
+            f"{v['measured_gain']:.2f}x measured against {v['predicted_gain']:.2f}x predicted: "
+            f"{v['verdict']}.")  # fmt: skip
+
+
+def advise(
+    summary: pd.DataFrame,
+    calibrations: dict,
+    encodings: pd.DataFrame | None = None,
+    verified: pd.DataFrame | None = None,
+) -> str:
+    """advice.md: a section per verified run. `calibrations`: (dataset, source) -> Calibration; `verified`: the
+    table of `verify.verify` (each run's top prescription measured beside it), where made."""
     lines = [
         "# Advice",
         "",
@@ -118,6 +171,7 @@ def advise(summary: pd.DataFrame, calibrations: dict, encodings: pd.DataFrame | 
     ]
     ok = summary[summary["status"].isin(["ok"])]
     variants_of = _variants(encodings)
+    checked = {} if verified is None else {(v["scenario"], v["run_id"]): v for v in verified.to_dict("records")}
     for _, r in ok.iterrows():
         row = r.to_dict()
         target = row.get("target_frames_per_s_node")
@@ -129,23 +183,17 @@ def advise(summary: pd.DataFrame, calibrations: dict, encodings: pd.DataFrame | 
         if cal is None or row.get("decode_device") != "cpu":
             lines.append("No calibration of this run (GPU decoding, or none made): no prescription.")
             continue
-        bound = row.get("bound") if pd.notna(row.get("bound")) else "unknown"
-        ceiling = cores_rate(row, cal)
-        same = [v for v in variants_of.get(row["dataset"], []) if _same_settings(v, row, ok)]
-        found = prescribe(row, cal, [_variant_row(v, row, ok) for v in same])
-        if ceiling and row["frames_per_s_node"] >= AT_BOUND * ceiling:
-            lines.append(f"At its bound: {row['frames_per_s_node'] / ceiling:.0%} of what every core gives this loader "
-                         f"on this encoding ({ceiling:,.0f} frames/s per node): more workers cannot help.")  # fmt: skip
-            found = [p for p in found if "num_workers" not in p.change]
-        else:
-            lines.append(f"Bound: {bound}" + (f"; every core would give {ceiling:,.0f} frames/s." if ceiling else "."))
+        line, found = judge(row, cal, variants_of, ok)
+        lines.append(line)
         if not found:
             lines.append("Nothing to prescribe: no change the model or the matrix knows gives 10% more.")
         for k, p in enumerate(found, 1):
-            yaml = ", ".join(f"{key}: {value}" for key, value in p.change.items())
             how = "measured" if p.measured else "predicted"
-            lines.append(f"{k}. `{yaml}` in scenario {row['scenario']}: {p.frames_per_s_node:,.0f} frames/s per node "
-                         f"({how}, {p.gain:.2f}x; {p.why})")  # fmt: skip
+            lines.append(f"{k}. `{yaml(p.change)}` in scenario {row['scenario']}: {p.frames_per_s_node:,.0f} frames/s "
+                         f"per node ({how}, {p.gain:.2f}x; {p.why})")  # fmt: skip
+            v = checked.get((row["scenario"], row["run_id"]))
+            if k == 1 and v is not None and v["change"] == yaml(p.change):
+                lines.append(_verified_line(v))
     return "\n".join(lines) + "\n"
 
 

@@ -270,6 +270,9 @@ def _window_totals(recs: list[dict]) -> np.ndarray | None:
     return np.sum([w[:n] for w in per_rank], axis=0)
 
 
+SPLIT_COLUMNS = ("split_fetch_ms", "split_decode_ms", "split_assembly_ms", "split_idle_ms")
+
+
 def _measured(ok: list[dict], nodes: int) -> dict:
     """A run's measured columns from its rank records; per-node figures over `nodes` hosts."""
     m = pd.DataFrame([r["metrics"] for r in ok]).drop(
@@ -318,6 +321,10 @@ def _measured(ok: list[dict], nodes: int) -> dict:
         # a worker's time per item built, and its decoding part (dlbench's loaders)
         "worker_item_ms_per_sample": col("worker_item_ms_per_sample").mean(),
         "worker_decode_ms_per_sample": col("worker_decode_ms_per_sample").mean(),
+        "worker_fetch_ms_per_sample": col("worker_fetch_ms_per_sample").mean(),
+        # a worker's wall time per sample: fetch + decode + assembly + idle (`bench.metrics.time_split`)
+        **{k: col(k).mean() for k in SPLIT_COLUMNS},
+        **_slowest(ok),
         "peak_pss_workers_mb": col("peak_pss_workers_mb").max(),
         # DataLoader workers with something to read, over the ranks (dlbench_stream says; empty for the others)
         "busy_workers": col("busy_workers").sum(min_count=1),
@@ -327,6 +334,16 @@ def _measured(ok: list[dict], nodes: int) -> dict:
         "window_start_unix": min(r["metrics"].get("window_start_unix", float("nan")) for r in ok),
         "window_end_unix": max(r["metrics"].get("window_end_unix", float("nan")) for r in ok),
     }
+
+
+def _slowest(ok: list[dict]) -> dict:
+    """The rank with the fewest samples/s (a synchronous training step waits for it), and its share of the median
+    rank's rate; NaN for one rank."""
+    rates = [r["metrics"].get("samples_per_s") for r in ok]
+    if len(ok) < 2 or any(v is None for v in rates):
+        return {"slowest_rank": float("nan"), "slowest_rank_vs_median": float("nan")}
+    k = int(np.argmin(rates))
+    return {"slowest_rank": ok[k].get("rank", k), "slowest_rank_vs_median": rates[k] / float(np.median(rates))}
 
 
 def _remote(m: pd.DataFrame) -> dict:

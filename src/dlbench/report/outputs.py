@@ -12,4 +12,5 @@ PLOT_NAMES = (
     "data_wait.png",
     "remote_cost.png",
     "prediction.png",
+    "time_split.png",
 )

@@ -12,6 +12,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .. import atomic  # noqa: E402
@@ -473,6 +474,38 @@ def plot_prediction(df: pd.DataFrame, path: Path) -> Path:
     return _save(fig, path)
 
 
+SPLIT = (
+    ("split_fetch_ms", "fetch (storage)", "tab:red"),
+    ("split_decode_ms", "decode", "tab:blue"),
+    ("split_assembly_ms", "assembly (rows, windows)", "tab:green"),
+    ("split_idle_ms", "idle (hand-over, queue full, shared core)", "lightgrey"),
+)
+
+
+def plot_time_split(df: pd.DataFrame, path: Path) -> Path:
+    """Where a worker's time per sample went, one stacked bar per run (dlbench's loaders count it)."""
+    title = "Where a worker's time per sample went"
+    need = [k for k, _, _ in SPLIT]
+    if not set(need) <= set(df.columns):
+        return _nothing(path, title, "needs summary.csv with the split_* columns (records of this dlbench)")
+    ok = _ok(df).dropna(subset=need)
+    if ok.empty:
+        return _nothing(path, title, "no finished run counts its decoding (dlbench's loaders do; peers' do not)")
+    labels = distinct([f"{r['loader']} {r['mode']} w{r['num_workers']} · {r['source']}" for _, r in ok.iterrows()], ok)
+    fig, ax = plt.subplots(figsize=(9, 0.32 * len(ok) + 1.6))
+    left = np.zeros(len(ok))
+    for key, name, color in SPLIT:
+        values = ok[key].to_numpy(float)
+        ax.barh(labels, values, left=left, color=color, label=name)
+        left += values
+    ax.invert_yaxis()
+    ax.set_xlabel("ms of a worker's wall time per sample it built (workers x window / samples)")
+    ax.set_title(title, fontsize=10)
+    ax.tick_params(axis="y", labelsize=7)
+    ax.legend(fontsize=7, loc="lower right")
+    return _save(fig, path)
+
+
 PLOTS = dict(
     zip(
         PLOT_NAMES,
@@ -487,6 +520,7 @@ PLOTS = dict(
             plot_data_wait,
             plot_remote_cost,
             plot_prediction,
+            plot_time_split,
         ),
         strict=True,
     )

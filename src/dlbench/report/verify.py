@@ -1,0 +1,151 @@
+"""`dlbench advise --verify`: each run's top prescription, run beside the run as it was, in one job on this machine.
+
+The two settings take turns (A B, B A, A B ...: `legs` windows each, so a drift of the machine falls on both), each
+leg a short bench run of its own (`duration_s`, one window, its frames checked as the run's were). The measured gain
+is the ratio of the two sides' median frames/s per node; a prescription that measured worse than the run is
+withdrawn, one that gained less than the noise is said to be so. results/advice/verified.csv; docs/model.md#advice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import UserError
+from ..runspec import RunSpec
+from . import advice
+
+NOISE = 0.05  # a measured gain within this of 1.0 is no gain either way
+COLUMNS = [
+    "scenario",
+    "run_id",
+    "change",
+    "predicted_frames_per_s_node",
+    "predicted_gain",
+    "before_frames_per_s_node",
+    "after_frames_per_s_node",
+    "measured_gain",
+    "share_of_predicted_gain",
+    "before_windows",
+    "after_windows",
+    "verdict",
+]
+
+
+def changed_spec(base: RunSpec, change: dict, results: Path, summary: pd.DataFrame) -> RunSpec:
+    """The run with its prescription applied: a run setting, or another dataset (a re-encoded variant: the spec of
+    the matrix's run of it with these settings)."""
+    if "dataset" in change:
+        ok = summary[(summary["status"] == "ok") & (summary["dataset"] == change["dataset"])]
+        same = advice._matching(ok, change["dataset"], {**base.to_dict(), "ranks": base.ranks})
+        if same.empty:
+            raise UserError(f"no run of {change['dataset']} with the settings of {base.run_id}")
+        other = read_spec(results, same.iloc[0]["scenario"], same.iloc[0]["run_id"])
+        return dataclasses.replace(base, dataset=other.dataset, root=other.root, data_files_root=other.data_files_root)
+    return dataclasses.replace(base, **change)
+
+
+def read_spec(results: Path, scenario: str, run_id: str) -> RunSpec:
+    from .. import runspec
+
+    return runspec.read(results / "specs" / scenario / f"{run_id}.json")
+
+
+def leg_rate(run: RunSpec, out_dir: Path) -> float:
+    """One leg: the run, as a short bench job here; its frames/s per node, checked. Raises UserError where it did not
+    finish verified."""
+    from ..bench.launch import run_job
+    from .aggregate import aggregate
+
+    shutil.rmtree(out_dir, ignore_errors=True)
+    run_job(run.with_id(), out_dir)
+    row = aggregate([out_dir], None).iloc[0]
+    if row["status"] != "ok":
+        raise UserError(f"{row['status']}: {row.get('reason') or 'see ' + str(out_dir)}")
+    return float(row["frames_per_s_node"])
+
+
+def verdict(gain: float) -> str:
+    if gain < 1.0 - NOISE:
+        return "withdrawn: measured worse than the run as it was"
+    if gain < 1.0 + NOISE:
+        return f"withdrawn: no gain beyond the noise ({NOISE:.0%})"
+    return "proven"
+
+
+def verify_one(base: RunSpec, new: RunSpec, where: Path, legs: int, short: dict) -> tuple[list[float], list[float]]:
+    """Both settings, taking turns: `legs` short runs each, A B then B A and so on."""
+    base = dataclasses.replace(base, **short)
+    new = dataclasses.replace(new, **short)
+    before, after = [], []
+    for k in range(legs):
+        order = [("before", base, before), ("after", new, after)]
+        for name, run, rates in order if k % 2 == 0 else order[::-1]:
+            rates.append(leg_rate(run, where / f"{name}{k}"))
+    return before, after
+
+
+def verify(
+    results: str | Path,
+    summary: pd.DataFrame,
+    calibrations: dict,
+    encodings: pd.DataFrame | None,
+    legs: int = 3,
+    duration_s: float = 4.0,
+    warmup_s: float = 1.5,
+    limit: int | None = None,
+    say=print,
+) -> pd.DataFrame:
+    """The top prescription of each run that has one (`advice.prescriptions`), measured beside the run; at most
+    `limit` runs, those with the largest predicted gain first. One row per run tried."""
+    results = Path(results)
+    work = results / "advice" / "verify"
+    short = {"duration_s": duration_s, "repeats": 1, "warmup_s": warmup_s, "num_batches": None}
+    todo = []
+    for row, found in advice.prescriptions(summary, calibrations, encodings):
+        if found:
+            todo.append((row, found[0]))
+    todo.sort(key=lambda t: -t[1].gain)
+    rows = []
+    for row, p in todo[:limit]:
+        out = {
+            "scenario": row["scenario"],
+            "run_id": row["run_id"],
+            "change": advice.yaml(p.change),
+            "predicted_frames_per_s_node": p.frames_per_s_node,
+            "predicted_gain": p.gain,
+        }
+        try:
+            if int(row.get("nodes") or 1) > 1:
+                raise UserError("a run of several nodes: verify it with the cluster (snakemake --profile)")
+            base = read_spec(results, row["scenario"], row["run_id"])
+            new = changed_spec(base, p.change, results, summary)
+            new.check(f"{row['run_id']} with {out['change']}")
+            say(f"{row['scenario']}/{row['run_id']}: {out['change']}, {legs} legs each")
+            before, after = verify_one(base, new, work / row["scenario"] / row["run_id"], legs, short)
+        except UserError as e:
+            rows.append({**out, "verdict": f"not verified: {e}"})
+            say(f"{row['scenario']}/{row['run_id']}: not verified: {e}")
+            continue
+        gain = float(np.median(after) / np.median(before))
+        predicted_gain = p.frames_per_s_node / row["frames_per_s_node"]
+        rows.append(
+            {
+                **out,
+                "before_frames_per_s_node": float(np.median(before)),
+                "after_frames_per_s_node": float(np.median(after)),
+                "measured_gain": gain,
+                "share_of_predicted_gain": (gain - 1) / (predicted_gain - 1) if predicted_gain > 1 else float("nan"),
+                "before_windows": json.dumps([round(v, 1) for v in before]),
+                "after_windows": json.dumps([round(v, 1) for v in after]),
+                "verdict": verdict(gain),
+            }
+        )
+        say(f"  {np.median(before):,.0f} -> {np.median(after):,.0f} frames/s: {gain:.2f}x, {rows[-1]['verdict']}")
+    shutil.rmtree(work, ignore_errors=True)  # the legs' records: the table keeps their figures
+    return pd.DataFrame(rows, columns=COLUMNS)
