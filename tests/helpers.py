@@ -222,8 +222,9 @@ def measuring_windows(results: Path) -> list[tuple[float, float, str]]:
 
 
 def snakemake(workdir: Path, config: dict, *args: str) -> subprocess.CompletedProcess:
+    """The workflow on `config`; the advice's verifying legs only where `config` asks for them (`advice:`)."""
     cfg = workdir / "tiny.yaml"
-    cfg.write_text(yaml.safe_dump(config))
+    cfg.write_text(yaml.safe_dump({"advice": {"verify": 0}, **config}))
     return subprocess.run(
         [*SNAKEMAKE, "-d", str(workdir), "--configfile", str(cfg), *args], capture_output=True, text=True, timeout=900
     )

@@ -197,7 +197,7 @@ def test_the_harness_measures_the_dataloader_users_get(v30_h264, loader, workers
     assert measured.start_method == rule
     for expected in expected_batches:
         batch, info = split_info(next(got))
-        assert SAMPLE_INFO not in batch and info.shape == (4, 8)
+        assert SAMPLE_INFO not in batch and info.shape == (4, 9)
         assert batch.keys() == expected.keys()
         for key, value in expected.items():
             if isinstance(value, torch.Tensor):

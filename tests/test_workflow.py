@@ -497,14 +497,15 @@ def test_a_reencoded_dataset_is_benchmarked_beside_its_source_and_its_encoding_m
                 "probe_samples": 0,
                 "check_frames": 8,
             },  # fmt: skip
-            "scenarios": {"enc": {"dataset": ["tiny", "tiny_hevc"], "loader": ["dlbench_map"]}},
+            "scenarios": {"enc": {"dataset": ["tiny", "tiny_hevc"], "loader": ["dlbench_map"], "num_workers": 0}},
         },
+        "advice": {"verify": 1, "legs": 1, "leg_s": 0.5},
     }
     proc = snakemake(tmp_path, config, "-c", "2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = pd.read_csv(tmp_path / "results/summary.csv").set_index("dataset")
     assert (summary["status"] == "ok").all() and (summary["frames_wrong"] == 0).all()
-    run = tmp_path / "results/runs/enc/tiny_hevc-dlbench_map-single-b4-w1-cpu/rank0of1.json"
+    run = tmp_path / "results/runs/enc/tiny_hevc-dlbench_map-single-b4-w0-cpu/rank0of1.json"
     m = json.loads(run.read_text())["metrics"]
     assert m["frames_barcode_checked"] == (m["samples"] + m["warmup_samples"]) * m["frames_per_sample"] > 0
     table = pd.read_csv(tmp_path / "results/tables/encodings.csv").set_index("dataset")
@@ -513,4 +514,8 @@ def test_a_reencoded_dataset_is_benchmarked_beside_its_source_and_its_encoding_m
     assert table.loc["tiny_hevc", "psnr_db"] > 35 and table.loc["tiny_hevc", "bytes_vs_source"] > 0
     assert (tmp_path / "results/plots/encodings.png").stat().st_size > 10_000
     advice = (tmp_path / "results/advice.md").read_text()  # a section per run: its time split, bound and changes
-    assert advice.count("\n## ") == 2 and advice.count("ms CPU per sample") == 4
+    assert advice.count("\n## ") == 2 and advice.count("a worker's ") == 2
+    # one process for all: its workers prescribed, the largest predicted gain run beside it on this machine
+    verified = pd.read_csv(tmp_path / "results/advice/verified.csv")
+    assert len(verified) == 1 and verified.iloc[0]["change"].startswith("num_workers: ")
+    assert verified.iloc[0]["verdict"] in advice and "1 alternating legs each" in advice

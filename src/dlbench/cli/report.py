@@ -164,6 +164,7 @@ def advise(a) -> None:
     from ..errors import UserError
     from ..model.calibration import Calibration
     from ..report.advice import advise as write
+    from ..report.advice import read_specs
 
     results = Path(a.results)
     if not (results / "summary.csv").exists():
@@ -189,7 +190,7 @@ def advise(a) -> None:
         say(f"wrote {verified_path} ({len(verified)} prescription(s) tried)")
     elif a.verified != "none" and verified_path.exists():
         verified = pd.read_csv(verified_path)
-    text = write(summary, cals, encodings, verified)
+    text = write(summary, cals, encodings, verified, read_specs(results))
     if a.out:
         atomic.write_text(a.out, text)
         say(f"{a.out}: advice on {text.count(chr(10) + '## ')} run(s)")

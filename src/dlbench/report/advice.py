@@ -15,6 +15,7 @@ from ..model.calibration import Calibration
 from ..model.table import predict_run
 
 AT_BOUND = 0.9  # measured at or above this share of the cores' rate: at the hardware's bound
+CACHE_MISSING = 0.5  # a decoder cache that finds fewer of its lookups open than this is too small for the run
 WORTH = 1.1  # a change is prescribed when it is predicted to give at least this many times the frames/s
 RUN_KEYS = ("loader", "mode", "batch_size", "num_workers", "decode_device", "step_ms", "ranks", "nodes")
 
@@ -51,10 +52,10 @@ def cores_rate(row: dict, cal: Calibration) -> float | None:
     return cal.cores / (cost.worker_cpu_s + cost.main_s) * cost.frames_per_sample
 
 
-def prescribe(row: dict, cal: Calibration, variants: list[dict] = ()) -> list[Prescription]:
+def prescribe(row: dict, cal: Calibration, variants: list[dict] = (), spec: dict | None = None) -> list[Prescription]:
     """Up to three changes for one run, best first: the worker count (never past the cores its ranks share), another
     calibrated loader of the same mode, a re-encoded variant the matrix measured (`variants`: summary rows of the
-    same settings on such a dataset)."""
+    same settings on such a dataset), the loader's own decoder cache where the run's (`spec`: its run spec) missed."""
     measured = row["frames_per_s_node"]
     run = _run(row)
     now = predict_run(run, cal)
@@ -62,6 +63,16 @@ def prescribe(row: dict, cal: Calibration, variants: list[dict] = ()) -> list[Pr
         return []
     scale = measured / now.frames_per_s_node  # the model's miss on this run, carried to its what-ifs
     found: list[Prescription] = []
+    size = (spec or {}).get("decoder_cache_size")
+    hits = row.get("cache_hit_rate")
+    if size and pd.notna(hits) and hits < CACHE_MISSING and now.frames_per_s_node >= WORTH * measured:
+        # the calibration ran with the loader's default cache: its prediction is this run without the small cache
+        why = (f"its cache of {size} decoder(s) found {hits:.0%} of lookups open; the calibration, with the "
+               f"loader's default, measured the rate")  # fmt: skip
+        fps = now.frames_per_s_node
+        found.append(Prescription({"decoder_cache_size": None}, fps, fps / measured, why=why))
+        scale = 1.0  # the model's figures are this run's without the miss: its other what-ifs too
+
     per_rank = max(1, cal.cores // max(int(run["ranks"] or 1), 1))
     options = sorted({0, 1, 2, 4, 8, 16, 32, 64, per_rank} & set(range(per_rank + 1)))
     rates = {w: predict_run({**run, "num_workers": w}, cal).frames_per_s_node * scale for w in options}
@@ -119,16 +130,18 @@ def time_split(row: dict) -> str:
 
 
 def yaml(change: dict) -> str:
-    """A prescription's config lines, as one line to paste into the scenario."""
-    return ", ".join(f"{key}: {value}" for key, value in change.items())
+    """A prescription's config lines, as one line to paste into the scenario (None: remove the key)."""
+    return ", ".join(f"{key}: {value}" if value is not None else f"no {key}" for key, value in change.items())
 
 
-def judge(row: dict, cal: Calibration, variants_of: dict, ok: pd.DataFrame) -> tuple[str, list[Prescription]]:
+def judge(
+    row: dict, cal: Calibration, variants_of: dict, ok: pd.DataFrame, spec: dict | None = None
+) -> tuple[str, list[Prescription]]:
     """One run's bound line and its prescriptions (none for the worker count where the run is at its cores' bound)."""
     bound = row.get("bound") if pd.notna(row.get("bound")) else "unknown"
     ceiling = cores_rate(row, cal)
     same = [v for v in variants_of.get(row["dataset"], []) if _same_settings(v, row, ok)]
-    found = prescribe(row, cal, [_variant_row(v, row, ok) for v in same])
+    found = prescribe(row, cal, [_variant_row(v, row, ok) for v in same], spec)
     if ceiling and row["frames_per_s_node"] >= AT_BOUND * ceiling:
         line = (f"At its bound: {row['frames_per_s_node'] / ceiling:.0%} of what every core gives this loader on "
                 f"this encoding ({ceiling:,.0f} frames/s per node): more workers cannot help.")  # fmt: skip
@@ -136,15 +149,18 @@ def judge(row: dict, cal: Calibration, variants_of: dict, ok: pd.DataFrame) -> t
     return f"Bound: {bound}" + (f"; every core would give {ceiling:,.0f} frames/s." if ceiling else "."), found
 
 
-def prescriptions(summary: pd.DataFrame, calibrations: dict, encodings: pd.DataFrame | None = None):
-    """(summary row, its prescriptions) for each verified CPU-decoded run with a calibration."""
+def prescriptions(
+    summary: pd.DataFrame, calibrations: dict, encodings: pd.DataFrame | None = None, specs: dict | None = None
+):
+    """(summary row, its prescriptions) for each verified CPU-decoded run with a calibration. `specs`: (scenario,
+    run_id) -> the run's spec (dict), where known."""
     ok = summary[summary["status"] == "ok"]
     variants_of = _variants(encodings)
     for _, r in ok.iterrows():
         row = r.to_dict()
         cal = calibrations.get((row["dataset"], row["source"]))
         if cal is not None and row.get("decode_device") == "cpu":
-            yield row, judge(row, cal, variants_of, ok)[1]
+            yield row, judge(row, cal, variants_of, ok, (specs or {}).get((row["scenario"], row["run_id"])))[1]
 
 
 def _verified_line(v: dict) -> str:
@@ -161,9 +177,11 @@ def advise(
     calibrations: dict,
     encodings: pd.DataFrame | None = None,
     verified: pd.DataFrame | None = None,
+    specs: dict | None = None,
 ) -> str:
     """advice.md: a section per verified run. `calibrations`: (dataset, source) -> Calibration; `verified`: the
-    table of `verify.verify` (each run's top prescription measured beside it), where made."""
+    table of `verify.verify` (each run's top prescription measured beside it), where made; `specs`: (scenario,
+    run_id) -> the run's spec, where known (`read_specs`)."""
     lines = [
         "# Advice",
         "",
@@ -183,7 +201,7 @@ def advise(
         if cal is None or row.get("decode_device") != "cpu":
             lines.append("No calibration of this run (GPU decoding, or none made): no prescription.")
             continue
-        line, found = judge(row, cal, variants_of, ok)
+        line, found = judge(row, cal, variants_of, ok, (specs or {}).get((row["scenario"], row["run_id"])))
         lines.append(line)
         if not found:
             lines.append("Nothing to prescribe: no change the model or the matrix knows gives 10% more.")
@@ -225,3 +243,16 @@ def _variant_row(variant: dict, row: dict, ok: pd.DataFrame) -> dict:
     """The summary row of the variant's run with `row`'s settings, with the encoding's cost beside it."""
     run = _matching(ok, variant["dataset"], row).iloc[0].to_dict()
     return {**run, "bytes_vs_source": variant["bytes_vs_source"], "psnr_db": variant["psnr_db"]}
+
+
+def read_specs(results) -> dict:
+    """(scenario, run_id) -> run spec (dict) of each run spec the workflow wrote under results/specs."""
+    from pathlib import Path
+
+    out = {}
+    for path in sorted(Path(results).glob("specs/*/*.json")):
+        try:
+            out[(path.parent.name, path.stem)] = json.loads(path.read_text())
+        except ValueError:
+            continue  # a spec being written: its run is not in the summary yet
+    return out

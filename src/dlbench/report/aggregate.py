@@ -340,7 +340,7 @@ def _slowest(ok: list[dict]) -> dict:
     """The rank with the fewest samples/s (a synchronous training step waits for it), and its share of the median
     rank's rate; NaN for one rank."""
     rates = [r["metrics"].get("samples_per_s") for r in ok]
-    if len(ok) < 2 or any(v is None for v in rates):
+    if len(ok) < 2 or any(v is None for v in rates) or not np.median(rates):
         return {"slowest_rank": float("nan"), "slowest_rank_vs_median": float("nan")}
     k = int(np.argmin(rates))
     return {"slowest_rank": ok[k].get("rank", k), "slowest_rank_vs_median": rates[k] / float(np.median(rates))}

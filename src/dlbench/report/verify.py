@@ -107,7 +107,7 @@ def verify(
     work = results / "advice" / "verify"
     short = {"duration_s": duration_s, "repeats": 1, "warmup_s": warmup_s, "num_batches": None}
     todo = []
-    for row, found in advice.prescriptions(summary, calibrations, encodings):
+    for row, found in advice.prescriptions(summary, calibrations, encodings, advice.read_specs(results)):
         if found:
             todo.append((row, found[0]))
     todo.sort(key=lambda t: -t[1].gain)

@@ -1,0 +1,174 @@
+"""Advice on misconfigured runs: does the top prescription, verified, recover what the best setting of its knob gives?
+
+    python -m benchmarks.advice [--workdir /tmp/dlbench-model] [--cases workers0 oversubscribed cache1 gop60]
+                                [--legs 3] [--leg-s 3]
+
+Each case is a run set up wrong on a dataset no test uses (the realistic 480x640 AV1 set, a 3-camera AV1 set, an
+H.264 GOP-60 re-encoding of the realistic set), laid out as the workflow leaves a results directory (its spec, its
+run, summary.csv, the dataset's calibration, encodings.csv where the case has re-encodings). Then, in one go on this
+machine: `dlbench advise --verify` (the top prescription run beside the run, alternating legs) and a sweep of the
+knob the case got wrong (each value as short legs of the same length). Prints per case: the run's frames/s, the
+prescription, its predicted and measured gain, the knob's best value and rate, the share of that best the
+prescription recovered and the share of its own predicted gain it measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+
+from benchmarks.model import dataset as model_set
+
+CASES = {
+    # name: (dataset, the run's settings, the knob, the values swept)
+    "workers0": ("realistic", {"loader": "dlbench_map", "num_workers": 0}, "num_workers", [0, 1, 2, 3, 4]),
+    "oversubscribed": ("realistic", {"loader": "dlbench_map", "num_workers": 8}, "num_workers", [1, 2, 3, 4, 8]),
+    "cache1": (
+        "av1_3cam",
+        {"loader": "dlbench_stream", "num_workers": 2, "decoder_cache_size": 1},
+        "decoder_cache_size",
+        [1, 3, 6, None],
+    ),
+    "gop60": ("gop60", {"loader": "dlbench_map", "num_workers": 2}, "dataset", ["gop60", "gop60_g1"]),
+}
+# re-encodings the gop60 case needs: name -> (made from, dlbench reencode options)
+REENCODED = {
+    "gop60": ("realistic", ["--codec", "h264", "--gop", "60", "--crf", "23"]),
+    "gop60_g1": ("gop60", ["--codec", "h264", "--gop", "1", "--crf", "20", "--fast-decode"]),
+}
+
+
+def dlbench(*args: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "dlbench", "-q", *args], capture_output=True, text=True)
+    if proc.returncode:
+        sys.exit(f"dlbench {' '.join(args)} failed:\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
+    return proc.stdout
+
+
+def root_of(work: Path, name: str) -> Path:
+    """A dataset of the cases, made once: a set of benchmarks.model, or a re-encoding of one."""
+    if name not in REENCODED:
+        return model_set(work, name)
+    src, options = REENCODED[name]
+    out = work / "advice" / "datasets" / name
+    if not (out / "meta/info.json").exists():
+        dlbench("reencode", str(root_of(work, src)), str(out), *options)
+    return out
+
+
+def encodings(work: Path, names: list[str]) -> Path:
+    """encodings.csv of the datasets in `names`, each against what it was made from where that is one of them."""
+    rows = []
+    for name in names:
+        row = work / "advice" / "datasets" / f"{name}.encoding.json"
+        if not row.exists():
+            src = REENCODED[name][0]
+            ref = ["--reference", str(root_of(work, src))] if src in names else []
+            dlbench("encoding", str(root_of(work, name)), "--name", name, *ref, "--out", str(row))
+        rows.append(str(row))
+    out = work / "advice" / "datasets" / "encodings.csv"
+    dlbench("encodings-table", *rows, "--out", str(out))
+    return out
+
+
+def results_of(work: Path, case: str, a) -> Path:
+    """The case laid out as the workflow's results: spec, run (and the variant's, for a dataset knob), summary,
+    calibration."""
+    from dlbench import runspec
+    from dlbench.report.aggregate import aggregate
+
+    name, settings, knob, values = CASES[case]
+    results = work / "advice" / case
+    shutil.rmtree(results, ignore_errors=True)
+    window = {"duration_s": a.leg_s, "warmup_s": 1.5, "repeats": a.legs, "mode": "single"}
+    datasets = values if knob == "dataset" else [name]
+    runs = []
+    for ds in datasets:
+        run = runspec.make_run({"root": str(root_of(work, ds)), "dataset": ds, **settings, **window}, scenario=case)
+        runspec.write(run, results / "specs" / case / f"{run.run_id}.json")
+        dlbench("bench-run", "--spec", str(results / "specs" / case / f"{run.run_id}.json"),
+                "--out-dir", str(results / "runs" / case / run.run_id))  # fmt: skip
+        runs.append(results / "runs" / case / run.run_id)
+    aggregate(runs, results / "summary.csv")
+    cal = work / "advice" / "calibration" / f"{name}.json"
+    if not cal.exists():
+        loaders = sorted({settings["loader"]})
+        dlbench("calibrate", "--root", str(root_of(work, name)), "--dataset", name, "--loader", ",".join(loaders),
+                "--mode", "single", "--out", str(cal))  # fmt: skip
+    (results / "calibration" / name).mkdir(parents=True)
+    shutil.copy(cal, results / "calibration" / name / "local.json")
+    if knob == "dataset":
+        (results / "tables").mkdir()
+        shutil.copy(encodings(work, values), results / "tables" / "encodings.csv")
+        # the misconfigured run is the first; the variant's run is there only for the advice to find
+    return results
+
+
+def sweep(work: Path, results: Path, case: str, a) -> dict:
+    """Each value of the case's knob as `legs` short legs, taking turns: value -> median frames/s per node."""
+    from dlbench import runspec
+    from dlbench.report.verify import leg_rate
+
+    name, settings, knob, values = CASES[case]
+    base = runspec.read(next((results / "specs" / case).glob(f"{name}-*.json")))
+    short = {"duration_s": a.leg_s, "repeats": 1, "warmup_s": 1.5}
+    rates: dict = {v: [] for v in values}
+    for k in range(a.legs):
+        for v in values if k % 2 == 0 else values[::-1]:
+            if knob == "dataset":
+                run = replace(base, dataset=v, root=str(root_of(work, v)), **short)
+            else:
+                run = replace(base, **{knob: v}, **short)
+            rates[v].append(leg_rate(run, work / "advice" / "sweep" / f"{case}-{v}-{k}"))
+    shutil.rmtree(work / "advice" / "sweep", ignore_errors=True)
+    return {v: statistics.median(r) for v, r in rates.items()}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workdir", default="/tmp/dlbench-model", help="keeps the synthesized sets between runs")
+    ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    ap.add_argument("--legs", type=int, default=3, help="legs per setting, alternating")
+    ap.add_argument("--leg-s", type=float, default=3.0, help="seconds measured per leg")
+    a = ap.parse_args(argv)
+    work = Path(a.workdir)
+    table = []
+    for case in a.cases:
+        results = results_of(work, case, a)
+        out = results / "advice" / "verified.csv"
+        dlbench("advise", str(results), "--verify", "1", "--legs", str(a.legs), "--leg-s", str(a.leg_s),
+                "--verified", str(out), "--out", str(results / "advice.md"))  # fmt: skip
+        v = pd.read_csv(out)
+        best = sweep(work, results, case, a)
+        knob_best = max(best, key=best.get)
+        row = {"case": case, "best": f"{CASES[case][2]}={knob_best}", "best_fps": best[knob_best], "sweep": best}
+        if v.empty:
+            row.update(prescription="(none)", verdict="nothing prescribed")
+        else:
+            r = v.iloc[0].to_dict()
+            row.update(prescription=r["change"], verdict=r["verdict"], predicted_gain=r["predicted_gain"],
+                       measured_gain=r.get("measured_gain"), before=r.get("before_frames_per_s_node"),
+                       after=r.get("after_frames_per_s_node"), share=r.get("share_of_predicted_gain"))  # fmt: skip
+        table.append(row)
+        print(json.dumps(row, default=str), flush=True)
+    print()
+    print(f"{'case':<15}{'before':>8}  {'prescription':<28}{'pred':>6}{'meas':>6}{'after':>8}  {'best':<26}"
+          f"{'best fr/s':>9}{'recov':>7}{'of pred':>8}  verdict")  # fmt: skip
+    for r in table:
+        before, after = r.get("before", float("nan")), r.get("after", float("nan"))
+        recov = after / r["best_fps"] if after == after else float("nan")
+        print(f"{r['case']:<15}{before:>8.0f}  {r['prescription']:<28}{r.get('predicted_gain', float('nan')):>6.2f}"
+              f"{r.get('measured_gain', float('nan')):>6.2f}{after:>8.0f}  {r['best']:<26}{r['best_fps']:>9.0f}"
+              f"{recov:>7.0%}{r.get('share', float('nan')):>8.0%}  {r['verdict']}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
