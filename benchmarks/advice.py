@@ -1,6 +1,6 @@
 """Advice on misconfigured runs: does the top prescription, verified, recover what the best setting of its knob gives?
 
-    python -m benchmarks.advice [--workdir /tmp/dlbench-model] [--cases workers0 oversubscribed cache1 gop60]
+    python -m benchmarks.advice [--workdir /tmp/dlbench-model] [--cases workers0 oversubscribed cache1 gop60 ...]
                                 [--legs 3] [--leg-s 3]
 
 Each case is a run set up wrong on a dataset no test uses (the realistic 480x640 AV1 set, a 3-camera AV1 set, an
@@ -15,11 +15,15 @@ prescription recovered and the share of its own predicted gain it measured.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -38,7 +42,23 @@ CASES = {
         [1, 3, 6, None],
     ),
     "gop60": ("gop60", {"loader": "dlbench_map", "num_workers": 2}, "dataset", ["gop60", "gop60_g1"]),
+    # the realistic set on the loopback S3 server behind a proxy adding COLD_MS to every response
+    "cold": (
+        "realistic",
+        {"loader": "dlbench_stream", "num_workers": 2, "source": "cold", "fetch_episodes": 0},
+        "fetch_episodes",
+        [0, 1, 2, 4],
+    ),
+    # LeRobot's stream gives each worker whole data files: one file, 4 workers, 3 idle
+    "fewer_units": (
+        "realistic",
+        {"loader": "lerobot_stream", "num_workers": 4},
+        "loader",
+        ["lerobot_stream", "dlbench_stream"],
+    ),
 }
+COLD_MS, COLD_MBPS = 20.0, 1000.0  # the cold bucket: time to first byte added, bandwidth
+COLD_URL = "s3://dlbench-advice/realistic"
 # re-encodings the gop60 case needs: name -> (made from, dlbench reencode options)
 REENCODED = {
     "gop60": ("realistic", ["--codec", "h264", "--gop", "60", "--crf", "23"]),
@@ -79,7 +99,36 @@ def encodings(work: Path, names: list[str]) -> Path:
     return out
 
 
-def results_of(work: Path, case: str, a) -> Path:
+@contextlib.contextmanager
+def cold_bucket(work: Path):
+    """The loopback S3 server (SeaweedFS) behind a shaping proxy, the realistic set staged on it; this process and
+    its children run where its state is, with its credentials. Yields the source entry of runs reading it."""
+    from dlbench import loopback
+    from dlbench.sources import LOOPBACK_CREDENTIALS
+
+    here, place = Path.cwd(), Path(tempfile.mkdtemp(prefix="dlbench-advice-"))
+    os.chdir(place)
+    os.environ.update(LOOPBACK_CREDENTIALS)
+    port, shaped = free_port(), free_port()
+    loopback.start(port, [(shaped, COLD_MS, COLD_MBPS)], place / loopback.STATE, place / "logs",
+                   data_dir=place / "seaweedfs")  # fmt: skip
+    try:
+        dlbench("stage", str(root_of(work, "realistic")), COLD_URL, "--marker", str(place / "staged.json"),
+                "--endpoint-url", "loopback")  # fmt: skip
+        yield f"loopback:{shaped}"
+    finally:
+        loopback.stop(place / loopback.STATE)
+        os.chdir(here)
+        shutil.rmtree(place, ignore_errors=True)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def results_of(work: Path, case: str, a, endpoint: str | None = None) -> Path:
     """The case laid out as the workflow's results: spec, run (and the variant's, for a dataset knob), summary,
     calibration."""
     from dlbench import runspec
@@ -91,20 +140,28 @@ def results_of(work: Path, case: str, a) -> Path:
     window = {"duration_s": a.leg_s, "warmup_s": 1.5, "repeats": a.legs, "mode": "single"}
     datasets = values if knob == "dataset" else [name]
     runs = []
+    remote = {}
+    if endpoint:
+        from dlbench.sources import spec_from_endpoint
+
+        remote = {"root": COLD_URL, "source_spec": spec_from_endpoint(endpoint)}
     for ds in datasets:
-        run = runspec.make_run({"root": str(root_of(work, ds)), "dataset": ds, **settings, **window}, scenario=case)
+        values = {"root": str(root_of(work, ds)), "dataset": ds, **settings, **window, **remote}
+        run = runspec.make_run(values, scenario=case)
         runspec.write(run, results / "specs" / case / f"{run.run_id}.json")
         dlbench("bench-run", "--spec", str(results / "specs" / case / f"{run.run_id}.json"),
                 "--out-dir", str(results / "runs" / case / run.run_id))  # fmt: skip
         runs.append(results / "runs" / case / run.run_id)
     aggregate(runs, results / "summary.csv")
-    cal = work / "advice" / "calibration" / f"{name}.json"
-    if not cal.exists():
-        loaders = sorted({settings["loader"]})
-        dlbench("calibrate", "--root", str(root_of(work, name)), "--dataset", name, "--loader", ",".join(loaders),
+    source = settings.get("source", "local")
+    cal = work / "advice" / "calibration" / f"{name}-{source}-{settings['loader']}.json"
+    if not cal.exists() or endpoint:  # a cold source's calibration is made with its server, every time
+        loaders = sorted({settings["loader"], *(values if knob == "loader" else [])})
+        where = ["--root", COLD_URL, "--endpoint-url", endpoint] if endpoint else ["--root", str(root_of(work, name))]
+        dlbench("calibrate", *where, "--dataset", name, "--source", source, "--loader", ",".join(loaders),
                 "--mode", "single", "--out", str(cal))  # fmt: skip
     (results / "calibration" / name).mkdir(parents=True)
-    shutil.copy(cal, results / "calibration" / name / "local.json")
+    shutil.copy(cal, results / "calibration" / name / f"{source}.json")
     if knob == "dataset":
         (results / "tables").mkdir()
         shutil.copy(encodings(work, values), results / "tables" / "encodings.csv")
@@ -142,12 +199,13 @@ def main(argv=None) -> None:
     work = Path(a.workdir)
     table = []
     for case in a.cases:
-        results = results_of(work, case, a)
-        out = results / "advice" / "verified.csv"
-        dlbench("advise", str(results), "--verify", "1", "--legs", str(a.legs), "--leg-s", str(a.leg_s),
-                "--verified", str(out), "--out", str(results / "advice.md"))  # fmt: skip
-        v = pd.read_csv(out)
-        best = sweep(work, results, case, a)
+        with cold_bucket(work) if CASES[case][1].get("source") == "cold" else contextlib.nullcontext() as endpoint:
+            results = results_of(work, case, a, endpoint)
+            out = results / "advice" / "verified.csv"
+            dlbench("advise", str(results), "--verify", "1", "--legs", str(a.legs), "--leg-s", str(a.leg_s),
+                    "--verified", str(out), "--out", str(results / "advice.md"))  # fmt: skip
+            v = pd.read_csv(out)
+            best = sweep(work, results, case, a)
         knob_best = max(best, key=best.get)
         row = {"case": case, "best": f"{CASES[case][2]}={knob_best}", "best_fps": best[knob_best], "sweep": best}
         if v.empty:

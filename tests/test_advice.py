@@ -150,3 +150,28 @@ def test_a_prescription_the_run_cannot_take_is_said_not_verified_without_running
     assert table.iloc[0]["change"] == "loader: lance_map"
     assert table.iloc[0]["verdict"].startswith("not verified: ") and "lance" in table.iloc[0]["verdict"]
     assert pd.isna(table.iloc[0]["measured_gain"])
+
+
+def test_a_stream_waiting_on_storage_is_told_to_fetch_ahead_by_the_share_it_waited():
+    """Workers that waited on storage 60% of their time: fetching ahead is predicted to remove that part, up to
+    every core's rate; a run that already fetches ahead, or waits little, is not told to."""
+    c = cal(8)
+    split = {"split_fetch_ms": 6.0, "split_decode_ms": 3.0, "split_assembly_ms": 0.5, "split_idle_ms": 0.5}
+    waiting = row(2, measured=100.0, c=c, loader="dlbench_stream", **split)
+    top = prescribe(waiting, c, spec={"fetch_episodes": 0})
+    fetch = next(p for p in top if "fetch_episodes" in p.change)
+    assert fetch.change == {"fetch_episodes": 2} and fetch.gain == pytest.approx(10 / 4) and not fetch.measured
+    assert not any("fetch_episodes" in p.change for p in prescribe(waiting, c, spec={"fetch_episodes": 2}))
+    calm = {**waiting, "split_fetch_ms": 0.5}
+    assert not any("fetch_episodes" in p.change for p in prescribe(calm, c, spec={"fetch_episodes": 0}))
+
+
+def test_a_decoder_cache_that_misses_is_given_back_the_loaders_default():
+    c = cal(2)
+    small = row(2, measured=0.4 * row(2, c=c)["frames_per_s_node"], c=c, cache_hit_rate=0.1)
+    top = prescribe(small, c, spec={"decoder_cache_size": 1})[0]
+    assert top.change == {"decoder_cache_size": None} and top.gain == pytest.approx(2.5)
+    assert not any("decoder_cache_size" in p.change for p in prescribe({**small, "cache_hit_rate": 0.9}, c,
+                                                                        spec={"decoder_cache_size": 1}))  # fmt: skip
+    text = advise(pd.DataFrame([small]), {("d", "local"): c}, specs={("s", small["run_id"]): {"decoder_cache_size": 1}})
+    assert "`no decoder_cache_size`" in text

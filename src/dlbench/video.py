@@ -246,9 +246,11 @@ class VideoDecoderCache:
         handle = None
         try:
             if is_remote(url):
+                from .loader.bytesource import TimedReads  # here: dlbench.loader imports this module
+
                 fs, path = fsspec.core.url_to_fs(url)
                 handle = fs.open(path, "rb", block_size=self.block_size, cache_type="readahead")
-                source = handle if self.wrap is None else self.wrap(url, handle)
+                source = TimedReads(handle) if self.wrap is None else self.wrap(url, handle)
             else:
                 source = local_path(url)
             decoder = self._decoder(source, device, self.seek_mode)

@@ -43,6 +43,23 @@ def read_seconds() -> float:
     return _read_s[0]
 
 
+class TimedReads:
+    """A remote file read as the decoder asks (no fetcher): its reads counted as waits on storage (`read_seconds`)."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def read(self, n: int = -1) -> bytes:
+        t0 = time.perf_counter()
+        try:
+            return self.handle.read(n)
+        finally:
+            _read_s[0] += time.perf_counter() - t0
+
+    def __getattr__(self, name):  # seek, tell, close, size: the file's own
+        return getattr(self.handle, name)
+
+
 class SourceFile:
     """A read-only file object over a remote file: the bytes `source` holds first, `fallback` reads for the rest.
 

@@ -110,7 +110,7 @@ def verify(
     for row, found in advice.prescriptions(summary, calibrations, encodings, advice.read_specs(results)):
         if found:
             todo.append((row, found[0]))
-    todo.sort(key=lambda t: -t[1].gain)
+    todo.sort(key=lambda t: (int(t[0].get("nodes") or 1) > 1, -t[1].gain))  # several nodes: not here, so last
     rows = []
     for row, p in todo[:limit]:
         out = {
