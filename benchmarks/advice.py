@@ -146,8 +146,8 @@ def results_of(work: Path, case: str, a, endpoint: str | None = None) -> Path:
 
         remote = {"root": COLD_URL, "source_spec": spec_from_endpoint(endpoint)}
     for ds in datasets:
-        values = {"root": str(root_of(work, ds)), "dataset": ds, **settings, **window, **remote}
-        run = runspec.make_run(values, scenario=case)
+        given = {"root": str(root_of(work, ds)), "dataset": ds, **settings, **window, **remote}
+        run = runspec.make_run(given, scenario=case)
         runspec.write(run, results / "specs" / case / f"{run.run_id}.json")
         dlbench("bench-run", "--spec", str(results / "specs" / case / f"{run.run_id}.json"),
                 "--out-dir", str(results / "runs" / case / run.run_id))  # fmt: skip
