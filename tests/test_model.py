@@ -14,7 +14,9 @@ from dlbench.model.table import predict_run, what_if
 pytestmark = pytest.mark.unit
 
 
-def cost(worker_ms=1.0, cpu_ms=None, handover_ms=0.05, check_ms=0.1, loader="dlbench_map", fps=2, batch=16):
+def cost(
+    worker_ms=1.0, cpu_ms=None, handover_ms=0.05, check_ms=0.1, loader="dlbench_map", fps=2, batch=16, other_ms=0.0
+):
     return LoaderCost(
         loader=loader,
         mode="single",
@@ -29,6 +31,7 @@ def cost(worker_ms=1.0, cpu_ms=None, handover_ms=0.05, check_ms=0.1, loader="dlb
         start_s=0.5,
         main_pss_mb=200.0,
         worker_pss_mb=150.0,
+        other_cpu_s=other_ms / 1000,
     )
 
 
@@ -37,6 +40,7 @@ costs = st.builds(
     worker_ms=st.floats(0.05, 50),
     handover_ms=st.floats(0.001, 5),
     check_ms=st.floats(0, 5),
+    other_ms=st.sampled_from([0.0, 0.3, 2.0]),
     loader=st.sampled_from(["dlbench_map", "dlbench_stream", "lerobot_map", "lerobot_stream", "lance_map"]),
 )
 
@@ -47,12 +51,12 @@ def test_no_term_is_exceeded(c, cores, workers, episodes):
     """The prediction never beats what the cores, the main process or the busy workers can do."""
     p = predict(c, Node(cores), workers, batch_size=16, episodes=episodes, data_files=3)
     s = p.samples_per_s_node
-    assert s <= cores / (c.worker_cpu_s + c.main_s) * (1 + 1e-9)
+    assert s <= cores / (c.worker_cpu_s + c.main_s + c.other_cpu_s) * (1 + 1e-9)
     if workers:
         assert s <= 1 / c.main_s * (1 + 1e-9)
         assert s <= p.busy_workers / c.worker_s * (1 + 1e-9)
     else:
-        assert s == pytest.approx(min(1 / c.solo_s, cores / (c.worker_cpu_s + c.main_s)))
+        assert s == pytest.approx(min(1 / c.solo_s, cores / (c.worker_cpu_s + c.main_s + c.other_cpu_s)))
     assert p.bound in p.rates and p.rates[p.bound] == s
     assert p.frames_per_s_node == pytest.approx(s * c.frames_per_sample)
 
@@ -198,3 +202,12 @@ def test_a_real_calibration_measures_every_pair_and_predicts_its_own_runs(v30_h2
     measured = json.loads((tmp_path / "run/rank0of1.json").read_text())["metrics"]["frames_per_s_node"]
     predicted = predict_run(run.to_dict(), cal).frames_per_s_node
     assert 0.5 < predicted / measured < 2.0, (predicted, measured)
+
+
+def test_a_storage_server_on_the_host_takes_its_cpu_out_of_the_cores_term():
+    """A loopback server's CPU per sample (measured in calibrating) is CPU the loader's processes do not get."""
+    alone = predict(cost(worker_ms=1.0), Node(2), 8, batch_size=16, episodes=100)
+    shared = predict(cost(worker_ms=1.0, other_ms=1.0), Node(2), 8, batch_size=16, episodes=100)
+    assert alone.bound == shared.bound == "cores"
+    assert shared.samples_per_s_node == pytest.approx(2 / (1.0e-3 + 0.15e-3 + 1.0e-3))
+    assert shared.samples_per_s_node < alone.samples_per_s_node

@@ -80,6 +80,13 @@ class MemorySampler(threading.Thread):
         self.stop()
 
 
+def host_cpu_seconds() -> float:
+    """CPU time (s) every process of this host has used so far, over all its cores (busy: not idle, not waiting on
+    I/O)."""
+    t = psutil.cpu_times()
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+
+
 def cpu_seconds(pids: list[int]) -> float:
     """CPU time (user + system, s) the processes `pids` have used so far; a process that has ended counts 0."""
     total = 0.0

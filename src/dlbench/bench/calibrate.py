@@ -116,6 +116,7 @@ def _cost(run: RunSpec, solo: dict, m: dict) -> LoaderCost:
         worker_pss_mb=workers_pss,
         requests_per_kframe=m.get("remote_requests_per_kframe"),
         mb_per_kframe=m.get("remote_mb_per_kframe"),
+        other_cpu_s=(m.get("other_cpu_ms_per_sample") or 0.0) / 1000,
         worker_bound=worker_bound,
         note="" if worker_bound else "the main process set the pace: worker time is its CPU time",
     )

@@ -12,7 +12,7 @@ import torch
 from ..errors import UserError
 from ..loader.collate import collate
 from ..loader.dataloader import DataLoader
-from ..procstat import MemorySampler, cpu_seconds
+from ..procstat import MemorySampler, cpu_seconds, host_cpu_seconds
 from ..runspec import RunSpec
 from .gpu import GpuStep, to_device
 
@@ -271,7 +271,7 @@ def measure_window(
     gpu_step = GpuStep(run.step_ms) if run.step_ms and consumer.type == "cuda" else None
     workers = batches.worker_pids()
     window_start_unix, w0 = time.time(), time.perf_counter()
-    cpu0, worker_cpu0, checking = time.process_time(), cpu_seconds(workers), 0.0
+    cpu0, worker_cpu0, host_cpu0, checking = time.process_time(), cpu_seconds(workers), host_cpu_seconds(), 0.0
     last, first_batch = w0, len(seen.latencies)
     while True:
         now = time.perf_counter()
@@ -304,6 +304,7 @@ def measure_window(
         gpu_step.finish()
     elapsed = time.perf_counter() - w0
     main_cpu, worker_cpu = time.process_time() - cpu0, cpu_seconds(workers) - worker_cpu0
+    host_cpu = host_cpu_seconds() - host_cpu0
     # the window's own latency percentiles: their spread over the windows is the noise `dlbench compare` tests against
     lat = np.concatenate(seen.latencies[first_batch:]) if count else None
     return {
@@ -318,6 +319,8 @@ def measure_window(
         "main_cpu_s": main_cpu,
         "check_s": checking,
         "worker_cpu_s": worker_cpu,
+        # every process of the host: the rest is others' (a loopback storage server and its proxies, other ranks)
+        "host_cpu_s": host_cpu,
         "workers": len(workers),
         **({f"latency_p{q}_ms": float(np.percentile(lat, q)) for q in LATENCY_PERCENTILES} if count else {}),
     }

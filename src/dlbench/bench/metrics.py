@@ -114,11 +114,14 @@ def cpu_metrics(windows: list[dict]) -> dict:
     seconds = sum(w["seconds"] for w in windows)
     workers = max(w.get("workers", 0) for w in windows)
     worker_cpu = sum(w.get("worker_cpu_s", 0.0) for w in windows)
+    main_cpu, host_cpu = sum(w.get("main_cpu_s", 0.0) for w in windows), sum(w.get("host_cpu_s", 0.0) for w in windows)
     return {
-        "main_cpu_ms_per_sample": sum(w.get("main_cpu_s", 0.0) for w in windows) / samples * 1000,
+        "main_cpu_ms_per_sample": main_cpu / samples * 1000,
         "check_ms_per_sample": sum(w.get("check_s", 0.0) for w in windows) / samples * 1000,
         "worker_cpu_ms_per_sample": worker_cpu / samples * 1000 if workers else None,
         "worker_busy_frac": worker_cpu / (workers * seconds) if workers and seconds else None,
+        # the host's other processes' CPU over the windows (storage servers and proxies on this host, other ranks)
+        "other_cpu_ms_per_sample": max(0.0, host_cpu - main_cpu - worker_cpu) / samples * 1000 if host_cpu else None,
     }
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from .. import atomic
 from ..errors import UserError
 
-VERSION = 3
+VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,7 @@ class LoaderCost:
     worker_pss_mb: float  # one worker's
     requests_per_kframe: float | None = None  # remote sources: requests and MB read per 1,000 frames delivered
     mb_per_kframe: float | None = None
+    other_cpu_s: float = 0.0  # the host's other processes' CPU per sample (a loopback storage server, its proxies)
     worker_bound: bool = True  # False: the main process set the pace, so worker_s is the CPU part only
     note: str = ""
 

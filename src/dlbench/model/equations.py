@@ -4,15 +4,16 @@ A rank's DataLoader is a pipeline of two stages. Its workers build samples in pa
 `worker_s` of wall time per sample (its CPU time `worker_cpu_s`, plus waits on storage), so B busy workers deliver
 B / worker_s samples/s. The main process takes each batch over and consumes it, one at a time: `main_s` of CPU per
 sample (hand-over, the run's frame checks, the consumer's bookkeeping), so it passes at most 1 / main_s. Every
-process of the host shares its cores: a sample costs worker_cpu_s + main_s of CPU in all, so the host delivers at
-most cores / (worker_cpu_s + main_s). Without workers the one process builds and takes every sample in turn, at
+process of the host shares its cores: a sample costs worker_cpu_s + main_s of CPU in all, plus `other_cpu_s` of
+the host's other processes (a storage server on this host, its proxies), so the host delivers at most
+cores / (worker_cpu_s + main_s + other_cpu_s). Without workers the one process builds and takes every sample in turn, at
 its own measured time per sample (`solo_s`: no shared-memory hand-over, its checks included): 1 / solo_s.
 A training step of step_ms per batch caps a rank at batch_size / step. The smallest of these is the rate, and its
 name is the bound:
 
     rate_rank  = min(B / worker_s, 1 / main_s, batch_size / step)        (workers > 0)
                = min(1 / solo_s, batch_size / step)                      (workers = 0)
-    rate_host  = min(ranks_on_host x rate_rank, cores / (worker_cpu_s + main_s))
+    rate_host  = min(ranks_on_host x rate_rank, cores / (worker_cpu_s + main_s + other_cpu_s))
     frames/s   = rate_host x frames_per_sample
 
 B, the busy workers, is every worker for map-style loaders, and for streaming loaders those with a unit of work:
@@ -124,7 +125,7 @@ def predict(
         rates["main process"] = per_host / cost.main_s if cost.main_s > 0 else math.inf
     if step_ms > 0:
         rates["training step"] = per_host * batch_size / (step_ms / 1000.0)
-    rates["cores"] = node.cores / (cost.worker_cpu_s + cost.main_s)
+    rates["cores"] = node.cores / (cost.worker_cpu_s + cost.main_s + cost.other_cpu_s)
     bound = min(rates, key=rates.get)
     samples = rates[bound]
     # the first batch: the workers' start, then one worker builds a whole batch

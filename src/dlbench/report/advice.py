@@ -51,7 +51,7 @@ def cores_rate(row: dict, cal: Calibration) -> float | None:
     cost = cal.cost(row["loader"], row["mode"])
     if cost is None:
         return None
-    return cal.cores / (cost.worker_cpu_s + cost.main_s) * cost.frames_per_sample
+    return cal.cores / (cost.worker_cpu_s + cost.main_s + cost.other_cpu_s) * cost.frames_per_sample
 
 
 def prescribe(
