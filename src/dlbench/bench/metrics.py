@@ -93,10 +93,10 @@ def item_metrics(decoding: dict, latencies: np.ndarray) -> dict:
 def time_split(metrics: dict, workers: int) -> dict:
     """Where a worker's wall time per sample it built went: fetch (waiting on storage), decode, assembly (the rest of
     building items: rows, windows, the worker's collate) and idle (the rest: the hand-over into shared memory, a
-    full queue, a shared core, nothing to read). The four add up to workers x window seconds / samples. Item times
-    are means over the items (a stream's refills land in the items that trigger them). Without workers the one
-    process's time: idle is then its time outside items (taking batches over, checks, consumer). All None where
-    the loader does not count its decoding."""
+    full queue, nothing to read). All wall time: a decode on a shared core waits for it. The four add up to
+    workers x window seconds / samples. Item times are means over the items (a stream's refills land in the items
+    that trigger them). Without workers the one process's time: idle is then its time outside items (taking
+    batches over, checks, consumer). All None where the loader does not count its decoding."""
     decode, fetch = metrics.get("worker_decode_ms_per_sample"), metrics.get("worker_fetch_ms_per_sample")
     keys = ("split_fetch_ms", "split_decode_ms", "split_assembly_ms", "split_idle_ms")
     rate = metrics["samples"] / metrics["steady_window_s"] if metrics.get("steady_window_s") else None

@@ -478,7 +478,7 @@ SPLIT = (
     ("split_fetch_ms", "fetch (storage)", "tab:red"),
     ("split_decode_ms", "decode", "tab:blue"),
     ("split_assembly_ms", "assembly (rows, windows)", "tab:green"),
-    ("split_idle_ms", "idle (hand-over, queue full, shared core)", "lightgrey"),
+    ("split_idle_ms", "idle (hand-over, queue full)", "lightgrey"),
 )
 
 
