@@ -324,5 +324,9 @@ def test_a_stream_of_fewer_shards_than_workers_says_which_idle():
     assert busy_workers(stream, 2) == 1 and busy_workers(stream, 0) == 1
     assert work_note(stream, 2).startswith("1 of 2 DataLoader workers have data to read")
     assert work_note(stream, 1) == ""
+    on_a_bucket = SimpleNamespace(
+        dataset=SimpleNamespace(num_shards=1, work_note=lambda w: "meta/ placed"), iterable=True
+    )
+    assert work_note(on_a_bucket, 2) == "meta/ placed; " + work_note(stream, 2)  # the loader's note and the idle ones
     mapped = SimpleNamespace(dataset=SimpleNamespace(num_shards=1), iterable=False)  # map-style: any index anywhere
     assert busy_workers(mapped, 2) is None and work_note(mapped, 2) == ""

@@ -232,17 +232,19 @@ def busy_workers(adapter, num_workers: int) -> int | None:
 
 
 def work_note(adapter, num_workers: int) -> str:
-    """One line when a rank or worker of this run has nothing to read, else ''."""
+    """One line when a rank or worker of this run has nothing to read (and the loader's own note), else ''."""
     note = getattr(adapter.dataset, "work_note", None)
-    if note:
-        return note(num_workers)
+    own = note(num_workers) if note else ""
+    if getattr(adapter.dataset, "busy_workers", None):  # dlbench_stream: its own note says which workers idle
+        return own
     busy = busy_workers(adapter, num_workers)
     if busy is None or busy >= max(num_workers, 1):
-        return ""
-    return (
+        return own
+    idle = (
         f"{busy} of {num_workers} DataLoader workers have data to read: the stream has {busy} shard(s) (one per data "
         f"file); the others idle: use num_workers <= {busy}"
     )
+    return "; ".join(n for n in (own, idle) if n)
 
 
 def warm_up(run: RunSpec, batches: Epochs, t_start: float, rows: list, checks: list) -> float:

@@ -164,7 +164,8 @@ def aggregate(
         if ok:
             nodes = len(hosts) or configured
             row.update(_measured(ok, nodes), nodes_used=nodes)
-            row["work_note"] = "; ".join(r["metrics"]["work_note"] for r in ok if r["metrics"].get("work_note"))
+            notes = [r["metrics"]["work_note"] for r in ok if r["metrics"].get("work_note")]
+            row["work_note"] = "; ".join(dict.fromkeys(notes))  # each rank's, once
         target = None if row["step_ms"] else targets.get(cfg.get("mode"))  # a step caps the rate by design
         row["target_frames_per_s_node"] = target
         row["pass"] = bool(
