@@ -254,3 +254,21 @@ def test_image_cameras_are_refused_by_name(lerobot_recorded_images_v30):
         assert "\n" not in str(err.value)
     ds = LeRobotMapDataset(root, cameras=["observation.images.front"])
     assert "observation.images.front" in ds[0] and "observation.images.top" not in ds[0]
+
+
+@pytest.mark.parametrize("loader", ["lerobot_map", "lerobot_stream"])
+def test_lerobots_loaders_split_their_time_and_say_which_workers_idle(v30_h264_one_file, tmp_path, loader):
+    """LeRobot's loaders get the time split too (its decode functions timed in the peer process); its stream of one
+    data file keeps one of two workers busy, and the record says so."""
+    from dlbench.cli import main
+
+    args = ["--root", str(v30_h264_one_file), "--loader", loader, "--out-dir", str(tmp_path), "--num-workers", "2"]
+    assert main(["-q", "bench-run", *args, "--warmup-s", "0.3", "--duration-s", "1", "--batch-size", "4"]) == 0
+    rec = json.loads((tmp_path / "rank0of1.json").read_text())
+    m = rec["metrics"]
+    assert rec["status"] == "ok" and m["split_decode_ms"] > 0 and m["split_fetch_ms"] == 0
+    wall = 2 * 1000 * m["steady_window_s"] / m["samples"]
+    split = sum(m[k] for k in ("split_fetch_ms", "split_decode_ms", "split_assembly_ms", "split_idle_ms"))
+    assert split == pytest.approx(wall, rel=1e-6) or split > wall  # a wall time past the worker's share: items ran long
+    if loader == "lerobot_stream":
+        assert m["busy_workers"] == 1 and "1 of 2 DataLoader workers have data to read" in m["work_note"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from functools import partial
 
 from ..config import LEROBOT_LOADERS, LOADERS, base_loader
@@ -90,6 +91,38 @@ def make_adapter(run, tag_items: bool = False) -> Adapter:
     raise UserError(f"loader {run.loader!r} is unknown; choose one of {list(LOADERS)}")
 
 
+_lerobot_decode_s = [0.0]  # this process's seconds in LeRobot's frame decoding (its reads of remote bytes included)
+
+
+def _lerobot_decode_seconds() -> tuple[float, float]:
+    """As `_decode_seconds`, for LeRobot's loaders: storage waits are inside its decoding, not told apart."""
+    return _lerobot_decode_s[0], 0.0
+
+
+def _time_lerobot_decoding() -> None:
+    """Count the time LeRobot's readers spend in its decode functions (looked up in their modules at each call)."""
+    import functools
+
+    from lerobot.datasets import dataset_reader, streaming_dataset
+
+    decoders = ((dataset_reader, "decode_video_frames"), (streaming_dataset, "decode_video_frames_torchcodec"))
+    for module, name in decoders:
+        decode = getattr(module, name)
+        if getattr(decode, "timed_by_dlbench", False):
+            continue
+
+        @functools.wraps(decode)
+        def timed(*args, _decode=decode, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return _decode(*args, **kwargs)
+            finally:
+                _lerobot_decode_s[0] += time.perf_counter() - t0
+
+        timed.timed_by_dlbench = True
+        setattr(module, name, timed)
+
+
 def _lerobot(run) -> Adapter:
     try:
         from lerobot.datasets.lerobot_dataset import LeRobotDataset
@@ -108,7 +141,8 @@ def _lerobot(run) -> Adapter:
     if run.loader == "lerobot_map":
         ds = LeRobotDataset(**where, delta_timestamps=deltas, return_uint8=True, video_backend="torchcodec")
         _stop_tqdm_monitor()
-        return Adapter(ds, False, fpi, None, None)
+        _time_lerobot_decoding()
+        return Adapter(ds, False, fpi, None, _lerobot_decode_seconds)
     from . import lerobot_buckets as lb
 
     notes = []
@@ -128,7 +162,8 @@ def _lerobot(run) -> Adapter:
     if notes:
         lb.add_note(ds, "; ".join(notes))
     _stop_tqdm_monitor()
-    return Adapter(ds, True, fpi, None, None)
+    _time_lerobot_decoding()
+    return Adapter(ds, True, fpi, None, _lerobot_decode_seconds)
 
 
 def lerobot_location(root: str) -> dict:

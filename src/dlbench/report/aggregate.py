@@ -320,7 +320,7 @@ def _measured(ok: list[dict], nodes: int) -> dict:
         "worker_cpu_ms_per_sample": col("worker_cpu_ms_per_sample").mean(),
         "worker_busy_frac": col("worker_busy_frac").mean(),
         "other_cpu_ms_per_sample": col("other_cpu_ms_per_sample").mean(),
-        # a worker's time per item built, and its decoding part (dlbench's loaders)
+        # a worker's time per item built, and its decoding part (dlbench's and LeRobot's loaders)
         "worker_item_ms_per_sample": col("worker_item_ms_per_sample").mean(),
         "worker_decode_ms_per_sample": col("worker_decode_ms_per_sample").mean(),
         "worker_fetch_ms_per_sample": col("worker_fetch_ms_per_sample").mean(),

@@ -483,14 +483,16 @@ SPLIT = (
 
 
 def plot_time_split(df: pd.DataFrame, path: Path) -> Path:
-    """Where a worker's time per sample went, one stacked bar per run (dlbench's loaders count it)."""
+    """Where a worker's time per sample went, one stacked bar per run (dlbench's and LeRobot's loaders count it)."""
     title = "Where a worker's time per sample went"
     need = [k for k, _, _ in SPLIT]
     if not set(need) <= set(df.columns):
         return _nothing(path, title, "needs summary.csv with the split_* columns (records of this dlbench)")
     ok = _ok(df).dropna(subset=need)
     if ok.empty:
-        return _nothing(path, title, "no finished run counts its decoding (dlbench's loaders do; peers' do not)")
+        return _nothing(
+            path, title, "no finished run counts its decoding (dlbench's and LeRobot's loaders do; lance_map does not)"
+        )
     labels = distinct([f"{r['loader']} {r['mode']} w{r['num_workers']} · {r['source']}" for _, r in ok.iterrows()], ok)
     fig, ax = plt.subplots(figsize=(9, 0.32 * len(ok) + 1.6))
     left = np.zeros(len(ok))
