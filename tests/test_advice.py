@@ -175,3 +175,12 @@ def test_a_decoder_cache_that_misses_is_given_back_the_loaders_default():
                                                                         spec={"decoder_cache_size": 1}))  # fmt: skip
     text = advise(pd.DataFrame([small]), {("d", "local"): c}, specs={("s", small["run_id"]): {"decoder_cache_size": 1}})
     assert "`no decoder_cache_size`" in text
+
+
+def test_the_memory_line_names_the_hosts_share_and_past_80_percent_the_workers_that_fit():
+    c = cal(8)  # main 200 MB, 150 MB a worker
+    run = row(8, c=c, peak_pss_mb=1400.0)
+    roomy = advise(pd.DataFrame([run]), {("d", "local"): c}, ram_mb=10_000)
+    assert "Memory: peak PSS 1,400 MB on a host, 14% of its 10,000 MB." in roomy and "fits" not in roomy
+    text = advise(pd.DataFrame([run]), {("d", "local"): c}, ram_mb=1500)
+    assert "93% of its 1,500 MB. Over 80%: `num_workers: 6` fits" in text  # (0.8 x 1500 - 200) // 150

@@ -190,7 +190,10 @@ def advise(a) -> None:
         say(f"wrote {verified_path} ({len(verified)} prescription(s) tried)")
     elif a.verified != "none" and verified_path.exists():
         verified = pd.read_csv(verified_path)
-    text = write(summary, cals, encodings, verified, read_specs(results))
+    import psutil
+
+    ram_mb = psutil.virtual_memory().total / 1e6  # the runs ran here (a SLURM job's advice: on a node of theirs)
+    text = write(summary, cals, encodings, verified, read_specs(results), ram_mb)
     if a.out:
         atomic.write_text(a.out, text)
         say(f"{a.out}: advice on {text.count(chr(10) + '## ')} run(s)")

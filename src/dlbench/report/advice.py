@@ -18,6 +18,7 @@ AT_BOUND = 0.9  # measured at or above this share of the cores' rate: at the har
 CACHE_MISSING = 0.5  # a decoder cache that finds fewer of its lookups open than this is too small for the run
 FETCH_WAITING = 0.2  # workers waiting on storage this share of their time are told to fetch ahead
 FETCH_EPISODES = 2  # episodes fetched ahead, as prescribed: one decoding while the next arrives
+MEMORY_SHARE = 0.8  # a run whose processes hold more of the host's RAM than this is told what fits
 WORTH = 1.1  # a change is prescribed when it is predicted to give at least this many times the frames/s
 RUN_KEYS = ("loader", "mode", "batch_size", "num_workers", "decode_device", "step_ms", "ranks", "nodes")
 
@@ -167,6 +168,24 @@ def time_split(row: dict) -> str:
     return "; ".join(parts) or "no time split recorded"
 
 
+def memory(row: dict, cal: Calibration, ram_mb: float | None) -> str:
+    """The run's memory against the host's: its peak PSS (per rank, times the ranks a host holds), and where that
+    passes MEMORY_SHARE of the host's RAM, the workers that fit by the calibration's memory per worker."""
+    peak = row.get("peak_pss_mb")
+    if not ram_mb or peak is None or pd.isna(peak):
+        return ""
+    here = -(-int(row.get("ranks") or 1) // max(int(row.get("nodes") or 1), 1))
+    used = peak * here
+    line = f"Memory: peak PSS {used:,.0f} MB on a host, {used / ram_mb:.0%} of its {ram_mb:,.0f} MB."
+    cost = cal.cost(row["loader"], row["mode"])
+    if used <= MEMORY_SHARE * ram_mb or cost is None or not cost.worker_pss_mb:
+        return line
+    fit = int((MEMORY_SHARE * ram_mb / here - cost.main_pss_mb) // cost.worker_pss_mb)
+    return (f"{line} Over {MEMORY_SHARE:.0%}: `num_workers: {max(fit, 0)}` fits (the calibration's "
+            f"{cost.worker_pss_mb:,.0f} MB a worker beside {cost.main_pss_mb:,.0f} MB of main process), or smaller "
+            f"decoder caches (`decoder_cache_mb`).")  # fmt: skip
+
+
 def yaml(change: dict) -> str:
     """A prescription's config lines, as one line to paste into the scenario (None: remove the key)."""
     return ", ".join(f"{key}: {value}" if value is not None else f"no {key}" for key, value in change.items())
@@ -224,10 +243,11 @@ def advise(
     encodings: pd.DataFrame | None = None,
     verified: pd.DataFrame | None = None,
     specs: dict | None = None,
+    ram_mb: float | None = None,
 ) -> str:
     """advice.md: a section per verified run. `calibrations`: (dataset, source) -> Calibration; `verified`: the
     table of `verify.verify` (each run's top prescription measured beside it), where made; `specs`: (scenario,
-    run_id) -> the run's spec, where known (`read_specs`)."""
+    run_id) -> the run's spec, where known (`read_specs`); `ram_mb`: the host's memory (the runs' host)."""
     lines = [
         "# Advice",
         "",
@@ -249,6 +269,8 @@ def advise(
             continue
         line, found = judge(row, cal, variants_of, ok, (specs or {}).get((row["scenario"], row["run_id"])))
         lines.append(line)
+        if memory(row, cal, ram_mb):
+            lines.append(memory(row, cal, ram_mb))
         if not found:
             lines.append("Nothing to prescribe: no change the model or the matrix knows gives 10% more.")
         for k, p in enumerate(found, 1):
