@@ -517,5 +517,6 @@ def test_a_reencoded_dataset_is_benchmarked_beside_its_source_and_its_encoding_m
     assert advice.count("\n## ") == 2 and advice.count("a worker's ") == 2
     # one process for all: its workers prescribed, the largest predicted gain run beside it on this machine
     verified = pd.read_csv(tmp_path / "results/advice/verified.csv")
-    assert len(verified) == 1 and verified.iloc[0]["change"].startswith("num_workers: ")
+    # the largest predicted gain: more workers, or the re-encoded set where it measured faster still
+    assert len(verified) == 1 and verified.iloc[0]["change"].startswith(("num_workers: ", "dataset: tiny_hevc"))
     assert verified.iloc[0]["verdict"] in advice and "1 alternating legs each" in advice
