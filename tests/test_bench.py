@@ -330,3 +330,39 @@ def test_a_stream_of_fewer_shards_than_workers_says_which_idle():
     assert work_note(on_a_bucket, 2) == "meta/ placed; " + work_note(stream, 2)  # the loader's note and the idle ones
     mapped = SimpleNamespace(dataset=SimpleNamespace(num_shards=1), iterable=False)  # map-style: any index anywhere
     assert busy_workers(mapped, 2) is None and work_note(mapped, 2) == ""
+
+
+def test_the_probe_stops_at_its_time_budget(v30_h264, monkeypatch):
+    from dlbench.bench import probe as probe_module
+
+    taken, real = [], probe_module.make_adapter
+
+    def counting(run):
+        adapter = real(run)
+        cls = type(adapter.dataset)
+        if not taken and not getattr(cls, "counted", False):
+            inner = cls.__getitem__
+            monkeypatch.setattr(cls, "__getitem__", lambda ds, i: taken.append(i) or inner(ds, i))
+            monkeypatch.setattr(cls, "counted", True, raising=False)
+        return adapter
+
+    monkeypatch.setattr(probe_module, "make_adapter", counting)
+    run = RunSpec(root=str(v30_h264), loader="dlbench_map", probe_samples=32)
+    assert probe_module.probe(run)["samples_per_s"] > 0 and len(taken) == 33  # one to open, 32 timed
+    taken.clear()
+    monkeypatch.setattr(probe_module, "PROBE_MAX_S", 0.0)
+    assert probe_module.probe(run)["samples_per_s"] > 0 and len(taken) == 2  # one to open, one past the budget
+
+
+def test_the_consumers_copies_to_the_gpu_are_measured_per_batch():
+    from dlbench.bench.gpu import host_bytes
+    from dlbench.bench.metrics import copy_metrics
+
+    batch = {"frames": torch.zeros(4, 3, 8, 8, dtype=torch.uint8), "index": torch.arange(4), "task": ["a"] * 4}
+    assert host_bytes(batch) == 4 * 3 * 8 * 8 + 4 * 8
+    windows = [
+        {"batches": 10, "copy_s": 0.02, "copy_bytes": 4_000_000},
+        {"batches": 10, "copy_s": 0.02, "copy_bytes": 4_000_000},
+    ]
+    assert copy_metrics(windows) == pytest.approx({"h2d_ms_per_batch": 2.0, "h2d_gb_per_s": 0.2})
+    assert copy_metrics([{"batches": 10}]) == {"h2d_ms_per_batch": None, "h2d_gb_per_s": None}  # no GPU: no copies

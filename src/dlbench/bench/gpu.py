@@ -15,6 +15,17 @@ def to_device(batch, device):
     return batch
 
 
+def host_bytes(batch) -> int:
+    """Bytes of the batch's tensors in host memory (what a copy to the GPU moves)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.nbytes if batch.device.type == "cpu" else 0
+    if isinstance(batch, dict):
+        return sum(host_bytes(v) for v in batch.values())
+    if isinstance(batch, (list, tuple)):
+        return sum(host_bytes(v) for v in batch)
+    return 0
+
+
 def cuda_unavailable_reason(decode_device: str) -> str | None:
     if decode_device.startswith("cuda") and not torch.cuda.is_available():
         return "decode_device cuda was asked for but torch sees no CUDA device on this machine"

@@ -14,7 +14,7 @@ from ..loader.collate import collate
 from ..loader.dataloader import DataLoader
 from ..procstat import MemorySampler, cpu_seconds, host_cpu_seconds
 from ..runspec import RunSpec
-from .gpu import GpuStep, to_device
+from .gpu import GpuStep, host_bytes, to_device
 
 LATENCY_PERCENTILES = (50, 95, 99)
 
@@ -269,6 +269,7 @@ def measure_window(
     noted in `seen`, then checked. Returns the window's start/end time, samples, batches and seconds."""
     samples = count = 0
     waited = 0.0  # seconds the consumer was blocked on the next batch (and its copy)
+    copy_s, copy_bytes = 0.0, 0  # the host-to-GPU copies alone (measured where no GPU step overlaps them)
     # on a GPU the step is a kernel the next batch's loading overlaps (`GpuStep`); on the CPU, a sleep
     gpu_step = GpuStep(run.step_ms) if run.step_ms and consumer.type == "cuda" else None
     workers = batches.worker_pids()
@@ -282,9 +283,12 @@ def measure_window(
         batch, info = batches.next()
         # `batch` (tensors over ring slots, as the DataLoader hands them) is held until the copy is done
         if consumer.type == "cuda":  # the copy training pays; the checks below read the host batch
+            c0 = time.perf_counter()
             to_device(batch, consumer)
             if gpu_step is None:
                 torch.cuda.synchronize()  # the batch is on the GPU before the clock is read
+                copy_s += time.perf_counter() - c0
+                copy_bytes += host_bytes(batch)
         arrived = time.perf_counter()
         waited += arrived - now
         seen.intervals.append(arrived - last)
@@ -320,6 +324,8 @@ def measure_window(
         # the DataLoader workers together (busy building items, as opposed to waiting on I/O or on a free slot)
         "main_cpu_s": main_cpu,
         "check_s": checking,
+        "copy_s": copy_s,
+        "copy_bytes": copy_bytes,
         "worker_cpu_s": worker_cpu,
         # every process of the host: the rest is others' (a loopback storage server and its proxies, other ranks)
         "host_cpu_s": host_cpu,

@@ -122,7 +122,18 @@ def cpu_metrics(windows: list[dict]) -> dict:
         "worker_busy_frac": worker_cpu / (workers * seconds) if workers and seconds else None,
         # the host's other processes' CPU over the windows (storage servers and proxies on this host, other ranks)
         "other_cpu_ms_per_sample": max(0.0, host_cpu - main_cpu - worker_cpu) / samples * 1000 if host_cpu else None,
+        **copy_metrics(windows),
     }
+
+
+def copy_metrics(windows: list[dict]) -> dict:
+    """The consumer's host-to-GPU copies (from pinned ring slots where the frames were decoded on the CPU): ms per
+    batch and GB/s. None where no batch was copied (no GPU, or a GPU step overlapping the copies)."""
+    batches = sum(w["batches"] for w in windows)
+    copy_s, nbytes = sum(w.get("copy_s", 0.0) for w in windows), sum(w.get("copy_bytes", 0) for w in windows)
+    if not copy_s or not batches:
+        return {"h2d_ms_per_batch": None, "h2d_gb_per_s": None}
+    return {"h2d_ms_per_batch": copy_s / batches * 1000, "h2d_gb_per_s": nbytes / copy_s / 1e9}
 
 
 def cache_metrics(worker_stats: dict) -> dict:
