@@ -211,3 +211,43 @@ def test_a_storage_server_on_the_host_takes_its_cpu_out_of_the_cores_term():
     assert alone.bound == shared.bound == "cores"
     assert shared.samples_per_s_node == pytest.approx(2 / (1.0e-3 + 0.15e-3 + 1.0e-3))
     assert shared.samples_per_s_node < alone.samples_per_s_node
+
+
+def test_remote_reads_are_a_cost_per_frame_plus_each_readers_opening_spread_over_its_frames():
+    """A pass of few frames weighs its opening reads heavily; a long run with more workers spreads them thinner,
+    one opening per reading process (LeRobot's map-style loader: one download per rank)."""
+    from dataclasses import replace
+
+    from dlbench.bench.calibrate import remote_cost
+    from dlbench.model.equations import remote_per_kframe
+
+    # a pass: 50 requests and 30 MB from its start; its window of 100 samples x 2 frames took 20 requests, 10 MB
+    m = {"samples": 100, "frames_per_sample": 2, "remote_frames": 400, "remote_requests": 50}
+    m |= {"remote_bytes_read": 30e6, "remote_requests_window": 20, "remote_mb_window": 10.0}
+    split = remote_cost(m)
+    assert split == pytest.approx({"requests_per_kframe": 100.0, "mb_per_kframe": 50.0, "open_requests": 10.0,
+                                   "open_mb": 10.0})  # fmt: skip
+    c = replace(cost(), **split)
+    assert remote_per_kframe(c, 2, float("inf"))["requests_per_kframe"] == 100.0  # a long run: the steady cost
+    short, long = (remote_per_kframe(c, 2, f)["requests_per_kframe"] for f in (1000, 10_000))
+    assert short == pytest.approx(100 + 20) and long == pytest.approx(100 + 2) and short > long
+    assert remote_per_kframe(c, 4, 1000)["mb_per_kframe"] == pytest.approx(50 + 40)  # four workers open files
+    assert remote_per_kframe(replace(c, loader="lerobot_map"), 4, 1000)["mb_per_kframe"] == pytest.approx(60)
+    assert remote_per_kframe(replace(c, requests_per_kframe=None), 2, 1000)["requests_per_kframe"] is None
+    local = {"samples": 10, "frames_per_sample": 1, "remote_requests": None, "remote_requests_per_kframe": None}
+    assert remote_cost(local) == {"requests_per_kframe": None, "mb_per_kframe": None}  # local disk: nothing metered
+
+
+def test_a_stream_of_windows_is_calibrated_halfway_through_the_runs_windows():
+    from dlbench.bench.calibrate import MAX_STREAM_WARMUP_S, pass_warmup_s
+    from dlbench.runspec import RunSpec
+
+    def run(loader, mode, duration_s=3.0, repeats=2):
+        return RunSpec(root="x", loader=loader, mode=mode, warmup_s=1.0, duration_s=duration_s, repeats=repeats)
+
+    assert pass_warmup_s(run("dlbench_stream", "sarm")) == pytest.approx(1 + 3 - 0.75)  # the windows span 1-7 s
+    assert pass_warmup_s(run("lerobot_stream", "sarm")) == pytest.approx(3.25)
+    assert pass_warmup_s(run("dlbench_stream", "single")) == 1.0  # one frame a sample: the cost does not grow
+    assert pass_warmup_s(run("dlbench_map", "sarm")) == 1.0  # random access: no position in an episode
+    assert pass_warmup_s(run("dlbench_stream", "sarm", duration_s=60)) == MAX_STREAM_WARMUP_S
+    assert pass_warmup_s(run("dlbench_stream", "sarm", duration_s=1, repeats=1)) == 1.0  # never under the run's

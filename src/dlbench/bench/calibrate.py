@@ -47,6 +47,9 @@ PASS = dict(
     on_unavailable="skip",
 )
 MAX_WARMUP_S = 3.0
+# a stream of windows costs more per sample as its readers get further into their episodes (a window's frames before
+# an episode's start are one frame, decoded once), so its passes are measured halfway through the run's windows
+MAX_STREAM_WARMUP_S = 6.0
 MIN_BATCHES = 3  # a window with fewer is measured again, long enough for them (slow sets: 720p sarm)
 MAX_WINDOW_S = 8.0
 WORKER_BOUND_WAIT = 0.5  # the pass was worker-bound when the main process waited on data this share of the time
@@ -57,11 +60,20 @@ def cores() -> int:
     return int(os.environ.get("SLURM_CPUS_PER_TASK", 0)) or len(os.sched_getaffinity(0))
 
 
+def pass_warmup_s(run: RunSpec) -> float:
+    """The warm-up before a pass's window: the run's own, or for a stream of windows (a mode of several frames per
+    camera), up to the middle of the run's windows, where its cost per sample is the average of theirs."""
+    if "stream" not in run.loader or run.mode == "single":
+        return min(run.warmup_s, MAX_WARMUP_S)
+    middle = run.warmup_s + run.duration_s * run.repeats / 2 - PASS["duration_s"] / 2
+    return min(max(run.warmup_s, middle), MAX_STREAM_WARMUP_S)
+
+
 def one_pass(run: RunSpec, workdir: Path, workers: int) -> dict | str:
     """One calibration pass of `run`'s loader with `workers` DataLoader workers: its rank record's metrics, or a
     string saying why the loader could not run here."""
     out = workdir / f"{run.loader}-{run.mode}-w{workers}"
-    spec = replace(run, **PASS, num_workers=workers, warmup_s=min(run.warmup_s, MAX_WARMUP_S))
+    spec = replace(run, **PASS, num_workers=workers, warmup_s=pass_warmup_s(run))
     for _ in range(2):
         shutil.rmtree(out, ignore_errors=True)
         try:
@@ -114,12 +126,31 @@ def _cost(run: RunSpec, solo: dict, m: dict) -> LoaderCost:
         start_s=max(0.0, m["first_batch_latency_s"] - run.batch_size * worker_s),
         main_pss_mb=m["peak_pss_mb"] - workers_pss,
         worker_pss_mb=workers_pss,
-        requests_per_kframe=m.get("remote_requests_per_kframe"),
-        mb_per_kframe=m.get("remote_mb_per_kframe"),
+        **remote_cost(m),
         other_cpu_s=(m.get("other_cpu_ms_per_sample") or 0.0) / 1000,
         worker_bound=worker_bound,
         note="" if worker_bound else "the main process set the pace: worker time is its CPU time",
     )
+
+
+def remote_cost(m: dict) -> dict:
+    """A pass's remote reads split into a cost per frame (its steady window's) and a fixed cost of opening (the rest
+    of the pass's reads, from its start): a run reads the second once per process, over many more frames."""
+    frames = m["samples"] * m["frames_per_sample"]
+    if m.get("remote_requests") is None or not frames or m.get("remote_requests_window") is None:
+        return {
+            "requests_per_kframe": m.get("remote_requests_per_kframe"),
+            "mb_per_kframe": m.get("remote_mb_per_kframe"),
+        }
+    per_frame = m["remote_requests_window"] / frames, m["remote_mb_window"] / frames
+    total = m["remote_requests"], m["remote_bytes_read"] / 1e6
+    opening = [max(0.0, t - f * m["remote_frames"]) for t, f in zip(total, per_frame)]
+    return {
+        "requests_per_kframe": per_frame[0] * 1000,
+        "mb_per_kframe": per_frame[1] * 1000,
+        "open_requests": opening[0],
+        "open_mb": opening[1],
+    }
 
 
 def ttfb_ms(dmeta: DatasetMeta, reads: int = 5) -> float | None:

@@ -124,7 +124,7 @@ def cost_metrics(before: dict | None, after: dict | None, frames: int, needed: i
     `before`: the counts at the windows' start (for `remote_requests_window`). None where nothing was metered."""
     if before is None or after is None:
         keys = ("requests", "bytes_read", "bytes_needed", "frames", "requests_per_kframe", "mb_per_kframe")
-        keys += ("read_amplification", "throttled", "requests_window")
+        keys += ("read_amplification", "throttled", "requests_window", "mb_window")
         return {f"remote_{k}": None for k in keys}
     requests, read = after["requests"], after["bytes_down"]
     per_k = 1000.0 / frames if frames else float("nan")
@@ -138,4 +138,5 @@ def cost_metrics(before: dict | None, after: dict | None, frames: int, needed: i
         "remote_read_amplification": read / needed if needed else None,
         "remote_throttled": after["throttled"],
         "remote_requests_window": after["requests"] - before["requests"],  # the steady windows' alone
+        "remote_mb_window": (after["bytes_down"] - before["bytes_down"]) / 1e6,
     }

@@ -14,7 +14,7 @@ from pathlib import Path
 from .. import atomic
 from ..errors import UserError
 
-VERSION = 4
+VERSION = 5
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,12 @@ class LoaderCost:
     start_s: float  # from building the DataLoader to its first batch, less building that batch
     main_pss_mb: float  # the main process's memory with one worker beside it
     worker_pss_mb: float  # one worker's
-    requests_per_kframe: float | None = None  # remote sources: requests and MB read per 1,000 frames delivered
+    # remote sources: requests and MB read per 1,000 frames delivered once reading is under way (the steady window),
+    # and a reading process's opening reads on top (MP4 indexes, parquet footers; LeRobot's map-style download)
+    requests_per_kframe: float | None = None
     mb_per_kframe: float | None = None
+    open_requests: float | None = None
+    open_mb: float | None = None
     other_cpu_s: float = 0.0  # the host's other processes' CPU per sample (a loopback storage server, its proxies)
     worker_bound: bool = True  # False: the main process set the pace, so worker_s is the CPU part only
     note: str = ""

@@ -104,10 +104,12 @@ def predict(
     data_files: int = 1,
     fetch_episodes: int = 0,
     calibrated_ttfb_ms: float | None = None,
+    run_s: float | None = None,
 ) -> Prediction:
     """Frames/s per node of a run on `node` (`ranks` ranks in all; `node.ranks` of them on this host) and the
     bound that sets it. The slowest rank sets every rank's pace (they start and end together), so B is the
-    smallest over the host's ranks."""
+    smallest over the host's ranks. `run_s`: how long a rank reads (warm-up and windows), over which its processes'
+    opening reads are spread (None: a long run, the steady cost alone)."""
     w = resolve_auto(workers, node)
     per_host = max(node.ranks, 1)
     b = min(busy(cost.loader, w, r, ranks, episodes, data_files, fetch_episodes) for r in range(min(ranks, per_host)))
@@ -139,9 +141,23 @@ def predict(
         rates=rates,
         first_batch_s=first,
         peak_pss_mb=per_host * pss,
-        requests_per_kframe=cost.requests_per_kframe,
-        mb_per_kframe=cost.mb_per_kframe,
+        **remote_per_kframe(cost, w, samples * cost.frames_per_sample / per_host * (run_s or math.inf)),
     )
+
+
+def remote_per_kframe(cost: LoaderCost, workers: int, frames: float) -> dict:
+    """Requests and MB per 1,000 frames of a rank that delivers `frames`: the steady cost per frame, plus each
+    reading process's opening reads spread over them. LeRobot's map-style loader opens (downloads) the dataset once
+    per rank, in the main process; the others' workers each open the files they read."""
+    readers = 1 if cost.loader.startswith("lerobot_map") else max(workers, 1)
+    out = {}
+    for key, steady, opening in (
+        ("requests_per_kframe", cost.requests_per_kframe, cost.open_requests),
+        ("mb_per_kframe", cost.mb_per_kframe, cost.open_mb),
+    ):
+        spread = 1000.0 * opening * readers / frames if opening and frames > 0 and math.isfinite(frames) else 0.0
+        out[key] = None if steady is None else steady + spread
+    return out
 
 
 def error(predicted: float, measured: float) -> float | None:
