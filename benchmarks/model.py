@@ -1,6 +1,6 @@
 """The model's error: predicted against measured frames/s per node, over datasets and settings it was not fitted to.
 
-    python -m benchmarks.model [--workdir /tmp/perf] [--sets quick realistic realistic16 h264_720p hevc av1_1cam av1_3cam]
+    python -m benchmarks.model [--workdir /tmp/perf] [--sets quick realistic realistic16 h264_720p hevc ...]
                                [--loaders dlbench_map dlbench_stream] [--peers] [--workers 0 1 2 auto]
 
 For each dataset (synthesized once into the workdir): `dlbench calibrate` on it (seconds per loader and mode), then
