@@ -251,3 +251,18 @@ def test_a_stream_of_windows_is_calibrated_halfway_through_the_runs_windows():
     assert pass_warmup_s(run("dlbench_map", "sarm")) == 1.0  # random access: no position in an episode
     assert pass_warmup_s(run("dlbench_stream", "sarm", duration_s=60)) == MAX_STREAM_WARMUP_S
     assert pass_warmup_s(run("dlbench_stream", "sarm", duration_s=1, repeats=1)) == 1.0  # never under the run's
+
+
+def test_each_worker_past_the_first_adds_its_own_pages_not_the_pages_forked_workers_share():
+    """PSS splits the pages forked workers share among them, so their sum is what the one-worker pass measured;
+    each further worker adds its USS. Without a USS (an older record) a worker's PSS stands in."""
+    from dataclasses import replace
+
+    c = replace(cost(), main_pss_mb=200.0, worker_pss_mb=150.0, worker_uss_mb=60.0)
+
+    def pss(c, w):
+        return predict(c, Node(8), w, batch_size=16, episodes=100).peak_pss_mb
+
+    assert pss(c, 0) == pss(c, 1) == 350.0  # no workers: the one process holds the decoders too
+    assert pss(c, 4) == pytest.approx(350.0 + 3 * 60.0)
+    assert pss(replace(c, worker_uss_mb=None), 4) == pytest.approx(200.0 + 4 * 150.0)

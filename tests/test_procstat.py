@@ -12,8 +12,8 @@ pytestmark = pytest.mark.unit
 def test_peak_pss_counts_a_child_and_reads_pss_only_when_rss_grows(monkeypatch):
     """The sampler sees a child's memory, and on a plateau it reads the costly PSS only every `pss_every_s`."""
     reads = []
-    real_pss = procstat._pss
-    monkeypatch.setattr(procstat, "_pss", lambda p: reads.append(p.pid) or real_pss(p))
+    real_pss = procstat._pss_uss
+    monkeypatch.setattr(procstat, "_pss_uss", lambda p: reads.append(p.pid) or real_pss(p))
     child = subprocess.Popen(
         [
             sys.executable,
@@ -31,6 +31,8 @@ def test_peak_pss_counts_a_child_and_reads_pss_only_when_rss_grows(monkeypatch):
             ticks = 1.5 / 0.05
         rounds = reads.count(child.pid)  # each PSS round reads every process of the tree once
         assert sampler.peak >= 300 * 2**20
+        # the child's 300 MB are its own pages: in its USS as in its PSS (what one more such process adds)
+        assert 300 * 2**20 <= sampler.peak_children_uss <= sampler.peak_children
         # the first tick and the final sample read PSS (a third if this process's RSS grew); the plateau does not
         assert 2 <= rounds <= 3 < ticks
     finally:

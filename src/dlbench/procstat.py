@@ -10,11 +10,14 @@ import time
 import psutil
 
 
-def _pss(p: psutil.Process) -> int:
+def _pss_uss(p: psutil.Process) -> tuple[int, int]:
+    """PSS, and USS (the pages this process alone maps: what one more worker like it adds)."""
     try:
-        return p.memory_full_info().pss  # /proc/PID/smaps_rollup
+        full = p.memory_full_info()  # /proc/PID/smaps_rollup
+        return full.pss, full.uss
     except (AttributeError, psutil.AccessDenied):  # no PSS on this platform, or not ours to read
-        return p.memory_info().rss
+        rss = p.memory_info().rss
+        return rss, rss
 
 
 class MemorySampler(threading.Thread):
@@ -31,6 +34,7 @@ class MemorySampler(threading.Thread):
         super().__init__(daemon=True)
         self.proc, self.every, self.pss_every, self.peak = psutil.Process(pid), every_s, pss_every_s, 0
         self.peak_children = 0  # the descendants' part of `peak` (the DataLoader workers)
+        self.peak_children_uss = 0  # their pages of their own, at that peak
         self._rss_high, self._pss_at = 0, float("-inf")
         self._halt = threading.Event()
 
@@ -55,12 +59,14 @@ class MemorySampler(threading.Thread):
         parts = []
         for p in procs:
             try:
-                parts.append(_pss(p))
+                parts.append(_pss_uss(p))
             except psutil.Error:
-                parts.append(0)
+                parts.append((0, 0))
         self._pss_at = time.monotonic()
-        if sum(parts) > self.peak:
-            self.peak, self.peak_children = sum(parts), sum(parts[1:])
+        total = sum(pss for pss, _ in parts)
+        if total > self.peak:
+            self.peak, self.peak_children = total, sum(pss for pss, _ in parts[1:])
+            self.peak_children_uss = sum(uss for _, uss in parts[1:])
 
     def run(self):
         while not self._halt.wait(self.every):

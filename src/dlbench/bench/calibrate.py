@@ -128,6 +128,7 @@ def _cost(run: RunSpec, solo: dict, m: dict) -> LoaderCost:
         worker_pss_mb=workers_pss,
         **remote_cost(m),
         other_cpu_s=(m.get("other_cpu_ms_per_sample") or 0.0) / 1000,
+        worker_uss_mb=m.get("peak_uss_workers_mb"),
         worker_bound=worker_bound,
         note="" if worker_bound else "the main process set the pace: worker time is its CPU time",
     )

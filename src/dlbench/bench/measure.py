@@ -216,6 +216,7 @@ class Pass:
     wallclock: float
     peak_pss_mb: float
     peak_pss_workers_mb: float  # the workers' part of it
+    peak_uss_workers_mb: float  # the workers' own pages then (what one more worker adds; shared pages are in PSS)
     remote: tuple[dict, dict] | None = None  # the metering proxy's counts at the windows' start and end
     warm_rows: list | None = None  # the samples delivered before the windows (first batch and warm-up)
 
@@ -376,6 +377,7 @@ def measure_pass(run: RunSpec, adapter, device: torch.device, checks: list, samp
         wallclock,
         memory.peak / 2**20,
         memory.peak_children / 2**20,
+        memory.peak_children_uss / 2**20,
         remote,
         warm_rows,
     )

@@ -184,6 +184,7 @@ def run_metrics(run: RunSpec, measured: Pass, dmeta: DatasetMeta, adapter, barco
         "pin_memory": measured.pin,
         "peak_pss_mb": measured.peak_pss_mb,
         "peak_pss_workers_mb": measured.peak_pss_workers_mb,
+        "peak_uss_workers_mb": measured.peak_uss_workers_mb,
         "shuffle_randomness": shuffle_score(measured.seen.distinct, measured.seen.sizes, dmeta.ep_to - dmeta.ep_from),
         "probe_samples_per_s": probed["samples_per_s"],
         "probe_fetch_ms": probed["fetch_ms"],

@@ -14,7 +14,7 @@ from pathlib import Path
 from .. import atomic
 from ..errors import UserError
 
-VERSION = 5
+VERSION = 6
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,7 @@ class LoaderCost:
     open_requests: float | None = None
     open_mb: float | None = None
     other_cpu_s: float = 0.0  # the host's other processes' CPU per sample (a loopback storage server, its proxies)
+    worker_uss_mb: float | None = None  # one worker's own pages (USS): what each worker past the first adds
     worker_bound: bool = True  # False: the main process set the pace, so worker_s is the CPU part only
     note: str = ""
 

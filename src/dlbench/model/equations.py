@@ -132,7 +132,10 @@ def predict(
     samples = rates[bound]
     # the first batch: the workers' start, then one worker builds a whole batch
     first = cost.start_s + batch_size * (cost.solo_s if w == 0 else worker_s)
-    pss = cost.main_pss_mb + max(w, 1) * cost.worker_pss_mb  # without workers the one process decodes too
+    # without workers the one process decodes too; each worker past the first adds its own pages, not the pages all
+    # forked workers share (PSS splits those among the sharers: their sum stays what the one-worker pass measured)
+    extra = cost.worker_pss_mb if cost.worker_uss_mb is None else cost.worker_uss_mb
+    pss = cost.main_pss_mb + cost.worker_pss_mb + max(w - 1, 0) * extra
     return Prediction(
         frames_per_s_node=samples * cost.frames_per_sample,
         samples_per_s_node=samples,
