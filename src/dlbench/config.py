@@ -52,10 +52,15 @@ def base_loader(loader: str) -> str:
     return split_loader(loader)[0]
 
 
+def loader_kind(loader: str) -> str:
+    """How a loader reads: "map" (random access) or "stream" (in order): `lerobot_stream@old` -> "stream"."""
+    return base_loader(loader).split("_", 1)[1]
+
+
 def baseline_loader(loader: str, baseline: str = SAME_KIND) -> str:
     """The loader a run of `loader` is compared with: `baseline`, or for `lerobot` LeRobot's loader of the same kind
     (lerobot_map for map-style runs, lerobot_stream for streaming ones; those of a named peer too)."""
-    return f"lerobot_{base_loader(loader).split('_', 1)[1]}" if baseline == SAME_KIND else baseline
+    return f"lerobot_{loader_kind(loader)}" if baseline == SAME_KIND else baseline
 
 
 def defaults(*path: str) -> dict:

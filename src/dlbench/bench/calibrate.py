@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import runspec
-from ..config import split_loader
+from ..config import loader_kind, split_loader
 from ..errors import UserError
 from ..loader.dataset_meta import DatasetMeta
 from ..model.calibration import Calibration, LoaderCost
@@ -63,7 +63,7 @@ def cores() -> int:
 def pass_warmup_s(run: RunSpec) -> float:
     """The warm-up before a pass's window: the run's own, or for a stream of windows (a mode of several frames per
     camera), up to the middle of the run's windows, where its cost per sample is the average of theirs."""
-    if "stream" not in run.loader or run.mode == "single":
+    if loader_kind(run.loader) != "stream" or run.mode == "single":
         return min(run.warmup_s, MAX_WARMUP_S)
     middle = run.warmup_s + run.duration_s * run.repeats / 2 - PASS["duration_s"] / 2
     return min(max(run.warmup_s, middle), MAX_STREAM_WARMUP_S)

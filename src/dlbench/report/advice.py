@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from ..config import loader_kind
 from ..model.calibration import Calibration
 from ..model.table import predict_run
 
@@ -93,7 +94,9 @@ def prescribe(
         found.append(Prescription({"num_workers": w}, rates[w], rates[w] / measured, why=why))
     calibrated = {c.loader for c in cal.costs if c.mode == row["mode"]}
     for other in sorted((calibrated | set(peers)) - {row["loader"]}):
-        if _kind(other) != _kind(row["loader"]):  # loaders of the same access: random (map) or in order (stream)
+        if loader_kind(other) != loader_kind(
+            row["loader"]
+        ):  # loaders of the same access: random (map) or in order (stream)
             continue
         if other in peers:  # the matrix ran it with these settings: what it measured
             fps, run_id = peers[other]
@@ -133,10 +136,6 @@ def _fetch_ahead(row: dict, spec: dict, measured: float, ceiling: float | None) 
     why = (f"its workers waited on storage {waited / total:.0%} of their time; episodes fetched ahead (one request "
            f"per file) overlap the waits with decoding")  # fmt: skip
     return Prescription({"fetch_episodes": FETCH_EPISODES}, fps, fps / measured, why=why)
-
-
-def _kind(loader: str) -> str:
-    return "stream" if "_stream" in loader else "map"
 
 
 SPLIT = (("split_fetch_ms", "fetch"), ("split_decode_ms", "decode"), ("split_assembly_ms", "assembly"),
