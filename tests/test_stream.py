@@ -186,6 +186,7 @@ def _distributed_rank(rank, root, store, out):
                 break
         state = ds.state_dict()
         (Path(out) / f"rank{rank}.json").write_text(json.dumps([ds.rank, ds.world_size, delivered, state]))
+        dist.barrier()  # leave together: a rank whose peer already closed its gloo pairs can abort in teardown
     finally:
         dist.destroy_process_group()
 
