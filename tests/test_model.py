@@ -182,21 +182,27 @@ def test_an_unreachable_dataset_is_calibrated_as_such_or_stops_with_one_line(tmp
 
 
 def test_a_real_calibration_measures_every_pair_and_predicts_its_own_runs(v30_h264, tmp_path):
-    """`dlbench calibrate` on a small set: every term measured and positive; a run of the calibrated shape is
-    predicted within a factor of two of what it measures (the error table lives in docs/model.md, not in a test)."""
+    """`dlbench calibrate` on a small set: every term measured and positive, the one-process pass only for the
+    loader a run without workers uses; a run of the calibrated shape is predicted within a factor of two of what it
+    measures (the error table lives in docs/model.md, not in a test)."""
     from dlbench.bench.calibrate import calibrate
     from dlbench.bench.launch import launch
     from dlbench.runspec import make_run
 
     runs = [
-        make_run({"root": str(v30_h264), "loader": lo, "warmup_s": 0.3}) for lo in ("dlbench_map", "dlbench_stream")
+        make_run({"root": str(v30_h264), "loader": lo, "warmup_s": 0.3, "num_workers": w})
+        for lo, w in (("dlbench_map", 2), ("dlbench_map", 0), ("dlbench_stream", 2))
     ]
     cal = calibrate(runs, "h264", "local", tmp_path / "cal.json")
     assert {c.loader for c in cal.costs} == {"dlbench_map", "dlbench_stream"} and cal.cores >= 1
     for c in cal.costs:
-        assert c.solo_s > 0 and c.worker_s > 0 and c.worker_cpu_s > 0 and c.handover_s > 0
-        assert c.check_s > 0 and 0 < c.solo_check_s < c.solo_s  # the passes checked frames, as the runs do
+        assert c.worker_s > 0 and c.worker_cpu_s > 0 and c.handover_s > 0 and c.check_s > 0
         assert c.main_pss_mb > 0 and c.worker_pss_mb > 0
+    solo = cal.cost("dlbench_map", "single")
+    assert 0 < solo.solo_check_s < solo.solo_s  # the passes checked frames, as the runs do
+    stream = cal.cost("dlbench_stream", "single")
+    assert stream.solo_s is None  # no run of it without workers: not measured, and not predicted
+    assert "not measured" in predict_run({**runs[2].to_dict(), "num_workers": 0}, cal)
     run = make_run({"root": str(v30_h264), "num_workers": 1, "duration_s": 1.5, "warmup_s": 0.3, "repeats": 1})
     launch(run, tmp_path / "run")
     measured = json.loads((tmp_path / "run/rank0of1.json").read_text())["metrics"]["frames_per_s_node"]
@@ -239,7 +245,7 @@ def test_remote_reads_are_a_cost_per_frame_plus_each_readers_opening_spread_over
 
 
 def test_a_stream_of_windows_is_calibrated_halfway_through_the_runs_windows():
-    from dlbench.bench.calibrate import MAX_STREAM_WARMUP_S, pass_warmup_s
+    from dlbench.bench.calibrate import MAX_STREAM_WARMUP_S, pass_warmup_s, steady_samples
     from dlbench.runspec import RunSpec
 
     def run(loader, mode, duration_s=3.0, repeats=2):
@@ -251,6 +257,9 @@ def test_a_stream_of_windows_is_calibrated_halfway_through_the_runs_windows():
     assert pass_warmup_s(run("dlbench_map", "sarm")) == 1.0  # random access: no position in an episode
     assert pass_warmup_s(run("dlbench_stream", "sarm", duration_s=60)) == MAX_STREAM_WARMUP_S
     assert pass_warmup_s(run("dlbench_stream", "sarm", duration_s=1, repeats=1)) == 1.0  # never under the run's
+    # that long only where the readers are still in their first episodes after the run's warm-up: an episode each
+    assert steady_samples(run("dlbench_stream", "sarm"), 100) == 100 * RunSpec.pool_size
+    assert steady_samples(run("lerobot_stream", "sarm"), 100) == 100 + RunSpec.buffer_size  # one shard, its buffer
 
 
 def test_each_worker_past_the_first_adds_its_own_pages_not_the_pages_forked_workers_share():

@@ -1,10 +1,10 @@
 """`dlbench calibrate`: what one dataset costs to load from one source on this host, per loader and frame mode,
 measured in a few seconds each (`model.Calibration`; the model in `model.equations` reads it).
 
-Each loader runs two short DataLoader passes, through the same launcher as a bench run (LeRobot's and Lance's loaders
-in their environment) and with the run's own frame checks: one with one worker, where the worker sets the pace, so
-its time per sample, its CPU time, the main process's hand-over and checks, the first batch and the memory of each
-process are read off the pass's record; and one in a single process. The checks are measured where runs pay them:
+Each loader runs short DataLoader passes, through the same launcher as a bench run (LeRobot's and Lance's loaders in
+their environment) and with the run's own frame checks: one with one worker, where the worker sets the pace, so its
+time per sample, its CPU time, the main process's hand-over and checks, the first batch and the memory of each
+process are read off the pass's record; and, where a run of the matrix has no workers, one in a single process. The checks are measured where runs pay them:
 on frames a worker handed over through shared memory they cost the main process up to ten times what they cost on
 frames it decoded itself (first touches of the ring's pages, caches the worker filled on another core).
 """
@@ -48,8 +48,10 @@ PASS = dict(
 )
 MAX_WARMUP_S = 3.0
 # a stream of windows costs more per sample as its readers get further into their episodes (a window's frames before
-# an episode's start are one frame, decoded once), so its passes are measured halfway through the run's windows
+# an episode's start are one frame, decoded once), so where its readers are still in their first episodes after the
+# run's warm-up, its passes are measured halfway through the run's windows
 MAX_STREAM_WARMUP_S = 6.0
+STEADY_MARGIN = 1.25  # a stream's second pass warms up this much longer than its readers need at the first's rate
 MIN_BATCHES = 3  # a window with fewer is measured again, long enough for them (slow sets: 720p sarm)
 MAX_WINDOW_S = 8.0
 WORKER_BOUND_WAIT = 0.5  # the pass was worker-bound when the main process waited on data this share of the time
@@ -69,11 +71,22 @@ def pass_warmup_s(run: RunSpec) -> float:
     return min(max(run.warmup_s, middle), MAX_STREAM_WARMUP_S)
 
 
-def one_pass(run: RunSpec, workdir: Path, workers: int) -> dict | str:
-    """One calibration pass of `run`'s loader with `workers` DataLoader workers: its rank record's metrics, or a
-    string saying why the loader could not run here."""
+def steady_samples(run: RunSpec, episode_samples: float) -> float:
+    """The samples a stream delivers before its readers have each been through a whole episode; from then on the mix
+    of their positions in episodes, and so the cost per sample, holds: dlbench_stream's pool of readers, an episode
+    each; LeRobot's one shard at a time, behind its shuffle buffer."""
+    if split_loader(run.loader)[0] == "dlbench_stream":
+        return run.pool_size * episode_samples
+    return episode_samples + run.buffer_size
+
+
+def one_pass(run: RunSpec, workdir: Path, workers: int, warmup_s: float | None = None) -> dict | str:
+    """One calibration pass of `run`'s loader with `workers` DataLoader workers (after `warmup_s`, default
+    `pass_warmup_s`): its rank record's metrics, or a string saying why the loader could not run here."""
     out = workdir / f"{run.loader}-{run.mode}-w{workers}"
-    spec = replace(run, **PASS, num_workers=workers, warmup_s=pass_warmup_s(run))
+    warmup_s = pass_warmup_s(run) if warmup_s is None else warmup_s
+    spec = replace(run, **PASS, num_workers=workers, warmup_s=warmup_s)
+    t0 = time.perf_counter()
     for _ in range(2):
         shutil.rmtree(out, ignore_errors=True)
         try:
@@ -85,26 +98,51 @@ def one_pass(run: RunSpec, workdir: Path, workers: int) -> dict | str:
         if manifest["status"] not in ("ok", "unverified"):
             return f"{run.loader} {run.mode}: {rec.get('reason') or manifest['status']}"
         m = rec["metrics"]
+        print(f"calibrate: {run.loader} {run.mode}, {workers} worker(s): {m['samples']} samples in a "
+              f"{spec.duration_s:.1f} s window after {spec.warmup_s:.1f} s; {time.perf_counter() - t0:.1f} s in all",
+              flush=True)  # fmt: skip
         if m["samples"] >= MIN_BATCHES * run.batch_size or spec.duration_s >= MAX_WINDOW_S:
             return m
         spec = replace(spec, duration_s=min(MAX_WINDOW_S, 1.3 * MIN_BATCHES * run.batch_size / m["samples_per_s"]))
     return m
 
 
-def loader_costs(runs: list[RunSpec], workdir: Path) -> list[LoaderCost | str]:
-    """The two passes of each run's loader and mode, as its costs per sample (a string where it could not run).
+def worker_pass(run: RunSpec, workdir: Path, episode_samples: float) -> tuple[dict | str, float]:
+    """The one-worker pass of `run` and the warm-up it needed. A stream of windows is measured first after the
+    run's own warm-up; where its readers had not yet been through an episode each by then (its cost per sample still
+    changing), again once they have at that pass's rate, or halfway through the run's windows if that is sooner
+    (`pass_warmup_s`)."""
+    short, long = min(run.warmup_s, MAX_WARMUP_S), pass_warmup_s(run)
+    if long <= short:
+        return one_pass(run, workdir, 1, short), short
+    m = one_pass(run, workdir, 1, short)
+    steady = steady_samples(run, episode_samples)
+    if isinstance(m, str) or m["warmup_samples"] >= steady:
+        return m, short
+    warmup = min(long, max(short, STEADY_MARGIN * steady / m["samples_per_s"]))
+    return one_pass(run, workdir, 1, warmup), warmup
+
+
+def loader_costs(runs: list[RunSpec], workdir: Path, episode_samples: float) -> list[LoaderCost | str]:
+    """The passes of each run's loader and mode, as its costs per sample (a string where it could not run): the
+    one-worker pass, and the one-process pass where the run has no workers (`num_workers` 0; nothing else reads it).
     Every one-worker pass comes first: its worker forks from this process, which must not hold decoders of a loader
     yet (LeRobot keeps them in one cache per process, which a forked worker would share and break)."""
-    forked = [one_pass(run, workdir, 1) for run in runs]
-    solos = [one_pass(run, workdir, 0) if not isinstance(m, str) else m for run, m in zip(runs, forked)]
+    passes = [worker_pass(run, workdir, episode_samples) for run in runs]
+    forked = [m for m, _ in passes]
+    solos = [
+        one_pass(run, workdir, 0, warmup) if run.num_workers == 0 and not isinstance(m, str) else None
+        for run, (m, warmup) in zip(runs, passes)
+    ]
     return [
         m if isinstance(m, str) else (solo if isinstance(solo, str) else _cost(run, solo, m))
         for run, solo, m in zip(runs, solos, forked)
     ]
 
 
-def _cost(run: RunSpec, solo: dict, m: dict) -> LoaderCost:
-    """A loader's costs per sample from its one-process (`solo`) and one-worker (`m`) passes' metrics."""
+def _cost(run: RunSpec, solo: dict | None, m: dict) -> LoaderCost:
+    """A loader's costs per sample from its one-worker (`m`) and one-process (`solo`, None: not measured) passes'
+    metrics."""
     check_s = m["check_ms_per_sample"] / 1000
     per_sample = 1.0 / m["samples_per_s"]
     worker_cpu = (m["worker_cpu_ms_per_sample"] or 0.0) / 1000
@@ -117,12 +155,12 @@ def _cost(run: RunSpec, solo: dict, m: dict) -> LoaderCost:
         mode=run.mode,
         batch_size=run.batch_size,
         frames_per_sample=m["frames_per_sample"],
-        solo_s=1.0 / solo["samples_per_s"],
+        solo_s=1.0 / solo["samples_per_s"] if solo else None,
         worker_s=worker_s,
         worker_cpu_s=worker_cpu,  # more than worker_s where a worker decodes on several threads (LeRobot's)
         handover_s=max(0.0, m["main_cpu_ms_per_sample"] / 1000 - check_s),
         check_s=check_s,
-        solo_check_s=solo["check_ms_per_sample"] / 1000,
+        solo_check_s=solo["check_ms_per_sample"] / 1000 if solo else None,
         start_s=max(0.0, m["first_batch_latency_s"] - run.batch_size * worker_s),
         main_pss_mb=m["peak_pss_mb"] - workers_pss,
         worker_pss_mb=workers_pss,
@@ -194,9 +232,10 @@ def calibrate(runs: list[RunSpec], dataset: str, source: str, out: str | Path) -
         record = Calibration(dataset, source, socket.gethostname(), cores(), 0, 0, None, 0.0, note=f"not read: {e}")
         record.write(out)
         return record
-    pairs = {}
-    for run in runs:
-        pairs.setdefault((run.loader, run.mode), run)
+    pairs: dict[tuple, RunSpec] = {}
+    for run in runs:  # a pair's run without workers stands for it, if it has one: its one-process pass is measured
+        if (run.loader, run.mode) not in pairs or run.num_workers == 0:
+            pairs[(run.loader, run.mode)] = run
     here = [run for run in pairs.values() if not needs_peer(run.loader)]
     elsewhere: dict[str, list[RunSpec]] = {}
     for run in pairs.values():
@@ -204,7 +243,7 @@ def calibrate(runs: list[RunSpec], dataset: str, source: str, out: str | Path) -
             elsewhere.setdefault(split_loader(run.loader)[1] or "", []).append(run)
     costs, missing = [], []
     with tempfile.TemporaryDirectory(prefix="dlbench-calibrate-") as tmp:
-        for cost in loader_costs(here, Path(tmp)):
+        for cost in loader_costs(here, Path(tmp), dmeta.num_frames / max(dmeta.num_episodes, 1)):
             (missing if isinstance(cost, str) else costs).append(cost)
         for name, group in elsewhere.items():
             found = _in_peer_env(group, Path(tmp) / f"peer-{name or 'default'}", dataset, source)
@@ -244,6 +283,9 @@ def _in_peer_env(runs: list[RunSpec], workdir: Path, dataset: str, source: str) 
     out = workdir / "calibration.json"
     args = [*cmd[: cmd.index("bench-rank")], "calibrate", *specs, "--dataset", dataset, "--source", source]
     proc = subprocess.run([*args, "--out", str(out)], env=env, capture_output=True, text=True)
+    for line in proc.stdout.splitlines():  # its passes, as this process says its own
+        if line.startswith("calibrate: "):
+            print(line, flush=True)
     if proc.returncode:
         last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
         why = f"{', '.join(sorted({r.loader for r in runs}))}: calibrating in the peer environment failed: {last}"

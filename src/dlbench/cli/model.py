@@ -56,6 +56,7 @@ def calibrate(a) -> None:
     elif a.root:
         source_spec = spec_from_endpoint(a.endpoint_url)
         given = {"root": a.root, "batch_size": a.batch_size, "warmup_s": a.warmup_s, "source_spec": source_spec}
+        given["num_workers"] = 0  # stands for every worker count: `predict` answers for 0 workers too
         runs = [runspec.make_run({**given, "loader": lo, "mode": m}) for lo in a.loader for m in a.mode]
     else:
         raise UserError("calibrate needs --spec FILE (repeatable) or --root PATH_OR_URL")

@@ -1,8 +1,9 @@
 """A calibration record: what one dataset costs to load from one source on one host, per loader and frame mode
 (`dlbench calibrate` measures it; `equations.predict` reads it). Torch-free; JSON on disk.
 
-Every figure is measured, none assumed: a loader's costs come from two short DataLoader passes with the run's frame
-checks, one in a single process and one with one worker (so that the worker, not the main process, sets the pace).
+Every figure is measured, none assumed: a loader's costs come from short DataLoader passes with the run's frame
+checks, one with one worker (so that the worker, not the main process, sets the pace) and, where the matrix has runs
+without workers, one in a single process.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from .. import atomic
 from ..errors import UserError
 
-VERSION = 6
+VERSION = 7
 
 
 @dataclass(frozen=True)
@@ -25,12 +26,14 @@ class LoaderCost:
     mode: str
     batch_size: int
     frames_per_sample: int
-    solo_s: float  # wall time per sample with no workers, checks included (the process builds and takes every batch)
+    # wall time per sample with no workers, checks included (the process builds and takes every batch); None: not
+    # measured (no run of the calibrated matrix has 0 workers)
+    solo_s: float | None
     worker_s: float  # a worker's wall time per sample (building, collating, waiting on storage)
     worker_cpu_s: float  # the CPU part of it
     handover_s: float  # the main process's CPU per sample, less the checks (receiving batches, the consumer)
     check_s: float  # the frame checks' time per sample in the main process, on handed-over frames (0: no checks)
-    solo_check_s: float  # the checks' part of solo_s (on frames the process decoded itself)
+    solo_check_s: float | None  # the checks' part of solo_s (on frames the process decoded itself)
     start_s: float  # from building the DataLoader to its first batch, less building that batch
     main_pss_mb: float  # the main process's memory with one worker beside it
     worker_pss_mb: float  # one worker's
@@ -51,7 +54,8 @@ class LoaderCost:
 
     def unchecked(self) -> LoaderCost:
         """The costs of a run that checks no frames."""
-        return replace(self, solo_s=self.solo_s - self.solo_check_s, check_s=0.0, solo_check_s=0.0)
+        solo = None if self.solo_s is None else self.solo_s - (self.solo_check_s or 0.0)
+        return replace(self, solo_s=solo, check_s=0.0, solo_check_s=0.0)
 
 
 @dataclass

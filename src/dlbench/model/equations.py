@@ -51,6 +51,16 @@ class Node:
     ttfb_ms: float | None = None
 
 
+def unmeasured(cost: LoaderCost, workers: int | str) -> str | None:
+    """Why `cost` cannot predict a run of `workers` workers (None: it can)."""
+    if workers == 0 and cost.solo_s is None:
+        return (
+            f"{cost.loader} {cost.mode} at 0 workers: its one-process pass was not measured (calibrate with a run of "
+            "0 workers, or `dlbench calibrate --root`)"
+        )
+    return None
+
+
 def worker_time(cost: LoaderCost, node: Node, calibrated_ttfb_ms: float | None) -> float:
     """A worker's seconds per sample on `node`: its CPU time plus its waits on storage, which scale with the time
     to first byte of each request (the calibrated source's, or the node's what-if latency)."""

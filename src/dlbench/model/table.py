@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from .calibration import Calibration
-from .equations import BOUNDS, Node, Prediction, predict, saturation
+from .equations import BOUNDS, Node, Prediction, predict, saturation, unmeasured
 
 COLUMNS = (
     "predicted_frames_per_s_node",
@@ -28,6 +28,9 @@ def predict_run(run: dict, cal: Calibration, cores: int | None = None, hosts: in
     if cost is None:
         why = f": {cal.note}" if cal.note else ""
         return f"no calibration of {run['loader']} in mode {run['mode']}{why}"
+    why = unmeasured(cost, run["num_workers"])
+    if why:
+        return why
     if not run.get("verify", True):
         cost = cost.unchecked()
     ranks = run["ranks"]
@@ -91,6 +94,10 @@ def what_if(
         for n in nodes:
             curve = []
             for w in workers:
+                if unmeasured(cost, w):
+                    lines.append(f"{cost.loader:<16}{cost.mode:<8}{n:>6}{w:>8}{'-':>15}{'-':>14}{'-':>12}  "
+                                 "not calibrated without workers (dlbench calibrate --root measures it)")  # fmt: skip
+                    continue
                 p = predict(
                     cost,
                     Node(cores, ranks_per_node, ttfb_ms),

@@ -86,11 +86,12 @@ def prescribe(
         found.append(fetch)
     per_rank = max(1, cal.cores // max(int(run["ranks"] or 1), 1))
     options = sorted({0, 1, 2, 4, 8, 16, 32, 64, per_rank} & set(range(per_rank + 1)))
-    rates = {w: predict_run({**run, "num_workers": w}, cal).frames_per_s_node * scale for w in options}
+    predicted = {w: predict_run({**run, "num_workers": w}, cal) for w in options}
+    rates = {w: p.frames_per_s_node * scale for w, p in predicted.items() if not isinstance(p, str)}
     best = max(rates.values())
     w = min(k for k, v in rates.items() if v >= 0.98 * best)  # the fewest workers within 2% of the best
     if w != run["num_workers"] and rates[w] >= WORTH * measured:
-        why = f"the model, over 0 to {per_rank} workers (the cores a rank has)"
+        why = f"the model, over {min(rates)} to {per_rank} workers (the cores a rank has)"
         found.append(Prescription({"num_workers": w}, rates[w], rates[w] / measured, why=why))
     calibrated = {c.loader for c in cal.costs if c.mode == row["mode"]}
     for other in sorted((calibrated | set(peers)) - {row["loader"]}):
@@ -103,7 +104,8 @@ def prescribe(
             why = f"measured with these settings: run {run_id}"
         else:
             alt = {**run, "loader": other}
-            fps = max(predict_run({**alt, "num_workers": k}, cal).frames_per_s_node for k in options) * scale
+            alts = [predict_run({**alt, "num_workers": k}, cal) for k in options]
+            fps = max(p.frames_per_s_node for p in alts if not isinstance(p, str)) * scale
             why = "the model, at that loader's best worker count"
         if fps >= WORTH * measured:
             found.append(Prescription({"loader": other}, fps, fps / measured, measured=other in peers, why=why))
