@@ -220,25 +220,27 @@ def test_a_storage_server_on_the_host_takes_its_cpu_out_of_the_cores_term():
 
 
 def test_remote_reads_are_a_cost_per_frame_plus_each_readers_opening_spread_over_its_frames():
-    """A pass of few frames weighs its opening reads heavily; a long run with more workers spreads them thinner,
-    one opening per reading process (LeRobot's map-style loader: one download per rank)."""
+    """A pass of few frames weighs its opening reads heavily; a long run with more workers spreads them thinner:
+    the main process's opening once a rank (metadata; LeRobot's map-style download), one more per reading process."""
     from dataclasses import replace
 
     from dlbench.bench.calibrate import remote_cost
     from dlbench.model.equations import remote_per_kframe
 
-    # a pass: 50 requests and 30 MB from its start; its window of 100 samples x 2 frames took 20 requests, 10 MB
+    # a pass: 50 requests and 30 MB from its start, 4 and 6 MB of them by the main process before its worker started;
+    # its window of 100 samples x 2 frames took 20 requests, 10 MB
     m = {"samples": 100, "frames_per_sample": 2, "remote_frames": 400, "remote_requests": 50}
     m |= {"remote_bytes_read": 30e6, "remote_requests_window": 20, "remote_mb_window": 10.0}
+    m |= {"remote_requests_main": 4, "remote_mb_main": 6.0}
     split = remote_cost(m)
-    assert split == pytest.approx({"requests_per_kframe": 100.0, "mb_per_kframe": 50.0, "open_requests": 10.0,
-                                   "open_mb": 10.0})  # fmt: skip
+    assert split == pytest.approx({"requests_per_kframe": 100.0, "mb_per_kframe": 50.0, "open_requests": 6.0,
+                                   "open_mb": 4.0, "rank_open_requests": 4.0, "rank_open_mb": 6.0})  # fmt: skip
     c = replace(cost(), **split)
     assert remote_per_kframe(c, 2, float("inf"))["requests_per_kframe"] == 100.0  # a long run: the steady cost
     short, long = (remote_per_kframe(c, 2, f)["requests_per_kframe"] for f in (1000, 10_000))
-    assert short == pytest.approx(100 + 20) and long == pytest.approx(100 + 2) and short > long
-    assert remote_per_kframe(c, 4, 1000)["mb_per_kframe"] == pytest.approx(50 + 40)  # four workers open files
-    assert remote_per_kframe(replace(c, loader="lerobot_map"), 4, 1000)["mb_per_kframe"] == pytest.approx(60)
+    assert short == pytest.approx(100 + 16) and long == pytest.approx(100 + 1.6) and short > long
+    assert remote_per_kframe(c, 4, 1000)["mb_per_kframe"] == pytest.approx(50 + 16 + 6)  # four workers open files
+    assert remote_per_kframe(c, 0, 1000)["mb_per_kframe"] == pytest.approx(50 + 4 + 6)  # the main process reads
     assert remote_per_kframe(replace(c, requests_per_kframe=None), 2, 1000)["requests_per_kframe"] is None
     local = {"samples": 10, "frames_per_sample": 1, "remote_requests": None, "remote_requests_per_kframe": None}
     assert remote_cost(local) == {"requests_per_kframe": None, "mb_per_kframe": None}  # local disk: nothing metered

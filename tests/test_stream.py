@@ -487,3 +487,25 @@ def test_fetch_groups_of_consecutive_episodes_enter_the_pool_one_after_another()
     group_of = {ep: k for k, g in enumerate(groups) for ep in g}
     assert sorted(entered) == list(range(10))
     assert list(dict.fromkeys(group_of[ep] for ep in entered)) == list(range(len(groups)))
+
+
+@pytest.mark.parametrize("held_mb", [32, 0])
+def test_a_rank_dealt_other_episodes_each_epoch_reads_each_data_file_once(v30_h264, monkeypatch, held_mb):
+    """Ranks (and workers) are dealt other virtual shards each epoch, and so other rows of the data files: the
+    tables a process already read are kept (up to HELD_DATA_MB), so a small dataset's files are read once, not once
+    an epoch (on a remote source each re-read was requests in every epoch of a long run)."""
+    import dlbench.loader.stream as stream
+
+    monkeypatch.setattr(stream, "HELD_DATA_MB", held_mb)
+    ds = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, rank=0, world_size=2, pool_size=2, buffer_size=4)
+    files = len(ds.meta.data_files())
+    touched = set()
+    for epoch in range(4):
+        ds.set_epoch(epoch)
+        rows = [int(item["index"]) for item in ds]
+        touched |= {f for r in rows for f in ds.meta.data_files_for_rows(r, r + 1)}
+    assert files > 1 and len(touched) == files  # every file was needed by some epoch
+    if held_mb:
+        assert ds._tables.reads == files
+    else:  # nothing kept (one table at most): files are read again as the rows change
+        assert ds._tables.reads > files

@@ -4,9 +4,10 @@ measured in a few seconds each (`model.Calibration`; the model in `model.equatio
 Each loader runs short DataLoader passes, through the same launcher as a bench run (LeRobot's and Lance's loaders in
 their environment) and with the run's own frame checks: one with one worker, where the worker sets the pace, so its
 time per sample, its CPU time, the main process's hand-over and checks, the first batch and the memory of each
-process are read off the pass's record; and, where a run of the matrix has no workers, one in a single process. The checks are measured where runs pay them:
-on frames a worker handed over through shared memory they cost the main process up to ten times what they cost on
-frames it decoded itself (first touches of the ring's pages, caches the worker filled on another core).
+process are read off the pass's record; and, where a run of the matrix has no workers, one in a single process.
+The checks are measured where runs pay them: on frames a worker handed over through shared memory they cost the main
+process up to ten times what they cost on frames it decoded itself (first touches of the ring's pages, caches the
+worker filled on another core).
 """
 
 from __future__ import annotations
@@ -173,8 +174,9 @@ def _cost(run: RunSpec, solo: dict | None, m: dict) -> LoaderCost:
 
 
 def remote_cost(m: dict) -> dict:
-    """A pass's remote reads split into a cost per frame (its steady window's) and a fixed cost of opening (the rest
-    of the pass's reads, from its start): a run reads the second once per process, over many more frames."""
+    """A pass's remote reads split into a cost per frame (its steady window's) and fixed costs of opening: the main
+    process's, before any worker started (once a rank), and the rest, its reading process's (once each): a run
+    reads those once, over many more frames."""
     frames = m["samples"] * m["frames_per_sample"]
     if m.get("remote_requests") is None or not frames or m.get("remote_requests_window") is None:
         return {
@@ -183,12 +185,15 @@ def remote_cost(m: dict) -> dict:
         }
     per_frame = m["remote_requests_window"] / frames, m["remote_mb_window"] / frames
     total = m["remote_requests"], m["remote_bytes_read"] / 1e6
-    opening = [max(0.0, t - f * m["remote_frames"]) for t, f in zip(total, per_frame)]
+    main = m.get("remote_requests_main") or 0.0, m.get("remote_mb_main") or 0.0
+    opening = [max(0.0, t - f * m["remote_frames"] - o) for t, f, o in zip(total, per_frame, main)]
     return {
         "requests_per_kframe": per_frame[0] * 1000,
         "mb_per_kframe": per_frame[1] * 1000,
         "open_requests": opening[0],
         "open_mb": opening[1],
+        "rank_open_requests": main[0],
+        "rank_open_mb": main[1],
     }
 
 

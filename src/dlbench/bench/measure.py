@@ -217,7 +217,9 @@ class Pass:
     peak_pss_mb: float
     peak_pss_workers_mb: float  # the workers' part of it
     peak_uss_workers_mb: float  # the workers' own pages then (what one more worker adds; shared pages are in PSS)
-    remote: tuple[dict, dict] | None = None  # the metering proxy's counts at the windows' start and end
+    # the metering proxy's counts once the main process had opened the dataset (before any worker), at the windows'
+    # start and at their end
+    remote: tuple[dict, dict, dict] | None = None
     warm_rows: list | None = None  # the samples delivered before the windows (first batch and warm-up)
 
 
@@ -351,6 +353,7 @@ def measure_pass(run: RunSpec, adapter, device: torch.device, checks: list, samp
     consumer = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     pin = consumer.type == "cuda" and device.type == "cpu"
     loader = make_dataloader(run, adapter, pin)
+    opened = meter.counts() if meter else None  # the main process's reads: the dataset's metadata, its own opening
     t_start = time.perf_counter()  # the workers' start, and their import of the decoder, are on the clock
     batches = Epochs(loader, adapter.dataset, run.rank, run.world_size)
     memory = MemorySampler(every_s=0.5)  # a few ms per sample: keep it off the measured cores
@@ -362,7 +365,7 @@ def measure_pass(run: RunSpec, adapter, device: torch.device, checks: list, samp
             barrier()
         before = meter.counts() if meter else None
         seen = measure(run, batches, consumer, checks, samples_out)
-        remote = (before, meter.counts()) if meter else None
+        remote = (opened, before, meter.counts()) if meter else None
         wallclock = time.perf_counter() - t_start
     finally:  # also on an error: the workers stop before the process exits
         memory.stop()

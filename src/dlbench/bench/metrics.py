@@ -171,7 +171,7 @@ def run_metrics(run: RunSpec, measured: Pass, dmeta: DatasetMeta, adapter, barco
     the storage served (`rows`: the samples delivered in the windows)."""
     fpi = adapter.frames_per_item
     timing, cache = timing_metrics(measured, fpi), cache_metrics(measured.seen.worker_stats)
-    remote = cost_metrics(None, None, 0, None)
+    remote = cost_metrics(None, None, None, 0, None)
     if measured.remote is not None:  # over the whole run: fetching ahead moves requests out of the windows
         delivered = np.asarray(list(measured.warm_rows) + list(rows), np.int64)
         needed = needed_bytes(dmeta, delivered, run.mode, run.delta_timestamps)

@@ -117,14 +117,16 @@ def _distinct_bytes(dmeta: DatasetMeta, rows: np.ndarray, mode: str, deltas: dic
     return total
 
 
-def cost_metrics(before: dict | None, after: dict | None, frames: int, needed: int | None) -> dict:
+def cost_metrics(opened: dict | None, before: dict | None, after: dict | None, frames: int, needed: int | None) -> dict:
     """The record's remote-cost figures over the rank's whole run, from its start to the windows' end: opening the
     dataset (LeRobot's map-style loader downloads it whole then), the first batch and the warm-up included, as a
     reader that fetches ahead makes its requests before the frames they serve. `frames`: delivered in that time;
-    `before`: the counts at the windows' start (for `remote_requests_window`). None where nothing was metered."""
+    `opened`: the counts once the main process had opened the dataset, before any worker started (for
+    `remote_requests_main`); `before`: at the windows' start (for `remote_requests_window`). None where nothing was
+    metered."""
     if before is None or after is None:
         keys = ("requests", "bytes_read", "bytes_needed", "frames", "requests_per_kframe", "mb_per_kframe")
-        keys += ("read_amplification", "throttled", "requests_window", "mb_window")
+        keys += ("read_amplification", "throttled", "requests_window", "mb_window", "requests_main", "mb_main")
         return {f"remote_{k}": None for k in keys}
     requests, read = after["requests"], after["bytes_down"]
     per_k = 1000.0 / frames if frames else float("nan")
@@ -139,4 +141,6 @@ def cost_metrics(before: dict | None, after: dict | None, frames: int, needed: i
         "remote_throttled": after["throttled"],
         "remote_requests_window": after["requests"] - before["requests"],  # the steady windows' alone
         "remote_mb_window": (after["bytes_down"] - before["bytes_down"]) / 1e6,
+        "remote_requests_main": opened["requests"] if opened else None,  # the main process's opening, once a rank
+        "remote_mb_main": opened["bytes_down"] / 1e6 if opened else None,
     }

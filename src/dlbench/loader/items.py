@@ -9,6 +9,7 @@ frame's time in its video file): plain arrays, no I/O. `ItemBuilder` adds the fr
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 
 import numpy as np
 import pyarrow as pa
@@ -26,20 +27,44 @@ from .fetch import EpisodeFetcher
 INDEX_COLUMNS = ("index", "episode_index", "frame_index", "timestamp", "task_index")
 
 
-def read_columns(dmeta: DatasetMeta, rel_files: list[str], columns: list[str]) -> dict[str, np.ndarray]:
-    """Concatenate `columns` of the given data files into numpy arrays (fixed-size lists become 2-D)."""
-    tables = []
-    for rel in rel_files:
-        url = paths.join(dmeta.data_root, rel)
-        try:
-            if paths.is_remote(url):
-                with meta.open_file(dmeta.data_root, rel) as f:
-                    tables.append(meta.read_parquet(f, columns))
-            else:
-                tables.append(meta.read_parquet(paths.local_path(url), columns, memory_map=True))
-        except (pa.ArrowInvalid, OSError, ValueError) as e:
-            raise no_range_requests(url, e) or UserError(f"{url}: cannot read parquet ({e})") from None
-    table = pa.concat_tables(tables)
+def read_table(dmeta: DatasetMeta, rel: str, columns: list[str]) -> pa.Table:
+    """`columns` of one data file (a relative path), as read from its storage."""
+    url = paths.join(dmeta.data_root, rel)
+    try:
+        if paths.is_remote(url):
+            with meta.open_file(dmeta.data_root, rel) as f:
+                return meta.read_parquet(f, columns)
+        return meta.read_parquet(paths.local_path(url), columns, memory_map=True)
+    except (pa.ArrowInvalid, OSError, ValueError) as e:
+        raise no_range_requests(url, e) or UserError(f"{url}: cannot read parquet ({e})") from None
+
+
+class HeldTables:
+    """The data files' tables a process has read, kept up to `max_bytes` (least recently used first out): a
+    streaming worker is dealt other episodes each epoch, and re-reads no file it still holds."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes, self._tables = max_bytes, OrderedDict()
+        self.reads = 0  # files read from storage
+
+    def get(self, dmeta: DatasetMeta, rel: str, columns: list[str]) -> pa.Table:
+        table = self._tables.pop(rel, None)
+        if table is None:
+            table, self.reads = read_table(dmeta, rel, columns), self.reads + 1
+        self._tables[rel] = table
+        while len(self._tables) > 1 and sum(t.nbytes for t in self._tables.values()) > self.max_bytes:
+            self._tables.popitem(last=False)
+        return table
+
+
+def read_columns(
+    dmeta: DatasetMeta, rel_files: list[str], columns: list[str], held: HeldTables | None = None
+) -> dict[str, np.ndarray]:
+    """Concatenate `columns` of the given data files into numpy arrays (fixed-size lists become 2-D); `held`: the
+    tables a process keeps, read from storage only where it holds none."""
+    table = pa.concat_tables(
+        [held.get(dmeta, rel, columns) if held else read_table(dmeta, rel, columns) for rel in rel_files]
+    )
     out = {}
     for name in columns:
         col = table.column(name).combine_chunks()

@@ -47,7 +47,7 @@ from .dataset_meta import (
     resolve_windows,
 )
 from .decoding import SEQUENTIAL_BLOCK, FrameDecoder
-from .items import BuilderViews, ItemBuilder, data_columns, read_columns
+from .items import BuilderViews, HeldTables, ItemBuilder, data_columns, read_columns
 from .lerobot_args import check_lerobot_args
 from .partition import (
     Lanes,
@@ -67,6 +67,9 @@ from .world import rank_and_world
 SHARD_KEY = "_shard"  # the item's virtual shard
 POS_KEY = "_pos"  # its place in that virtual shard's stream of the epoch
 EPOCH_KEY = "_epoch"  # the epoch it belongs to (persistent DataLoader workers advance their own)
+# the data files' tables a process keeps across epochs (each worker is dealt other episodes each epoch): a dataset
+# whose tables fit is read once per process, not once per epoch
+HELD_DATA_MB = 32
 
 
 class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
@@ -200,6 +203,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         if not decoder_cache_size:
             self.builder.decoder.cache_size = len(self.meta.cameras) * (self.lanes.at_once * self.lanes.pool + 2)
         self._loaded: tuple | None = None  # the runs of rows whose parquet columns are in memory
+        self._tables = HeldTables(HELD_DATA_MB * 2**20)  # across epochs: a small dataset is read once a process
         self.delivered = Delivered()  # what this process delivered of the epoch; what a loaded state skips
 
     def _cut(self, virtual_shards: int | None) -> None:
@@ -478,7 +482,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         if self._loaded == key:
             return
         files = list(dict.fromkeys(f for a, b in runs for f in self.meta.data_files_for_rows(a, b)))
-        cols = read_columns(self.meta, files, self._columns_spec)
+        cols = read_columns(self.meta, files, self._columns_spec, self._tables)
         index = cols["index"]  # ascending: data files are contiguous in index and read in order
         cuts = [(int(np.searchsorted(index, a)), int(np.searchsorted(index, b))) for a, b in runs]
         if len(cuts) == 1:

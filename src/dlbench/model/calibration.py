@@ -38,11 +38,14 @@ class LoaderCost:
     main_pss_mb: float  # the main process's memory with one worker beside it
     worker_pss_mb: float  # one worker's
     # remote sources: requests and MB read per 1,000 frames delivered once reading is under way (the steady window),
-    # and a reading process's opening reads on top (MP4 indexes, parquet footers; LeRobot's map-style download)
+    # and opening reads on top: each reading process's (MP4 indexes, data files) and the main process's, once a rank
+    # (metadata; LeRobot's map-style loader downloads the dataset there)
     requests_per_kframe: float | None = None
     mb_per_kframe: float | None = None
     open_requests: float | None = None
     open_mb: float | None = None
+    rank_open_requests: float | None = None
+    rank_open_mb: float | None = None
     other_cpu_s: float = 0.0  # the host's other processes' CPU per sample (a loopback storage server, its proxies)
     worker_uss_mb: float | None = None  # one worker's own pages (USS): what each worker past the first adds
     worker_bound: bool = True  # False: the main process set the pace, so worker_s is the CPU part only

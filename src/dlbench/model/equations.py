@@ -154,21 +154,22 @@ def predict(
         rates=rates,
         first_batch_s=first,
         peak_pss_mb=per_host * pss,
-        **remote_per_kframe(cost, w, samples * cost.frames_per_sample / per_host * (run_s or math.inf)),
+        **remote_per_kframe(cost, b if w else 0, samples * cost.frames_per_sample / per_host * (run_s or math.inf)),
     )
 
 
 def remote_per_kframe(cost: LoaderCost, workers: int, frames: float) -> dict:
-    """Requests and MB per 1,000 frames of a rank that delivers `frames`: the steady cost per frame, plus each
-    reading process's opening reads spread over them. LeRobot's map-style loader opens (downloads) the dataset once
-    per rank, in the main process; the others' workers each open the files they read."""
-    readers = 1 if cost.loader.startswith("lerobot_map") else max(workers, 1)
+    """Requests and MB per 1,000 frames of a rank that delivers `frames`: the steady cost per frame, plus the
+    opening reads spread over them: the main process's once (metadata; LeRobot's map-style loader downloads the
+    dataset there) and each reading process's (`workers`: those with work, each opening the files it reads)."""
+    readers = max(workers, 1)
     out = {}
-    for key, steady, opening in (
-        ("requests_per_kframe", cost.requests_per_kframe, cost.open_requests),
-        ("mb_per_kframe", cost.mb_per_kframe, cost.open_mb),
+    for key, steady, opening, rank_opening in (
+        ("requests_per_kframe", cost.requests_per_kframe, cost.open_requests, cost.rank_open_requests),
+        ("mb_per_kframe", cost.mb_per_kframe, cost.open_mb, cost.rank_open_mb),
     ):
-        spread = 1000.0 * opening * readers / frames if opening and frames > 0 and math.isfinite(frames) else 0.0
+        once = (opening or 0.0) * readers + (rank_opening or 0.0)
+        spread = 1000.0 * once / frames if frames > 0 and math.isfinite(frames) else 0.0
         out[key] = None if steady is None else steady + spread
     return out
 
