@@ -99,9 +99,9 @@ def one_pass(run: RunSpec, workdir: Path, workers: int, warmup_s: float | None =
         if manifest["status"] not in ("ok", "unverified"):
             return f"{run.loader} {run.mode}: {rec.get('reason') or manifest['status']}"
         m = rec["metrics"]
-        print(f"calibrate: {run.loader} {run.mode}, {workers} worker(s): {m['samples']} samples in a "
-              f"{spec.duration_s:.1f} s window after {spec.warmup_s:.1f} s; {time.perf_counter() - t0:.1f} s in all",
-              flush=True)  # fmt: skip
+        print(f"calibrate: {run.loader} {run.mode}, {workers} worker(s): first batch in "
+              f"{m['first_batch_latency_s']:.1f} s, {m['samples']} samples in a {spec.duration_s:.1f} s window "
+              f"after {spec.warmup_s:.1f} s; {time.perf_counter() - t0:.1f} s in all", flush=True)  # fmt: skip
         if m["samples"] >= MIN_BATCHES * run.batch_size or spec.duration_s >= MAX_WINDOW_S:
             return m
         spec = replace(spec, duration_s=min(MAX_WINDOW_S, 1.3 * MIN_BATCHES * run.batch_size / m["samples_per_s"]))
