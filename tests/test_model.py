@@ -181,6 +181,7 @@ def test_an_unreachable_dataset_is_calibrated_as_such_or_stops_with_one_line(tmp
     assert not (tmp_path / "d.json").exists()
 
 
+@pytest.mark.timing  # predicts a measured speed from another measurement: `make test` runs it alone, after the rest
 def test_a_real_calibration_measures_every_pair_and_predicts_its_own_runs(v30_h264, tmp_path):
     """`dlbench calibrate` on a small set: every term measured and positive, the one-process pass only for the
     loader a run without workers uses; a run of the calibrated shape is predicted within a factor of two of what it
