@@ -93,7 +93,8 @@ def main(argv=None) -> None:
         cal_path = work / f"model-{name}" / "calibration.json"
         t0 = time.perf_counter()
         dlbench("calibrate", "--root", str(root), "--loader", ",".join(loaders), "--mode", ",".join(a.modes),
-                "--warmup-s", str(a.warmup_s), "--out", str(cal_path))  # fmt: skip
+                "--warmup-s", str(a.warmup_s), "--duration-s", str(a.duration_s), "--repeats", "2",
+                "--out", str(cal_path))  # fmt: skip
         cal = Calibration.read(cal_path)
         print(f"# {name}: calibrated {len(cal.costs)} loader x mode pairs in {time.perf_counter() - t0:.0f} s "
               f"({cal.seconds:.0f} s measuring)", flush=True)  # fmt: skip

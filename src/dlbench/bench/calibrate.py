@@ -108,28 +108,31 @@ def one_pass(run: RunSpec, workdir: Path, workers: int, warmup_s: float | None =
     return m
 
 
-def worker_pass(run: RunSpec, workdir: Path, episode_samples: float) -> tuple[dict | str, float]:
-    """The one-worker pass of `run` and the warm-up it needed. A stream of windows is measured first after the
-    run's own warm-up; where its readers had not yet been through an episode each by then (its cost per sample still
-    changing), again once they have at that pass's rate, or halfway through the run's windows if that is sooner
+def worker_pass(run: RunSpec, workdir: Path, samples: int, episodes: int) -> tuple[dict | str, float]:
+    """The one-worker pass of `run` and the warm-up it needed (`samples`, `episodes`: the dataset's). A stream of
+    windows is measured first after the run's own warm-up. Where its readers had not yet been through an episode
+    each by then (its cost per sample still changing) and the run would not go through the dataset once at that
+    pass's rate (a run that does averages the cost over its episodes, as the first pass's start did on every set of
+    under 2,600 samples), again: once the readers have, or halfway through the run's windows if that is sooner
     (`pass_warmup_s`)."""
     short, long = min(run.warmup_s, MAX_WARMUP_S), pass_warmup_s(run)
     if long <= short:
         return one_pass(run, workdir, 1, short), short
     m = one_pass(run, workdir, 1, short)
-    steady = steady_samples(run, episode_samples)
-    if isinstance(m, str) or m["warmup_samples"] >= steady:
+    steady = steady_samples(run, samples / max(episodes, 1))
+    span = run.warmup_s + run.duration_s * run.repeats
+    if isinstance(m, str) or m["warmup_samples"] >= steady or samples / m["samples_per_s"] <= span:
         return m, short
     warmup = min(long, max(short, STEADY_MARGIN * steady / m["samples_per_s"]))
     return one_pass(run, workdir, 1, warmup), warmup
 
 
-def loader_costs(runs: list[RunSpec], workdir: Path, episode_samples: float) -> list[LoaderCost | str]:
+def loader_costs(runs: list[RunSpec], workdir: Path, samples: int, episodes: int) -> list[LoaderCost | str]:
     """The passes of each run's loader and mode, as its costs per sample (a string where it could not run): the
     one-worker pass, and the one-process pass where the run has no workers (`num_workers` 0; nothing else reads it).
     Every one-worker pass comes first: its worker forks from this process, which must not hold decoders of a loader
     yet (LeRobot keeps them in one cache per process, which a forked worker would share and break)."""
-    passes = [worker_pass(run, workdir, episode_samples) for run in runs]
+    passes = [worker_pass(run, workdir, samples, episodes) for run in runs]
     forked = [m for m, _ in passes]
     solos = [
         one_pass(run, workdir, 0, warmup) if run.num_workers == 0 and not isinstance(m, str) else None
@@ -248,7 +251,7 @@ def calibrate(runs: list[RunSpec], dataset: str, source: str, out: str | Path) -
             elsewhere.setdefault(split_loader(run.loader)[1] or "", []).append(run)
     costs, missing = [], []
     with tempfile.TemporaryDirectory(prefix="dlbench-calibrate-") as tmp:
-        for cost in loader_costs(here, Path(tmp), dmeta.num_frames / max(dmeta.num_episodes, 1)):
+        for cost in loader_costs(here, Path(tmp), dmeta.num_frames, dmeta.num_episodes):
             (missing if isinstance(cost, str) else costs).append(cost)
         for name, group in elsewhere.items():
             found = _in_peer_env(group, Path(tmp) / f"peer-{name or 'default'}", dataset, source)

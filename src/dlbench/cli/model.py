@@ -24,6 +24,8 @@ def add(sub) -> None:
     p.add_argument("--mode", type=_list(str), default=["single", "sarm"], help="with --root")
     p.add_argument("--batch-size", type=int, default=None, help="with --root (default: the schema's)")
     p.add_argument("--warmup-s", type=float, default=None, help="with --root: the runs' warm-up (s)")
+    p.add_argument("--duration-s", type=float, default=None, help="with --root: the runs' window (s)")
+    p.add_argument("--repeats", type=int, default=None, help="with --root: the runs' windows")
     p.add_argument("--endpoint-url", default=None, help=ENDPOINT_HELP)
     p.add_argument("--dataset", default=None, help="the dataset's name in the record (default: from the root)")
     p.add_argument("--source", default="local", help="the source's name in the record")
@@ -56,6 +58,7 @@ def calibrate(a) -> None:
     elif a.root:
         source_spec = spec_from_endpoint(a.endpoint_url)
         given = {"root": a.root, "batch_size": a.batch_size, "warmup_s": a.warmup_s, "source_spec": source_spec}
+        given |= {"duration_s": a.duration_s, "repeats": a.repeats}
         given["num_workers"] = 0  # stands for every worker count: `predict` answers for 0 workers too
         runs = [runspec.make_run({**given, "loader": lo, "mode": m}) for lo in a.loader for m in a.mode]
     else:
