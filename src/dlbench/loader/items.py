@@ -44,16 +44,17 @@ class HeldTables:
     streaming worker is dealt other episodes each epoch, and re-reads no file it still holds."""
 
     def __init__(self, max_bytes: int):
-        self.max_bytes, self._tables = max_bytes, OrderedDict()
+        self.max_bytes, self._tables, self._bytes = max_bytes, OrderedDict(), 0
         self.reads = 0  # files read from storage
 
     def get(self, dmeta: DatasetMeta, rel: str, columns: list[str]) -> pa.Table:
         table = self._tables.pop(rel, None)
         if table is None:
             table, self.reads = read_table(dmeta, rel, columns), self.reads + 1
+            self._bytes += table.nbytes
         self._tables[rel] = table
-        while len(self._tables) > 1 and sum(t.nbytes for t in self._tables.values()) > self.max_bytes:
-            self._tables.popitem(last=False)
+        while len(self._tables) > 1 and self._bytes > self.max_bytes:
+            self._bytes -= self._tables.popitem(last=False)[1].nbytes
         return table
 
 
