@@ -276,6 +276,35 @@ def stats_missing_camera(root: Path) -> str:
     return cam
 
 
+def _declare(root: Path, edit: Callable[[dict], None]) -> str:
+    """info.json's declaration of the last camera changed by `edit` (its videos stay as they are)."""
+    info = _info(root)
+    cam = meta.video_keys(info)[-1]
+    edit(info["features"][cam])
+    (root / paths.INFO_PATH).write_text(json.dumps(info, indent=4))
+    return cam
+
+
+def declared_shape(root: Path) -> str:
+    """A camera declared at twice its videos' height (a resized re-recording, info.json copied from the old one)."""
+
+    def edit(feature):
+        names = feature.get("names") or ["height", "width", "channels"]
+        feature["shape"][names.index("height") if "height" in names else 0] *= 2
+
+    return _declare(root, edit)
+
+
+def declared_fps(root: Path) -> str:
+    """A camera's video.fps declared as 15 where its videos play at the dataset's fps."""
+    return _declare(root, lambda f: f.setdefault("info", {}).__setitem__("video.fps", 15.0))
+
+
+def declared_pix_fmt(root: Path) -> str:
+    """A camera's video.pix_fmt declared as yuv444p where its videos are 4:2:0."""
+    return _declare(root, lambda f: f.setdefault("info", {}).__setitem__("video.pix_fmt", "yuv444p"))
+
+
 def corrupt_info(root: Path) -> str:
     (root / paths.INFO_PATH).write_text('{"codebase_version": "v3.0", "fps": ')
     return paths.INFO_PATH
@@ -296,6 +325,9 @@ DEFECTS = [
     Defect("short_video", "a whole video 3 frames short of its episodes' to_timestamp", short_video),
     Defect("orphan_video", "an extra video no episode references", orphan_video),
     Defect("camera_not_in_info", "a camera missing from info.json features", camera_not_in_info),
+    Defect("declared_shape", "a camera's declared shape not its videos' frames", declared_shape),
+    Defect("declared_fps", "a camera's declared video.fps not its videos'", declared_fps),
+    Defect("declared_pix_fmt", "a camera's declared pix_fmt not its videos'", declared_pix_fmt),
     Defect("missing_parquet", "a referenced data file deleted", missing_parquet),
     Defect("corrupt_parquet", "a data file cut in half", corrupt_parquet),
     Defect("orphan_parquet", "an extra data file no episode references", orphan_parquet),

@@ -17,11 +17,14 @@ from dlbench.loader.partition import (
     MAX_AUTO_SHARDS,
     Lanes,
     auto_virtual_shards,
+    block_frames,
     busy_workers,
+    episode_blocks,
     interleave,
     rank_shards,
     shard_order,
     split_episodes,
+    window_stride,
     worker_shards,
 )
 
@@ -39,6 +42,7 @@ class Stream:
     read_ahead: int
     blocks: int | None
     group: int
+    stride: int = 1
 
     def __post_init__(self):
         lengths = np.asarray(self.lengths, np.int64)
@@ -63,6 +67,7 @@ class Stream:
             True,
             self.lanes.blocks,
             self.group,
+            self.stride,
         )
         return [value for kind, value in events if kind == "emit"]
 
@@ -112,6 +117,7 @@ def streams(draw, most_episodes: int = 300):
         read_ahead=draw(st.integers(1, 8)),
         blocks=draw(st.one_of(st.none(), st.integers(1, 12))),
         group=draw(st.sampled_from([1, 1, 2, 4])),
+        stride=draw(st.sampled_from([1, 1, 3, 30])),
     )
 
 
@@ -172,3 +178,31 @@ def test_interleave_reads_at_once_streams_and_hands_lanes_on():
     assert sorted(got) == sorted(["a0", *(f"b{i}" for i in range(5)), *(f"c{i}" for i in range(3))])
     assert lanes_seen == {"a": 0, "b": 1, "c": 0}
     assert got.index("c0") > got.index("a0")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 1000), st.integers(1, 400), st.integers(1, 9), st.integers(1, 40))
+def test_episode_blocks_cover_an_episode_once_in_strided_ascending_blocks(start, length, read_ahead, stride):
+    blocks = episode_blocks(start, start + length, read_ahead, stride)
+    rows = [r for b in blocks for r in b]
+    assert sorted(rows) == list(range(start, start + length))  # every row once
+    step = min(stride, length)
+    for b in blocks:
+        assert 1 <= len(b) <= read_ahead and all(y - x == step for x, y in zip(b, b[1:]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-60, 0), min_size=1, max_size=8, unique=True), st.integers(1, 9))
+def test_a_block_decodes_each_distinct_frame_of_its_windows_once(offsets, read_ahead):
+    stride = window_stride(offsets)
+    frames = {r * stride + o for r in range(read_ahead) for o in offsets}
+    assert block_frames(offsets, read_ahead, stride) == len(frames)
+    assert block_frames(offsets, read_ahead, stride) <= read_ahead * len(offsets)
+    if len(offsets) > 1:  # rows a window apart share all but one frame when the window is evenly spaced
+        even = list(range(-7 * stride, 1, stride))
+        assert block_frames(even, read_ahead, stride) == read_ahead + 7
+
+
+def test_window_stride_is_the_spacing_of_the_window():
+    assert window_stride([-210, -180, -150, -120, -90, -60, -30, 0]) == 30
+    assert window_stride([0]) == 1 and window_stride([-2, -1, 0]) == 1 and window_stride([-20, 0]) == 20

@@ -392,7 +392,13 @@ def test_buffer_is_capped_by_decoded_bytes(v30_h264):
     (the items decoded together share one block, which lives until the last of them leaves the buffer)."""
     item_mb = (64 * 64 * 3 + 64 * 96 * 3) * 8 / 2**20  # sarm: 8 steps of both cameras
     ds = LeRobotStreamingDataset(
-        str(v30_h264), return_uint8=True, mode="sarm", buffer_size=256, read_ahead=4, buffer_mb=2 * 4 * item_mb
+        str(v30_h264),
+        return_uint8=True,
+        mode="sarm",
+        buffer_size=256,
+        read_ahead=4,
+        block_stride=1,  # consecutive rows: a block holds 4 whole windows
+        buffer_mb=2 * 4 * item_mb,
     )
     assert ds.max_blocks() == 2  # per DataLoader worker, whatever their number
     events = list(
@@ -408,6 +414,8 @@ def test_buffer_is_capped_by_decoded_bytes(v30_h264):
             ds.read_ahead,
             True,
             ds.max_blocks(),
+            1,
+            ds.block_stride,
         )
     )
     block_of, alive, most = {}, collections.Counter(), 0
@@ -425,6 +433,35 @@ def test_buffer_is_capped_by_decoded_bytes(v30_h264):
     assert seen == list(range(ds.meta.num_frames))  # a small bound still yields every frame once
     order = [int(item["index"]) for item in ds]
     assert order != sorted(order)  # and still shuffles
+
+
+def test_blocks_of_rows_a_window_apart_share_their_frames(v30_h264):
+    """sarm's window is 8 frames 1 s apart: rows that far apart share 7 of them, so a block of 4 such rows holds 11
+    frames a camera, not 32, and the same buffer_mb keeps about 3 times as many blocks (episodes) alive."""
+    frame_mb = (64 * 64 * 3 + 64 * 96 * 3) / 2**20
+    kw = dict(return_uint8=True, mode="sarm", read_ahead=4, buffer_mb=8 * 4 * 8 * frame_mb)
+    strided, flat = (
+        LeRobotStreamingDataset(str(v30_h264), **kw),
+        LeRobotStreamingDataset(str(v30_h264), block_stride=1, **kw),
+    )
+    assert strided.block_stride == int(strided.meta.fps)
+    assert strided.block_bytes() == round(frame_mb * 2**20 * 11) and flat.block_bytes() == round(frame_mb * 2**20 * 32)
+    assert strided.max_blocks() == 23 and flat.max_blocks() == 8
+    items = list(strided)
+    assert sorted(int(i["index"]) for i in items) == list(range(strided.meta.num_frames))  # every frame once
+    for item in items[:40]:
+        check_item(strided, item)  # the right frames in every window
+
+
+def test_default_read_ahead_keeps_the_pool_live_within_buffer_mb(v30_h264):
+    """With read_ahead unset, a stream whose blocks would crowd the buffer takes fewer rows a block, so that 3/4 of
+    its pool's episodes keep a block alive; small items keep 8."""
+    frame_mb = (64 * 64 * 3 + 64 * 96 * 3) / 2**20
+    small = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, mode="sarm")
+    assert small.read_ahead == 8
+    tight = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, mode="sarm", buffer_mb=6 * 10 * frame_mb)
+    assert tight.read_ahead == 2 and tight.max_blocks() >= 6  # 9 frames a block at 2 rows, 11 at 4
+    assert LeRobotStreamingDataset(str(v30_h264), return_uint8=True, mode="sarm", buffer_mb=1).read_ahead == 1
 
 
 def _ring_span(ring) -> tuple[int, int]:

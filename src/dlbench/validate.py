@@ -426,6 +426,7 @@ def _check_videos(
     cache = VideoDecoderCache(capacity=4)
     bar = _progress_bar(len(sample) * len(cams)) if progress else None
     decoded = wrong = 0
+    declared: set[tuple[str, str]] = set()  # (camera, what) already found unlike its declaration
     try:
         for cam in cams:
             cam_index = meta.video_keys(info).index(cam)  # the barcode's camera number
@@ -439,6 +440,11 @@ def _check_videos(
                     reqs = _edge_requests(eps, cam, checked, fps, tiled, problems)
                     frames = _decode(cache, root, rel, reqs, fps, problems)
                     if frames is not None:
+                        stream = cache.get(paths.join(root, rel)).decoder.metadata
+                        for kind, line in _declared_problems(info, cam, rel, tuple(frames.shape[-2:]), stream):
+                            if (cam, kind) not in declared:  # a camera's files share their encoding: one line
+                                declared.add((cam, kind))
+                                problems.append(line)
                         decoded += len(reqs)
                         wrong += _check_barcodes(rel, reqs, frames, cam_index, problems) if check_barcodes else 0
                 else:
@@ -450,6 +456,55 @@ def _check_videos(
             bar.close()
         cache.close()
     return decoded, wrong
+
+
+def _declared_problems(info: dict, cam: str, rel: str, frame_hw: tuple[int, int], stream) -> list[tuple[str, str]]:
+    """What meta/info.json declares of camera `cam` that its video file `rel` does not have: the frame shape (the
+    decoded frames' height x width), the fps and the pixel format (the stream's metadata). Training builds its
+    policy from the declared values and gets the video's: (what, one line naming both) each."""
+    feature = info["features"][cam]
+    declared = feature.get("info") or {}
+    names = list(feature.get("names") or [])
+    shape = list(feature.get("shape") or [])
+    out = []
+    if len(shape) == 3:
+        hw = (
+            (shape[names.index("height")], shape[names.index("width")])
+            if {"height", "width"} <= set(names)
+            else (shape[0], shape[1])
+            if shape[2] in (1, 3, 4)
+            else (shape[1], shape[2])
+        )
+        if tuple(int(v) for v in hw) != tuple(frame_hw):
+            out.append(
+                (
+                    "shape",
+                    f"{rel}: meta/info.json declares {cam} frames of {hw[0]}x{hw[1]} (features.{cam}.shape) but the "
+                    f"video's are {frame_hw[0]}x{frame_hw[1]}: training gets another shape than the policy is built "
+                    f"for; fix the shape in meta/info.json, or re-encode the video",
+                )
+            )
+    fps_video = getattr(stream, "average_fps", None)
+    for key, fps in (("fps", info.get("fps")), (f"features.{cam}.info.video.fps", declared.get("video.fps"))):
+        if fps and fps_video and abs(float(fps) - float(fps_video)) > 0.01 * float(fps):
+            out.append(
+                (
+                    key,
+                    f"{rel}: meta/info.json declares {key} {float(fps):g} but the {cam} video plays at {fps_video:.3f} "
+                    f"fps: timestamps pick other frames than intended; fix meta/info.json, or re-encode at "
+                    f"{float(fps):g} fps",
+                )
+            )
+    pix, pix_video = declared.get("video.pix_fmt"), getattr(stream, "pixel_format", None)
+    if pix and pix_video and str(pix) != str(pix_video):
+        out.append(
+            (
+                "pix_fmt",
+                f"{rel}: meta/info.json declares features.{cam}.info.video.pix_fmt {pix} but the video is {pix_video}: "
+                f"fix meta/info.json (decoders and players trust it), or re-encode to {pix}",
+            )
+        )
+    return out
 
 
 def _progress_bar(total: int):

@@ -230,6 +230,7 @@ def summarize_failures():
             targets=config["targets"],
             baseline=config["baseline_loader"],
             thrash=config["thrash"],
+            shuffle_floor=config["shuffle_floor"],
             prewarm=prewarm,
         )
     except UserError as e:
@@ -263,7 +264,9 @@ def advice_verify_args():
 def aggregate_args():
     """`dlbench aggregate`'s options from config.yaml: targets, baseline, thrash, each checked source's report."""
     args = [f"--target {mode}={fps}" for mode, fps in config["targets"].items()]
+    floor = config["shuffle_floor"]
     args += [f"--baseline {config['baseline_loader']}", thrash_args()]
+    args += [f"--shuffle-floor-randomness {floor['randomness']} --shuffle-floor-spread {floor['spread']}"]
     for report in prewarm_reports():  # results/prewarm/<source>/<dataset>.json
         args.append(f"--prewarm {Path(report).relative_to('results/prewarm').with_suffix('')}={report}")
     return " ".join(args)

@@ -186,6 +186,7 @@ class Window:
     intervals: list = field(default_factory=list)  # seconds between batches arriving
     distinct: list = field(default_factory=list)  # distinct episodes per batch (shuffle randomness)
     sizes: list = field(default_factory=list)
+    rows: list = field(default_factory=list)  # each batch's global rows (`index`): the shuffle's spread
     worker_stats: dict = field(default_factory=dict)  # worker id -> its latest decoder cache counters
     # worker id -> [its decode seconds at its first sample in the windows, at its latest, samples since the first,
     # its storage wait seconds at its first sample, at its latest]
@@ -201,6 +202,7 @@ class Window:
                 first = self.decoding.setdefault(w, [row[7], row[7], -1, row[8], row[8]])
                 first[1], first[2], first[4] = row[7], first[2] + 1, row[8]
         self.distinct.append(len(np.unique(batch["episode_index"].cpu().numpy())))
+        self.rows.append(batch["index"].cpu().numpy().astype(np.int64).ravel())
         self.sizes.append(len(info))
 
 

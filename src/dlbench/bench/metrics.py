@@ -12,7 +12,7 @@ from . import record as recordmod
 from .measure import Pass
 from .probe import probe
 from .remote import cost_metrics, needed_bytes
-from .shuffle import shuffle_score
+from .shuffle import shuffle_score, spread_score
 from .verify import BarcodeCheck, DecodeCheck
 
 
@@ -186,6 +186,7 @@ def run_metrics(run: RunSpec, measured: Pass, dmeta: DatasetMeta, adapter, barco
         "peak_pss_workers_mb": measured.peak_pss_workers_mb,
         "peak_uss_workers_mb": measured.peak_uss_workers_mb,
         "shuffle_randomness": shuffle_score(measured.seen.distinct, measured.seen.sizes, dmeta.ep_to - dmeta.ep_from),
+        "shuffle_spread": spread_score(measured.seen.rows, dmeta.ep_from, dmeta.ep_to),
         "probe_samples_per_s": probed["samples_per_s"],
         "probe_fetch_ms": probed["fetch_ms"],
         "probe_decode_ms": probed["decode_ms"],

@@ -6,6 +6,12 @@ the dataset hold, on average, sum_e 1 - (1 - p_e)^n distinct episodes, where p_e
 The score of a run is (d - 1/n) / (u - 1/n), with d its mean distinct episodes per item over its batches and u the
 uniform expectation per item. Loaders that keep a few episodes live at a time (streaming) land in between; a score
 above 1 means batches are more diverse than random draws (sampling without replacement across episodes).
+
+Distinct episodes miss one thing a training step feels: two items of one episode in a batch may be neighbouring
+frames, near duplicates, or seconds apart. `spread_score` measures it: over every pair of items of one episode that
+share a batch, the mean distance between their frames over what two frames drawn uniformly from that episode are
+apart on average ((L^2 - 1) / 3L for L frames). Neighbours score near 0, uniform draws 1 (capped at 1); batches
+with no two items of one episode score 1. A loader is judged by both (`quality`: the lower of the two).
 """
 
 from __future__ import annotations
@@ -33,3 +39,34 @@ def shuffle_score(distinct: list[int], sizes: list[int], episode_lengths: np.nda
         scores.append((np.mean(distinct[pick] / n) - floor) / (top - floor) * pick.sum())
         counted += pick.sum()
     return float(np.sum(scores) / counted) if counted else float("nan")
+
+
+def spread_score(batches: list[np.ndarray], ep_from: np.ndarray, ep_to: np.ndarray) -> float:
+    """How far apart in time the items of one episode in a batch are (module docstring): `batches` holds each
+    batch's global rows (`index`); `ep_from`/`ep_to` the episodes' row spans. 1.0 where no episode has two items in
+    a batch; NaN without batches."""
+    if not batches:
+        return float("nan")
+    ep_from, ep_to = np.asarray(ep_from, np.int64), np.asarray(ep_to, np.int64)
+    total, pairs = 0.0, 0
+    for rows in batches:
+        rows = np.sort(np.asarray(rows, np.int64))
+        eps = np.searchsorted(ep_from, rows, side="right") - 1
+        for ep in np.unique(eps):
+            r = rows[eps == ep]
+            k = len(r)
+            if k < 2:
+                continue
+            length = float(ep_to[ep] - ep_from[ep])
+            uniform = (length * length - 1.0) / (3.0 * length)
+            # sum over pairs of |r_i - r_j| for sorted r: sum_i r_i (2i - k + 1)
+            gaps = float(np.sum(r * (2 * np.arange(k) - k + 1)))
+            total += gaps / uniform if uniform > 0 else 0.0
+            pairs += k * (k - 1) // 2
+    return 1.0 if pairs == 0 else float(min(1.0, total / pairs))
+
+
+def quality(randomness: float, spread: float) -> float:
+    """One number for a run's shuffle: the lower of the two measures (NaN where neither could be measured)."""
+    values = [v for v in (randomness, spread) if v == v]
+    return float(min(values)) if values else float("nan")

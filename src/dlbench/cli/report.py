@@ -71,6 +71,16 @@ def add(sub) -> None:
     p.add_argument(
         "--thrash-p99-ms-above", type=float, default=thrash["p99_ms_above"], help="...and p99 item latency over this"
     )
+    floor = defaults("shuffle_floor")
+    p.add_argument(
+        "--shuffle-floor-randomness",
+        type=float,
+        default=floor["randomness"],
+        help="a run whose batches score less shuffle randomness does not pass",
+    )
+    p.add_argument(
+        "--shuffle-floor-spread", type=float, default=floor["spread"], help="...nor one whose spread is below this"
+    )
     p.add_argument(
         "--prewarm",
         action="append",
@@ -135,6 +145,7 @@ def aggregate(a) -> None:
         targets=dict(a.target),
         baseline=a.baseline,
         thrash=_thrash(a),
+        shuffle_floor={"randomness": a.shuffle_floor_randomness, "spread": a.shuffle_floor_spread},
         prewarm=dict(a.prewarm),
         predictions=a.predictions,
     )

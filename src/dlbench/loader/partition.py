@@ -178,6 +178,7 @@ def shard_order(
     shuffle: bool = True,
     max_blocks: int | None = None,
     group: int = 1,
+    stride: int = 1,
 ) -> Iterator[tuple[str, tuple[list[int], int] | int]]:
     """The deterministic event stream of one shard: ("decode", (rows, slot)) and ("emit", row), no I/O.
 
@@ -188,18 +189,21 @@ def shard_order(
     the last of them is emitted; `max_blocks` bounds how many blocks the buffer keeps alive (over it, the oldest
     block's rows are emitted, in random order, until it is gone). Episodes enter the pool in `entry_groups`
     order: with `group` > 1, runs of that many consecutive episodes enter one after another.
+
+    `stride` > 1 takes an episode's rows `stride` apart (`episode_blocks`): a block holds rows r, r + stride, ... whose
+    windows share frames when `stride` is the windows' spacing (see `block_frames`), and the items of one episode
+    that meet in a batch are `stride` frames apart instead of neighbours.
     """
     if not shuffle:
         for ep in episodes:
-            for start in range(int(ep_from[ep]), int(ep_to[ep]), read_ahead):
-                rows = list(range(start, min(start + read_ahead, int(ep_to[ep]))))
+            for rows in episode_blocks(int(ep_from[ep]), int(ep_to[ep]), read_ahead, 1):
                 yield "decode", (rows, 0)
                 for r in rows:
                     yield "emit", r
         return
     rng = np.random.default_rng([seed, epoch, shard])
     pending = [ep for g in reversed(entry_groups(episodes, group, rng)) for ep in reversed(g)]  # popped from the end
-    live: list[list[int]] = []  # [next_row, end_row, slot] per live episode
+    live: list[list] = []  # [its blocks still to decode, slot] per live episode
     free_slots = list(range(pool_size - 1, -1, -1))
     buffer: list[int] = []
     block_of: dict[int, int] = {}  # row in the buffer -> its decode event
@@ -225,13 +229,12 @@ def shard_order(
     while pending or live:
         while len(live) < pool_size and pending:
             ep = int(pending.pop())
-            live.append([int(ep_from[ep]), int(ep_to[ep]), free_slots.pop()])
+            live.append([episode_blocks(int(ep_from[ep]), int(ep_to[ep]), read_ahead, stride)[::-1], free_slots.pop()])
         k = int(rng.integers(len(live)))
-        nxt, end, slot = live[k]
-        rows = list(range(nxt, min(nxt + read_ahead, end)))
-        live[k][0] = rows[-1] + 1
-        if live[k][0] >= end:
-            free_slots.append(live.pop(k)[2])
+        blocks, slot = live[k]
+        rows = blocks.pop()
+        if not blocks:
+            free_slots.append(live.pop(k)[1])
         yield "decode", (rows, slot)
         left[block] = len(rows)
         for r in rows:
@@ -248,6 +251,30 @@ def shard_order(
     rng.shuffle(buffer)
     for r in buffer:
         yield "emit", r
+
+
+def episode_blocks(start: int, end: int, read_ahead: int, stride: int = 1) -> list[list[int]]:
+    """Rows start..end-1 in the blocks they are decoded in, in reading order: `read_ahead` rows at a time, `stride`
+    apart (phase 0: start, start + stride, ...; then phase 1, ...), a block never spanning two phases."""
+    stride = max(1, min(stride, end - start))
+    out = []
+    for phase in range(start, start + stride):
+        rows = list(range(phase, end, stride))
+        out.extend(rows[i : i + read_ahead] for i in range(0, len(rows), read_ahead))
+    return out
+
+
+def block_frames(offsets: Iterable[int], read_ahead: int, stride: int) -> int:
+    """Distinct frames one camera decodes for a block of `read_ahead` rows `stride` apart, each item reading the
+    frames at `offsets` (frames from its row; [0] for a single frame): what the block holds in memory."""
+    offs = set(int(o) for o in offsets) or {0}
+    return len({k * stride + o for k in range(max(read_ahead, 1)) for o in offs})
+
+
+def window_stride(offsets: Iterable[int]) -> int:
+    """The spacing of a window's frames (the gcd of their offsets from the item's row; 1 for a single frame): rows
+    that far apart share all but one of their frames."""
+    return max(1, math.gcd(*(abs(int(o)) for o in offsets))) if any(int(o) for o in offsets) else 1
 
 
 def emit_units(events: Iterable[tuple[str, object]]) -> Iterator[tuple[list, int]]:

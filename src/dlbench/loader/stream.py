@@ -29,6 +29,7 @@ once (memory and open decoders times its shards), or W workers would decode the 
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -52,6 +53,7 @@ from .lerobot_args import check_lerobot_args
 from .partition import (
     Lanes,
     auto_virtual_shards,
+    block_frames,
     busy_workers,
     emit_units,
     entry_groups,
@@ -59,6 +61,7 @@ from .partition import (
     rank_shards,
     shard_order,
     split_episodes,
+    window_stride,
     worker_shards,
 )
 from .resume import Delivered, merge_states
@@ -70,6 +73,7 @@ EPOCH_KEY = "_epoch"  # the epoch it belongs to (persistent DataLoader workers a
 # the data files' tables a process keeps across epochs (each worker is dealt other episodes each epoch): a dataset
 # whose tables fit is read once per process, not once per epoch
 HELD_DATA_MB = 32
+AUTO_READ_AHEAD = (8, 4, 2)  # the read_ahead values tried, largest first (`auto_read_ahead`)
 
 
 class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
@@ -97,7 +101,13 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             items (a sarm item of two 480x640 cameras is 15 MB). Items decoded together (`read_ahead` of them) share
             one block, so this bounds the blocks the buffer holds items of: `max_blocks()`. Per worker, so that a
             virtual shard's order does not depend on the number of workers (a rank's bound is W x buffer_mb).
-        read_ahead: consecutive frames taken from an episode and decoded together.
+        read_ahead: rows taken from an episode and decoded together (one block of frames); None: the most of 8, 4,
+            2, 1 whose blocks let `buffer_mb` keep at least three quarters of `pool_size` blocks alive
+            (`auto_read_ahead`), so that a batch mixes the live episodes even where items are large.
+        block_stride: how far apart a block's rows are (frames); None: the camera window's spacing
+            (`partition.window_stride`: 30 for sarm at 30 fps, 1 for single frames). Rows that far apart share all
+            but one of their window's frames, so a block decodes and holds read_ahead + window - 1 frames per camera
+            instead of read_ahead x window, and items of one episode in a batch are that far apart in time.
         virtual_shards: how many runs of episodes to cut the dataset into (the unit of dealing and of resuming;
             at most the number of episodes); None: `partition.auto_virtual_shards`, one per episode (per fetch
             group when fetching) up to 512. Fewer than ranks x workers leaves workers without work.
@@ -155,14 +165,15 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         rank: int | None = None,
         world_size: int | None = None,
         pool_size: int = 8,
-        read_ahead: int = 8,
+        read_ahead: int | None = None,
+        block_stride: int | None = None,
         buffer_mb: float = 128.0,
         virtual_shards: int | None = None,
         tag_items: bool = False,
         data_files_root: str | None = None,
     ):
-        if pool_size < 1 or buffer_size < 1 or read_ahead < 1 or (virtual_shards is not None and virtual_shards < 1):
-            raise UserError("pool_size, buffer_size, read_ahead and virtual_shards must be >= 1")
+        if min(pool_size, buffer_size, read_ahead or 1, virtual_shards or 1, block_stride or 1) < 1:
+            raise UserError("pool_size, buffer_size, read_ahead, block_stride and virtual_shards must be >= 1")
         if fetch_episodes < 0:
             raise UserError(f"fetch_episodes must be >= 0 (got {fetch_episodes})")
         check_lerobot_args(token=token, depth_output_unit=depth_output_unit, rng=rng)
@@ -194,7 +205,10 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         self.seed, self.epoch = seed, 0
         self._iters = 0  # __iter__ calls since set_epoch: persistent DataLoader workers advance their own epoch
         self.buffer_mb = buffer_mb
-        self.pool_size, self.buffer_size, self.read_ahead, self.shuffle = pool_size, buffer_size, read_ahead, shuffle
+        self.pool_size, self.buffer_size, self.shuffle = pool_size, buffer_size, shuffle
+        offsets = [o for c in self.meta.cameras for o in windows.get(c, [0])]
+        self.block_stride = block_stride or window_stride(offsets)
+        self.read_ahead = read_ahead or self.auto_read_ahead()
         self.tag_items = tag_items
         self._cut(virtual_shards)
         self.lanes = Lanes.plan(
@@ -251,6 +265,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
                 "pool_size": self.pool_size,
                 "buffer_size": self.buffer_size,
                 "read_ahead": self.read_ahead,
+                **({"block_stride": self.block_stride} if self.block_stride > 1 else {}),
                 "shuffle": self.shuffle,
                 "max_blocks": self.max_blocks(),
                 "at_once": self.lanes.at_once,
@@ -294,10 +309,35 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         self.epoch = self.delivered.load(state, self._identity(), self._shard_frames, self.rank_shards)
         self._iters = 0
 
+    def auto_read_ahead(self) -> int:
+        """The default `read_ahead`: the largest of 8, 4, 2, 1 at which `buffer_mb` keeps 3/4 of `pool_size` blocks
+        alive. Fewer live blocks than live episodes is what makes a stream's batches runs of one episode; more rows a
+        block spreads the decoding of a window's shared frames over more items (1 where nothing else fits)."""
+        want = math.ceil(0.75 * self.pool_size)
+        for ahead in AUTO_READ_AHEAD:
+            if self.buffer_mb * 2**20 // self.block_bytes(ahead) >= want:
+                return ahead
+        return 1
+
+    def block_bytes(self, read_ahead: int | None = None) -> int:
+        """Bytes of decoded frames in one block: each camera's distinct frames of `read_ahead` rows `block_stride`
+        apart (`partition.block_frames`)."""
+        read_ahead = read_ahead or self.read_ahead
+        windows, features = self.builder.windows, self.meta.info["features"]
+        size = 4 if self.builder.return_float else 1
+        return max(
+            1,
+            sum(
+                int(np.prod(features[c]["shape"]))
+                * size
+                * block_frames(windows.get(c, [0]), read_ahead, self.block_stride)
+                for c in self.meta.cameras
+            ),
+        )
+
     def max_blocks(self) -> int:
         """Decoded blocks one worker's buffer keeps alive: `buffer_mb` over one block's bytes (at least 1)."""
-        block_bytes = max(self.builder.frame_bytes_per_item() * self.read_ahead, 1)
-        return max(1, int(self.buffer_mb * 2**20 // block_bytes))
+        return max(1, int(self.buffer_mb * 2**20 // self.block_bytes()))
 
     # ---------------------------------------------------------------------------------------------- sharding
     @property
@@ -357,6 +397,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             self.shuffle,
             self.lanes.blocks,
             self.group,
+            self.block_stride,
         )
 
     def worker_decodes(self, epoch: int, num_workers: int = 1, worker: int = 0) -> Iterator[tuple[list[int], int]]:
@@ -422,6 +463,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         `lane` of the worker (its decoders are the lane's pool slots); `record`: count them as delivered (no
         DataLoader workers: what this process yields is what the consumer takes)."""
         ready: dict[int, dict] = {}
+        left = {}  # rows of an episode still to decode: strided blocks end an episode on any row
         pending: set[int] = set()
         replayed_ends: list[int] = []  # episodes whose last rows were decoded before the resumed position
         pos = 0
@@ -429,7 +471,8 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             if kind == "decode":
                 rows, slot = value
                 ep = self._episode_of(rows[0])
-                ends = rows[-1] + 1 == self.meta.ep_to[ep]
+                left[ep] = left.get(ep, int(self.meta.ep_to[ep] - self.meta.ep_from[ep])) - len(rows)
+                ends = left[ep] == 0
                 if pos < skip:
                     pending.update(rows)  # replaying: decode only what is still in the buffer after the skip
                     if ends:

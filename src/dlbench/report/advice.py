@@ -1,7 +1,9 @@
 """`dlbench advise`: for each verified run, where its time went, the bound that holds it, and the changes that would
 lift it, ranked by the gain the model predicts (`dlbench.model`), or measured where the matrix ran the change
 (a re-encoded variant of the dataset). A run within 10% of what its cores allow is said to be at its bound, with
-nothing prescribed. results/advice.md; docs/model.md#advice.
+nothing prescribed. Shuffle weighs as much as speed: a run whose batches shuffle below the floor gets the change
+that restores it first, and a faster loader is prescribed only where it shuffles as well, or the line says what it
+gives up. results/advice.md; docs/model.md#advice.
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..config import loader_kind
+from ..config import defaults, loader_kind
 from ..model.calibration import Calibration
 from ..model.table import predict_run
+from .aggregate import shuffle_gap, shuffle_shortfall
 
 AT_BOUND = 0.9  # measured at or above this share of the cores' rate: at the hardware's bound
 CACHE_MISSING = 0.5  # a decoder cache that finds fewer of its lookups open than this is too small for the run
@@ -21,6 +24,7 @@ FETCH_WAITING = 0.2  # workers waiting on storage this share of their time are t
 FETCH_EPISODES = 2  # episodes fetched ahead, as prescribed: one decoding while the next arrives
 MEMORY_SHARE = 0.8  # a run whose processes hold more of the host's RAM than this is told what fits
 WORTH = 1.1  # a change is prescribed when it is predicted to give at least this many times the frames/s
+LEROBOT_BUFFER = 1000  # LeRobot's own StreamingLeRobotDataset buffer_size default
 RUN_KEYS = ("loader", "mode", "batch_size", "num_workers", "decode_device", "step_ms", "ranks", "nodes")
 
 
@@ -31,6 +35,7 @@ class Prescription:
     gain: float  # that over the run's measured frames/s
     measured: bool = False
     why: str = ""
+    shuffle: bool = False  # restores shuffle (the run's batches fell below the floor) rather than adding speed
 
 
 def _run(row: dict) -> dict:
@@ -84,6 +89,9 @@ def prescribe(
     fetch = _fetch_ahead(row, spec or {}, measured, cores_rate(row, cal))
     if fetch is not None:
         found.append(fetch)
+    restore = restore_shuffle(row, spec or {}, cal.episodes)
+    if restore is not None:
+        found.append(restore)
     per_rank = max(1, cal.cores // max(int(run["ranks"] or 1), 1))
     options = sorted({0, 1, 2, 4, 8, 16, 32, 64, per_rank} & set(range(per_rank + 1)))
     predicted = {w: predict_run({**run, "num_workers": w}, cal) for w in options}
@@ -99,14 +107,18 @@ def prescribe(
             row["loader"]
         ):  # loaders of the same access: random (map) or in order (stream)
             continue
-        if other in peers:  # the matrix ran it with these settings: what it measured
-            fps, run_id = peers[other]
+        if other in peers:  # the matrix ran it with these settings: what it measured, its shuffle too
+            fps, run_id, seen = peers[other]
             why = f"measured with these settings: run {run_id}"
+            if shuffle_shortfall(seen, _floor(row)):
+                continue  # it would not pass: a faster loader that does not shuffle has not won
+            if lost := shuffle_gap(seen, row):
+                why += f"; its batches' shuffle differs: {lost} (this run)"
         else:
             alt = {**run, "loader": other}
             alts = [predict_run({**alt, "num_workers": k}, cal) for k in options]
             fps = max(p.frames_per_s_node for p in alts if not isinstance(p, str)) * scale
-            why = "the model, at that loader's best worker count"
+            why = "the model, at that loader's best worker count; its shuffle is not measured here: verify it"
         if fps >= WORTH * measured:
             found.append(Prescription({"loader": other}, fps, fps / measured, measured=other in peers, why=why))
     for v in variants:
@@ -114,7 +126,47 @@ def prescribe(
         if fps >= WORTH * measured:
             why = f"re-encoded: {v['bytes_vs_source']:.2f}x the bytes at {v['psnr_db']:.1f} dB PSNR; run {v['run_id']}"
             found.append(Prescription({"dataset": v["dataset"]}, fps, fps / measured, measured=True, why=why))
-    return sorted(found, key=lambda p: -p.gain)[:3]
+    return sorted(found, key=lambda p: (not p.shuffle, -p.gain))[:3]
+
+
+def _floor(row: dict) -> dict:
+    """The shuffle floor the run was judged by (summary.csv's `shuffle_floor`), else the schema's default."""
+    given = row.get("shuffle_floor")
+    return json.loads(given) if isinstance(given, str) and given else defaults("shuffle_floor")
+
+
+def restore_shuffle(row: dict, spec: dict, episodes: int | None) -> Prescription | None:
+    """The change that lifts a streaming run whose batches fell below the shuffle floor: for dlbench_stream more
+    live episodes a worker (`pool_size`, up to the episodes a worker has), for LeRobot's stream a larger shuffle
+    buffer, in its own terms (`buffer_size`, at least its default of 1000). Its frames/s is the run's until
+    `--verify` measures the cost. None where the run shuffles enough, or no setting can help."""
+    short = shuffle_shortfall(row, _floor(row))
+    if not short or loader_kind(row["loader"]) != "stream":
+        return None
+    fps = row["frames_per_s_node"]
+    workers = max(_int(row.get("num_workers"), 1), 1) * max(_int(row.get("ranks"), 1), 1)
+    pool, buffer = _int(spec.get("pool_size"), 8), _int(spec.get("buffer_size"), 256)
+    if row["loader"].startswith("dlbench_stream"):
+        mine = (episodes or 0) // workers  # the episodes one worker reads: a batch mixes no more
+        if mine <= pool:
+            return None
+        new = min(2 * pool, mine)
+        why = (f"{short}: each worker reads about {mine} episodes but keeps {pool} live; "
+               f"{new} live mix more of them in a batch")  # fmt: skip
+        return Prescription({"pool_size": new}, fps, 1.0, why=why, shuffle=True)
+    if row["loader"].startswith("lerobot_stream"):
+        new = max(LEROBOT_BUFFER, 4 * buffer)
+        why = (f"{short}: LeRobot's stream draws from a buffer of {buffer} items; {new} (its own default is "
+               f"{LEROBOT_BUFFER}) mixes more episodes, at more memory")  # fmt: skip
+        return Prescription({"buffer_size": new}, fps, 1.0, why=why, shuffle=True)
+    return None
+
+
+def _int(value, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
 
 
 def _fetch_ahead(row: dict, spec: dict, measured: float, ceiling: float | None) -> Prescription | None:
@@ -203,7 +255,7 @@ def judge(
     for loader in set(ok["loader"]) - {row["loader"]}:
         m = _matching(ok, row["dataset"], {**row, "loader": loader})
         if not m.empty:
-            peers[loader] = (m.iloc[0]["frames_per_s_node"], m.iloc[0]["run_id"])
+            peers[loader] = (m.iloc[0]["frames_per_s_node"], m.iloc[0]["run_id"], m.iloc[0].to_dict())
     found = prescribe(row, cal, [_variant_row(v, row, ok) for v in same], spec, peers)
     if ceiling and row["frames_per_s_node"] >= AT_BOUND * ceiling:
         share = row["frames_per_s_node"] / ceiling
@@ -229,12 +281,27 @@ def prescriptions(
             yield row, judge(row, cal, variants_of, ok, (specs or {}).get((row["scenario"], row["run_id"])))[1]
 
 
+def shuffle_line(row: dict) -> str:
+    """The run's shuffle beside its speed: both measures, against the floor it was judged by."""
+    floor = _floor(row)
+    r, sp = row.get("shuffle_randomness"), row.get("shuffle_spread")
+    if r is None or pd.isna(r):
+        return "Shuffle: not measured (one-item batches, or a single episode)."
+    text = f"Shuffle: randomness {r:.2f}, spread {sp:.2f} (floor {floor['randomness']:g} and {floor['spread']:g})"
+    short = shuffle_shortfall(row, floor)
+    return text + (f": {short.split(' (')[0]}, so the run does not pass." if short else ".")
+
+
 def _verified_line(v: dict) -> str:
     if str(v["verdict"]).startswith("not verified"):
         return f"   {v['verdict']}."
+    shuffle = ""
+    if pd.notna(v.get("before_shuffle_randomness")) and pd.notna(v.get("after_shuffle_randomness")):
+        shuffle = (f", shuffle randomness {v['before_shuffle_randomness']:.2f} -> {v['after_shuffle_randomness']:.2f}"
+                   f" and spread {v['before_shuffle_spread']:.2f} -> {v['after_shuffle_spread']:.2f}")  # fmt: skip
     return (f"   Verified here, {len(json.loads(v['before_windows']))} alternating legs each: "
             f"{v['before_frames_per_s_node']:,.0f} -> {v['after_frames_per_s_node']:,.0f} frames/s, "
-            f"{v['measured_gain']:.2f}x measured against {v['predicted_gain']:.2f}x predicted: "
+            f"{v['measured_gain']:.2f}x measured against {v['predicted_gain']:.2f}x predicted{shuffle}: "
             f"{v['verdict']}.")  # fmt: skip
 
 
@@ -272,12 +339,17 @@ def advise(
         lines.append(line)
         if memory(row, cal, ram_mb):
             lines.append(memory(row, cal, ram_mb))
+        lines.append(shuffle_line(row))
         if not found:
             lines.append("Nothing to prescribe: no change the model or the matrix knows gives 10% more.")
         for k, p in enumerate(found, 1):
-            how = "measured" if p.measured else "predicted"
-            lines.append(f"{k}. `{yaml(p.change)}` in scenario {row['scenario']}: {p.frames_per_s_node:,.0f} frames/s "
-                         f"per node ({how}, {p.gain:.2f}x; {p.why})")  # fmt: skip
+            if p.shuffle:
+                lines.append(f"{k}. `{yaml(p.change)}` in scenario {row['scenario']} to restore its shuffle ({p.why}); "
+                             f"its cost in frames/s is what `--verify` measures")  # fmt: skip
+            else:
+                how = "measured" if p.measured else "predicted"
+                lines.append(f"{k}. `{yaml(p.change)}` in scenario {row['scenario']}: {p.frames_per_s_node:,.0f} "
+                             f"frames/s per node ({how}, {p.gain:.2f}x; {p.why})")  # fmt: skip
             v = checked.get((row["scenario"], row["run_id"]))
             if k == 1 and v is not None and v["change"] == yaml(p.change):
                 lines.append(_verified_line(v))

@@ -12,6 +12,9 @@ over ranks), `frames_per_s_min` and `frames_per_s_max` the spread. Derived colum
 - `ratio_to_baseline`: frames/s per node over that of the baseline loader on the same dataset, source, mode, step
   and world size (`baseline_run` names the run compared with); by default LeRobot's loader of the run's own
   kind, so map-style runs are compared with lerobot_map and streaming runs with lerobot_stream;
+- `shuffle_randomness`, `shuffle_spread`, `shuffle_quality` (the lower of the two; `bench.shuffle`), and
+  `baseline_shuffle`: beside the ratio, the shuffle the run gave up (or gained) against its baseline run where the
+  two differ by more than 0.1; `shuffle_floor` is the floor a run must reach to pass;
 - `decoder_thrash`: the decoder cache hit rate is low and p99 latency high at once (decoders reopened and
   re-seeked instead of reused);
 - `worker_bound`: the DataLoader delivers at least 80% of `num_workers` x the single-process probe rate, so every
@@ -27,8 +30,9 @@ over ranks), `frames_per_s_min` and `frames_per_s_max` the spread. Derived colum
   the run's figures (JSON lists), so `dlbench compare` can test a change against the windows' noise from a summary
   alone; `environment`: the
   versions (and cores, where records carry them) of the run's first rank (JSON);
-- `pass`: per-node decoded frames/s reaches the mode's target with no wrong frame; `notes` says why a run fails
-  or what limits it (below target, wrong frames, decoder thrash, worker-bound, measured on a cold source).
+- `pass`: per-node decoded frames/s reaches the mode's target with no wrong frame, shuffling above the floor;
+  `notes` says why a run fails or what limits it (below target, wrong frames, shuffle below the floor or against
+  its baseline, decoder thrash, worker-bound, measured on a cold source).
 
 Conversion timings (`dlbench convert run --record`) aggregate into their own table, `conversion_table`.
 """
@@ -47,6 +51,7 @@ import pandas as pd
 
 from .. import atomic
 from ..bench import record as recordmod
+from ..bench.shuffle import quality
 from ..config import SAME_KIND, baseline_loader, defaults, schema
 from ..errors import UserError
 from ..model.equations import BOUNDS
@@ -119,11 +124,14 @@ def aggregate(
     thrash: dict | None = None,
     prewarm: dict[str, str | Path] | None = None,
     predictions: str | Path | None = None,
+    shuffle_floor: dict | None = None,
 ) -> pd.DataFrame:
     """One summary row per run from run directories (or rank record files); writes `out` (CSV) unless None.
 
     `prewarm` maps "source/dataset" to its prewarm check report; runs on that pair get `source_verdict`.
-    `predictions` (predictions.csv) gives each run its predicted frames/s, bound and the error."""
+    `predictions` (predictions.csv) gives each run its predicted frames/s, bound and the error. `shuffle_floor`
+    ({randomness, spread}; config.yaml's `shuffle_floor`): a run whose batches shuffle less does not pass."""
+    floor = {**defaults("shuffle_floor"), **(shuffle_floor or {})}
     verdicts = {}
     for source, report in (prewarm or {}).items():
         try:
@@ -174,7 +182,9 @@ def aggregate(
             and row["frames_per_s_node"] >= target
             and row["frames_verified"] > 0
             and row["frames_wrong"] == 0
+            and not shuffle_shortfall(row, floor)
         )
+        row["shuffle_floor"] = json.dumps(floor, sort_keys=True)
         rows.append(row)
     df = derive(with_predictions(pd.DataFrame(rows), predictions), baseline, {**defaults("thrash"), **(thrash or {})})
     if out is not None:
@@ -308,6 +318,8 @@ def _measured(ok: list[dict], nodes: int) -> dict:
         "latency_p99_ms": m["latency_p99_ms"].max(),
         "peak_pss_mb": m["peak_pss_mb"].max(),
         "shuffle_randomness": col("shuffle_randomness").mean(),
+        "shuffle_spread": col("shuffle_spread").mean(),
+        "shuffle_quality": quality(col("shuffle_randomness").mean(), col("shuffle_spread").mean()),
         "cache_hit_rate": m["cache_hit_rate"].mean(),
         "frames_verified": int(m["frames_verified"].sum()),
         "frames_wrong": int(m["frames_wrong"].sum()),
@@ -375,6 +387,7 @@ def derive(df: pd.DataFrame, baseline: str, thrash: dict) -> pd.DataFrame:
     ok = df["status"].isin(VERIFIED_STATUSES)
     df["scaling_efficiency"] = _scaling_efficiency(df, ok)
     df["ratio_to_baseline"], df["baseline_run"] = zip(*_baseline_ratios(df, ok, baseline)) if len(df) else ((), ())
+    df["baseline_shuffle"] = _baseline_shuffle(df)
     df["decoder_thrash"] = (
         ok & (df["cache_hit_rate"] < thrash["hit_rate_below"]) & (df["latency_p99_ms"] > thrash["p99_ms_above"])
     )
@@ -411,6 +424,41 @@ def _baseline_ratios(df: pd.DataFrame, ok: pd.Series, baseline: str) -> list[tup
     return out
 
 
+SHUFFLE_GAP = 0.1  # two runs whose shuffle measures differ by more are not compared on speed alone
+
+
+def shuffle_gap(faster: pd.Series | dict, other: pd.Series | dict) -> str:
+    """What shuffle `faster` gives up against `other` (or gains), in words; '' within SHUFFLE_GAP on both
+    measures (or where either was not measured)."""
+    parts = []
+    for name in ("shuffle_randomness", "shuffle_spread"):
+        a, b = faster.get(name), other.get(name)
+        if a is None or b is None or pd.isna(a) or pd.isna(b) or abs(a - b) <= SHUFFLE_GAP:
+            continue
+        word = name.removeprefix("shuffle_")
+        parts.append(f"{word} {a:.2f} against {b:.2f}")
+    return ", ".join(parts)
+
+
+def shuffle_shortfall(row: pd.Series | dict, floor: dict) -> str:
+    """Why a run's batches fall below the shuffle floor, in words; '' where they do not (or were not measured)."""
+    low = []
+    for name in ("randomness", "spread"):
+        value, least = row.get(f"shuffle_{name}"), floor.get(name) or 0.0
+        if value is not None and not pd.isna(value) and least and value < least:
+            low.append(f"{name} {value:.2f} < {least:g}")
+    return f"shuffles below the floor ({', '.join(low)}; config.yaml shuffle_floor)" if low else ""
+
+
+def _baseline_shuffle(df: pd.DataFrame) -> list[str]:
+    """Beside each ratio to the baseline: the shuffle the run gave up or gained against that baseline run, where
+    the two differ by more than SHUFFLE_GAP ('' otherwise)."""
+    runs = {f"{r['scenario']}/{r['run_id']}": r for _, r in df.iterrows()}
+    return [
+        shuffle_gap(row, runs[row["baseline_run"]]) if row["baseline_run"] in runs else "" for _, row in df.iterrows()
+    ]
+
+
 def _notes(row: pd.Series) -> list[str]:
     """Why a run fails its target, or what limits it."""
     if row["status"] not in VERIFIED_STATUSES:
@@ -427,6 +475,11 @@ def _notes(row: pd.Series) -> list[str]:
         why.append(f"no target for mode {row['mode']} (config.yaml targets:)")
     if row["frames_wrong"]:
         why.append(f"{int(row['frames_wrong'])} wrong frames")
+    floor = json.loads(row["shuffle_floor"]) if isinstance(row.get("shuffle_floor"), str) else {}
+    if low := shuffle_shortfall(row, floor):
+        why.append(low)
+    if isinstance(row.get("baseline_shuffle"), str) and row["baseline_shuffle"]:
+        why.append(f"shuffle against its baseline {row['baseline_run']}: {row['baseline_shuffle']}")
     if row["decoder_thrash"]:
         why.append(f"decoder thrash (cache hit rate {row['cache_hit_rate']:.2f}, p99 {row['latency_p99_ms']:.0f} ms)")
     bound = row.get("bound")

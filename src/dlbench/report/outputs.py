@@ -13,4 +13,5 @@ PLOT_NAMES = (
     "remote_cost.png",
     "prediction.png",
     "time_split.png",
+    "shuffle.png",
 )

@@ -6,6 +6,7 @@ worker count) is still written, saying what it needs, so the report always has t
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import matplotlib
@@ -345,6 +346,12 @@ def against_baseline(df: pd.DataFrame) -> pd.DataFrame:
         f"{r['dataset']} · {r['source']} · {r['loader']} (w{r['num_workers']}{_step(r)}{_ranks(r)})"
         for _, r in ok.iterrows()
     ]
+    short = [
+        f"{label} [shuffle {r['baseline_shuffle']}]"
+        if isinstance(r.get("baseline_shuffle"), str) and r["baseline_shuffle"]
+        else label
+        for label, (_, r) in zip(short, ok.iterrows())
+    ]  # a ratio between runs that shuffle differently says so beside it
     rows = [(r["mode"], label, r["ratio_to_baseline"]) for label, (_, r) in zip(distinct(short, ok), ok.iterrows())]
     return pd.DataFrame(rows, columns=["mode", "label", "ratio"]).sort_values(["mode", "ratio"])
 
@@ -508,6 +515,45 @@ def plot_time_split(df: pd.DataFrame, path: Path) -> Path:
     return _save(fig, path)
 
 
+def plot_shuffle(df: pd.DataFrame, path: Path) -> Path:
+    """Speed against shuffle: each run's frames/s per node (x) and its batches' shuffle randomness (y), one panel per
+    mode, a marker per loader, the spread written beside each point and the floor drawn: a loader is ahead only where
+    it is both faster and as well shuffled."""
+    title = "Frames/s per node against shuffle randomness (beside each point: spread)"
+    ok = _ok(df).dropna(subset=["shuffle_randomness"]) if "shuffle_randomness" in df else df.iloc[0:0]
+    if ok.empty:
+        return _nothing(path, title, "no finished run measured its shuffle (batches of one item, or one episode)")
+    modes = sorted(ok["mode"].unique())
+    fig, axes = plt.subplots(1, len(modes), figsize=(5.5 * len(modes), 4.2), squeeze=False)
+    markers = dict(zip(sorted(ok["loader"].unique()), "osD^vP*X"))
+    colors = plt.get_cmap("tab10").colors
+    for ax, mode in zip(axes[0], modes):
+        d = ok[ok["mode"] == mode]
+        for _, r in d.iterrows():
+            ax.scatter(r["frames_per_s_node"], r["shuffle_randomness"], marker=markers.get(r["loader"], "o"),
+                       color=colors[list(markers).index(r["loader"]) % len(colors)], s=45,
+                       label=r["loader"] if r["loader"] not in ax.get_legend_handles_labels()[1] else None)  # fmt: skip
+            if pd.notna(r.get("shuffle_spread")):
+                ax.annotate(f"{r['shuffle_spread']:.2f}", (r["frames_per_s_node"], r["shuffle_randomness"]),
+                            fontsize=6, xytext=(3, 3), textcoords="offset points")  # fmt: skip
+        floor = (
+            json.loads(d["shuffle_floor"].iloc[0])
+            if "shuffle_floor" in d and isinstance(d["shuffle_floor"].iloc[0], str)
+            else defaults("shuffle_floor")
+        )
+        ax.axhline(floor["randomness"], ls="--", color="grey", lw=1)
+        ax.text(
+            0, floor["randomness"], " floor", fontsize=7, va="bottom", color="grey", transform=ax.get_yaxis_transform()
+        )
+        ax.set_ylim(-0.05, 1.15)
+        ax.set_xlabel("decoded frames/s per node")
+        ax.set_ylabel("shuffle randomness (0 in order, 1 uniform)")
+        ax.set_title(mode, fontsize=10)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle(title, fontsize=10)
+    return _save(fig, path)
+
+
 PLOTS = dict(
     zip(
         PLOT_NAMES,
@@ -523,6 +569,7 @@ PLOTS = dict(
             plot_remote_cost,
             plot_prediction,
             plot_time_split,
+            plot_shuffle,
         ),
         strict=True,
     )

@@ -3,7 +3,9 @@
 The two settings take turns (A B, B A, A B ...: `legs` windows each, so a drift of the machine falls on both), each
 leg a short bench run of its own (`duration_s`, one window, its frames checked as the run's were). The measured gain
 is the ratio of the two sides' median frames/s per node; a prescription that measured worse than the run is
-withdrawn, one that gained less than the noise is said to be so. results/advice/verified.csv; docs/model.md#advice.
+withdrawn, one that gained less than the noise is said to be so, and one whose batches shuffle worse than the run's
+(by more than 0.1 on either measure) is withdrawn whatever its speed. A prescription that restores shuffle is proven
+where its batches reach the floor, at the speed cost it measured. results/advice/verified.csv; docs/model.md#advice.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pandas as pd
 from ..errors import UserError
 from ..runspec import RunSpec
 from . import advice
+from .aggregate import SHUFFLE_GAP, shuffle_gap
 
 NOISE = 0.05  # a measured gain within this of 1.0 is no gain either way
 COLUMNS = [
@@ -33,8 +36,13 @@ COLUMNS = [
     "share_of_predicted_gain",
     "before_windows",
     "after_windows",
+    "before_shuffle_randomness",
+    "after_shuffle_randomness",
+    "before_shuffle_spread",
+    "after_shuffle_spread",
     "verdict",
 ]
+SHUFFLE = ("shuffle_randomness", "shuffle_spread")
 
 
 def changed_spec(base: RunSpec, change: dict, results: Path, summary: pd.DataFrame) -> RunSpec:
@@ -56,9 +64,9 @@ def read_spec(results: Path, scenario: str, run_id: str) -> RunSpec:
     return runspec.read(results / "specs" / scenario / f"{run_id}.json")
 
 
-def leg_rate(run: RunSpec, out_dir: Path) -> float:
-    """One leg: the run, as a short bench job here; its frames/s per node, checked. Raises UserError where it did not
-    finish verified."""
+def leg_rate(run: RunSpec, out_dir: Path) -> tuple[float, dict]:
+    """One leg: the run, as a short bench job here; its frames/s per node, checked, and its batches' shuffle
+    measures. Raises UserError where it did not finish verified."""
     from ..bench.launch import run_job
     from .aggregate import aggregate
 
@@ -67,10 +75,20 @@ def leg_rate(run: RunSpec, out_dir: Path) -> float:
     row = aggregate([out_dir], None).iloc[0]
     if row["status"] != "ok":
         raise UserError(f"{row['status']}: {row.get('reason') or 'see ' + str(out_dir)}")
-    return float(row["frames_per_s_node"])
+    return float(row["frames_per_s_node"]), {k: float(row[k]) for k in SHUFFLE}
 
 
-def verdict(gain: float) -> str:
+def verdict(gain: float, before: dict | None = None, after: dict | None = None, restores: bool = False) -> str:
+    """The measured prescription's verdict: its speed gain, and what it did to the batches' shuffle (`before`,
+    `after`: the legs' median measures); `restores`: it was prescribed to lift the shuffle, not the speed."""
+    lost = shuffle_gap(after or {}, before or {}) if before and after else ""
+    worse = lost and any(after[k] < before[k] - SHUFFLE_GAP for k in SHUFFLE)
+    if restores:
+        if after and not worse and any(after[k] > before[k] + SHUFFLE_GAP for k in SHUFFLE):
+            return f"proven: shuffle {lost} before, at {gain:.2f}x the frames/s"
+        return "withdrawn: its batches shuffle no better than the run's"
+    if worse:
+        return f"withdrawn: gives up shuffle ({lost} before)"
     if gain < 1.0 - NOISE:
         return "withdrawn: measured worse than the run as it was"
     if gain < 1.0 + NOISE:
@@ -78,8 +96,9 @@ def verdict(gain: float) -> str:
     return "proven"
 
 
-def verify_one(base: RunSpec, new: RunSpec, where: Path, legs: int, short: dict) -> tuple[list[float], list[float]]:
-    """Both settings, taking turns: `legs` short runs each, A B then B A and so on."""
+def verify_one(base: RunSpec, new: RunSpec, where: Path, legs: int, short: dict) -> tuple[list, list]:
+    """Both settings, taking turns: `legs` short runs each, A B then B A and so on; each side's (frames/s, shuffle)
+    per leg."""
     base = dataclasses.replace(base, **short)
     new = dataclasses.replace(new, **short)
     before, after = [], []
@@ -132,6 +151,8 @@ def verify(
             rows.append({**out, "verdict": f"not verified: {e}"})
             say(f"{row['scenario']}/{row['run_id']}: not verified: {e}")
             continue
+        shuffled = [{k: float(np.median([m[k] for _, m in side])) for k in SHUFFLE} for side in (before, after)]
+        before, after = [f for f, _ in before], [f for f, _ in after]
         gain = float(np.median(after) / np.median(before))
         predicted_gain = p.frames_per_s_node / row["frames_per_s_node"]
         rows.append(
@@ -143,7 +164,9 @@ def verify(
                 "share_of_predicted_gain": (gain - 1) / (predicted_gain - 1) if predicted_gain > 1 else float("nan"),
                 "before_windows": json.dumps([round(v, 1) for v in before]),
                 "after_windows": json.dumps([round(v, 1) for v in after]),
-                "verdict": verdict(gain),
+                **{f"before_{k}": shuffled[0][k] for k in SHUFFLE},
+                **{f"after_{k}": shuffled[1][k] for k in SHUFFLE},
+                "verdict": verdict(gain, *shuffled, restores=p.shuffle),
             }
         )
         say(f"  {np.median(before):,.0f} -> {np.median(after):,.0f} frames/s: {gain:.2f}x, {rows[-1]['verdict']}")
