@@ -102,6 +102,9 @@ class RunSpec:
     nodes: int = 1
     pool_size: int = 8
     buffer_size: int = 256
+    read_ahead: int | None = None
+    buffer_mb: float = 128
+    max_num_shards: int | None = None
     on_unavailable: str = "skip"
     duration_s: float = 15
     repeats: int = 3
@@ -277,7 +280,8 @@ def _check_lance(run: RunSpec, where: str) -> None:
 
 # settings only dlbench's loaders have (LeRobot's would ignore them, measuring something else than asked)
 DLBENCH_ONLY = ("decoder_cache_size", "decoder_cache_mb", "remote_block_kb")
-STREAM_ONLY = ("fetch_episodes", "resume_check")  # dlbench_stream alone fetches ahead and resumes from a state
+# dlbench_stream alone fetches ahead, resumes from a state and decodes blocks of rows
+STREAM_ONLY = ("fetch_episodes", "resume_check", "read_ahead")
 
 
 def _check_dlbench_only(run: RunSpec, label) -> None:
@@ -289,6 +293,10 @@ def _check_dlbench_only(run: RunSpec, label) -> None:
                 f"{label(key)}: applies to loader dlbench_stream only, not {loader}; turn it off for this run "
                 f"(set it only where the loader is dlbench_stream)"
             )
+    if run.max_num_shards is not None and loader != "lerobot_stream":
+        raise UserError(
+            f"{label('max_num_shards')}: applies to loader lerobot_stream only, not {loader}; leave it unset"
+        )
     for key in DLBENCH_ONLY:
         if getattr(run, key) is not None and loader in PEER_LOADERS:
             raise UserError(

@@ -77,6 +77,8 @@ def make_adapter(run, tag_items: bool = False) -> Adapter:
             seed=run.seed,
             pool_size=run.pool_size,
             buffer_size=run.buffer_size,
+            read_ahead=run.read_ahead,
+            buffer_mb=run.buffer_mb,
             data_files_root=run.data_files_root,
             return_uint8=True,
             tag_items=tag_items,
@@ -155,7 +157,7 @@ def _lerobot(run) -> Adapter:
         return_uint8=True,
         seed=run.seed,
         buffer_size=run.buffer_size,
-        max_num_shards=max(1, run.num_workers),
+        max_num_shards=run.max_num_shards or max(1, run.num_workers),
     )
     if run.world_size > 1:
         notes.append(lb.split_by_node(ds, run.rank, run.world_size))

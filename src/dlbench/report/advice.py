@@ -16,7 +16,7 @@ import pandas as pd
 from ..config import defaults, loader_kind
 from ..model.calibration import Calibration
 from ..model.table import predict_run
-from .aggregate import shuffle_gap, shuffle_shortfall
+from .aggregate import shuffle_gap, shuffle_low, shuffle_shortfall
 
 AT_BOUND = 0.9  # measured at or above this share of the cores' rate: at the hardware's bound
 CACHE_MISSING = 0.5  # a decoder cache that finds fewer of its lookups open than this is too small for the run
@@ -71,11 +71,12 @@ def prescribe(
     peers = peers or {}
     measured = row["frames_per_s_node"]
     run = _run(row)
+    restore = restore_shuffle(row, spec or {}, cal.episodes)  # first: a run below the floor does not pass
+    found: list[Prescription] = [] if restore is None else [restore]
     now = predict_run(run, cal)
     if isinstance(now, str) or not now.frames_per_s_node:
-        return []
+        return found
     scale = measured / now.frames_per_s_node  # the model's miss on this run, carried to its what-ifs
-    found: list[Prescription] = []
     size = (spec or {}).get("decoder_cache_size")
     hits = row.get("cache_hit_rate")
     if size and pd.notna(hits) and hits < CACHE_MISSING and now.frames_per_s_node >= WORTH * measured:
@@ -89,9 +90,6 @@ def prescribe(
     fetch = _fetch_ahead(row, spec or {}, measured, cores_rate(row, cal))
     if fetch is not None:
         found.append(fetch)
-    restore = restore_shuffle(row, spec or {}, cal.episodes)
-    if restore is not None:
-        found.append(restore)
     per_rank = max(1, cal.cores // max(int(run["ranks"] or 1), 1))
     options = sorted({0, 1, 2, 4, 8, 16, 32, 64, per_rank} & set(range(per_rank + 1)))
     predicted = {w: predict_run({**run, "num_workers": w}, cal) for w in options}
@@ -140,7 +138,7 @@ def restore_shuffle(row: dict, spec: dict, episodes: int | None) -> Prescription
     live episodes a worker (`pool_size`, up to the episodes a worker has), for LeRobot's stream a larger shuffle
     buffer, in its own terms (`buffer_size`, at least its default of 1000). Its frames/s is the run's until
     `--verify` measures the cost. None where the run shuffles enough, or no setting can help."""
-    short = shuffle_shortfall(row, _floor(row))
+    short = shuffle_low(row, _floor(row))
     if not short or loader_kind(row["loader"]) != "stream":
         return None
     fps = row["frames_per_s_node"]
@@ -155,7 +153,7 @@ def restore_shuffle(row: dict, spec: dict, episodes: int | None) -> Prescription
                f"{new} live mix more of them in a batch")  # fmt: skip
         return Prescription({"pool_size": new}, fps, 1.0, why=why, shuffle=True)
     if row["loader"].startswith("lerobot_stream"):
-        new = max(LEROBOT_BUFFER, 4 * buffer)
+        new = LEROBOT_BUFFER if buffer < LEROBOT_BUFFER else 4 * buffer  # its own default first
         why = (f"{short}: LeRobot's stream draws from a buffer of {buffer} items; {new} (its own default is "
                f"{LEROBOT_BUFFER}) mixes more episodes, at more memory")  # fmt: skip
         return Prescription({"buffer_size": new}, fps, 1.0, why=why, shuffle=True)
@@ -288,8 +286,8 @@ def shuffle_line(row: dict) -> str:
     if r is None or pd.isna(r):
         return "Shuffle: not measured (one-item batches, or a single episode)."
     text = f"Shuffle: randomness {r:.2f}, spread {sp:.2f} (floor {floor['randomness']:g} and {floor['spread']:g})"
-    short = shuffle_shortfall(row, floor)
-    return text + (f": {short.split(' (')[0]}, so the run does not pass." if short else ".")
+    low = shuffle_low(row, floor)
+    return text + (f": below it ({low}), so the run does not pass." if low else ".")
 
 
 def _verified_line(v: dict) -> str:

@@ -440,14 +440,21 @@ def shuffle_gap(faster: pd.Series | dict, other: pd.Series | dict) -> str:
     return ", ".join(parts)
 
 
-def shuffle_shortfall(row: pd.Series | dict, floor: dict) -> str:
-    """Why a run's batches fall below the shuffle floor, in words; '' where they do not (or were not measured)."""
+def shuffle_low(row: pd.Series | dict, floor: dict) -> str:
+    """The shuffle measures of a run below their floor, e.g. "randomness 0.05 < 0.3"; '' where none is (or none
+    was measured)."""
     low = []
     for name in ("randomness", "spread"):
         value, least = row.get(f"shuffle_{name}"), floor.get(name) or 0.0
         if value is not None and not pd.isna(value) and least and value < least:
             low.append(f"{name} {value:.2f} < {least:g}")
-    return f"shuffles below the floor ({', '.join(low)}; config.yaml shuffle_floor)" if low else ""
+    return ", ".join(low)
+
+
+def shuffle_shortfall(row: pd.Series | dict, floor: dict) -> str:
+    """Why a run's batches fall below the shuffle floor, in words; '' where they do not (or were not measured)."""
+    low = shuffle_low(row, floor)
+    return f"shuffles below the floor ({low}; config.yaml shuffle_floor)" if low else ""
 
 
 def _baseline_shuffle(df: pd.DataFrame) -> list[str]:

@@ -1,0 +1,134 @@
+"""The shuffle frontier: per loader, decoded frames/s and peak memory against shuffle quality as its knobs move.
+
+    python -m benchmarks.frontier [--sets realistic16] [--modes single,sarm] [--workers 2] [--duration-s 6]
+
+For each set (`benchmarks.model.SETS`, synthesized once under --workdir), mode and worker count it runs, through
+`dlbench bench-run` (the workflow's harness), one after another on this machine:
+  - dlbench_map: random access, the reference for shuffle (every batch drawn uniformly);
+  - dlbench_stream at its defaults, then with one knob moved at a time: pool_size, buffer_mb, read_ahead;
+  - LeRobot 0.6.1's lerobot_stream (peer environment) at buffer_size 256 (dlbench's default), 1000 (LeRobot's own
+    default) and 4000, and at max_num_shards 4x the workers.
+Each line: frames/s per node (the median window), peak PSS of the process tree, shuffle randomness (distinct
+episodes per batch: 0 in order, 1 uniform) and spread (how far apart in time the items of one episode in a batch
+are: 0 neighbours, 1 uniform). `--out DIR` also writes frontier.csv and frontier.png there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks import model
+
+# (label, loader, run settings beside the defaults): the knobs each loader is moved along
+POINTS = (
+    ("map", "dlbench_map", {}),
+    ("stream", "dlbench_stream", {}),
+    ("stream pool 4", "dlbench_stream", {"pool_size": 4}),
+    ("stream pool 16", "dlbench_stream", {"pool_size": 16}),
+    ("stream buffer_mb 64", "dlbench_stream", {"buffer_mb": 64}),
+    ("stream buffer_mb 256", "dlbench_stream", {"buffer_mb": 256}),
+    ("stream read_ahead 1", "dlbench_stream", {"read_ahead": 1}),
+    ("stream read_ahead 8", "dlbench_stream", {"read_ahead": 8}),
+    ("lerobot buffer 256", "lerobot_stream", {}),
+    ("lerobot buffer 1000", "lerobot_stream", {"buffer_size": 1000}),
+    ("lerobot buffer 4000", "lerobot_stream", {"buffer_size": 4000}),
+    ("lerobot shards 4xW", "lerobot_stream", {"max_num_shards": "4w"}),
+)
+COLUMNS = ("set", "mode", "workers", "point", "frames_per_s", "peak_pss_mb", "randomness", "spread")
+
+
+def bench(root: Path, loader: str, mode: str, workers: int, settings: dict, a, out: Path) -> dict | None:
+    """One `dlbench bench-run`; its rank record's metrics, or None where it was skipped (no peer environment)."""
+    cmd = [sys.executable, "-m", "dlbench", "-q", "bench-run", "--root", str(root), "--loader", loader]
+    cmd += ["--mode", mode, "--batch-size", str(a.batch_size), "--num-workers", str(workers)]
+    cmd += ["--duration-s", str(a.duration_s), "--warmup-s", str(a.warmup_s), "--repeats", str(a.repeats)]
+    cmd += ["--out-dir", str(out), "--on-unavailable", "skip"] + ([] if a.verify else ["--no-verify"])
+    for key, value in settings.items():
+        value = 4 * max(workers, 1) if value == "4w" else value
+        cmd += [f"--{key.replace('_', '-')}", str(value)]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    record = json.loads((out / "rank0of1.json").read_text())
+    return None if record.get("status") == "skipped" else record["metrics"]
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workdir", default="/tmp/dlbench-model", help="keeps the synthesized sets between runs")
+    ap.add_argument("--sets", nargs="+", default=["realistic16"], choices=list(model.SETS))
+    ap.add_argument("--modes", default="single,sarm")
+    ap.add_argument("--workers", default="2", help="comma-separated worker counts")
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--duration-s", type=float, default=6.0)
+    ap.add_argument("--warmup-s", type=float, default=3.0)
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--points", default=None, help="comma-separated labels of POINTS to run (default: all)")
+    ap.add_argument("--verify", action="store_true", help="check frames as the workflow does (costs main CPU)")
+    ap.add_argument("--out", default=None, help="write frontier.csv and frontier.png in this directory")
+    a = ap.parse_args(argv)
+    chosen = None if a.points is None else set(a.points.split(","))
+    print(f"# {platform.node()}, {len(os.sched_getaffinity(0))} cores, {time.strftime('%Y-%m-%d')}")
+    print(f"# python -m benchmarks.frontier {shlex.join(argv if argv is not None else sys.argv[1:])}")
+    head = ("set", "mode", "w", "point", "frames/s", "PSS MB", "random", "spread")
+    print("# " + " ".join(f"{h:{w}}" for h, w in zip(head, ("12s", "6s", ">2s", "22s", ">9s", ">8s", ">7s", ">7s"))))
+    rows = []
+    for name in a.sets:
+        root = model.dataset(Path(a.workdir), name)
+        for mode in a.modes.split(","):
+            for workers in (int(w) for w in a.workers.split(",")):
+                for label, loader, settings in POINTS:
+                    if chosen is not None and label not in chosen:
+                        continue
+                    with tempfile.TemporaryDirectory() as tmp:
+                        m = bench(root, loader, mode, workers, settings, a, Path(tmp))
+                    if m is None:
+                        print(f"  {name:12s} {mode:6s} {workers:2d} {label:22s} skipped (no peer environment)")
+                        continue
+                    row = dict(zip(COLUMNS, (name, mode, workers, label, m["frames_per_s_node"], m["peak_pss_mb"],
+                                             m["shuffle_randomness"], m["shuffle_spread"])))  # fmt: skip
+                    rows.append(row)
+                    print(f"  {name:12s} {mode:6s} {workers:2d} {label:22s} {row['frames_per_s']:9.1f} "
+                          f"{row['peak_pss_mb']:8.0f} {row['randomness']:7.2f} {row['spread']:7.2f}",
+                          flush=True)  # fmt: skip
+    if a.out and rows:
+        write(rows, Path(a.out))
+
+
+def write(rows: list[dict], out: Path) -> None:
+    """frontier.csv and frontier.png (frames/s against randomness, a panel per set and mode) under `out`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    out.mkdir(parents=True, exist_ok=True)
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    df.to_csv(out / "frontier.csv", index=False)
+    panels = list(df.groupby(["set", "mode", "workers"]))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    for ax, ((name, mode, workers), d) in zip(axes[0], panels):
+        for loader, color in (("map", "tab:green"), ("stream", "tab:blue"), ("lerobot", "tab:orange")):
+            part = d[d["point"].str.startswith(loader)]
+            ax.scatter(part["frames_per_s"], part["randomness"], color=color, label=loader)
+            for _, r in part.iterrows():
+                ax.annotate(r["point"].split(" ", 1)[-1], (r["frames_per_s"], r["randomness"]), fontsize=6)
+        ax.set_title(f"{name} {mode} w{workers}", fontsize=9)
+        ax.set_xlabel("decoded frames/s")
+        ax.set_ylabel("shuffle randomness")
+        ax.set_ylim(-0.05, 1.15)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "frontier.png", dpi=110)
+
+
+if __name__ == "__main__":
+    main()
