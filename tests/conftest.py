@@ -98,7 +98,10 @@ def pytest_collection_modifyitems(config, items):
     environment, slow: end to end), peer too when it takes a PEER_FIXTURES fixture, else unit; order the tiers as FIRST
     says."""
     for item in items:
-        if PEER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        # a fixture taken by name, or one named by a parameter and fetched with request.getfixturevalue
+        params = getattr(getattr(item, "callspec", None), "params", {}).values()
+        named = {v for v in params if isinstance(v, str)}
+        if PEER_FIXTURES & (set(getattr(item, "fixturenames", ())) | named):
             item.add_marker("peer")
         if not any(item.get_closest_marker(m) for m in NOT_UNIT):
             item.add_marker("unit")

@@ -245,3 +245,27 @@ def peer_tier(needs: str = "") -> list:
             reason=f"LeRobot peer environment{what} missing or incomplete; create it with {peer.CREATE_COMMAND}",
         ),
     ]
+
+
+def cost(
+    worker_ms=1.0, cpu_ms=None, handover_ms=0.05, check_ms=0.1, loader="dlbench_map", fps=2, batch=16, other_ms=0.0
+):
+    """A calibrated loader's cost (`dlbench.model.LoaderCost`) from a few round numbers: the model's tests' unit."""
+    from dlbench.model import LoaderCost
+
+    return LoaderCost(
+        loader=loader,
+        mode="single",
+        batch_size=batch,
+        frames_per_sample=fps,
+        solo_s=(0.8 * worker_ms + 0.2 * check_ms) / 1000,  # one process: no hand-over through shared memory
+        worker_s=worker_ms / 1000,
+        worker_cpu_s=(worker_ms if cpu_ms is None else cpu_ms) / 1000,
+        handover_s=handover_ms / 1000,
+        check_s=check_ms / 1000,
+        solo_check_s=0.2 * check_ms / 1000,
+        start_s=0.5,
+        main_pss_mb=200.0,
+        worker_pss_mb=150.0,
+        other_cpu_s=other_ms / 1000,
+    )

@@ -12,7 +12,7 @@ from dlbench.model import Calibration
 from dlbench.model.table import predict_run
 from dlbench.report.advice import advise, cores_rate, prescribe
 
-from .test_model import cost
+from .helpers import cost
 
 pytestmark = pytest.mark.unit
 

@@ -201,11 +201,20 @@ def _dlbench(cwd: Path, *args: str, endpoint: str = "loopback-hub") -> subproces
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
-def test_a_hub_source_is_staged_read_and_metered_for_dlbench_and_lerobot(v30_h264_one_file, tmp_path):
+def _needs_peer(loader: str) -> None:
+    """Skip, before anything runs, a LeRobot loader's case where its peer environment is missing."""
+    if loader.startswith("lerobot") and not peer.peer_python():
+        pytest.skip(f"LeRobot peer environment missing; create it with {peer.CREATE_COMMAND}")
+
+
+@pytest.mark.parametrize("loader", ["dlbench_stream", "lerobot_stream"])
+def test_a_hub_source_is_staged_read_and_metered_for_dlbench_and_lerobot(loader, v30_h264_one_file, tmp_path):
     """The workflow's `hub` source: the dataset is linked into the loopback Hub's repos, and each rank of a run,
     dlbench's loaders and LeRobot's, reads hf://datasets/dlbench/<name>@v3.0 through its own metering proxy: every
     frame checked right, the requests per 1,000 delivered frames counted for both."""
     from dlbench.loopback import HUB_REPOS, STATE
+
+    _needs_peer(loader)
 
     work = tmp_path / "wf"
     (work / HUB_REPOS).mkdir(parents=True)
@@ -216,23 +225,18 @@ def test_a_hub_source_is_staged_read_and_metered_for_dlbench_and_lerobot(v30_h26
         staged = _dlbench(work, "stage", str(v30_h264_one_file), root, "--marker", str(work / "staged.json"))
         assert staged.returncode == 0, staged.stderr
         assert (work / HUB_REPOS / "dlbench" / "tiny").resolve() == v30_h264_one_file.resolve()
-        loaders = ["dlbench_stream", "lerobot_stream"] if peer.peer_python() else ["dlbench_stream"]
-        per_kframe = {}
-        for loader in loaders:
-            out = work / loader
-            run = _dlbench(
-                work, "bench-run", "--root", root, "--out-dir", str(out), "--loader", loader, "--num-workers", "1",
-                "--batch-size", "4", "--duration-s", "3", "--warmup-s", "0", "--probe-samples", "0",
-            )  # fmt: skip
-            assert run.returncode == 0, run.stderr[-3000:]
-            m = json.loads((out / "rank0of1.json").read_text())["metrics"]
-            assert m["frames_wrong"] == 0 and m["frames_verified"] > 0
-            # metered over the whole run (on a dataset this small the windows may be served from the readers' caches)
-            assert m["remote_requests"] > 0 and m["remote_requests_window"] is not None
-            per_kframe[loader] = (m["remote_requests_per_kframe"], m["remote_requests_window"])
-            assert not (out / ".hub-cache").exists()  # the run's own Hub cache is gone with it
-    if len(loaders) == 1:
-        pytest.skip(f"LeRobot peer environment missing; dlbench_stream checked alone ({per_kframe})")
+        out = work / loader
+        run = _dlbench(
+            work, "bench-run", "--root", root, "--out-dir", str(out), "--loader", loader, "--num-workers", "1",
+            "--batch-size", "4", "--duration-s", "3", "--warmup-s", "0", "--probe-samples", "0",
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr[-3000:]
+        m = json.loads((out / "rank0of1.json").read_text())["metrics"]
+        assert m["frames_wrong"] == 0 and m["frames_verified"] > 0
+        # metered over the whole run (on a dataset this small the windows may be served from the readers' caches)
+        assert m["remote_requests"] > 0 and m["remote_requests_window"] is not None
+        assert m["remote_requests_per_kframe"] > 0
+        assert not (out / ".hub-cache").exists()  # the run's own Hub cache is gone with it
 
 
 def test_remote_block_kb_sets_the_read_size_of_remote_video(endpoint):
@@ -358,13 +362,15 @@ def test_dlbench_loaders_read_a_bucket_frame_by_frame(bucket_endpoint, buckets):
     assert direct and all(found is None for found, _, _ in direct.values())
 
 
-def test_a_bucket_source_is_staged_read_and_metered_for_dlbench_and_lerobot(v30_h264_one_file, tmp_path):
+@pytest.mark.parametrize("loader", ["dlbench_stream", "lerobot_stream"])
+def test_a_bucket_source_is_staged_read_and_metered_for_dlbench_and_lerobot(loader, v30_h264_one_file, tmp_path):
     """The workflow's bucket sources: `stage` links the dataset into a loopback bucket, and each rank of a run reads
     hf://buckets/dlbench/cold/<name> through its own metering proxy, dlbench's stream (with fetch_episodes) and
     LeRobot's (repo_type="bucket", meta/ placed by dlbench), on 1 and on 2 ranks (LeRobot's split by node): every
     frame checked right, the requests counted for both, the note saying what dlbench did for LeRobot."""
     from dlbench.loopback import HUB_BUCKETS, STATE
 
+    _needs_peer(loader)
     work = tmp_path / "wf"
     (work / HUB_BUCKETS).mkdir(parents=True)
     with hub.serve(work / "repos", "127.0.0.1", buckets_dir=work / HUB_BUCKETS) as url:
@@ -374,10 +380,9 @@ def test_a_bucket_source_is_staged_read_and_metered_for_dlbench_and_lerobot(v30_
         staged = _dlbench(work, "stage", str(v30_h264_one_file), root, "--marker", str(work / "staged.json"))
         assert staged.returncode == 0, staged.stderr
         assert (work / HUB_BUCKETS / "dlbench" / "cold" / "tiny").resolve() == v30_h264_one_file.resolve()
-        runs = [("dlbench_stream", 1, ["--fetch-episodes", "2"]), ("dlbench_stream", 2, [])]
-        if peer.peer_python():
-            runs += [("lerobot_stream", 1, []), ("lerobot_stream", 2, [])]
-        for loader, ranks, extra in runs:
+        extra_of = {1: ["--fetch-episodes", "2"]} if loader == "dlbench_stream" else {}
+        for ranks in (1, 2):
+            extra = extra_of.get(ranks, [])
             out = work / f"{loader}-{ranks}"
             run = _dlbench(
                 work, "bench-run", "--root", root, "--out-dir", str(out), "--loader", loader, "--num-workers", "1",
@@ -392,8 +397,6 @@ def test_a_bucket_source_is_staged_read_and_metered_for_dlbench_and_lerobot(v30_
                 if loader == "lerobot_stream":
                     assert "meta/ placed in LeRobot's bucket cache" in m["work_note"]
                     assert ("split by rank" in m["work_note"]) == (ranks > 1)
-    if not peer.peer_python():
-        pytest.skip("LeRobot peer environment missing; dlbench_stream checked alone")
 
 
 def test_a_missing_or_unreachable_bucket_is_one_line_naming_it(tmp_path, v30_h264_one_file):
