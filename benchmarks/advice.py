@@ -21,14 +21,13 @@ import os
 import shutil
 import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
+from benchmarks.common import bench_run, dlbench
 from benchmarks.model import dataset as model_set
 
 CASES = {
@@ -64,13 +63,6 @@ REENCODED = {
     "gop60": ("realistic", ["--codec", "h264", "--gop", "60", "--crf", "23"]),
     "gop60_g1": ("gop60", ["--codec", "h264", "--gop", "1", "--crf", "20", "--fast-decode"]),
 }
-
-
-def dlbench(*args: str) -> str:
-    proc = subprocess.run([sys.executable, "-m", "dlbench", "-q", *args], capture_output=True, text=True)
-    if proc.returncode:
-        sys.exit(f"dlbench {' '.join(args)} failed:\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
-    return proc.stdout
 
 
 def root_of(work: Path, name: str) -> Path:
@@ -149,8 +141,7 @@ def results_of(work: Path, case: str, a, endpoint: str | None = None) -> Path:
         given = {"root": str(root_of(work, ds)), "dataset": ds, **settings, **window, **remote}
         run = runspec.make_run(given, scenario=case)
         runspec.write(run, results / "specs" / case / f"{run.run_id}.json")
-        dlbench("bench-run", "--spec", str(results / "specs" / case / f"{run.run_id}.json"),
-                "--out-dir", str(results / "runs" / case / run.run_id))  # fmt: skip
+        bench_run(results / "runs" / case / run.run_id, "--spec", str(results / "specs" / case / f"{run.run_id}.json"))
         runs.append(results / "runs" / case / run.run_id)
     aggregate(runs, results / "summary.csv")
     source = settings.get("source", "local")

@@ -16,27 +16,19 @@ Prints one row per encoding, and writes encodings.csv and encodings.png into the
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.common import bench_run, dlbench
 from dlbench.encoding.options import Encoding
 
 DEFAULT_VARIANTS = ["h264:1:20", "h264:1:20:fastdecode", "h264:2:20:fastdecode", "h264:10:23", "hevc:1:24:fast",
                     "av1:8:30"]  # fmt: skip
-
-
-def dlbench(*args: str) -> str:
-    proc = subprocess.run([sys.executable, "-m", "dlbench", "-q", *args], capture_output=True, text=True)
-    if proc.returncode:
-        sys.exit(f"dlbench {' '.join(args)} failed:\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
-    return proc.stdout
 
 
 def plain_ffmpeg_s(root: Path, enc: Encoding) -> tuple[float, int]:
@@ -70,10 +62,8 @@ def plain_ffmpeg_s(root: Path, enc: Encoding) -> tuple[float, int]:
 
 def bench_map(root: Path, out: Path, duration_s: float) -> float:
     shutil.rmtree(out, ignore_errors=True)
-    dlbench("bench-run", "--root", str(root), "--loader", "dlbench_map", "--mode", "single", "--num-workers", "2",
-            "--duration-s", str(duration_s), "--warmup-s", "1", "--repeats", "2", "--probe-samples", "0",
-            "--out-dir", str(out))  # fmt: skip
-    rec = json.loads((out / "rank0of1.json").read_text())
+    rec = bench_run(out, root=root, loader="dlbench_map", mode="single", num_workers=2, duration_s=duration_s,
+                    warmup_s=1, repeats=2, probe_samples=0)  # fmt: skip
     assert rec["metrics"]["frames_wrong"] == 0, rec["metrics"]
     return rec["metrics"]["frames_per_s_node"]
 

@@ -16,17 +16,16 @@ are: 0 neighbours, 1 uniform). `--out DIR` also writes frontier.csv and frontier
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from benchmarks import model
+from benchmarks.common import bench_run
 
 # (label, loader, run settings beside the defaults): the knobs each loader is moved along
 POINTS = (
@@ -48,15 +47,10 @@ COLUMNS = ("set", "mode", "workers", "point", "frames_per_s", "peak_pss_mb", "ra
 
 def bench(root: Path, loader: str, mode: str, workers: int, settings: dict, a, out: Path) -> dict | None:
     """One `dlbench bench-run`; its rank record's metrics, or None where it was skipped (no peer environment)."""
-    cmd = [sys.executable, "-m", "dlbench", "-q", "bench-run", "--root", str(root), "--loader", loader]
-    cmd += ["--mode", mode, "--batch-size", str(a.batch_size), "--num-workers", str(workers)]
-    cmd += ["--duration-s", str(a.duration_s), "--warmup-s", str(a.warmup_s), "--repeats", str(a.repeats)]
-    cmd += ["--out-dir", str(out), "--on-unavailable", "skip"] + ([] if a.verify else ["--no-verify"])
-    for key, value in settings.items():
-        value = 4 * max(workers, 1) if value == "4w" else value
-        cmd += [f"--{key.replace('_', '-')}", str(value)]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    record = json.loads((out / "rank0of1.json").read_text())
+    settings = {k: 4 * max(workers, 1) if v == "4w" else v for k, v in settings.items()}
+    window = {"duration_s": a.duration_s, "warmup_s": a.warmup_s, "repeats": a.repeats}
+    record = bench_run(out, root=root, loader=loader, mode=mode, batch_size=a.batch_size, num_workers=workers,
+                       on_unavailable="skip", verify=None if a.verify else False, **window, **settings)  # fmt: skip
     return None if record.get("status") == "skipped" else record["metrics"]
 
 

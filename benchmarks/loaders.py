@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import multiprocessing
 import random
 import subprocess
@@ -43,6 +42,7 @@ from dlbench.loader.stream import LeRobotStreamingDataset
 from dlbench.report.aggregate import VERIFIED_STATUSES
 
 from . import datasets
+from .common import bench_run
 
 LOADER_ORDER = ("dlbench_map", "dlbench_stream", "lerobot_map", "lerobot_stream", "lance_map")
 FFMPEG_LIMIT = "ffmpeg alone, to RGB"
@@ -217,38 +217,11 @@ def lance_copy(root: str, work: Path) -> Path:
 
 
 def bench(root: str, loader: str, mode: str, args, out: Path, duration_s: float) -> dict:
-    cmd = [
-        sys.executable,
-        "-m",
-        "dlbench",
-        "-q",
-        "bench-run",
-        "--root",
-        root,
-        "--loader",
-        loader,
-        "--mode",
-        mode,
-        "--batch-size",
-        str(args.batch_size),
-        "--num-workers",
-        str(args.workers),
-        "--duration-s",
-        str(duration_s),
-        "--warmup-s",
-        str(args.warmup_s),
-        "--repeats",
-        str(args.repeats),
-        "--out-dir",
-        str(out),
-        "--on-unavailable",
-        "skip",
-        "--no-verify",
-    ]  # the ceiling checks nothing either; verification costs main-process CPU
-    if loader == "lance_map":
-        cmd += ["--lance-root", str(lance_copy(root, args.work))]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    return json.loads((out / "rank0of1.json").read_text())
+    lance = str(lance_copy(root, args.work)) if loader == "lance_map" else None
+    # the ceiling checks nothing either; verification costs main-process CPU
+    return bench_run(out, root=root, loader=loader, mode=mode, batch_size=args.batch_size, num_workers=args.workers,
+                     duration_s=duration_s, warmup_s=args.warmup_s, repeats=args.repeats, on_unavailable="skip",
+                     verify=False, lance_root=lance)  # fmt: skip
 
 
 def main(argv=None) -> None:

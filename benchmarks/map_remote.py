@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
+from benchmarks.common import bench_run, dlbench
 from dlbench import loopback
 from dlbench.loader.batch_fetch import BatchFetcher
 from dlbench.loader.dataset_meta import DatasetMeta
@@ -66,18 +67,9 @@ def _env(work: Path) -> dict[str, str]:
     return env
 
 
-def _dlbench(work: Path, *args: str) -> subprocess.CompletedProcess:
-    """The dlbench command run in `work`, where results/sources/ holds the loopback servers' state."""
-    run = subprocess.run(
-        [sys.executable, "-m", "dlbench", "-q", *args], cwd=work, env=_env(work), capture_output=True, text=True
-    )
-    if run.returncode:
-        raise SystemExit(f"dlbench {' '.join(args[:3])} failed:\n{run.stderr[-3000:]}")
-    return run
-
-
 def _client(work: Path, function: str, *args: str) -> subprocess.CompletedProcess:
-    """This module's `function(*args)` in a fresh process with `_dlbench`'s environment (its JSON on stdout)."""
+    """This module's `function(*args)` in a fresh process, in the loopback servers' environment (`_env`); its JSON
+    on stdout."""
     env = _env(work)
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
     code = f"import json, sys; from benchmarks.map_remote import {function} as f; print(json.dumps(f(*sys.argv[1:])))"
@@ -132,16 +124,14 @@ def _bench(work: Path, root: str, endpoint: str | None, lance: str | None, out: 
     state = work / loopback.STATE
     meter = _MeterCpu()
     cpu0, t0 = _server_cpu_s(state), time.monotonic()
-    loader = ["--loader", "lance_map", "--lance-root", lance] if lance else ["--loader", "dlbench_map"]
-    cmd = ["bench-run", "--root", root, "--out-dir", str(out), *loader, "--mode", a.mode]
-    cmd += ["--batch-size", str(a.batch_size), "--num-workers", str(a.workers), "--duration-s", str(a.duration_s)]
-    cmd += ["--warmup-s", str(a.warmup_s), "--repeats", "1", *extra, *(["--in-order"] if a.in_order else [])]
-    if endpoint:
-        cmd += ["--endpoint-url", endpoint]
-    _dlbench(work, *cmd)
+    extra = (*extra, *(["--endpoint-url", endpoint] if endpoint else []))
+    loader = "lance_map" if lance else "dlbench_map"
+    record = bench_run(out, *extra, cwd=work, env=_env(work), root=root, loader=loader, lance_root=lance,
+                       mode=a.mode, batch_size=a.batch_size, num_workers=a.workers, duration_s=a.duration_s,
+                       warmup_s=a.warmup_s, repeats=1, in_order=a.in_order or None)  # fmt: skip
+    metrics = record["metrics"]
     elapsed = time.monotonic() - t0
     server_cores, meter_cores = (_server_cpu_s(state) - cpu0) / elapsed, meter.total() / elapsed
-    metrics = json.loads((out / "rank0of1.json").read_text())["metrics"]
     return {**{k: metrics.get(k) for k in METRICS}, "server_cores": server_cores, "meter_cores": meter_cores}
 
 
@@ -260,14 +250,17 @@ def main(argv=None) -> None:
             contenders["lance"] = (dataset, None, lance)
             contenders["s3-lance"] = (s3_root, f"loopback:{s3_shaped}", lance_url)
             marker = str(work / "lance.json")
-            _dlbench(work, "stage", lance, lance_url, "--marker", marker, "--endpoint-url", "loopback")
+            dlbench(
+                "stage", lance, lance_url, "--marker", marker, "--endpoint-url", "loopback", cwd=work, env=_env(work)
+            )
         staged = dict.fromkeys(("s3", "s3-no-lookahead", "s3-bare", "s3-lance"), "loopback") | {"hub": "loopback-hub"}
         done = set()
         for key, (root, _, _) in contenders.items():
             if key in staged and root not in done:
                 done.add(root)
-                _dlbench(
-                    work, "stage", dataset, root, "--marker", str(work / f"{key}.json"), "--endpoint-url", staged[key]
+                marker = str(work / f"{key}.json")
+                dlbench(
+                    "stage", dataset, root, "--marker", marker, "--endpoint-url", staged[key], cwd=work, env=_env(work)
                 )
         runs: dict[str, list[dict]] = {k: [] for k in contenders}
         for r in range(a.repeats):  # interleaved, so drift on a noisy machine hits every source alike

@@ -15,13 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 from benchmarks import datasets
+from benchmarks.common import bench_run, dlbench
 from dlbench.model.calibration import Calibration
 from dlbench.model.table import predict_run
 from dlbench.synth import Camera, SynthConfig, synthesize
@@ -78,12 +77,6 @@ def dataset(work: Path, name: str) -> Path:
     return v30
 
 
-def dlbench(*args: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "dlbench", "-q", *args], capture_output=True, text=True)
-    if proc.returncode:
-        sys.exit(f"dlbench {' '.join(args)} failed:\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
-
-
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workdir", default="/tmp/dlbench-model", help="keeps the synthesized sets between runs")
@@ -116,9 +109,8 @@ def main(argv=None) -> None:
                 for w in a.workers:
                     out = work / f"model-{name}" / "runs" / f"{loader}-{mode}-w{w}"
                     if not (a.reuse and (out / "rank0of1.json").exists()):
-                        window = ["--duration-s", str(a.duration_s), "--warmup-s", str(a.warmup_s), "--repeats", "2"]
-                        dlbench("bench-run", "--root", str(root), "--loader", loader, "--mode", mode,
-                                "--num-workers", w, *window, "--probe-samples", "0", "--out-dir", str(out))  # fmt: skip
+                        bench_run(out, root=root, loader=loader, mode=mode, num_workers=w, duration_s=a.duration_s,
+                                  warmup_s=a.warmup_s, repeats=2, probe_samples=0)  # fmt: skip
                     rec = json.loads((out / "rank0of1.json").read_text())
                     run = {**rec["config"], "num_workers": w if w == "auto" else int(w)}
                     p = predict_run(run, cal)

@@ -12,7 +12,6 @@ the prewarm check's verdict and cost in seconds against both endpoints.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import statistics
@@ -22,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.common import bench_run
 from dlbench import loopback, prewarm
 from dlbench.sources import LOOPBACK_CREDENTIALS, apply_env
 
@@ -34,36 +34,11 @@ def _free_port() -> int:
 
 def _bench(url: str, spec: dict | None, out: Path, a) -> float:
     """Decoded frames/s of one bench run (its own process, as in the workflow)."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "dlbench",
-        "-q",
-        "bench-run",
-        "--root",
-        url,
-        "--out-dir",
-        str(out),
-        "--loader",
-        "dlbench_stream",
-        "--mode",
-        a.mode,
-        "--batch-size",
-        str(a.batch_size),
-        "--num-workers",
-        str(a.workers),
-        "--duration-s",
-        str(a.duration_s),
-        "--warmup-s",
-        str(a.warmup_s),
-        "--repeats",
-        "1",
-        "--no-verify",
-    ]
-    if spec is not None:
-        cmd += ["--endpoint-url", spec["endpoint_url"]]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return json.loads((out / "rank0of1.json").read_text())["metrics"]["frames_per_s_node"]
+    endpoint = [] if spec is None else ["--endpoint-url", spec["endpoint_url"]]
+    rec = bench_run(out, *endpoint, root=url, loader="dlbench_stream", mode=a.mode, batch_size=a.batch_size,
+                    num_workers=a.workers, duration_s=a.duration_s, warmup_s=a.warmup_s, repeats=1,
+                    verify=False)  # fmt: skip
+    return rec["metrics"]["frames_per_s_node"]
 
 
 def main(argv=None) -> None:

@@ -12,28 +12,20 @@ of their two spreads (max - min over the repeats).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 from benchmarks import datasets
+from benchmarks.common import bench_run
 from dlbench.config import DLBENCH_LOADERS
 
 
 def measure(root: str, a, workers: str, out: Path) -> tuple[float, int]:
     """Decoded frames/s of one bench-run window, and the worker count it ran with."""
-    cmd = [sys.executable, "-m", "dlbench", "-q", "bench-run", "--root", root, "--loader", a.loader]
-    cmd += ["--mode", a.mode, "--batch-size", str(a.batch_size), "--num-workers", workers]
-    cmd += ["--duration-s", str(a.duration_s), "--warmup-s", str(a.warmup_s), "--repeats", "1"]
-    cmd += ["--out-dir", str(out), "--no-verify"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)  # torch warns of more workers than cores: expected
-    if proc.returncode:
-        sys.exit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
-    rec = json.loads((out / "rank0of1.json").read_text())
+    rec = bench_run(out, root=root, loader=a.loader, mode=a.mode, batch_size=a.batch_size, num_workers=workers,
+                    duration_s=a.duration_s, warmup_s=a.warmup_s, repeats=1, verify=False)  # fmt: skip
     return rec["metrics"]["frames_per_s_node"], rec["config"]["num_workers"]
 
 
