@@ -206,3 +206,12 @@ def test_a_block_decodes_each_distinct_frame_of_its_windows_once(offsets, read_a
 def test_window_stride_is_the_spacing_of_the_window():
     assert window_stride([-210, -180, -150, -120, -90, -60, -30, 0]) == 30
     assert window_stride([0]) == 1 and window_stride([-2, -1, 0]) == 1 and window_stride([-20, 0]) == 20
+
+
+def test_the_partition_and_the_model_import_without_torch():
+    """Placement and prediction are pure: planning a run (the workflow's parse, `dlbench predict`) loads no torch."""
+    import subprocess
+    import sys
+
+    code = "import sys, dlbench.loader.partition, dlbench.model.equations; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -2,11 +2,21 @@
 
 `LeRobotMapDataset` (random access, like `LeRobotDataset`), `LeRobotStreamingDataset` (sharded and shuffled
 streaming, like `StreamingLeRobotDataset`) and `DataLoader` (torch's, with a cheaper worker -> main hand-off).
+The names load on first use, so the pure modules (`partition`, `resume`, `world`) import without torch.
 """
 
-from .dataloader import DataLoader
-from .dataset_meta import DatasetMeta
-from .map import LeRobotMapDataset
-from .stream import LeRobotStreamingDataset
+from importlib import import_module
 
-__all__ = ["DataLoader", "DatasetMeta", "LeRobotMapDataset", "LeRobotStreamingDataset"]
+_WHERE = {
+    "DataLoader": ".dataloader",
+    "DatasetMeta": ".dataset_meta",
+    "LeRobotMapDataset": ".map",
+    "LeRobotStreamingDataset": ".stream",
+}
+__all__ = list(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(_WHERE[name], __name__), name)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..loader.partition import auto_virtual_shards, busy_workers
 from .calibration import LoaderCost
 
 # the names of the bounds, in the order ties are reported
@@ -85,8 +86,6 @@ class Prediction:
 
 def busy(loader: str, workers: int, rank: int, ranks: int, episodes: int, data_files: int, fetch_episodes: int) -> int:
     """The DataLoader workers of rank `rank` (of `ranks`) that have work (workers 0: the process itself, 1)."""
-    from ..loader.partition import auto_virtual_shards, busy_workers  # here: importing dlbench.loader loads torch
-
     if loader.startswith("dlbench_stream"):
         return busy_workers(auto_virtual_shards(episodes, max(fetch_episodes, 1)), rank, ranks, workers)
     if loader.startswith("lerobot_stream"):
