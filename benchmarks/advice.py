@@ -163,7 +163,7 @@ def results_of(work: Path, case: str, a, endpoint: str | None = None) -> Path:
 def sweep(work: Path, results: Path, case: str, a) -> dict:
     """Each value of the case's knob as `legs` short legs, taking turns: value -> median frames/s per node."""
     from dlbench import runspec
-    from dlbench.report.verify import leg_rate
+    from dlbench.advice.prove import leg_rate
 
     name, settings, knob, values = CASES[case]
     base = runspec.read(next((results / "specs" / case).glob(f"{name}-*.json")))

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dlbench.advice.prescribe import advise, cores_rate, prescribe
 from dlbench.model import Calibration
 from dlbench.model.table import predict_run
-from dlbench.report.advice import advise, cores_rate, prescribe
 
 from .helpers import cost
 
@@ -126,7 +126,7 @@ def test_a_faster_loader_that_shuffles_worse_is_not_prescribed_or_says_what_it_g
 
 
 def test_verify_withdraws_a_speed_gain_that_gives_up_shuffle_and_proves_a_restored_one():
-    from dlbench.report.verify import verdict
+    from dlbench.advice.prove import verdict
 
     before, after = (
         {"shuffle_randomness": 0.6, "shuffle_spread": 0.5},
@@ -139,7 +139,7 @@ def test_verify_withdraws_a_speed_gain_that_gives_up_shuffle_and_proves_a_restor
 
 
 def test_a_prescription_that_measured_worse_or_no_better_is_withdrawn():
-    from dlbench.report.verify import verdict
+    from dlbench.advice.prove import verdict
 
     assert verdict(0.8).startswith("withdrawn: measured worse")
     assert verdict(1.02).startswith("withdrawn: no gain")
@@ -162,7 +162,7 @@ def _results_with_one_run(root, tmp_path, workers: int):
 
 
 def test_verify_runs_the_top_prescription_beside_the_run_and_the_advice_says_what_it_measured(v30_h264, tmp_path):
-    from dlbench.report.verify import verify
+    from dlbench.advice.prove import verify
 
     results, summary = _results_with_one_run(v30_h264, tmp_path, workers=0)
     solo_ms = 2000 / summary.iloc[0]["frames_per_s_node"]  # 2 frames a sample: the costs of what the run measured
@@ -180,20 +180,20 @@ def test_verify_runs_the_top_prescription_beside_the_run_and_the_advice_says_wha
 
 
 def verdict_worse():
-    from dlbench.report.verify import verdict
+    from dlbench.advice.prove import verdict
 
     return verdict(0.5)
 
 
 def verdict_none():
-    from dlbench.report.verify import verdict
+    from dlbench.advice.prove import verdict
 
     return verdict(1.0)
 
 
 def test_a_prescription_the_run_cannot_take_is_said_not_verified_without_running(v30_h264, tmp_path):
     """lance_map needs the dataset's Lance copy, which this results directory lacks: one line, no legs run."""
-    from dlbench.report.verify import verify
+    from dlbench.advice.prove import verify
 
     results, summary = _results_with_one_run(v30_h264, tmp_path, workers=2)
     costs = [cost(worker_ms=8.0), cost(worker_ms=0.5, loader="lance_map")]

@@ -232,7 +232,7 @@ def test_a_run_that_checked_nothing_is_unverified(v30_h264, tmp_path):
 def test_the_independent_check_catches_frames_that_are_not_the_files(v30_h264, tmp_path):
     """Frames delivered from one file are compared with a fresh decode of the file at their timestamps: once the
     camera file is swapped for another of the same length and time base, every sampled frame is wrong."""
-    from dlbench.bench.verify import DecodeCheck
+    from dlbench.bench.checks.frames import DecodeCheck
     from dlbench.loader.dataset_meta import DatasetMeta
     from dlbench.loader.map import LeRobotMapDataset
 
@@ -290,7 +290,7 @@ def test_a_training_step_is_held_and_the_data_wait_measured(v30_h264):
 def test_resume_check_interrupts_an_epoch_and_resumes_it_with_one_worker_more(v30_h264, monkeypatch):
     """`bench-run --resume-check`: after the windows, an epoch stopped at a random batch and resumed from its
     state_dict with one more worker delivers every frame of the rank once; a resume that repeats frames is caught."""
-    from dlbench.bench import resume_check
+    from dlbench.bench.checks import resume as resume_check
     from dlbench.cli import build_parser
     from dlbench.cli.bench import run_from_args
     from dlbench.loader.dataset_meta import DatasetMeta

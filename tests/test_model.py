@@ -149,7 +149,7 @@ def test_an_unreachable_dataset_is_calibrated_as_such_or_stops_with_one_line(tmp
     why, so its runs' predictions say it too; without skip, one line naming the URL."""
     from dataclasses import replace
 
-    from dlbench.bench.calibrate import calibrate
+    from dlbench.model.calibrate import calibrate
     from dlbench.runspec import make_run
 
     run = make_run({"root": "http://127.0.0.1:9/nowhere", "loader": "dlbench_stream"})
@@ -167,8 +167,8 @@ def test_a_real_calibration_measures_every_pair_and_predicts_its_own_runs(v30_h2
     """`dlbench calibrate` on a small set: every term measured and positive, the one-process pass only for the
     loader a run without workers uses; a run of the calibrated shape is predicted within a factor of two of what it
     measures (the error table lives in docs/model.md, not in a test)."""
-    from dlbench.bench.calibrate import calibrate
     from dlbench.bench.launch import launch
+    from dlbench.model.calibrate import calibrate
     from dlbench.runspec import make_run
 
     runs = [
@@ -206,7 +206,7 @@ def test_remote_reads_are_a_cost_per_frame_plus_each_readers_opening_spread_over
     the main process's opening once a rank (metadata; LeRobot's map-style download), one more per reading process."""
     from dataclasses import replace
 
-    from dlbench.bench.calibrate import remote_cost
+    from dlbench.model.calibrate import remote_cost
     from dlbench.model.equations import remote_per_kframe
 
     # a pass: 50 requests and 30 MB from its start, 4 and 6 MB of them by the main process before its worker started;
@@ -229,7 +229,7 @@ def test_remote_reads_are_a_cost_per_frame_plus_each_readers_opening_spread_over
 
 
 def test_a_stream_of_windows_is_calibrated_halfway_through_the_runs_windows():
-    from dlbench.bench.calibrate import MAX_STREAM_WARMUP_S, pass_warmup_s, steady_samples
+    from dlbench.model.calibrate import MAX_STREAM_WARMUP_S, pass_warmup_s, steady_samples
     from dlbench.runspec import RunSpec
 
     def run(loader, mode, duration_s=3.0, repeats=2):

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from dlbench.bench.shuffle import quality, shuffle_score, spread_score
+from dlbench.bench.checks.shuffle import quality, shuffle_score, spread_score
 
 pytestmark = pytest.mark.unit
 

@@ -242,7 +242,8 @@ def _check_lerobot(run: RunSpec, where: str) -> None:
             f"{where}: loader {loader} decodes on the CPU only (LeRobot 0.6.1); use "
             f"decode_device: cpu, or loader dlbench_map / dlbench_stream for cuda"
         )
-    # lerobot_stream splits by rank with datasets' split_dataset_by_node (bench.lerobot_buckets) and reads buckets
+    # lerobot_stream splits by rank with datasets' split_dataset_by_node (bench.adapters.lerobot_buckets) and reads
+    # buckets
     root = str(run.root)
     bucket_ok = loader == "lerobot_stream" and root.startswith("hf://buckets/")
     if is_remote(root) and not root.startswith("hf://datasets/") and not bucket_ok:

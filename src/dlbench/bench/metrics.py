@@ -9,11 +9,11 @@ from ..loader.dataset_meta import DatasetMeta
 from ..runspec import RunSpec
 from ..validate import is_synthetic
 from . import record as recordmod
+from .checks.frames import BarcodeCheck, DecodeCheck
+from .checks.shuffle import shuffle_score, spread_score
 from .measure import Pass
 from .probe import probe
 from .remote import cost_metrics, needed_bytes
-from .shuffle import shuffle_score, spread_score
-from .verify import BarcodeCheck, DecodeCheck
 
 
 def frame_checks(run: RunSpec, dmeta: DatasetMeta, device: torch.device) -> tuple:

@@ -23,10 +23,10 @@ from ..errors import UserError
 from ..loader.dataset_meta import DatasetMeta
 from ..runspec import RunSpec
 from .adapters import make_adapter
+from .checks.resume import resume_check
 from .gpu import cuda_unavailable_reason
 from .measure import busy_workers, measure_pass, work_note
 from .metrics import frame_checks, rank_record, run_metrics
-from .resume_check import resume_check
 
 
 def measure_rank(run: RunSpec, samples_out: list | None = None, barrier=None, meter=None) -> dict:

@@ -50,7 +50,7 @@ def add(sub) -> None:
 
 def calibrate(a) -> None:
     from .. import runspec
-    from ..bench.calibrate import calibrate as measure
+    from ..model.calibrate import calibrate as measure
     from ..sources import spec_from_endpoint
 
     if a.spec:

@@ -172,10 +172,10 @@ def advise(a) -> None:
     import pandas as pd
 
     from .. import atomic
+    from ..advice.prescribe import advise as write
+    from ..advice.prescribe import read_specs
     from ..errors import UserError
     from ..model.calibration import Calibration
-    from ..report.advice import advise as write
-    from ..report.advice import read_specs
 
     results = Path(a.results)
     if not (results / "summary.csv").exists():
@@ -191,7 +191,7 @@ def advise(a) -> None:
     verified_path = Path(a.verified or results / "advice" / "verified.csv")
     verified = None
     if a.verify is not None:
-        from ..report.verify import verify
+        from ..advice.prove import verify
 
         limit = None if a.verify < 0 else a.verify
         verified = verify(results, summary, cals, encodings, legs=a.legs, duration_s=a.leg_s, limit=limit, say=say)

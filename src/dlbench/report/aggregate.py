@@ -12,7 +12,7 @@ over ranks), `frames_per_s_min` and `frames_per_s_max` the spread. Derived colum
 - `ratio_to_baseline`: frames/s per node over that of the baseline loader on the same dataset, source, mode, step
   and world size (`baseline_run` names the run compared with); by default LeRobot's loader of the run's own
   kind, so map-style runs are compared with lerobot_map and streaming runs with lerobot_stream;
-- `shuffle_randomness`, `shuffle_spread`, `shuffle_quality` (the lower of the two; `bench.shuffle`), and
+- `shuffle_randomness`, `shuffle_spread`, `shuffle_quality` (the lower of the two; `bench.checks.shuffle`), and
   `baseline_shuffle`: beside the ratio, the shuffle the run gave up (or gained) against its baseline run where the
   two differ by more than 0.1; `shuffle_floor` is the floor a run must reach to pass;
 - `decoder_thrash`: the decoder cache hit rate is low and p99 latency high at once (decoders reopened and
@@ -51,7 +51,7 @@ import pandas as pd
 
 from .. import atomic
 from ..bench import record as recordmod
-from ..bench.shuffle import quality
+from ..bench.checks.shuffle import quality
 from ..config import SAME_KIND, baseline_loader, defaults, schema
 from ..errors import UserError
 from ..model.equations import BOUNDS

@@ -9,12 +9,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..loader.dataset_meta import DatasetMeta
-from ..runspec import RunSpec
-from ..validate import is_synthetic
-from .adapters import make_adapter
-from .measure import make_dataloader, split_info
-from .verify import BarcodeCheck
+from ...loader.dataset_meta import DatasetMeta
+from ...runspec import RunSpec
+from ...validate import is_synthetic
+from ..adapters import make_adapter
+from ..measure import make_dataloader, split_info
+from .frames import BarcodeCheck
 
 
 def rank_rows(ds, epoch: int) -> np.ndarray:

@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
+from ..report.aggregate import SHUFFLE_GAP, shuffle_gap
 from ..runspec import RunSpec
-from . import advice
-from .aggregate import SHUFFLE_GAP, shuffle_gap
+from . import prescribe
 
 NOISE = 0.05  # a measured gain within this of 1.0 is no gain either way
 COLUMNS = [
@@ -50,7 +50,7 @@ def changed_spec(base: RunSpec, change: dict, results: Path, summary: pd.DataFra
     the matrix's run of it with these settings)."""
     if "dataset" in change:
         ok = summary[(summary["status"] == "ok") & (summary["dataset"] == change["dataset"])]
-        same = advice._matching(ok, change["dataset"], {**base.to_dict(), "ranks": base.ranks})
+        same = prescribe._matching(ok, change["dataset"], {**base.to_dict(), "ranks": base.ranks})
         if same.empty:
             raise UserError(f"no run of {change['dataset']} with the settings of {base.run_id}")
         other = read_spec(results, same.iloc[0]["scenario"], same.iloc[0]["run_id"])
@@ -68,7 +68,7 @@ def leg_rate(run: RunSpec, out_dir: Path) -> tuple[float, dict]:
     """One leg: the run, as a short bench job here; its frames/s per node, checked, and its batches' shuffle
     measures. Raises UserError where it did not finish verified."""
     from ..bench.launch import run_job
-    from .aggregate import aggregate
+    from ..report.aggregate import aggregate
 
     shutil.rmtree(out_dir, ignore_errors=True)
     run_job(run.with_id(), out_dir)
@@ -120,13 +120,13 @@ def verify(
     limit: int | None = None,
     say=print,
 ) -> pd.DataFrame:
-    """The top prescription of each run that has one (`advice.prescriptions`), measured beside the run; at most
+    """The top prescription of each run that has one (`prescribe.prescriptions`), measured beside the run; at most
     `limit` runs, those with the largest predicted gain first. One row per run tried."""
     results = Path(results)
     work = results / "advice" / "verify"
     short = {"duration_s": duration_s, "repeats": 1, "warmup_s": warmup_s, "num_batches": None}
     todo = []
-    for row, found in advice.prescriptions(summary, calibrations, encodings, advice.read_specs(results)):
+    for row, found in prescribe.prescriptions(summary, calibrations, encodings, prescribe.read_specs(results)):
         if found:
             todo.append((row, found[0]))
     todo.sort(key=lambda t: (int(t[0].get("nodes") or 1) > 1, -t[1].gain))  # several nodes: not here, so last
@@ -135,7 +135,7 @@ def verify(
         out = {
             "scenario": row["scenario"],
             "run_id": row["run_id"],
-            "change": advice.yaml(p.change),
+            "change": prescribe.yaml(p.change),
             "predicted_frames_per_s_node": p.frames_per_s_node,
             "predicted_gain": p.gain,
         }

@@ -20,7 +20,7 @@ import shutil
 from functools import partial
 from pathlib import Path
 
-from ..errors import UserError
+from ...errors import UserError
 
 META_NOTE = (
     "lerobot_stream on a bucket: meta/ placed in LeRobot's bucket cache over HTTP by dlbench (sync_bucket needs Xet, "

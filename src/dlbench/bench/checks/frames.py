@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .. import barcode
-from ..format.meta import TOLERANCE_S
-from ..loader.dataset_meta import DatasetMeta, resolve_windows
+from ... import barcode
+from ...format.meta import TOLERANCE_S
+from ...loader.dataset_meta import DatasetMeta, resolve_windows
 
 NVDEC_TOLERANCE = 8.0  # mean absolute difference, grey levels, of an NVDEC frame from FFmpeg's CPU decode
 
@@ -146,7 +146,7 @@ class _open:
         self.url, self.handle = url, None
 
     def __enter__(self):
-        from ..format.paths import is_remote, local_path
+        from ...format.paths import is_remote, local_path
 
         if not is_remote(self.url):
             return local_path(self.url)

@@ -12,12 +12,12 @@ import threading
 import time
 from functools import partial
 
-from ..config import LEROBOT_LOADERS, LOADERS, base_loader
-from ..errors import UserError
-from ..format.paths import local_path
-from ..loader.collate import collate
-from ..loader.dataset_meta import DatasetMeta
-from .interface import Adapter, lerobot_delta_timestamps
+from ...config import LEROBOT_LOADERS, LOADERS, base_loader
+from ...errors import UserError
+from ...format.paths import local_path
+from ...loader.collate import collate
+from ...loader.dataset_meta import DatasetMeta
+from ..interface import Adapter, lerobot_delta_timestamps
 
 
 def _cache_stats(ds) -> dict:
@@ -27,7 +27,7 @@ def _cache_stats(ds) -> dict:
 def _decode_seconds(ds) -> tuple[float, float]:
     """This process's seconds decoding, and waiting on storage: the decoders' reads of remote bytes (taken out of
     decoding) and the fetches started before decoding (`metrics.time_split`)."""
-    from ..loader.bytesource import read_seconds
+    from ...loader.bytesource import read_seconds
 
     waited = read_seconds()
     return ds.builder.decode_s - waited, ds.builder.fetch_s + waited
@@ -46,7 +46,7 @@ def make_adapter(run, tag_items: bool = False) -> Adapter:
     # lerobot_map@NAME is lerobot_map: which LeRobot answers is the environment's (the rank runs in .peers/NAME)
     run = dataclasses.replace(run, loader=base_loader(run.loader))
     if run.loader == "dlbench_map":
-        from ..loader.map import LeRobotMapDataset
+        from ...loader.map import LeRobotMapDataset
 
         ds = LeRobotMapDataset(
             run.root,
@@ -61,7 +61,7 @@ def make_adapter(run, tag_items: bool = False) -> Adapter:
         )
         return _dlbench_adapter(ds, iterable=False)
     if run.loader == "dlbench_stream":
-        from ..loader.stream import LeRobotStreamingDataset
+        from ...loader.stream import LeRobotStreamingDataset
 
         ds = LeRobotStreamingDataset(
             run.root,
@@ -130,7 +130,7 @@ def _lerobot(run) -> Adapter:
         from lerobot.datasets.lerobot_dataset import LeRobotDataset
         from lerobot.datasets.streaming_dataset import StreamingLeRobotDataset
     except ImportError:
-        from ..peer import CREATE_COMMAND
+        from ...peer import CREATE_COMMAND
 
         raise UserError(
             f"loader {run.loader} needs LeRobot 0.6.1, which is not importable here; it runs in the "

@@ -16,7 +16,7 @@ import pandas as pd
 from ..config import defaults, loader_kind
 from ..model.calibration import Calibration
 from ..model.table import predict_run
-from .aggregate import shuffle_gap, shuffle_low, shuffle_shortfall
+from ..report.aggregate import shuffle_gap, shuffle_low, shuffle_shortfall
 
 AT_BOUND = 0.9  # measured at or above this share of the cores' rate: at the hardware's bound
 CACHE_MISSING = 0.5  # a decoder cache that finds fewer of its lookups open than this is too small for the run

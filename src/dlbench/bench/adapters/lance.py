@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 import os
 
-from ..errors import UserError
-from ..format.paths import is_remote, join, local_path
-from ..loader.dataset_meta import DatasetMeta
-from .interface import Adapter, lerobot_delta_timestamps
-from .remote import S3_ENDPOINT_ENV
+from ...errors import UserError
+from ...format.paths import is_remote, join, local_path
+from ...loader.dataset_meta import DatasetMeta
+from ..interface import Adapter, lerobot_delta_timestamps
+from ..remote import S3_ENDPOINT_ENV
 
 LOADER = "lance_map"
 FRAMES_TABLE = "frames.lance"  # lerobot_lancedb.FRAMES_TABLE, as a directory of the layout
@@ -28,7 +28,7 @@ def lance_adapter(run) -> Adapter:
     try:
         from lerobot_lancedb.reader import LanceDBDataset
     except ImportError:
-        from ..peer import CREATE_COMMAND
+        from ...peer import CREATE_COMMAND
 
         raise UserError(
             f"loader {LOADER} needs lerobot-lancedb, which is not importable here; it runs in the peer environment "

@@ -24,14 +24,14 @@ from pathlib import Path
 import numpy as np
 
 from .. import runspec
+from ..bench import record as recordmod
+from ..bench.launch import launch, needs_peer, rank_command, rank_file
 from ..config import loader_kind, split_loader
 from ..errors import UserError
 from ..loader.dataset_meta import DatasetMeta
-from ..model.calibration import Calibration, LoaderCost
 from ..peer import CREATE_COMMAND, peer_python
 from ..runspec import RunSpec
-from . import record as recordmod
-from .launch import launch, needs_peer, rank_command, rank_file
+from .calibration import Calibration, LoaderCost
 
 # the calibration passes: a short window after the run's own warm-up (a stream's cost per sample depends on how far
 # into its episodes it is), the run's checks, nothing else; `solo` in one process, `worker` with one DataLoader worker
