@@ -40,7 +40,7 @@ import psutil
 
 from benchmarks.common import bench_run, dlbench
 from dlbench import loopback
-from dlbench.loader.batch_fetch import BatchFetcher
+from dlbench.decode.batch_fetch import BatchFetcher
 from dlbench.loader.dataset_meta import DatasetMeta
 from dlbench.sources import LOOPBACK_CREDENTIALS, apply_env, spec_from_endpoint
 

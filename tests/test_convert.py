@@ -7,10 +7,10 @@ import pytest
 
 from dlbench import barcode
 from dlbench.convert import plan as planmod
+from dlbench.decode.cache import VideoDecoderCache
 from dlbench.errors import UserError
 from dlbench.format import meta, paths
 from dlbench.validate import validate
-from dlbench.video import VideoDecoderCache
 
 from .helpers import SMALL_FILES
 

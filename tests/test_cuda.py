@@ -11,12 +11,12 @@ import torch
 
 from dlbench import barcode
 from dlbench.bench.launch import run_rank
+from dlbench.decode.cache import VideoDecoderCache
 from dlbench.loader import DataLoader
 from dlbench.loader.map import LeRobotMapDataset
 from dlbench.loader.stream import LeRobotStreamingDataset
 from dlbench.runspec import RunSpec
 from dlbench.synth import Camera, synthesize
-from dlbench.video import VideoDecoderCache
 
 from .helpers import check_item, expected_frames, tiny_config
 
@@ -38,7 +38,7 @@ def test_gpu_decoding_dataset_gets_spawned_workers_and_no_pin_memory(v30_h264):
 
 
 def test_unknown_cuda_backend_is_one_clear_error(monkeypatch):
-    from dlbench import video
+    from dlbench.decode import cache as video
     from dlbench.errors import UserError
 
     monkeypatch.setattr(video, "CUDA_BACKEND", "nvdec")

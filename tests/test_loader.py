@@ -85,7 +85,7 @@ def test_bad_inputs_get_clear_errors(v30_h264, v21_h264):
 
 @pytest.mark.parametrize("layout", ["hwc", "chw"])
 def test_frame_gather_equals_indexing_and_keeps_the_memory_order(layout):
-    from dlbench.video import FrameGather
+    from dlbench.decode.cache import FrameGather
 
     chw = torch.randint(0, 255, (5, 3, 6, 8), dtype=torch.uint8)
     frames = chw.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2) if layout == "hwc" else chw

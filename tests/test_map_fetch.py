@@ -1,4 +1,4 @@
-"""Map-style batches read remote video as planned from the files' sample tables (`loader.batch_fetch`): every frame
+"""Map-style batches read remote video as planned from the files' sample tables (`decode.batch_fetch`): every frame
 right, every read the decoders make inside the plan, fewer requests than reads as the decoders ask."""
 
 import json
@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from dlbench.loader import DataLoader, fetch
-from dlbench.loader.batch_fetch import GAP_READ_THROUGH, BatchFetcher, _Held, merge_ranges, subtract_ranges
+from dlbench.decode import fetch
+from dlbench.decode.batch_fetch import GAP_READ_THROUGH, BatchFetcher, _Held, merge_ranges, subtract_ranges
+from dlbench.loader import DataLoader
 from dlbench.loader.dataset_meta import DatasetMeta
 from dlbench.loader.lookahead import AheadBatch
 from dlbench.loader.map import LeRobotMapDataset

@@ -34,7 +34,7 @@ def many_cameras(tmp_path_factory):
 EPOCH = """
 import json, sys
 from dlbench.loader.stream import LeRobotStreamingDataset
-from dlbench.video import VideoDecoderCache
+from dlbench.decode.cache import VideoDecoderCache
 
 def pss():
     with open("/proc/self/smaps_rollup") as f:

@@ -285,7 +285,7 @@ def test_endpoint_option_names_a_source_in_one_plain_value(tmp_path, monkeypatch
 def test_loaders_name_a_server_without_range_requests(v30_h264, tmp_path):
     """MP4 indexes (and parquet footers) are read by seeking: from a server that ignores Range headers a file larger
     than one read fails with one line naming it, not fsspec's traceback. A file read whole still works."""
-    from dlbench.video import VideoDecoderCache
+    from dlbench.decode.cache import VideoDecoderCache
 
     small = v30_h264 / "videos/observation.images.front/chunk-000/file-000.mp4"
     data = small.read_bytes()

@@ -354,8 +354,8 @@ def test_windows_reach_collate_uncopied_in_its_workers_and_batch_right(v30_h264,
     """In a DataLoader worker batched by dlbench's collate, a window with repeated frames stays a FrameGather (its
     frames are copied once, into the batch); the batch holds the right barcodes and equals the batch of
     materialized items. Everywhere else items hold plain tensors."""
+    from dlbench.decode.cache import FrameGather
     from dlbench.loader import collate as collate_mod
-    from dlbench.video import FrameGather
 
     ds = (
         LeRobotStreamingDataset(str(v30_h264), return_uint8=True, mode="sarm", buffer_size=4, tag_items=False)

@@ -28,9 +28,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import barcode
+from .decode.cache import VideoDecoderCache
 from .errors import UserError, no_range_requests
 from .format import listing, meta, mp4, paths
-from .video import VideoDecoderCache
 
 SYNTHETIC_ROBOT = "dlbench_synthetic"
 SIZE_SLACK = 1.05  # output files may exceed the planned size by their own headers and footers

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..decode.cache import EXACT_SEEK_CODECS
 from ..errors import UserError
 from ..format import meta
 from ..format.mp4 import read_track
-from ..video import EXACT_SEEK_CODECS
 from .reencode import _episode_files
 
 if TYPE_CHECKING:

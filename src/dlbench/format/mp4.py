@@ -2,7 +2,7 @@
 
 `read_track` parses a file's moov into a `Track` (its sample tables expanded to one value per sample): the
 converter joins tracks by copying their bytes (`dlbench.convert.mp4`), the loaders' fetchers turn them into the
-byte ranges of frames (`dlbench.loader.fetch`). `declared_frames` reads only the frame count, to tell a whole file
+byte ranges of frames (`dlbench.decode.fetch`). `declared_frames` reads only the frame count, to tell a whole file
 from one cut short (`Damaged`).
 
 Files outside what `read_track` knows (fragmented MP4, several tracks, edit lists that cut or delay frames, sample

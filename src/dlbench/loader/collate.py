@@ -21,7 +21,7 @@ import numbers
 import numpy as np
 import torch
 
-from ..video import FrameGather, is_channels_last
+from ..decode.cache import FrameGather, is_channels_last
 from .ring import _ALIGN, RING_KEY, BatchRing, RingSlot, field_view
 
 SMALL_NUMEL = 4096  # fields with fewer elements per batch travel pickled, larger ones through shared memory

@@ -15,14 +15,14 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from ..decode.batch_fetch import BatchFetcher
+from ..decode.cache import VideoDecoderCache, split_runs
+from ..decode.decoder import FrameDecoder
+from ..decode.fetch import EpisodeFetcher
 from ..errors import UserError, no_range_requests
 from ..format import meta, paths
-from ..video import VideoDecoderCache, split_runs
-from .batch_fetch import BatchFetcher
 from .collate import RowItem, collating_worker, floats_made_in_collate
 from .dataset_meta import DatasetMeta
-from .decoding import FrameDecoder
-from .fetch import EpisodeFetcher
 
 INDEX_COLUMNS = ("index", "episode_index", "frame_index", "timestamp", "task_index")
 

@@ -14,6 +14,7 @@ from functools import cached_property
 import numpy as np
 import torch
 
+from ..decode.decoder import RANDOM_ACCESS_BLOCK, FrameDecoder
 from ..errors import UserError
 from ..format.meta import TOLERANCE_S
 from .dataset_meta import (
@@ -24,7 +25,6 @@ from .dataset_meta import (
     local_snapshot,
     resolve_windows,
 )
-from .decoding import RANDOM_ACCESS_BLOCK, FrameDecoder
 from .items import BuilderViews, ItemBuilder, data_columns, read_columns
 from .lerobot_args import check_lerobot_args
 
@@ -60,7 +60,7 @@ class LeRobotMapDataset(BuilderViews, torch.utils.data.Dataset):
         decode_device: "cpu" or "cuda".
         decoder_cache_size: open decoders kept per process.
         decoder_cache_mb: the most memory (MB) the open decoders of a process may hold, by their estimated size
-            (`dlbench.video.decoder_bytes`); None: `decoder_cache_size` alone bounds them.
+            (`dlbench.decode.cache.decoder_bytes`); None: `decoder_cache_size` alone bounds them.
         remote_block_kb: the size (KB) of each read of a remote video file outside a batch's planned ranges (its
             frames' bytes are fetched as planned from the file's sample tables); None: 128 KB.
         local_cache: for a Hub dataset, download meta/ and the files of `episodes` once into huggingface_hub's

@@ -37,6 +37,7 @@ from functools import partial
 import numpy as np
 import torch
 
+from ..decode.decoder import SEQUENTIAL_BLOCK, FrameDecoder
 from ..errors import UserError
 from ..format.meta import TOLERANCE_S
 from .dataset_meta import (
@@ -47,7 +48,6 @@ from .dataset_meta import (
     local_snapshot,
     resolve_windows,
 )
-from .decoding import SEQUENTIAL_BLOCK, FrameDecoder
 from .items import BuilderViews, HeldTables, ItemBuilder, data_columns, read_columns
 from .lerobot_args import check_lerobot_args
 from .partition import (
@@ -114,14 +114,14 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         decoder_cache_size: open decoders per worker (on the CPU one per pool slot, camera and file); the default,
             cameras x (the worker's pool slots + 2), keeps every live episode's decoders open plus a few more.
         decoder_cache_mb: the most memory (MB) a worker's open decoders may hold, by their estimated size
-            (`dlbench.video.decoder_bytes`); under it the least recently used close (a live episode's decoder may
+            (`dlbench.decode.cache.decoder_bytes`); under it the least recently used close (a live episode's decoder may
             then reopen and seek). With `buffer_mb` it bounds a worker's decoded data and decoders in bytes.
         remote_block_kb: the size (KB) of each read of a remote video file; None: 4 MB. Each open decoder holds one
             such buffer, so larger reads trade memory for fewer requests (480x640 AV1 from the loopback Hub: 9.2
             requests per 1,000 frames at 4 MB, 2.5 at 16 MB).
         fetch_episodes: remote video only (ignored for local files). 0: read it as the decoders ask
             (`remote_block_kb`). k >= 1: fetch the video of k consecutive episodes of a virtual shard with one request
-            per file, ahead of use, into spill files on local disk (`loader.fetch`); those k episodes enter the pool
+            per file, ahead of use, into spill files on local disk (`decode.fetch`); those k episodes enter the pool
             one after another (k > 1 pairs neighbouring recordings in the shuffle). Disk per worker: up to
             (pool_size + 2) x k episodes' video (a group's files go when its last episode is read).
         spill_dir: where fetched episodes are spilled (a local disk, not a RAM-backed /tmp); None: TMPDIR.

@@ -6,7 +6,7 @@ frames) and one block of memory per open decoder. A streaming reader knows which
 video file each episode's frames are one contiguous run of bytes. So `EpisodeFetcher` fetches, per camera, the bytes
 of a group of consecutive episodes with one ranged GET, on a background thread while earlier episodes decode, and
 writes them to a spill file that is unlinked at once (nothing is left behind, however the process ends). The
-decoders read through a `bytesource.SourceFile`: fetched ranges from the spill files, the file's head and tail (ftyp,
+decoders read through a `source.SourceFile`: fetched ranges from the spill files, the file's head and tail (ftyp,
 moov) from memory, anything else with ordinary ranged reads (`fallback`, counted like every request).
 
 `FileIndex` is a video file's layout (its sample tables), from which both fetchers plan their ranges.
@@ -26,8 +26,8 @@ import numpy as np
 from ..errors import UserError
 from ..format import mp4
 from ..format.paths import is_remote
-from .bytesource import NEXT_SAMPLES, REORDER_SAMPLES, SourceFile, read_range, whole
-from .dataset_meta import DatasetMeta
+from ..loader.dataset_meta import DatasetMeta
+from .source import NEXT_SAMPLES, REORDER_SAMPLES, SourceFile, read_range, whole
 
 MERGE_GAP = 2**20  # episode ranges of one file closer than this are fetched in one request
 KEPT_INDEXES = 32  # file layouts kept per process (32 B per frame of the file, plus its moov)
@@ -139,7 +139,7 @@ class _Span:
 
 class EpisodeFetcher:
     """Fetches groups of episodes' video bytes ahead of use, for one process (a DataLoader worker); a
-    `bytesource.ByteSource`.
+    `source.ByteSource`.
 
     `plan(groups)` gives the groups in the order their episodes will be read; `need(episode)` before decoding an
     episode starts the fetch of its group (if not yet started) and of the next `ahead` groups, without waiting (a read

@@ -6,7 +6,7 @@ batch knows all its frames before decoding any, and a file's sample tables (its 
 packets are. So `BatchFetcher.prefetch` turns a batch's decode requests into byte ranges, one per frame from its
 keyframe to its last packet, merges ranges of a file that (nearly) touch, and starts them all at once (plain HTTP:
 one request each in flight on fsspec's I/O loop; s3fs: one `cat_ranges`; other filesystems: a small thread pool).
-The decoders then read through `BatchFile` (a `bytesource.SourceFile`): fetched bytes from memory (a range still in
+The decoders then read through `BatchFile` (a `source.SourceFile`): fetched bytes from memory (a range still in
 flight is waited for, alone, so decoding starts as the first range arrives), the file's head and tail (ftyp, moov,
 the first packets) from memory, anything else with an ordinary ranged read (counted in `fallback_reads`, which a
 good plan keeps near zero).
@@ -43,8 +43,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import fsspec
 import numpy as np
 
-from .bytesource import NEXT_SAMPLES, REORDER_SAMPLES, SourceFile, read_range, whole
 from .fetch import FileIndexes
+from .source import NEXT_SAMPLES, REORDER_SAMPLES, SourceFile, read_range, whole
 
 # FFmpeg's reader moves forward by reading, not seeking, when the next position is less than its buffer (torchcodec:
 # 64 KB) plus its short-seek threshold (32 KB) ahead: ranges of a file closer than that are fetched as one
@@ -121,7 +121,7 @@ def subtract_ranges(ranges: list[tuple[int, int]], minus: list[tuple[int, int]])
 
 class BatchFetcher:
     """Fetches the video bytes of a batch's frames before they are decoded, for one process; a
-    `bytesource.ByteSource`.
+    `source.ByteSource`.
 
     Args:
         held_bytes: the most fetched bytes kept between batches (least recently used ranges dropped first; the

@@ -17,9 +17,9 @@ import fsspec
 import numpy as np
 import torch
 
-from .errors import UserError, no_range_requests
-from .format.meta import TOLERANCE_S
-from .format.paths import is_remote, local_path
+from ..errors import UserError, no_range_requests
+from ..format.meta import TOLERANCE_S
+from ..format.paths import is_remote, local_path
 
 # torchcodec's NVDEC implementation: "ffmpeg" (FFmpeg's NVDEC hardware decoding) or "beta" (torchcodec's own, on
 # NVIDIA's Video Codec SDK; torchcodec's default from 0.14). "ffmpeg" is the default here because torchcodec
@@ -210,7 +210,7 @@ class VideoDecoderCache:
             decoder's GPU memory is not counted); least recently used decoders are closed to stay under it, down to
             one. None: `capacity` alone bounds the cache.
         wrap: for remote files, `wrap(url, fsspec_file)` gives the file object the decoder reads (the loaders'
-            fetchers' `file`: a `loader.bytesource.SourceFile`); None: the fsspec file itself. Where a decode
+            fetchers' `file`: a `decode.source.SourceFile`); None: the fsspec file itself. Where a decode
             fails, a file object with `read_on()` is asked whether it cut reads short, and then decoded again.
 
     One cache belongs to one process; DataLoader workers each build their own (see the loaders).
@@ -246,7 +246,7 @@ class VideoDecoderCache:
         handle = None
         try:
             if is_remote(url):
-                from .loader.bytesource import TimedReads  # here: dlbench.loader imports this module
+                from .source import TimedReads
 
                 fs, path = fsspec.core.url_to_fs(url)
                 handle = fs.open(path, "rb", block_size=self.block_size, cache_type="readahead")

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 import torch
 
 from ..format import paths
-from ..video import FrameGather, VideoDecoderCache
+from ..loader.dataset_meta import DatasetMeta
 from ..workers import keep_freed_blocks
 from .batch_fetch import BatchFetcher
-from .dataset_meta import DatasetMeta
+from .cache import FrameGather, VideoDecoderCache
 from .fetch import EpisodeFetcher
 
 # remote video read sizes: the streaming loader reads each episode forward (few large reads); a random frame needs
