@@ -44,7 +44,7 @@ import fsspec
 import numpy as np
 
 from .fetch import FileIndexes
-from .source import NEXT_SAMPLES, REORDER_SAMPLES, SourceFile, read_range, whole
+from .source import NEXT_SAMPLES, REORDER_SAMPLES, ReadClock, SourceFile, read_range, whole
 
 # FFmpeg's reader moves forward by reading, not seeking, when the next position is less than its buffer (torchcodec:
 # 64 KB) plus its short-seek threshold (32 KB) ahead: ranges of a file closer than that are fetched as one
@@ -317,10 +317,11 @@ class BatchFetcher:
         i = bisect.bisect_right(held.starts, pos)
         return held.starts[i] if i < len(held.starts) else None
 
-    def file(self, url: str, fallback) -> BatchFile:
-        """The file object a decoder reads `url` through; `fallback` (an fsspec file) serves what is not held."""
+    def file(self, url: str, fallback, clock: ReadClock | None = None) -> BatchFile:
+        """The file object a decoder reads `url` through; `fallback` (an fsspec file) serves what is not held; its
+        reads counted on `clock`."""
         self.indexes.get(url)
-        return BatchFile(self, url, fallback)
+        return BatchFile(self, url, fallback, clock)
 
 
 def direct_url(fs, path: str) -> tuple[str, dict] | None:
@@ -368,8 +369,8 @@ class BatchFile(SourceFile):
 
     short_reads = True
 
-    def __init__(self, fetcher: BatchFetcher, url: str, fallback):
-        super().__init__(fetcher, url, fallback)
+    def __init__(self, fetcher: BatchFetcher, url: str, fallback, clock: ReadClock | None = None):
+        super().__init__(fetcher, url, fallback, clock)
         self.ended_reads = 0  # reads this file object answered with the end of the stream
 
     def read_outside(self, n: int) -> bytes:

@@ -20,6 +20,7 @@ import torch
 from ..errors import UserError, no_range_requests
 from ..format.meta import TOLERANCE_S
 from ..format.paths import is_remote, local_path
+from .source import ReadClock, TimedReads
 
 # torchcodec's NVDEC implementation: "ffmpeg" (FFmpeg's NVDEC hardware decoding) or "beta" (torchcodec's own, on
 # NVIDIA's Video Codec SDK; torchcodec's default from 0.14). "ffmpeg" is the default here because torchcodec
@@ -209,7 +210,7 @@ class VideoDecoderCache:
         max_bytes: the most memory (bytes) the open decoders may hold, by `decoder_bytes` (host memory; an NVDEC
             decoder's GPU memory is not counted); least recently used decoders are closed to stay under it, down to
             one. None: `capacity` alone bounds the cache.
-        wrap: for remote files, `wrap(url, fsspec_file)` gives the file object the decoder reads (the loaders'
+        wrap: for remote files, `wrap(url, fsspec_file, clock)` gives the file object the decoder reads (the loaders'
             fetchers' `file`: a `decode.source.SourceFile`); None: the fsspec file itself. Where a decode
             fails, a file object with `read_on()` is asked whether it cut reads short, and then decoded again.
 
@@ -235,6 +236,7 @@ class VideoDecoderCache:
         self.capacity, self.device, self.seek_mode = capacity, device, seek_mode
         self.num_ffmpeg_threads, self.block_size, self.max_bytes = num_ffmpeg_threads, block_size, max_bytes
         self.wrap = wrap
+        self.reads = ReadClock()  # the decoders' waits on remote bytes (seconds), which the harness reads
         self.bytes = 0  # estimated memory of the open decoders (`decoder_bytes`)
         self._entries: OrderedDict[tuple[str, int | None], _Entry] = OrderedDict()
         self._lock = threading.Lock()
@@ -246,11 +248,9 @@ class VideoDecoderCache:
         handle = None
         try:
             if is_remote(url):
-                from .source import TimedReads
-
                 fs, path = fsspec.core.url_to_fs(url)
                 handle = fs.open(path, "rb", block_size=self.block_size, cache_type="readahead")
-                source = TimedReads(handle) if self.wrap is None else self.wrap(url, handle)
+                source = TimedReads(handle, self.reads) if self.wrap is None else self.wrap(url, handle, self.reads)
             else:
                 source = local_path(url)
             decoder = self._decoder(source, device, self.seek_mode)

@@ -27,7 +27,7 @@ from ..errors import UserError
 from ..format import mp4
 from ..format.paths import is_remote
 from ..loader.dataset_meta import DatasetMeta
-from .source import NEXT_SAMPLES, REORDER_SAMPLES, SourceFile, read_range, whole
+from .source import NEXT_SAMPLES, REORDER_SAMPLES, ReadClock, SourceFile, read_range, whole
 
 MERGE_GAP = 2**20  # episode ranges of one file closer than this are fetched in one request
 KEPT_INDEXES = 32  # file layouts kept per process (32 B per frame of the file, plus its moov)
@@ -271,8 +271,9 @@ class EpisodeFetcher:
             return None
         return os.pread(fd, min(n, span.hi - pos), pos - span.lo)
 
-    def file(self, url: str, fallback) -> SourceFile:
-        """The file object a decoder reads `url` through; `fallback` (an fsspec file) serves what is not fetched."""
+    def file(self, url: str, fallback, clock: ReadClock | None = None) -> SourceFile:
+        """The file object a decoder reads `url` through; `fallback` (an fsspec file) serves what is not fetched;
+        its reads counted on `clock`."""
         if is_remote(url):
             self.index(url)
-        return SourceFile(self, url, fallback)
+        return SourceFile(self, url, fallback, clock)

@@ -30,31 +30,35 @@ class ByteSource(Protocol):
         being fetched is waited for); None where it holds none at `pos`."""
         ...
 
-    def file(self, url: str, fallback) -> SourceFile:
-        """The file object a decoder reads `url` through; `fallback` (an fsspec file) serves what is not held."""
+    def file(self, url: str, fallback, clock: ReadClock | None = None) -> SourceFile:
+        """The file object a decoder reads `url` through; `fallback` (an fsspec file) serves what is not held; its
+        reads counted on `clock`."""
         ...
 
 
-_read_s = [0.0]  # this process's seconds in `SourceFile.read`: the decoders' waits on remote bytes
+class ReadClock:
+    """Seconds a process's decoders spent waiting on remote bytes (their reads through a `SourceFile` or
+    `TimedReads`); one per `decoder.FrameDecoder` process, which the harness asks."""
 
+    __slots__ = ("seconds",)
 
-def read_seconds() -> float:
-    """Seconds this process's decoders have spent waiting on remote bytes (reads through a `SourceFile`)."""
-    return _read_s[0]
+    def __init__(self):
+        self.seconds = 0.0
 
 
 class TimedReads:
-    """A remote file read as the decoder asks (no fetcher): its reads counted as waits on storage (`read_seconds`)."""
+    """A remote file read as the decoder asks (no fetcher): its reads counted on `clock` as waits on storage."""
 
-    def __init__(self, handle):
-        self.handle = handle
+    def __init__(self, handle, clock: ReadClock | None = None):
+        self.handle, self.clock = handle, clock
 
     def read(self, n: int = -1) -> bytes:
         t0 = time.perf_counter()
         try:
             return self.handle.read(n)
         finally:
-            _read_s[0] += time.perf_counter() - t0
+            if self.clock is not None:
+                self.clock.seconds += time.perf_counter() - t0
 
     def __getattr__(self, name):  # seek, tell, close, size: the file's own
         return getattr(self.handle, name)
@@ -69,8 +73,8 @@ class SourceFile:
 
     short_reads = False
 
-    def __init__(self, source: ByteSource, url: str, fallback):
-        self.source, self.url, self.fallback = source, url, fallback
+    def __init__(self, source: ByteSource, url: str, fallback, clock: ReadClock | None = None):
+        self.source, self.url, self.fallback, self.clock = source, url, fallback, clock
         self.size = fallback.size
         self.pos = 0
 
@@ -86,7 +90,8 @@ class SourceFile:
         try:
             return self._read(n)
         finally:
-            _read_s[0] += time.perf_counter() - t0
+            if self.clock is not None:
+                self.clock.seconds += time.perf_counter() - t0
 
     def _read(self, n: int) -> bytes:
         n = self.size - self.pos if n is None or n < 0 else min(n, self.size - self.pos)

@@ -27,9 +27,7 @@ def _cache_stats(ds) -> dict:
 def _decode_seconds(ds) -> tuple[float, float]:
     """This process's seconds decoding, and waiting on storage: the decoders' reads of remote bytes (taken out of
     decoding) and the fetches started before decoding (`metrics.time_split`)."""
-    from ...decode.source import read_seconds
-
-    waited = read_seconds()
+    waited = ds.builder.cache.reads.seconds
     return ds.builder.decode_s - waited, ds.builder.fetch_s + waited
 
 
