@@ -123,8 +123,8 @@ def free_port() -> int:
 def results_of(work: Path, case: str, a, endpoint: str | None = None) -> Path:
     """The case laid out as the workflow's results: spec, run (and the variant's, for a dataset knob), summary,
     calibration."""
-    from dlbench import runspec
     from dlbench.report.aggregate import aggregate
+    from dlbench.run import spec as runspec
 
     name, settings, knob, values = CASES[case]
     results = work / "advice" / case
@@ -162,8 +162,8 @@ def results_of(work: Path, case: str, a, endpoint: str | None = None) -> Path:
 
 def sweep(work: Path, results: Path, case: str, a) -> dict:
     """Each value of the case's knob as `legs` short legs, taking turns: value -> median frames/s per node."""
-    from dlbench import runspec
     from dlbench.advice.prove import leg_rate
+    from dlbench.run import spec as runspec
 
     name, settings, knob, values = CASES[case]
     base = runspec.read(next((results / "specs" / case).glob(f"{name}-*.json")))

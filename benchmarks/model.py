@@ -48,15 +48,15 @@ SETS = {
         episodes=6, length_min=200, length_max=340, codec="av1", content="camera", fps=20,
         cameras=tuple(Camera(CAM + k, 256, 256) for k in ("left", "right", "wrist")),
     ),
-    # the shuffle frontier's other realistic sets (benchmarks.frontier): 16 episodes of 10-12 s, 720p H.264 with
-    # one camera, 480x640 HEVC with three
+    # the shuffle frontier's other sets (benchmarks.frontier): 16 episodes of 10-12 s, 720p H.264 with one camera,
+    # HEVC with three cameras of 240x320
     "h264_720p16": SynthConfig(
         episodes=16, length_min=300, length_max=360, codec="h264", gop=30, content="camera",
         cameras=(Camera(CAM + "front", 720, 1280),),
     ),
     "hevc_3cam16": SynthConfig(
         episodes=16, length_min=300, length_max=360, codec="hevc", content="camera",
-        cameras=tuple(Camera(CAM + k, 480, 640) for k in ("left", "right", "wrist")),
+        cameras=tuple(Camera(CAM + k, 240, 320) for k in ("left", "right", "wrist")),
     ),
 }  # fmt: skip
 
@@ -71,7 +71,8 @@ def dataset(work: Path, name: str) -> Path:
     v30 = work / f"model-{name}" / "v30"
     if not (v30 / "meta/info.json").exists():
         t0 = time.perf_counter()
-        v21 = synthesize(SETS[name], work / f"model-{name}" / "v21", overwrite=True, progress=False)
+        workers = 1 if SETS[name].cameras[0].height >= 720 else None  # a 720p episode's content takes ~11 GB
+        v21 = synthesize(SETS[name], work / f"model-{name}" / "v21", overwrite=True, progress=False, workers=workers)
         convert(str(v21), v30, workers=2, progress=False)
         print(f"# {name}: synthesized and converted in {time.perf_counter() - t0:.0f} s", flush=True)
     return v30

@@ -24,7 +24,7 @@ import torch
 from dlbench.bench.adapters import make_adapter
 from dlbench.bench.runner import measure_rank
 from dlbench.loader import DataLoader
-from dlbench.runspec import RunSpec
+from dlbench.run.spec import RunSpec
 
 
 def bare(run: RunSpec) -> float:

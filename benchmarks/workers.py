@@ -19,7 +19,7 @@ from pathlib import Path
 
 from benchmarks import datasets
 from benchmarks.common import bench_run
-from dlbench.config import DLBENCH_LOADERS
+from dlbench.run.loaders import DLBENCH_LOADERS
 
 
 def measure(root: str, a, workers: str, out: Path) -> tuple[float, int]:

@@ -148,9 +148,9 @@ def test_a_prescription_that_measured_worse_or_no_better_is_withdrawn():
 
 def _results_with_one_run(root, tmp_path, workers: int):
     """A results directory as the workflow leaves it: one run's spec, its run directory and summary.csv."""
-    from dlbench import runspec
     from dlbench.bench.launch import launch
     from dlbench.report.aggregate import aggregate
+    from dlbench.run import spec as runspec
 
     results = tmp_path / "results"
     run = runspec.make_run({"root": str(root), "dataset": "h264", "num_workers": workers, "duration_s": 1.0,

@@ -12,7 +12,7 @@ from dlbench.bench.launch import launch, run_rank
 from dlbench.bench.runner import measure_rank
 from dlbench.errors import UserError
 from dlbench.format import meta
-from dlbench.runspec import RunSpec, make_run
+from dlbench.run.spec import RunSpec, make_run
 
 pytestmark = pytest.mark.unit
 

@@ -1,15 +1,16 @@
 """Every rule of a run is checked once, when the config is read (`snakemake -n`), by one function
-(`dlbench.runspec.check`) that the CLI applies too; each mistake is one line naming the key and what to do."""
+(`dlbench.run.spec.check`) that the CLI applies too; each mistake is one line naming the key and what to do."""
 
 import json
 import re
 
 import pytest
 
-from dlbench import matrix, runspec
 from dlbench.cli import main
 from dlbench.config import schema, validate_config
 from dlbench.errors import UserError
+from dlbench.run import matrix
+from dlbench.run import spec as runspec
 
 from .helpers import snakemake
 

@@ -15,7 +15,7 @@ from dlbench.decode.cache import VideoDecoderCache
 from dlbench.loader import DataLoader
 from dlbench.loader.map import LeRobotMapDataset
 from dlbench.loader.stream import LeRobotStreamingDataset
-from dlbench.runspec import RunSpec
+from dlbench.run.spec import RunSpec
 from dlbench.synth import Camera, synthesize
 
 from .helpers import check_item, expected_frames, tiny_config

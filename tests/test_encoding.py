@@ -7,13 +7,14 @@ import shutil
 import numpy as np
 import pytest
 
-from dlbench import barcode, matrix
+from dlbench import barcode
 from dlbench.config import validate_config
 from dlbench.encoding.measure import measure, quality, table
 from dlbench.encoding.options import Encoding
 from dlbench.encoding.reencode import MANIFEST, plan, reencode, run_unit
 from dlbench.errors import UserError
 from dlbench.format import meta
+from dlbench.run import matrix
 
 pytestmark = pytest.mark.unit
 

@@ -150,7 +150,7 @@ def test_an_unreachable_dataset_is_calibrated_as_such_or_stops_with_one_line(tmp
     from dataclasses import replace
 
     from dlbench.model.calibrate import calibrate
-    from dlbench.runspec import make_run
+    from dlbench.run.spec import make_run
 
     run = make_run({"root": "http://127.0.0.1:9/nowhere", "loader": "dlbench_stream"})
     cal = calibrate([replace(run, on_unreachable="skip")], "nowhere", "local", tmp_path / "c.json")
@@ -169,7 +169,7 @@ def test_a_real_calibration_measures_every_pair_and_predicts_its_own_runs(v30_h2
     measures (the error table lives in docs/model.md, not in a test)."""
     from dlbench.bench.launch import launch
     from dlbench.model.calibrate import calibrate
-    from dlbench.runspec import make_run
+    from dlbench.run.spec import make_run
 
     runs = [
         make_run({"root": str(v30_h264), "loader": lo, "warmup_s": 0.3, "num_workers": w})
@@ -230,7 +230,7 @@ def test_remote_reads_are_a_cost_per_frame_plus_each_readers_opening_spread_over
 
 def test_a_stream_of_windows_is_calibrated_halfway_through_the_runs_windows():
     from dlbench.model.calibrate import MAX_STREAM_WARMUP_S, pass_warmup_s, steady_samples
-    from dlbench.runspec import RunSpec
+    from dlbench.run.spec import RunSpec
 
     def run(loader, mode, duration_s=3.0, repeats=2):
         return RunSpec(root="x", loader=loader, mode=mode, warmup_s=1.0, duration_s=duration_s, repeats=repeats)

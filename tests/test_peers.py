@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from dlbench import matrix, peer
+from dlbench import peer
 from dlbench.bench import launch
-from dlbench.config import baseline_loader, validate_config
+from dlbench.config import validate_config
 from dlbench.errors import UserError
+from dlbench.run import matrix
+from dlbench.run.loaders import baseline_loader
 
 from .helpers import TINY, snakemake
 

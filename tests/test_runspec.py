@@ -1,4 +1,4 @@
-"""One run spec (`dlbench.runspec.RunSpec`) made from the config schema, for the workflow, the CLI and the library."""
+"""One run spec (`dlbench.run.spec.RunSpec`) made from the config schema, for the workflow, the CLI and the library."""
 
 import json
 import os
@@ -6,11 +6,12 @@ from dataclasses import fields, replace
 
 import pytest
 
-from dlbench import matrix, runspec
 from dlbench.cli import build_parser
 from dlbench.config import defaults, synth_defaults, validate_config
 from dlbench.errors import UserError
-from dlbench.runspec import RunSpec
+from dlbench.run import matrix
+from dlbench.run import spec as runspec
+from dlbench.run.spec import RunSpec
 
 pytestmark = pytest.mark.unit
 
@@ -151,7 +152,7 @@ def test_modes_of_the_config_become_the_runs_delta_timestamps():
 
 
 def test_auto_workers_fill_the_cores_of_the_job(monkeypatch):
-    from dlbench.runspec import resolve_workers
+    from dlbench.run.spec import resolve_workers
 
     monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
     assert resolve_workers("auto") == len(os.sched_getaffinity(0))  # every core, however many cameras
@@ -162,7 +163,8 @@ def test_auto_workers_fill_the_cores_of_the_job(monkeypatch):
 
 
 def test_loader_names_and_the_baseline_choices_come_from_the_schema():
-    from dlbench.config import LOADERS, SAME_KIND, baseline_loader, schema
+    from dlbench.config import schema
+    from dlbench.run.loaders import LOADERS, SAME_KIND, baseline_loader
 
     assert schema()["properties"]["baseline_loader"]["anyOf"][0]["enum"] == [SAME_KIND, *LOADERS]
     assert baseline_loader("dlbench_map") == "lerobot_map" and baseline_loader("dlbench_stream") == "lerobot_stream"

@@ -18,49 +18,11 @@ from .errors import UserError
 
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "config.schema.yaml"
 DATASET_KINDS = ("synth", "v21", "v30", "reencode")
-# the frame modes every loader knows, as delta_timestamps ("cameras": every camera); others come from config.yaml's
-# `modes:`. "single": one frame of every camera; "sarm": 8 steps spaced 1 s (the 7 s before the current frame, and it)
-BUILTIN_MODES = {
-    "single": None,
-    "sarm": {"cameras": [float(s) for s in range(-7, 1)], "observation.state": [float(s) for s in range(-7, 1)]},
-}
 
 
 @lru_cache(maxsize=1)
 def schema() -> dict:
     return yaml.safe_load(SCHEMA_PATH.read_text())
-
-
-# the loaders, as the schema's run `loader` enum names them: <project>_<kind>, kind map (random access) or stream
-LOADERS: tuple[str, ...] = tuple(schema()["definitions"]["loader_name"]["anyOf"][0]["enum"])
-DLBENCH_LOADERS = tuple(name for name in LOADERS if name.startswith("dlbench_"))
-LEROBOT_LOADERS = tuple(name for name in LOADERS if name.startswith("lerobot_"))
-LANCE_LOADERS = tuple(name for name in LOADERS if name.startswith("lance_"))  # lerobot-lancedb's
-PEER_LOADERS = LEROBOT_LOADERS + LANCE_LOADERS  # run in the peer environment (LeRobot and lerobot-lancedb)
-SAME_KIND = "lerobot"  # baseline_loader: each run against LeRobot's loader of its own kind
-PEER_SEP = "@"  # lerobot_map@NAME: LeRobot's loader as the environment of `peers.NAME` has it
-
-
-def split_loader(loader: str) -> tuple[str, str | None]:
-    """`lerobot_map@old` -> ("lerobot_map", "old"); a loader without a peer -> (loader, None)."""
-    base, _, peer = loader.partition(PEER_SEP)
-    return base, peer or None
-
-
-def base_loader(loader: str) -> str:
-    """The loader itself, whichever environment runs it: `lerobot_map@old` -> `lerobot_map`."""
-    return split_loader(loader)[0]
-
-
-def loader_kind(loader: str) -> str:
-    """How a loader reads: "map" (random access) or "stream" (in order): `lerobot_stream@old` -> "stream"."""
-    return base_loader(loader).split("_", 1)[1]
-
-
-def baseline_loader(loader: str, baseline: str = SAME_KIND) -> str:
-    """The loader a run of `loader` is compared with: `baseline`, or for `lerobot` LeRobot's loader of the same kind
-    (lerobot_map for map-style runs, lerobot_stream for streaming ones; those of a named peer too)."""
-    return f"lerobot_{loader_kind(loader)}" if baseline == SAME_KIND else baseline
 
 
 def defaults(*path: str) -> dict:
@@ -79,18 +41,6 @@ def synth_defaults() -> dict:
         for k, v in _resolve("#/definitions/synth")["properties"].items()
         if "default" in v
     }
-
-
-def check_deltas(deltas, where: str) -> None:
-    """Raise `UserError` unless `deltas` is what a `modes:` entry holds (the schema's form: seconds per key)."""
-    import jsonschema
-
-    try:
-        jsonschema.validate(deltas, schema()["properties"]["modes"]["additionalProperties"])
-    except jsonschema.ValidationError:
-        raise UserError(
-            f"{where}: expected seconds per feature key, e.g. {{cameras: [-1.0, 0.0], action: [0.0]}}"
-        ) from None
 
 
 def _resolve(ref: str) -> dict:
@@ -247,6 +197,8 @@ def _check_shape(config: dict) -> None:
             raise UserError(
                 f"peers.{name}: give exactly one of pip: lerobot==VERSION, path: CHECKOUT, wheel: FILE.whl ({found})"
             )
+    from .run.modes import BUILTIN_MODES
+
     for name in config.get("modes") or {}:
         if name in BUILTIN_MODES:
             raise UserError(f"modes.{name}: {name} is built in; give your mode another name")

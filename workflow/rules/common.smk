@@ -10,13 +10,14 @@ from snakemake.logging import logger
 
 import dlbench.report.failed
 import dlbench.loopback
-from dlbench import matrix
-from dlbench.config import SCHEMA_PATH, split_loader, validate_config
+from dlbench.run import matrix
+from dlbench.config import SCHEMA_PATH, validate_config
+from dlbench.run.loaders import LoaderName
 from dlbench.errors import UserError
 from dlbench.format.paths import is_remote
 from dlbench.peer import named_peer_ready
 from dlbench.report.outputs import PLOT_NAMES
-from dlbench.runspec import resolve_workers
+from dlbench.run.spec import resolve_workers
 
 
 def config_error(message):
@@ -50,7 +51,7 @@ configured(matrix.complete_sources, config)
 # venv works without activating it, while an activated environment (conda, modules) still comes first.
 shell.prefix(f'export PATH="$PATH:{os.path.dirname(sys.executable)}"; ')
 
-# every run of the matrix (dlbench.runspec.RunSpec), each checked by dlbench.runspec.check: a mistake in any stops `snakemake -n` already
+# every run of the matrix (dlbench.run.spec.RunSpec), each checked by dlbench.run.spec.check: a mistake in any stops `snakemake -n` already
 RUNS = {(r.scenario, r.run_id): r for r in configured(matrix.expand_runs, config)}
 READ_DATASETS = sorted({r.dataset for r in RUNS.values()})
 SCALING_WORKERS = config["convert"]["scaling_workers"]
@@ -139,7 +140,7 @@ def bench_inputs_of(r):
         inputs["staged"] = matrix.staged_marker(r.source, r.dataset)
     if r.require_warm:
         inputs["prewarm"] = r.require_warm
-    peer = split_loader(r.loader)[1]
+    peer = r.loader_name.peer
     if peer:  # the environment of its LeRobot, built once by the peer_env rule
         inputs["peer"] = named_peer_ready(peer)
     if r.loader == "lance_map":  # its Lance copy, made (and staged) by the workflow

@@ -1,7 +1,7 @@
-"""Write one run's spec (a `dlbench.runspec.RunSpec`, built when the workflow was parsed) for its bench job."""
+"""Write one run's spec (a `dlbench.run.spec.RunSpec`, built when the workflow was parsed) for its bench job."""
 
-from dlbench import runspec
 from dlbench.errors import script_log
+from dlbench.run import spec as runspec
 
 sm = snakemake  # noqa: F821 (set by Snakemake's script directive)
 with script_log(sm.log[0]) as log:

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..config import defaults, loader_kind
+from ..config import defaults
 from ..model.calibration import Calibration
 from ..model.table import predict_run
 from ..report.aggregate import shuffle_gap, shuffle_low, shuffle_shortfall
+from ..run.loaders import LoaderName
 
 AT_BOUND = 0.9  # measured at or above this share of the cores' rate: at the hardware's bound
 CACHE_MISSING = 0.5  # a decoder cache that finds fewer of its lookups open than this is too small for the run
@@ -101,8 +102,8 @@ def prescribe(
         found.append(Prescription({"num_workers": w}, rates[w], rates[w] / measured, why=why))
     calibrated = {c.loader for c in cal.costs if c.mode == row["mode"]}
     for other in sorted((calibrated | set(peers)) - {row["loader"]}):
-        if loader_kind(other) != loader_kind(
-            row["loader"]
+        if (
+            LoaderName.parse(other).kind != LoaderName.parse(row["loader"]).kind
         ):  # loaders of the same access: random (map) or in order (stream)
             continue
         if other in peers:  # the matrix ran it with these settings: what it measured, its shuffle too
@@ -139,7 +140,7 @@ def restore_shuffle(row: dict, spec: dict, episodes: int | None) -> Prescription
     buffer, in its own terms (`buffer_size`, at least its default of 1000). Its frames/s is the run's until
     `--verify` measures the cost. None where the run shuffles enough, or no setting can help."""
     short = shuffle_low(row, _floor(row))
-    if not short or loader_kind(row["loader"]) != "stream":
+    if not short or LoaderName.parse(row["loader"]).kind != "stream":
         return None
     fps = row["frames_per_s_node"]
     workers = max(_int(row.get("num_workers"), 1), 1) * max(_int(row.get("ranks"), 1), 1)

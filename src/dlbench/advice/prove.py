@@ -20,7 +20,7 @@ import pandas as pd
 
 from ..errors import UserError
 from ..report.aggregate import SHUFFLE_GAP, shuffle_gap
-from ..runspec import RunSpec
+from ..run.spec import RunSpec
 from . import prescribe
 
 NOISE = 0.05  # a measured gain within this of 1.0 is no gain either way
@@ -59,7 +59,7 @@ def changed_spec(base: RunSpec, change: dict, results: Path, summary: pd.DataFra
 
 
 def read_spec(results: Path, scenario: str, run_id: str) -> RunSpec:
-    from .. import runspec
+    from ..run import spec as runspec
 
     return runspec.read(results / "specs" / scenario / f"{run_id}.json")
 

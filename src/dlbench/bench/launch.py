@@ -23,11 +23,11 @@ from pathlib import Path
 import numpy as np
 
 from .. import atomic
-from ..config import LANCE_LOADERS, PEER_LOADERS, split_loader
 from ..errors import UserError
 from ..format.paths import is_remote
 from ..peer import CREATE_COMMAND, REPO_ROOT, named_peer_ready, named_peer_venv, peer_python, require_peer
-from ..runspec import RunSpec, resolve_workers
+from ..run.loaders import LANCE_LOADERS, PEER_LOADERS, LoaderName
+from ..run.spec import RunSpec, resolve_workers
 from . import record as recordmod
 from .remote import metered
 
@@ -50,7 +50,8 @@ def config_digest(config: dict) -> str:
 def needs_peer(loader: str) -> bool:
     """LeRobot's loaders and lance_map run in the peer environment unless their package is importable right here;
     `lerobot_map@NAME` runs in .peers/NAME unless this is that environment."""
-    loader, name = split_loader(loader)
+    parsed = LoaderName.parse(loader)
+    loader, name = parsed.base, parsed.peer
     if name:
         return Path(sys.prefix).resolve() != named_peer_venv(name).resolve()
     package = "lerobot_lancedb" if loader in LANCE_LOADERS else "lerobot"
@@ -71,7 +72,7 @@ def _peer_env(root: str) -> dict:
 def rank_command(loader: str, root: str = "") -> tuple[list[str], dict]:
     """The interpreter command for one rank (`... -m dlbench bench-rank`) and its environment."""
     if needs_peer(loader):
-        name = split_loader(loader)[1]
+        name = LoaderName.parse(loader).peer
         if os.environ.get(IN_PEER_ENV) and not name:
             raise UserError("LeRobot is not importable in the peer environment; recreate it with scripts/peer-env.sh")
         return [str(require_peer(name)), "-m", "dlbench", "-q", "bench-rank"], _peer_env(root)
@@ -201,7 +202,7 @@ def launch(run: RunSpec, out_dir: str | Path) -> dict:
     out_dir = atomic.make_dir(out_dir)
     shutil.rmtree(out_dir / ".barrier", ignore_errors=True)
     world = run.world_size
-    name = split_loader(run.loader)[1]
+    name = run.loader_name.peer
     if needs_peer(run.loader) and peer_python(name) is None:
         create = f"snakemake -c1 {named_peer_ready(name)}" if name else CREATE_COMMAND
         reason = f"loader {run.loader} needs the LeRobot peer environment, which is missing; create it with {create}"

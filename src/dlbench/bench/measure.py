@@ -13,7 +13,7 @@ from ..errors import UserError
 from ..loader.collate import collate
 from ..loader.dataloader import DataLoader
 from ..procstat import MemorySampler, cpu_seconds, host_cpu_seconds
-from ..runspec import RunSpec
+from ..run.spec import RunSpec
 from .gpu import GpuStep, host_bytes, to_device
 
 LATENCY_PERCENTILES = (50, 95, 99)

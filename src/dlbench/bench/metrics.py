@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from ..loader.dataset_meta import DatasetMeta
-from ..runspec import RunSpec
+from ..run.spec import RunSpec
 from ..validate import is_synthetic
 from . import record as recordmod
 from .checks.frames import BarcodeCheck, DecodeCheck

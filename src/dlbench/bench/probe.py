@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from ..runspec import RunSpec
+from ..run.spec import RunSpec
 from .adapters import make_adapter
 
 # the probe's most seconds: a stream's shuffle buffer of 720p windows took over 40 s in one process (an H100 node)

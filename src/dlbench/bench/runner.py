@@ -8,7 +8,7 @@ probe splits the time per sample into fetch (parquet, indexing, collation) and d
 (dlbench_stream only), one more epoch of the rank, interrupted and resumed with one worker more, checks that
 `state_dict` / `load_state_dict` deliver every frame exactly once.
 
-This module holds a run's order of steps (the run is a `dlbench.runspec.RunSpec`); each step is a module of its
+This module holds a run's order of steps (the run is a `dlbench.run.spec.RunSpec`); each step is a module of its
 own: `measure` (the DataLoader pass), `gpu` (batches to the device, the training step), `metrics` (the record),
 `probe`, `resume_check`.
 """
@@ -21,7 +21,7 @@ import torch
 
 from ..errors import UserError
 from ..loader.dataset_meta import DatasetMeta
-from ..runspec import RunSpec
+from ..run.spec import RunSpec
 from .adapters import make_adapter
 from .checks.resume import resume_check
 from .gpu import cuda_unavailable_reason

@@ -13,7 +13,7 @@ from ..errors import UserError
 from .common import ENDPOINT_HELP, command, say
 
 if TYPE_CHECKING:
-    from ..runspec import RunSpec
+    from ..run.spec import RunSpec
 
 RANK_COMMAND = "bench-rank"
 
@@ -58,7 +58,7 @@ def run_options(spec_class: type | None = None) -> list[tuple[str, dict]]:
     """`bench-run`'s run options, one per `RunSpec` field a user sets: (name, argparse keywords). Unset ones take
     the spec file's value, else the schema's default (shown). A setting on by default is turned off by --no-NAME
     (`option_of`), any other boolean turned on by --NAME."""
-    from ..runspec import RESOLVED, RESOLVED_CHOICES, RunSpec, choices, description, value_type
+    from ..run.spec import RESOLVED, RESOLVED_CHOICES, RunSpec, choices, description, value_type
 
     resolved = dict(RESOLVED)
     options = []
@@ -88,7 +88,8 @@ def _loader(text: str) -> str:
     """A loader name as the schema's run `loader` allows it (LeRobot's of a named peer: lerobot_map@NAME)."""
     import re
 
-    from ..config import LOADERS, schema
+    from ..config import schema
+    from ..run.loaders import LOADERS
 
     if text in LOADERS or re.match(schema()["definitions"]["loader_name"]["anyOf"][1]["pattern"], text):
         return text
@@ -119,7 +120,7 @@ def _add_run_options(p) -> None:
 def run_from_args(a) -> RunSpec:
     """The run spec: `--spec FILE` (as the workflow writes it), with any option given here on top; without a
     spec file, the config schema's defaults under the options."""
-    from .. import runspec
+    from ..run import spec as runspec
 
     given = {k: getattr(a, k) for k, _ in run_options() if getattr(a, k, None) is not None}
     if a.delta_timestamps:
@@ -159,7 +160,7 @@ def _read_deltas(path: str) -> dict:
     """A delta_timestamps file (YAML or JSON): seconds per feature key, as a `modes:` entry of config.yaml."""
     import yaml
 
-    from ..config import check_deltas
+    from ..run.modes import check_deltas
 
     try:
         deltas = yaml.safe_load(Path(path).read_text())
@@ -177,9 +178,9 @@ def bench_run(a) -> None:
 
 
 def bench_rank(a) -> None:
-    from .. import runspec
     from ..bench.launch import needs_peer, rank_command, run_rank
     from ..loader.world import rank_and_world
+    from ..run import spec as runspec
 
     run = runspec.read(a.spec)
     if needs_peer(run.loader):  # run this rank in the LeRobot peer environment

@@ -49,8 +49,8 @@ def add(sub) -> None:
 
 
 def calibrate(a) -> None:
-    from .. import runspec
     from ..model.calibrate import calibrate as measure
+    from ..run import spec as runspec
     from ..sources import spec_from_endpoint
 
     if a.spec:

@@ -9,9 +9,9 @@ from functools import cached_property
 import numpy as np
 import pyarrow as pa
 
-from ..config import BUILTIN_MODES
 from ..errors import UserError
 from ..format import meta, paths
+from ..run.modes import BUILTIN_MODES
 
 
 @dataclass

@@ -23,14 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import runspec
 from ..bench import record as recordmod
 from ..bench.launch import launch, needs_peer, rank_command, rank_file
-from ..config import loader_kind, split_loader
 from ..errors import UserError
 from ..loader.dataset_meta import DatasetMeta
 from ..peer import CREATE_COMMAND, peer_python
-from ..runspec import RunSpec
+from ..run import spec as runspec
+from ..run.spec import RunSpec
 from .calibration import Calibration, LoaderCost
 
 # the calibration passes: a short window after the run's own warm-up (a stream's cost per sample depends on how far
@@ -66,7 +65,7 @@ def cores() -> int:
 def pass_warmup_s(run: RunSpec) -> float:
     """The warm-up before a pass's window: the run's own, or for a stream of windows (a mode of several frames per
     camera), up to the middle of the run's windows, where its cost per sample is the average of theirs."""
-    if loader_kind(run.loader) != "stream" or run.mode == "single":
+    if run.loader_name.kind != "stream" or run.mode == "single":
         return min(run.warmup_s, MAX_WARMUP_S)
     middle = run.warmup_s + run.duration_s * run.repeats / 2 - PASS["duration_s"] / 2
     return min(max(run.warmup_s, middle), MAX_STREAM_WARMUP_S)
@@ -76,7 +75,7 @@ def steady_samples(run: RunSpec, episode_samples: float) -> float:
     """The samples a stream delivers before its readers have each been through a whole episode; from then on the mix
     of their positions in episodes, and so the cost per sample, holds: dlbench_stream's pool of readers, an episode
     each; LeRobot's one shard at a time, behind its shuffle buffer."""
-    if split_loader(run.loader)[0] == "dlbench_stream":
+    if run.loader_name.base == "dlbench_stream":
         return run.pool_size * episode_samples
     return episode_samples + run.buffer_size
 
@@ -248,7 +247,7 @@ def calibrate(runs: list[RunSpec], dataset: str, source: str, out: str | Path) -
     elsewhere: dict[str, list[RunSpec]] = {}
     for run in pairs.values():
         if needs_peer(run.loader):
-            elsewhere.setdefault(split_loader(run.loader)[1] or "", []).append(run)
+            elsewhere.setdefault(run.loader_name.peer or "", []).append(run)
     costs, missing = [], []
     with tempfile.TemporaryDirectory(prefix="dlbench-calibrate-") as tmp:
         for cost in loader_costs(here, Path(tmp), dmeta.num_frames, dmeta.num_episodes):
@@ -278,7 +277,7 @@ def calibrate(runs: list[RunSpec], dataset: str, source: str, out: str | Path) -
 def _in_peer_env(runs: list[RunSpec], workdir: Path, dataset: str, source: str) -> Calibration:
     """The costs of loaders that run in a peer environment, measured by one `dlbench calibrate` there; a
     calibration with only a note where that environment is missing."""
-    name = split_loader(runs[0].loader)[1]
+    name = runs[0].loader_name.peer
     if peer_python(name) is None:
         why = f"{', '.join(sorted({r.loader for r in runs}))}: no peer environment (create it: {CREATE_COMMAND})"
         return Calibration(dataset, source, socket.gethostname(), cores(), 0, 0, None, 0.0, note=why)

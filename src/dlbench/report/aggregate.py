@@ -52,10 +52,11 @@ import pandas as pd
 from .. import atomic
 from ..bench import record as recordmod
 from ..bench.checks.shuffle import quality
-from ..config import SAME_KIND, baseline_loader, defaults, schema
+from ..config import defaults, schema
 from ..errors import UserError
 from ..model.equations import BOUNDS
-from ..runspec import IDENTITY
+from ..run.loaders import SAME_KIND, baseline_loader
+from ..run.spec import IDENTITY
 
 WORKER_BOUND_FRAC = 0.8  # of num_workers x the single-process probe rate
 RECORD_SCHEMA = Path(__file__).parents[1] / "schemas" / "record.schema.json"
@@ -73,7 +74,7 @@ REMOTE_COLUMNS = (
 
 def run_id(config: dict) -> str:
     """The run id a record was made under (its spec's), or, for records without one, as `dlbench.runspec` builds it."""
-    from ..runspec import run_id as build
+    from ..run.spec import run_id as build
 
     return config.get("run_id") or build({"dataset": "adhoc", **config})
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from .. import atomic
 from ..errors import UserError
-from ..runspec import IDENTITY
+from ..run.spec import IDENTITY
 
 if TYPE_CHECKING:  # pandas (the workflow extra) only when comparing: `dlbench --help` lists this command without it
     import pandas as pd

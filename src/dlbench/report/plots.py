@@ -17,8 +17,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .. import atomic  # noqa: E402
-from ..config import DLBENCH_LOADERS, defaults  # noqa: E402
+from ..config import defaults  # noqa: E402
 from ..errors import UserError  # noqa: E402
+from ..run.loaders import DLBENCH_LOADERS
 from .outputs import PLOT_NAMES  # noqa: E402
 
 GROUP = ["source", "loader", "mode"]

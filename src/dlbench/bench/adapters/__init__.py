@@ -12,11 +12,11 @@ import threading
 import time
 from functools import partial
 
-from ...config import LEROBOT_LOADERS, LOADERS, base_loader
 from ...errors import UserError
 from ...format.paths import local_path
 from ...loader.collate import collate
 from ...loader.dataset_meta import DatasetMeta
+from ...run.loaders import LEROBOT_LOADERS, LOADERS
 from ..interface import Adapter, lerobot_delta_timestamps
 
 
@@ -42,7 +42,7 @@ def make_adapter(run, tag_items: bool = False) -> Adapter:
     """Build the loader named by `run.loader` (a RunSpec) over `run.root`; `tag_items`: dlbench_stream's items
     carry their place in the stream, for its `observe` and `state_dict` (the resume check)."""
     # lerobot_map@NAME is lerobot_map: which LeRobot answers is the environment's (the rank runs in .peers/NAME)
-    run = dataclasses.replace(run, loader=base_loader(run.loader))
+    run = dataclasses.replace(run, loader=run.loader_name.base)
     if run.loader == "dlbench_map":
         from ...loader.map import LeRobotMapDataset
 

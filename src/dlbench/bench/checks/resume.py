@@ -10,7 +10,7 @@ from dataclasses import replace
 import numpy as np
 
 from ...loader.dataset_meta import DatasetMeta
-from ...runspec import RunSpec
+from ...run.spec import RunSpec
 from ...validate import is_synthetic
 from ..adapters import make_adapter
 from ..measure import make_dataloader, split_info

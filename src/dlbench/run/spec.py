@@ -1,6 +1,6 @@
 """`RunSpec`: one benchmark run, as every step sees it.
 
-The workflow expands config.yaml's matrix into RunSpecs (`dlbench.matrix`) and writes one per run
+The workflow expands config.yaml's matrix into RunSpecs (`dlbench.run.matrix`) and writes one per run
 (results/specs/...); `dlbench bench-run` reads that file, or builds one from its options (`make_run`); every rank
 process runs it (with its own `rank`); the rank records carry it as their `config`. Its fields are the config
 schema's run properties (`definitions.run`: validation, descriptions and defaults live there, and a test holds the
@@ -17,20 +17,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import atomic
-from .config import (
-    BUILTIN_MODES,
-    LANCE_LOADERS,
-    LEROBOT_LOADERS,
-    PEER_LOADERS,
-    base_loader,
-    check_deltas,
-    check_run_values,
-    defaults,
-    schema,
-)
-from .errors import UserError
-from .format.paths import is_remote
+from .. import atomic
+from ..config import check_run_values, defaults, schema
+from ..errors import UserError
+from ..format.paths import is_remote
+from .loaders import LANCE_LOADERS, LEROBOT_LOADERS, PEER_LOADERS, LoaderName
+from .modes import BUILTIN_MODES, check_deltas
 
 _TYPES = {"integer": int, "number": float, "boolean": bool, "string": str, "array": list}
 
@@ -147,6 +139,11 @@ class RunSpec:
     def world_size(self) -> int:
         return self.ranks
 
+    @property
+    def loader_name(self) -> LoaderName:
+        """`loader` parsed once: the loader itself, the peer environment that runs it, how it reads."""
+        return LoaderName.parse(self.loader)
+
     @classmethod
     def from_dict(cls, values: dict, where: str = "run spec") -> RunSpec:
         names = {f.name for f in dataclasses.fields(cls)}
@@ -234,7 +231,7 @@ def _check_mode(run: RunSpec, label) -> None:
 def _check_lerobot(run: RunSpec, where: str) -> None:
     """What LeRobot 0.6.1's loaders cannot do: decode on a GPU, read other stores (buckets: the stream only), read
     data files apart from the metadata."""
-    loader = base_loader(run.loader)
+    loader = run.loader_name.base
     if loader not in LEROBOT_LOADERS:
         return
     if run.decode_device != "cpu":
@@ -260,7 +257,7 @@ def _check_lerobot(run: RunSpec, where: str) -> None:
 def _check_lance(run: RunSpec, where: str) -> None:
     """What lance_map (lerobot-lancedb's LanceDBDataset) cannot do: decode on a GPU, read hf:// (Lance's own Hub
     client reaches huggingface.co only) or plain HTTP, read data files apart from its copy."""
-    if base_loader(run.loader) not in LANCE_LOADERS:
+    if run.loader_name.base not in LANCE_LOADERS:
         return
     if run.decode_device != "cpu":
         raise UserError(f"{where}: loader lance_map decodes on the CPU only; use decode_device: cpu")
@@ -287,7 +284,7 @@ STREAM_ONLY = ("fetch_episodes", "resume_check", "read_ahead")
 
 def _check_dlbench_only(run: RunSpec, label) -> None:
     """Settings a run's loader does not have are refused rather than silently ignored."""
-    loader = base_loader(run.loader)
+    loader = run.loader_name.base
     for key in STREAM_ONLY:
         if getattr(run, key) and loader != "dlbench_stream":
             raise UserError(

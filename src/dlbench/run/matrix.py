@@ -1,4 +1,4 @@
-"""The benchmark matrix: a validated config.yaml expanded into runs (`dlbench.runspec.RunSpec`), each resolved
+"""The benchmark matrix: a validated config.yaml expanded into runs (`dlbench.run.spec.RunSpec`), each resolved
 once and whole, and where the workflow finds each dataset and source. Torch-free, so that parsing the workflow stays
 fast.
 """
@@ -8,11 +8,13 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from .config import BUILTIN_MODES, DATASET_KINDS, LANCE_LOADERS, check_run_values, split_loader
-from .errors import UserError
-from .format.paths import is_remote
-from .runspec import AXES, RunSpec, check
-from .sources import Source
+from ..config import DATASET_KINDS, check_run_values
+from ..errors import UserError
+from ..format.paths import is_remote
+from ..sources import Source
+from .loaders import LANCE_LOADERS, LoaderName
+from .modes import BUILTIN_MODES
+from .spec import AXES, RunSpec, check
 
 
 # ------------------------------------------------------------------------------------------------- datasets
@@ -47,7 +49,7 @@ def reencoded_from(config: dict, name: str) -> str | None:
 
 def encoding(config: dict, name: str):
     """A reencode dataset's `encoding.options.Encoding`; errors name the config key."""
-    from .encoding.options import from_config
+    from ..encoding.options import from_config
 
     values = {k: v for k, v in config["datasets"][name]["reencode"].items() if k != "workers"}
     return from_config(values, f"datasets.{name}.reencode")[1]
@@ -78,7 +80,7 @@ def check_local_dataset(config: dict, name: str) -> None:
     reencode dataset must name a dataset of this config, and an encoding FFmpeg can make.
 
     URLs are checked by the jobs that read them (validate, bench), where the network is."""
-    from .format import meta
+    from ..format import meta
 
     kind = dataset_kind(config, name)
     if kind == "reencode":
@@ -157,7 +159,7 @@ def peer_requirement(config: dict, name: str) -> str:
 
 def check_peer(loader: str, config: dict, key: str) -> None:
     """A loader `X@NAME` names a peer defined under `peers:`; `key` names where it was given."""
-    name = split_loader(loader)[1]
+    name = LoaderName.parse(loader).peer
     if name and name not in config.get("peers", {}):
         defined = f"; defined: {', '.join(sorted(config['peers']))}" if config.get("peers") else ""
         raise UserError(

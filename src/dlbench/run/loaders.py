@@ -1,0 +1,49 @@
+"""The loaders a run may name, and what a name means: `LoaderName.parse("lerobot_map@old")` is the loader itself
+(`base`), the peer environment that runs it (`peer`, config.yaml's `peers:`), and how it reads (`kind`: map or
+stream). The registry is the schema's run `loader` enum."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ..config import schema
+
+# the loaders, as the schema's run `loader` enum names them: <project>_<kind>, kind map (random access) or stream
+LOADERS: tuple[str, ...] = tuple(schema()["definitions"]["loader_name"]["anyOf"][0]["enum"])
+DLBENCH_LOADERS = tuple(name for name in LOADERS if name.startswith("dlbench_"))
+LEROBOT_LOADERS = tuple(name for name in LOADERS if name.startswith("lerobot_"))
+LANCE_LOADERS = tuple(name for name in LOADERS if name.startswith("lance_"))  # lerobot-lancedb's
+PEER_LOADERS = LEROBOT_LOADERS + LANCE_LOADERS  # run in the peer environment (LeRobot and lerobot-lancedb)
+SAME_KIND = "lerobot"  # baseline_loader: each run against LeRobot's loader of its own kind
+PEER_SEP = "@"  # lerobot_map@NAME: LeRobot's loader as the environment of `peers.NAME` has it
+
+
+@dataclass(frozen=True)
+class LoaderName:
+    """A loader name, parsed: `lerobot_map@old` -> base "lerobot_map", peer "old", kind "map"."""
+
+    base: str  # the loader itself, whichever environment runs it
+    peer: str | None  # the named peer environment (`peers.NAME`) that runs it; None: its default one
+
+    @staticmethod
+    @lru_cache(maxsize=64)
+    def parse(name: str) -> LoaderName:
+        base, _, peer = name.partition(PEER_SEP)
+        return LoaderName(base, peer or None)
+
+    @property
+    def kind(self) -> str:
+        """How it reads: "map" (random access) or "stream" (in order)."""
+        return self.base.split("_", 1)[1]
+
+    @property
+    def in_peer(self) -> bool:
+        """Whether it runs in a peer environment (LeRobot's and lerobot-lancedb's loaders)."""
+        return self.base in PEER_LOADERS
+
+
+def baseline_loader(loader: str, baseline: str = SAME_KIND) -> str:
+    """The loader a run of `loader` is compared with: `baseline`, or for `lerobot` LeRobot's loader of the same kind
+    (lerobot_map for map-style runs, lerobot_stream for streaming ones; those of a named peer too)."""
+    return f"lerobot_{LoaderName.parse(loader).kind}" if baseline == SAME_KIND else baseline
