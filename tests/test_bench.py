@@ -315,20 +315,25 @@ def test_resume_check_interrupts_an_epoch_and_resumes_it_with_one_worker_more(v3
 
 def test_a_stream_of_fewer_shards_than_workers_says_which_idle():
     """LeRobot's streaming loader gives each DataLoader worker whole `datasets` shards (one per data file): past
-    `num_shards` workers idle, and the record says so (busy_workers, work_note) instead of the worker's log alone."""
-    from types import SimpleNamespace
+    `num_shards` workers idle, and the record says so (busy_workers, work_note) instead of the worker's log alone.
+    The adapter declares both; the harness asks nothing of the dataset itself."""
+    from functools import partial
 
+    from dlbench.bench import adapters
+    from dlbench.bench.interface import Adapter
     from dlbench.bench.measure import busy_workers, work_note
 
-    stream = SimpleNamespace(dataset=SimpleNamespace(num_shards=1), iterable=True)
+    def lerobot_stream(shards, own=""):
+        return Adapter(None, True, 1, None, None, busy_workers=partial(adapters._whole_shards, shards),
+                       work_note=partial(adapters._lerobot_stream_note, own, shards))  # fmt: skip
+
+    stream = lerobot_stream(1)
     assert busy_workers(stream, 2) == 1 and busy_workers(stream, 0) == 1
     assert work_note(stream, 2).startswith("1 of 2 DataLoader workers have data to read")
     assert work_note(stream, 1) == ""
-    on_a_bucket = SimpleNamespace(
-        dataset=SimpleNamespace(num_shards=1, work_note=lambda w: "meta/ placed"), iterable=True
-    )
+    on_a_bucket = lerobot_stream(1, own="meta/ placed")
     assert work_note(on_a_bucket, 2) == "meta/ placed; " + work_note(stream, 2)  # the loader's note and the idle ones
-    mapped = SimpleNamespace(dataset=SimpleNamespace(num_shards=1), iterable=False)  # map-style: any index anywhere
+    mapped = Adapter(None, False, 1, None, None)  # map-style: any index anywhere, nothing declared
     assert busy_workers(mapped, 2) is None and work_note(mapped, 2) == ""
 
 
@@ -337,8 +342,8 @@ def test_the_probe_stops_at_its_time_budget(v30_h264, monkeypatch):
 
     taken, real = [], probe_module.make_adapter
 
-    def counting(run):
-        adapter = real(run)
+    def counting(run, dmeta=None):
+        adapter = real(run, dmeta)
         cls = type(adapter.dataset)
         if not taken and not getattr(cls, "counted", False):
             inner = cls.__getitem__

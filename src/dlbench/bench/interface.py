@@ -17,6 +17,9 @@ from ..loader.dataset_meta import DatasetMeta, resolve_windows
 
 @dataclass
 class Adapter:
+    """A loader as the harness measures it: the dataset, and what the harness may ask of it, declared here by the
+    adapter that built it (nothing is probed off the dataset)."""
+
     dataset: Any  # a torch Dataset (map-style) or IterableDataset
     iterable: bool
     frames_per_item: int
@@ -24,6 +27,11 @@ class Adapter:
     # this process's seconds decoding, and waiting on storage (in the decoder's reads and before them): the split
     decode_seconds: Callable[[], tuple[float, float]] | None
     collate: Callable[[list], Any] = torch.utils.data.default_collate  # how the loader's users batch items
+    # how many of a rank's DataLoader workers have something to read (0 workers: the process itself); None: all
+    busy_workers: Callable[[int], int] | None = None
+    # one line when a rank or worker of this loader has nothing to read, else ''; None: the loader says nothing
+    work_note: Callable[[int], str] | None = None
+    buffered: int = 0  # items a stream reads before it yields the first (its shuffle buffer); 0 for random access
 
 
 def lerobot_delta_timestamps(dmeta: DatasetMeta, mode: str, deltas: dict | None = None) -> dict | None:

@@ -130,9 +130,11 @@ def run_rank(run: RunSpec, out_dir: str | Path) -> dict:
 
     out_dir = Path(out_dir)
     out = rank_file(out_dir, run.rank, run.world_size)
-    reason = cuda_unavailable_reason(run.decode_device)
+    reason = cuda_unavailable_reason(run.decode_device)  # once a rank: measure_rank trusts it
     if reason and run.on_unavailable == "skip":
         return _write_skipped(run, out_dir, reason)
+    if reason:
+        raise UserError(reason)
     else:
         samples: list[int] = []
         barrier = FileBarrier(out_dir, run.rank, run.world_size) if run.world_size > 1 else None
@@ -155,11 +157,11 @@ SPEC_FILE = "spec.json"
 
 
 def run_job(run: RunSpec, out_dir: str | Path) -> dict:
-    """The bench job: check the source (warm, reachable), size `auto` workers, run every rank at once, write
-    run.json. Each rank gets the run whole, as `<out_dir>/spec.json`."""
+    """The bench job of a checked run (`RunSpec.check`: the workflow's parse, the CLI, `advice.prove`): check the
+    source (warm, reachable), size `auto` workers, run every rank at once, write run.json. Each rank gets the run
+    whole, as `<out_dir>/spec.json`."""
     from ..sources import apply_env, check_reachable
 
-    run.check(f"run {run.run_id}")  # a run built in code meets the rules the workflow and the CLI check
     apply_env(run.source_spec)
     _gate_on_prewarm(run)
     if is_remote(run.root):

@@ -226,30 +226,14 @@ class Pass:
 
 
 def busy_workers(adapter, num_workers: int) -> int | None:
-    """How many of this rank's DataLoader workers have something to read (None: the loader does not say). A stream
-    over `datasets` shards (LeRobot's: one per data file) gives each worker whole shards: past `num_shards`
-    workers idle, which `datasets` only warns of in the worker's log."""
-    count = getattr(adapter.dataset, "busy_workers", None)
-    if count:
-        return count(num_workers)
-    shards = getattr(adapter.dataset, "num_shards", None) if adapter.iterable else None
-    return min(max(num_workers, 1), shards) if isinstance(shards, int) else None
+    """How many of this rank's DataLoader workers have something to read, as the adapter declares it (None: the
+    loader does not say)."""
+    return adapter.busy_workers(num_workers) if adapter.busy_workers else None
 
 
 def work_note(adapter, num_workers: int) -> str:
-    """One line when a rank or worker of this run has nothing to read (and the loader's own note), else ''."""
-    note = getattr(adapter.dataset, "work_note", None)
-    own = note(num_workers) if note else ""
-    if getattr(adapter.dataset, "busy_workers", None):  # dlbench_stream: its own note says which workers idle
-        return own
-    busy = busy_workers(adapter, num_workers)
-    if busy is None or busy >= max(num_workers, 1):
-        return own
-    idle = (
-        f"{busy} of {num_workers} DataLoader workers have data to read: the stream has {busy} shard(s) (one per data "
-        f"file); the others idle: use num_workers <= {busy}"
-    )
-    return "; ".join(n for n in (own, idle) if n)
+    """One line when a rank or worker of this run has nothing to read (the loader's own words), else ''."""
+    return adapter.work_note(num_workers) if adapter.work_note else ""
 
 
 def warm_up(run: RunSpec, batches: Epochs, t_start: float, rows: list, checks: list) -> float:

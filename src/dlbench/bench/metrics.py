@@ -176,7 +176,7 @@ def run_metrics(run: RunSpec, measured: Pass, dmeta: DatasetMeta, adapter, barco
         delivered = np.asarray(list(measured.warm_rows) + list(rows), np.int64)
         needed = needed_bytes(dmeta, delivered, run.mode, run.delta_timestamps)
         remote = cost_metrics(*measured.remote, len(delivered) * fpi, needed)
-    probed = probe(run)
+    probed = probe(run, dmeta)
     cam0 = dmeta.info["features"][dmeta.cameras[0]]["shape"] if dmeta.cameras else [0, 0, 0]
     return {
         **timing,

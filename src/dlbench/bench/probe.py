@@ -13,13 +13,13 @@ from .adapters import make_adapter
 PROBE_MAX_S = 10.0
 
 
-def probe(run: RunSpec) -> dict:
+def probe(run: RunSpec, dmeta=None) -> dict:
     """Single-process samples/s and (for dlbench loaders) the fetch vs decode split, on `probe_samples` items (fewer
     where they take over PROBE_MAX_S)."""
     none = {"samples_per_s": None, "fetch_ms": None, "decode_ms": None}
     if run.probe_samples <= 0:
         return none
-    adapter = make_adapter(run)
+    adapter = make_adapter(run, dmeta)
     ds = adapter.dataset
     count = run.probe_samples
     if adapter.iterable:
@@ -27,7 +27,7 @@ def probe(run: RunSpec) -> dict:
         if next(it, None) is None:  # this rank has nothing to read (its run says so)
             return none
         take = lambda: next(it)  # noqa: E731
-        count += getattr(ds, "buffer_size", 0)  # so that the timed items include decoding as much as yielding
+        count += adapter.buffered  # so that the timed items include decoding as much as yielding
     else:
         idx = iter(np.random.default_rng(run.seed).integers(0, len(ds), size=run.probe_samples + 1).tolist())
         take = lambda: ds[next(idx)]  # noqa: E731

@@ -24,7 +24,6 @@ from ..loader.dataset_meta import DatasetMeta
 from ..run.spec import RunSpec
 from .adapters import make_adapter
 from .checks.resume import resume_check
-from .gpu import cuda_unavailable_reason
 from .measure import busy_workers, measure_pass, work_note
 from .metrics import frame_checks, rank_record, run_metrics
 
@@ -39,12 +38,9 @@ def measure_rank(run: RunSpec, samples_out: list | None = None, barrier=None, me
     """
     samples_out = [] if samples_out is None else samples_out
     torch.manual_seed(run.seed)
-    reason = cuda_unavailable_reason(run.decode_device)
-    if reason:
-        raise UserError(reason)
     device = torch.device("cuda" if run.decode_device.startswith("cuda") else "cpu")
     dmeta = DatasetMeta.load(run.root, data_files_root=run.data_files_root)
-    adapter = make_adapter(run)
+    adapter = make_adapter(run, dmeta)
     note = work_note(adapter, run.num_workers)
     if busy_workers(adapter, run.num_workers) == 0:
         raise UserError(note)

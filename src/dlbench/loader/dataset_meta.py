@@ -209,6 +209,28 @@ def dataset_root(repo_id: str | None, root: str | None, revision: str | None, re
     return f"hf://datasets/{repo_id}@{revision or paths.V30}"
 
 
+def open_meta(
+    repo_id: str | None,
+    root: str | None,
+    revision: str | None,
+    repo_type: str,
+    cameras: list[str] | None,
+    data_files_root: str | None,
+    local_cache: bool,
+    episodes: list[int] | None,
+    meta: DatasetMeta | None = None,
+) -> DatasetMeta:
+    """A loader's metadata from LeRobot's arguments: read from where the dataset lives (`dataset_root`), or `meta`
+    where the caller has read it already; copied locally where `local_cache` asks (`local_snapshot`); refused in one
+    line where it holds features a loader cannot put in items (`check_readable`)."""
+    if meta is None:
+        meta = DatasetMeta.load(dataset_root(repo_id, root, revision, repo_type), cameras, data_files_root)
+    if local_cache:
+        meta = local_snapshot(meta, episodes)
+    check_readable(meta, cameras)
+    return meta
+
+
 def local_snapshot(dmeta: DatasetMeta, episodes: list[int] | None) -> DatasetMeta:
     """A Hub dataset (hf://datasets/ORG/NAME@REV) read from a local copy: meta/, the data files (small; the
     map-style loader indexes every row) and the video files of `episodes` (all by default; of the cameras read) are

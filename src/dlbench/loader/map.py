@@ -17,14 +17,7 @@ import torch
 from ..decode.decoder import RANDOM_ACCESS_BLOCK, FrameDecoder
 from ..errors import UserError
 from ..format.meta import TOLERANCE_S
-from .dataset_meta import (
-    DatasetMeta,
-    check_readable,
-    dataset_root,
-    episode_rows,
-    local_snapshot,
-    resolve_windows,
-)
+from .dataset_meta import DatasetMeta, episode_rows, open_meta, resolve_windows
 from .items import BuilderViews, ItemBuilder, data_columns, read_columns
 from .lerobot_args import check_lerobot_args
 
@@ -66,6 +59,8 @@ class LeRobotMapDataset(BuilderViews, torch.utils.data.Dataset):
         local_cache: for a Hub dataset, download meta/ and the files of `episodes` once into huggingface_hub's
             cache and read them there (`dataset_meta.local_snapshot`), instead of range reads every epoch.
         data_files_root: where data/ and videos/ are, if not under the root (which then holds only meta/).
+        meta: the dataset's `DatasetMeta`, already read from `root` by the caller (the bench harness reads it once
+            a rank); None: read meta/ here.
     """
 
     def __init__(
@@ -100,6 +95,7 @@ class LeRobotMapDataset(BuilderViews, torch.utils.data.Dataset):
         remote_block_kb: float | None = None,
         local_cache: bool = False,
         data_files_root: str | None = None,
+        meta: DatasetMeta | None = None,
     ):
         check_lerobot_args(
             token=token,
@@ -111,11 +107,8 @@ class LeRobotMapDataset(BuilderViews, torch.utils.data.Dataset):
             streaming_encoding=streaming_encoding,
             encoder_queue_maxsize=encoder_queue_maxsize,
         )
-        root = dataset_root(repo_id, root, revision, repo_type)
-        self.meta = DatasetMeta.load(root, cameras, data_files_root)
-        if local_cache:
-            self.meta = local_snapshot(self.meta, episodes)
-        check_readable(self.meta, cameras)
+        self.meta = open_meta(repo_id, root, revision, repo_type, cameras, data_files_root, local_cache, episodes, meta)
+        root = self.meta.root
         windows = resolve_windows(mode, delta_timestamps, self.meta)
         columns = read_columns(self.meta, self.meta.data_files(), data_columns(self.meta))
         if not np.array_equal(columns["index"], np.arange(len(columns["index"]))):

@@ -40,14 +40,7 @@ import torch
 from ..decode.decoder import SEQUENTIAL_BLOCK, FrameDecoder
 from ..errors import UserError
 from ..format.meta import TOLERANCE_S
-from .dataset_meta import (
-    DatasetMeta,
-    check_readable,
-    dataset_root,
-    episode_rows,
-    local_snapshot,
-    resolve_windows,
-)
+from .dataset_meta import DatasetMeta, episode_rows, open_meta, resolve_windows
 from .items import BuilderViews, HeldTables, ItemBuilder, data_columns, read_columns
 from .lerobot_args import check_lerobot_args
 from .partition import (
@@ -86,7 +79,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
     Args:
         repo_id, root, episodes, image_transforms, delta_timestamps, tolerance_s, revision, force_cache_sync,
             return_uint8, depth_output_unit, token, repo_type, episode_filter, mode, cameras, decode_device,
-            data_files_root: as for `LeRobotMapDataset` (root: a local path or an fsspec URL, s3://, http(s)://,
+            data_files_root, meta: as for `LeRobotMapDataset` (root: a local path or an fsspec URL, s3://, http(s)://,
             hf://...).
         streaming: ignored: files are always streamed (False asks LeRobot to download them first).
         buffer_size: items in each virtual shard's shuffle buffer.
@@ -171,16 +164,14 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         virtual_shards: int | None = None,
         tag_items: bool = False,
         data_files_root: str | None = None,
+        meta: DatasetMeta | None = None,
     ):
         if min(pool_size, buffer_size, read_ahead or 1, virtual_shards or 1, block_stride or 1) < 1:
             raise UserError("pool_size, buffer_size, read_ahead, block_stride and virtual_shards must be >= 1")
         if fetch_episodes < 0:
             raise UserError(f"fetch_episodes must be >= 0 (got {fetch_episodes})")
         check_lerobot_args(token=token, depth_output_unit=depth_output_unit, rng=rng)
-        self.meta = DatasetMeta.load(dataset_root(repo_id, root, revision, repo_type), cameras, data_files_root)
-        if local_cache:
-            self.meta = local_snapshot(self.meta, episodes)
-        check_readable(self.meta, cameras)
+        self.meta = open_meta(repo_id, root, revision, repo_type, cameras, data_files_root, local_cache, episodes, meta)
         self.episodes, _ = episode_rows(self.meta, episodes, episode_filter)
         self.rank, self.world_size = rank_and_world(rank, world_size)
         windows = resolve_windows(mode, delta_timestamps, self.meta)

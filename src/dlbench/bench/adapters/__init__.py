@@ -33,14 +33,25 @@ def _decode_seconds(ds) -> tuple[float, float]:
 
 def _dlbench_adapter(ds, iterable: bool) -> Adapter:
     # partials of module functions, not lambdas: spawned DataLoader workers (cuda decode) pickle the dataset wrapper
+    stream = (
+        {"busy_workers": ds.busy_workers, "work_note": ds.work_note, "buffered": ds.buffer_size} if iterable else {}
+    )
     return Adapter(
-        ds, iterable, ds.frames_per_item, partial(_cache_stats, ds), partial(_decode_seconds, ds), collate=collate
+        ds,
+        iterable,
+        ds.frames_per_item,
+        partial(_cache_stats, ds),
+        partial(_decode_seconds, ds),
+        collate=collate,
+        **stream,
     )  # dlbench.loader.DataLoader's batching
 
 
-def make_adapter(run, tag_items: bool = False) -> Adapter:
-    """Build the loader named by `run.loader` (a RunSpec) over `run.root`; `tag_items`: dlbench_stream's items
-    carry their place in the stream, for its `observe` and `state_dict` (the resume check)."""
+def make_adapter(run, dmeta: DatasetMeta | None = None, tag_items: bool = False) -> Adapter:
+    """Build the loader named by `run.loader` (a RunSpec) over `run.root`, whose metadata `dmeta` the caller has
+    read (None: read here); `tag_items`: dlbench_stream's items carry their place in the stream, for its `observe`
+    and `state_dict` (the resume check)."""
+    dmeta = dmeta or DatasetMeta.load(run.root, data_files_root=run.data_files_root)
     # lerobot_map@NAME is lerobot_map: which LeRobot answers is the environment's (the rank runs in .peers/NAME)
     run = dataclasses.replace(run, loader=run.loader_name.base)
     if run.loader == "dlbench_map":
@@ -55,6 +66,7 @@ def make_adapter(run, tag_items: bool = False) -> Adapter:
             decoder_cache_mb=run.decoder_cache_mb,
             remote_block_kb=run.remote_block_kb,
             data_files_root=run.data_files_root,
+            meta=dmeta,
             return_uint8=True,  # as LeRobot's training factory asks of LeRobotDataset, and of the baselines here
         )
         return _dlbench_adapter(ds, iterable=False)
@@ -78,16 +90,17 @@ def make_adapter(run, tag_items: bool = False) -> Adapter:
             read_ahead=run.read_ahead,
             buffer_mb=run.buffer_mb,
             data_files_root=run.data_files_root,
+            meta=dmeta,
             return_uint8=True,
             tag_items=tag_items,
         )
         return _dlbench_adapter(ds, iterable=True)
     if run.loader in LEROBOT_LOADERS:
-        return _lerobot(run)
+        return _lerobot(run, dmeta)
     if run.loader == "lance_map":  # lerobot-lancedb's LanceDBDataset, beside LeRobot's in the peer environment
         from .lance import lance_adapter
 
-        return lance_adapter(run)
+        return lance_adapter(run, dmeta)
     raise UserError(f"loader {run.loader!r} is unknown; choose one of {list(LOADERS)}")
 
 
@@ -123,7 +136,7 @@ def _time_lerobot_decoding() -> None:
         setattr(module, name, timed)
 
 
-def _lerobot(run) -> Adapter:
+def _lerobot(run, dmeta: DatasetMeta) -> Adapter:
     try:
         from lerobot.datasets.lerobot_dataset import LeRobotDataset
         from lerobot.datasets.streaming_dataset import StreamingLeRobotDataset
@@ -134,7 +147,6 @@ def _lerobot(run) -> Adapter:
             f"loader {run.loader} needs LeRobot 0.6.1, which is not importable here; it runs in the "
             f"peer environment (create it with {CREATE_COMMAND})"
         ) from None
-    dmeta = DatasetMeta.load(run.root)
     deltas = lerobot_delta_timestamps(dmeta, run.mode, run.delta_timestamps)
     fpi = sum(len(deltas.get(c, [0])) if deltas else 1 for c in dmeta.cameras)
     where = lerobot_location(run.root)
@@ -159,11 +171,32 @@ def _lerobot(run) -> Adapter:
     )
     if run.world_size > 1:
         notes.append(lb.split_by_node(ds, run.rank, run.world_size))
-    if notes:
-        lb.add_note(ds, "; ".join(notes))
     _stop_tqdm_monitor()
     _time_lerobot_decoding()
-    return Adapter(ds, True, fpi, None, _lerobot_decode_seconds)
+    shards = ds.num_shards if isinstance(ds.num_shards, int) else None
+    busy = None if shards is None else partial(_whole_shards, shards)
+    note = partial(_lerobot_stream_note, "; ".join(notes), shards)
+    return Adapter(ds, True, fpi, None, _lerobot_decode_seconds, busy_workers=busy, work_note=note,
+                   buffered=run.buffer_size)  # fmt: skip
+
+
+def _whole_shards(shards: int, num_workers: int) -> int:
+    """A stream over `datasets` shards (LeRobot's: one per data file) gives each worker whole shards: past
+    `shards` workers idle, which `datasets` only warns of in the worker's log."""
+    return min(max(num_workers, 1), shards)
+
+
+def _lerobot_stream_note(own: str, shards: int | None, num_workers: int) -> str:
+    """What dlbench did for LeRobot's stream (`own`: its bucket meta/, its split by node), and the workers that idle
+    past its shards."""
+    busy = None if shards is None else _whole_shards(shards, num_workers)
+    idle = (
+        f"{busy} of {num_workers} DataLoader workers have data to read: the stream has {busy} shard(s) (one per data "
+        f"file); the others idle: use num_workers <= {busy}"
+        if busy is not None and busy < max(num_workers, 1)
+        else ""
+    )
+    return "; ".join(n for n in (own, idle) if n)
 
 
 def lerobot_location(root: str) -> dict:

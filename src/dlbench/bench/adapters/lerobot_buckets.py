@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from functools import partial
 from pathlib import Path
 
 from ...errors import UserError
@@ -67,12 +66,3 @@ def split_by_node(ds, rank: int, world_size: int) -> str:
     ds.num_shards = min(ds.num_shards, ds.hf_dataset.num_shards)
     how = f"{files} parquet files: " + ("whole files per rank" if files % world_size == 0 else "every n-th row")
     return SPLIT_NOTE.format(how=how)
-
-
-def _note(text: str, num_workers: int) -> str:
-    return text
-
-
-def add_note(ds, text: str) -> None:
-    """Give the run's record (`work_note`, summary.csv's notes) `text`; a partial, so spawned workers can pickle it."""
-    ds.work_note = partial(_note, text)

@@ -48,14 +48,14 @@ def resume_check(run: RunSpec, dmeta: DatasetMeta) -> tuple[dict, str]:
                 break
         # returning drops the DataLoader: its workers stop, and the batches they had made undelivered are lost
 
-    first = make_adapter(run, tag_items=True)
+    first = make_adapter(run, dmeta, tag_items=True)
     expected = rank_rows(first.dataset, first.dataset.epoch)
     batches = -(-len(first.dataset) // run.batch_size)
     stop = int(np.random.default_rng([run.seed, run.rank]).integers(1, max(2, batches)))
     consume(first, run.num_workers, stop)
     state = json.loads(json.dumps(first.dataset.state_dict()))
     del first
-    second = make_adapter(run, tag_items=True)
+    second = make_adapter(run, dmeta, tag_items=True)
     second.dataset.load_state_dict(state)
     consume(second, run.num_workers + 1)
     counts = collections.Counter(got)
