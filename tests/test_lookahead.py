@@ -59,8 +59,13 @@ def test_only_batches_handed_out_in_turn_name_their_next():
     torch may pass a worker over (in_order=False) or where nothing is fetched ahead."""
     from dlbench.loader import DataLoader
 
-    class Planned(_Echo):
+    class Planned(_Echo):  # declares `loader.items.FrameDataset`, as dlbench's map-style dataset does
         plans_batches = True
+        decode_device = "cpu"
+        frame_bytes_per_item = 0  # no batch ring
+
+        def float_cameras(self) -> frozenset:
+            return frozenset()
 
     def guesses(ds, **kw) -> bool:
         return isinstance(DataLoader(ds, batch_size=4, **kw)._index_sampler, LookaheadBatches)

@@ -9,18 +9,19 @@ import torch
 from ..workers import DECODER_MODULE, ParentSettings, start_method
 from . import lookahead
 from .collate import CollateWorkerInit, collate, to_torch
+from .items import FrameDataset
 from .ring import _ALIGN, BatchRing
 
 
 def decodes_on_gpu(dataset) -> bool:
     """True for a dataset whose frames come out of the GPU's decoder (its `decode_device` is not "cpu")."""
-    return getattr(dataset, "decode_device", "cpu") != "cpu"
+    return isinstance(dataset, FrameDataset) and dataset.decode_device != "cpu"
 
 
 def make_ring(dataset, batch_size: int | None, num_workers: int, prefetch_factor: int | None) -> BatchRing | None:
     """A `BatchRing` for a DataLoader's workers, sized from the dataset's `frame_bytes_per_item`; None where one
     cannot help (no workers, no batching, frames decoded on the GPU, a dataset that does not say its frame size)."""
-    item_bytes = getattr(dataset, "frame_bytes_per_item", None)
+    item_bytes = dataset.frame_bytes_per_item if isinstance(dataset, FrameDataset) else None
     if num_workers <= 0 or not batch_size or not item_bytes or decodes_on_gpu(dataset):
         return None
     # a worker has prefetch_factor batches in flight, plus the one the consumer holds. (Once another worker's shard
@@ -32,14 +33,13 @@ def make_ring(dataset, batch_size: int | None, num_workers: int, prefetch_factor
 
 def float_frame_keys(dataset) -> frozenset:
     """The cameras whose frames `collate` turns into floats for `dataset` (its workers hand them over as uint8)."""
-    builder = getattr(dataset, "builder", None)
-    return frozenset(builder.dmeta.cameras) if builder is not None and builder.floats_in_collate() else frozenset()
+    return dataset.float_cameras() if isinstance(dataset, FrameDataset) else frozenset()
 
 
 def import_decoder_before_fork(dataset, method: str) -> None:
     """Import torchcodec here before workers `fork` for a dlbench dataset: every worker of every epoch inherits it
     instead of importing it itself (it imports torch._dynamo, over a second of CPU per process)."""
-    if method == "fork" and hasattr(dataset, "builder"):
+    if method == "fork" and isinstance(dataset, FrameDataset):
         importlib.import_module(DECODER_MODULE)
 
 

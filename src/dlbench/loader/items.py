@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import pyarrow as pa
@@ -312,12 +313,33 @@ class ItemBuilder(ItemRows):
         return self.return_float and self.image_transforms is None and self.decoder.decode_device == "cpu"
 
 
+@runtime_checkable
+class FrameDataset(Protocol):
+    """What `loader.DataLoader` reads off a dataset that decodes frames (dlbench's two loaders, through
+    `BuilderViews`); any other dataset is batched as torch's DataLoader batches it."""
+
+    @property
+    def decode_device(self) -> str: ...  # "cpu", or "cuda": frames come out of NVDEC, in GPU memory
+
+    @property
+    def frame_bytes_per_item(self) -> int: ...  # decoded frame bytes an item holds: sizes the batch ring's slots
+
+    @property
+    def plans_batches(self) -> bool: ...  # a batch's remote video is fetched together before decoding
+
+    def float_cameras(self) -> frozenset: ...  # cameras whose frames `collate` turns into floats (uint8 in workers)
+
+
 class BuilderViews:
-    """What the bench harness, `loader.DataLoader` and LeRobot training code read off a dataset built on
-    an `ItemBuilder`."""
+    """What the bench harness, `loader.DataLoader` (`FrameDataset`) and LeRobot training code read off a dataset
+    built on an `ItemBuilder`."""
 
     builder: ItemBuilder
     meta: DatasetMeta
+    plans_batches = False  # the map-style dataset's says whether it fetches batches ahead
+
+    def float_cameras(self) -> frozenset:
+        return frozenset(self.meta.cameras) if self.builder.floats_in_collate() else frozenset()
 
     @property
     def repo_id(self) -> str:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections import deque
 
+from .items import FrameDataset
+
 
 def predictable(num_workers: int, in_order: bool) -> bool:
     """Whether the batch each worker gets next is known as batches are handed out: one worker, or several taking
@@ -23,7 +25,7 @@ def predictable(num_workers: int, in_order: bool) -> bool:
 def for_dataset(batches, dataset, num_workers: int, in_order: bool):
     """`batches` as `LookaheadBatches` where that pays: a dataset that fetches each batch before decoding it
     (`plans_batches`), with batches handed out in turn (`predictable`); else `batches` itself."""
-    if getattr(dataset, "plans_batches", False) and predictable(num_workers, in_order):
+    if isinstance(dataset, FrameDataset) and dataset.plans_batches and predictable(num_workers, in_order):
         return LookaheadBatches(batches, num_workers)
     return batches
 
