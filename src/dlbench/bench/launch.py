@@ -123,6 +123,27 @@ def _write_skipped(run: RunSpec, out_dir: Path, reason: str) -> dict:
     return rec
 
 
+def rank_main(spec: str | Path, out_dir: str | Path, rank: int | None) -> dict | None:
+    """One rank process of a job (`dlbench bench-rank`, started by `launch`): the run from its spec file, re-run in
+    the LeRobot peer environment where its loader lives there (None: that process wrote the record), else its
+    source's settings applied and rank `rank` (None: from torch.distributed, RANK or SLURM_PROCID) measured."""
+    from ..loader.world import rank_and_world
+    from ..run import spec as runspec
+    from ..sources import apply_env
+
+    run = runspec.read(spec)
+    if needs_peer(run.loader):  # run this rank in the LeRobot peer environment
+        cmd, env = rank_command(run.loader, run.root)
+        own = ["--spec", str(spec), "--out-dir", str(out_dir), *(["--rank", str(rank)] if rank is not None else [])]
+        code = subprocess.run([*cmd, *own], env=env).returncode
+        if code:
+            raise UserError(f"bench rank in the LeRobot peer environment failed (exit {code}); see the messages above")
+        return None
+    apply_env(run.source_spec)
+    rank, _ = rank_and_world(rank, run.ranks)
+    return run_rank(replace(run, rank=rank), out_dir)
+
+
 def run_rank(run: RunSpec, out_dir: str | Path) -> dict:
     """Run rank `run.rank` and write its files atomically; a killed rank leaves no rank file."""
     from .gpu import cuda_unavailable_reason

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -178,23 +177,12 @@ def bench_run(a) -> None:
 
 
 def bench_rank(a) -> None:
-    from ..bench.launch import needs_peer, rank_command, run_rank
-    from ..loader.world import rank_and_world
-    from ..run import spec as runspec
+    from ..bench.launch import rank_main
 
-    run = runspec.read(a.spec)
-    if needs_peer(run.loader):  # run this rank in the LeRobot peer environment
-        cmd, env = rank_command(run.loader, run.root)
-        own = ["--spec", a.spec, "--out-dir", a.out_dir, *(["--rank", str(a.rank)] if a.rank is not None else [])]
-        code = subprocess.run([*cmd, *own], env=env).returncode
-        if code:
-            raise UserError(f"bench rank in the LeRobot peer environment failed (exit {code}); see the messages above")
+    rec = rank_main(a.spec, a.out_dir, a.rank)
+    if rec is None:  # ran in the peer environment, which said its own line
         return
-    from ..sources import apply_env
-
-    apply_env(run.source_spec)
-    rank, world = rank_and_world(a.rank, run.ranks)
-    rec = run_rank(dataclasses.replace(run, rank=rank), a.out_dir)
+    rank, world = rec["rank"], rec["world_size"]
     if rec["status"] not in ("ok", "unverified"):
         say(f"rank {rank} of {world}: {rec['status']}: {rec['reason']}")
         return
