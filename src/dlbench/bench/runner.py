@@ -29,7 +29,7 @@ from .metrics import frame_checks, rank_record, run_metrics
 
 
 def measure_rank(run: RunSpec, samples_out: list | None = None, barrier=None, meter=None) -> dict:
-    """Run rank `run.rank` of a run (checked already: `runspec.make_run`, or the workflow) and return its record
+    """Run rank `run.rank` of a run (checked already: `run.spec.make_run`, or the workflow) and return its record
     (see `record.py`).
 
     `samples_out`, if given, receives the `index` of every sample consumed in the steady window. `barrier`, if

@@ -97,7 +97,7 @@ def busy(loader: str, workers: int, rank: int, ranks: int, episodes: int, data_f
 
 
 def resolve_auto(workers: int | str, node: Node) -> int:
-    """`auto` as the bench job resolves it (`runspec.resolve_workers`): the host's cores shared by its ranks."""
+    """`auto` as the bench job resolves it (`run.spec.resolve_workers`): the host's cores shared by its ranks."""
     return max(1, node.cores // max(node.ranks, 1)) if workers == "auto" else int(workers)
 
 

@@ -73,7 +73,7 @@ REMOTE_COLUMNS = (
 
 
 def run_id(config: dict) -> str:
-    """The run id a record was made under (its spec's), or, for records without one, as `dlbench.runspec` builds it."""
+    """The run id a record was made under (its spec's), or, for records without one, as `dlbench.run.spec` builds it."""
     from ..run.spec import run_id as build
 
     return config.get("run_id") or build({"dataset": "adhoc", **config})

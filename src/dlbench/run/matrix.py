@@ -191,7 +191,7 @@ def expand_runs(config: dict) -> list[RunSpec]:
 
 def resolve(config: dict, run: dict, scenario: str) -> RunSpec:
     """One run: its values plus where it reads from and how it treats an unreachable or cold source; checked
-    (`runspec.check`), errors naming `bench.scenarios.<scenario>.<key>`."""
+    (`run.spec.check`), errors naming `bench.scenarios.<scenario>.<key>`."""
     where = f"bench.scenarios.{scenario}"
     check_run_values(run, lambda key: f"{where}.{key}")
     check_peer(run["loader"], config, f"{where}.loader")

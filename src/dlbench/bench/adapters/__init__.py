@@ -209,7 +209,7 @@ def lerobot_location(root: str) -> dict:
     if root.startswith("hf://datasets/"):
         repo, _, revision = root.removeprefix("hf://datasets/").partition("@")
         return {"repo_id": repo.rstrip("/"), "revision": revision or None}
-    return {"repo_id": "local/bench", "root": local_path(root)}  # other URLs: refused by `runspec.check`
+    return {"repo_id": "local/bench", "root": local_path(root)}  # other URLs: refused by `run.spec.check`
 
 
 def _stop_tqdm_monitor() -> None:

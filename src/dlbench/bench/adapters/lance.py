@@ -5,7 +5,7 @@ A run's `root` stays the dataset's v3.0 form: the frame checks, the probe's meta
 read it. `lance_root` is the dataset's Lance copy (`dlbench lance-convert`, lerobot-lancedb's own converter), which
 the loader reads: a local directory, or an s3:// URL on the run's S3 source (read by Lance's own object-store
 client, pointed at the rank's metering proxy). Lance reads hf:// through its own Hub client, which the loopback Hub
-does not serve, and plain HTTP not at all; `runspec.check` refuses those runs.
+does not serve, and plain HTTP not at all; `run.spec.check` refuses those runs.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def lance_adapter(run) -> Adapter:
             f"loader {LOADER} needs lerobot-lancedb, which is not importable here; it runs in the peer environment "
             f"(create it with {CREATE_COMMAND})"
         ) from None
-    lance_root = str(run.lance_root)  # given and readable by Lance: `runspec.check`
+    lance_root = str(run.lance_root)  # given and readable by Lance: `run.spec.check`
     dmeta = DatasetMeta.load(run.root)
     check_copy(lance_root, dmeta)
     deltas = lerobot_delta_timestamps(dmeta, run.mode, run.delta_timestamps)
