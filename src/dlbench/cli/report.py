@@ -61,26 +61,14 @@ def add(sub) -> None:
         help="loader the ratio_to_baseline column compares with; lerobot: LeRobot's loader of the run's own kind; "
         f"one of {', '.join(baseline['anyOf'][0]['enum'])}, or lerobot_map@PEER / lerobot_stream@PEER",
     )
-    thrash = defaults("thrash")
-    p.add_argument(
-        "--thrash-hit-rate-below",
-        type=float,
-        default=thrash["hit_rate_below"],
-        help="decoder thrash: cache hit rate under this...",
-    )
-    p.add_argument(
-        "--thrash-p99-ms-above", type=float, default=thrash["p99_ms_above"], help="...and p99 item latency over this"
-    )
-    floor = defaults("shuffle_floor")
-    p.add_argument(
-        "--shuffle-floor-randomness",
-        type=float,
-        default=floor["randomness"],
-        help="a run whose batches score less shuffle randomness does not pass",
-    )
-    p.add_argument(
-        "--shuffle-floor-spread", type=float, default=floor["spread"], help="...nor one whose spread is below this"
-    )
+    thrash, floor = defaults("thrash"), defaults("shuffle_floor")
+    for flag, default, text in (
+        ("--thrash-hit-rate-below", thrash["hit_rate_below"], "decoder thrash: cache hit rate under this..."),
+        ("--thrash-p99-ms-above", thrash["p99_ms_above"], "...and p99 item latency over this"),
+        ("--shuffle-floor-randomness", floor["randomness"], "a run whose batches shuffle less randomly fails"),
+        ("--shuffle-floor-spread", floor["spread"], "...and one whose shuffle spread is below this"),
+    ):
+        p.add_argument(flag, type=float, default=default, help=text)
     p.add_argument(
         "--prewarm",
         action="append",

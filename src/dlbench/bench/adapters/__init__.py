@@ -54,33 +54,29 @@ def make_adapter(run, dmeta: DatasetMeta | None = None, tag_items: bool = False)
     dmeta = dmeta or DatasetMeta.load(run.root, data_files_root=run.data_files_root)
     # lerobot_map@NAME is lerobot_map: which LeRobot answers is the environment's (the rank runs in .peers/NAME)
     run = dataclasses.replace(run, loader=run.loader_name.base)
+    # what both dlbench loaders take from a run; frames as uint8, as LeRobot's training factory asks of LeRobotDataset
+    # (and of the baselines here)
+    common = dict(
+        mode=run.mode,
+        delta_timestamps=run.delta_timestamps,
+        decode_device=run.decode_device,
+        decoder_cache_mb=run.decoder_cache_mb,
+        remote_block_kb=run.remote_block_kb,
+        data_files_root=run.data_files_root,
+        meta=dmeta,
+        return_uint8=True,
+    )
     if run.loader == "dlbench_map":
         from ...loader.map import LeRobotMapDataset
 
-        ds = LeRobotMapDataset(
-            run.root,
-            mode=run.mode,
-            delta_timestamps=run.delta_timestamps,
-            decode_device=run.decode_device,
-            decoder_cache_size=run.decoder_cache_size or 16,
-            decoder_cache_mb=run.decoder_cache_mb,
-            remote_block_kb=run.remote_block_kb,
-            data_files_root=run.data_files_root,
-            meta=dmeta,
-            return_uint8=True,  # as LeRobot's training factory asks of LeRobotDataset, and of the baselines here
-        )
+        ds = LeRobotMapDataset(run.root, decoder_cache_size=run.decoder_cache_size or 16, **common)
         return _dlbench_adapter(ds, iterable=False)
     if run.loader == "dlbench_stream":
         from ...loader.stream import LeRobotStreamingDataset
 
         ds = LeRobotStreamingDataset(
             run.root,
-            mode=run.mode,
-            delta_timestamps=run.delta_timestamps,
-            decode_device=run.decode_device,
             decoder_cache_size=run.decoder_cache_size,
-            decoder_cache_mb=run.decoder_cache_mb,
-            remote_block_kb=run.remote_block_kb,
             fetch_episodes=run.fetch_episodes,
             rank=run.rank,
             world_size=run.world_size,
@@ -89,10 +85,8 @@ def make_adapter(run, dmeta: DatasetMeta | None = None, tag_items: bool = False)
             buffer_size=run.buffer_size,
             read_ahead=run.read_ahead,
             buffer_mb=run.buffer_mb,
-            data_files_root=run.data_files_root,
-            meta=dmeta,
-            return_uint8=True,
             tag_items=tag_items,
+            **common,
         )
         return _dlbench_adapter(ds, iterable=True)
     if run.loader in LEROBOT_LOADERS:
