@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from dlbench import barcode
-from dlbench.decode.cache import EXACT_SEEK_CODECS
+from dlbench.decode.codecs import EXACT_SEEK_CODECS
 
 DEFAULT_SETS = ["h264:480x640", "hevc:480x640", "av1:480x640", "h264:720x1280", "hevc:720x1280"]
 CHUNK = 32  # frames asked for at once in order

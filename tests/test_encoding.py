@@ -9,7 +9,7 @@ import pytest
 
 from dlbench import barcode
 from dlbench.config import validate_config
-from dlbench.encoding.measure import measure, quality, table
+from dlbench.encoding.cost import measure, quality, table
 from dlbench.encoding.options import Encoding
 from dlbench.encoding.reencode import MANIFEST, plan, reencode, run_unit
 from dlbench.errors import UserError

@@ -12,7 +12,7 @@ import torch
 from torchcodec.decoders import VideoDecoder
 
 from dlbench.convert import finalize as finalizemod
-from dlbench.convert import mp4
+from dlbench.convert import join
 from dlbench.convert import plan as planmod
 from dlbench.convert import work as workmod
 from dlbench.convert.run import run as convert_run
@@ -112,7 +112,7 @@ def test_offsets_past_4_gib_are_64_bit(v21_h264):
         track = read_track(fh, rel)
     big = 3 * 2**30
     tracks = [replace(track, data_range=(track.data_range[0], big)) for _ in range(3)]
-    header = mp4.join(tracks).header
+    header = join.join(tracks).header
     moov_at = header.index(b"moov") - 4
     mdat_at = len(header) - 16
     assert header[mdat_at + 4 : mdat_at + 8] == b"mdat"

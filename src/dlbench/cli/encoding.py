@@ -64,7 +64,7 @@ def reencode(a) -> None:
 
 
 def encoding(a) -> None:
-    from ..encoding.measure import measure
+    from ..encoding.cost import measure
 
     record = json.loads(Path(a.reencode_record).read_text()) if a.reencode_record else None
     rows = measure(a.root, a.name or Path(a.root).name, a.reference, record, every=a.every)
@@ -77,7 +77,7 @@ def encoding(a) -> None:
 
 
 def encodings_table(a) -> None:
-    from ..encoding.measure import table
+    from ..encoding.cost import table
 
     rows = []
     for p in a.rows:

@@ -2,7 +2,7 @@
 
 Data files are written with one row group per episode (as LeRobot's recorder does); `episode_index` and `index` are
 set to the v3.0 numbering (equal to the source's for a contiguous source). Videos are joined without re-encoding:
-`mp4.join` copies the episodes' sample data as bytes and appends their sample tables; inputs it cannot copy that way
+`join.join` copies the episodes' sample data as bytes and appends their sample tables; inputs it cannot copy that way
 are remuxed packet by packet with FFmpeg (PyAV). Either way each episode starts at the exact number of time-base
 ticks of the frames before it in the file, so `from_timestamp` is `ticks * time_base`, not a running float sum.
 
@@ -27,7 +27,7 @@ from .. import atomic
 from ..errors import UserError, no_range_requests
 from ..format import meta, paths
 from ..format.mp4 import Track, Unsupported, read_track
-from . import mp4
+from . import join
 from . import plan as planmod
 from .lease import HOST, LEASE_TIMEOUT_S, LeaseDir
 
@@ -157,16 +157,16 @@ def _open_binary(src: str, rel: str):
 
 
 def _join(src: str, rels: list[str], lengths: list[int], fps: Fraction, tmp: Path) -> list[dict]:
-    """Copy the episodes' sample data as bytes (`mp4.join`); raise `Unsupported` before writing if it cannot."""
+    """Copy the episodes' sample data as bytes (`join.join`); raise `Unsupported` before writing if it cannot."""
     tracks = _read_tracks(src, rels, lengths, fps)
-    joined = mp4.join(tracks)
+    joined = join.join(tracks)
     with open(tmp, "wb", buffering=0) as dst:
-        mp4.preallocate(dst, len(joined.header) + sum(t.data_range[1] for t in tracks))
-        mp4.write_all(dst, joined.header)
+        join.preallocate(dst, len(joined.header) + sum(t.data_range[1] for t in tracks))
+        join.write_all(dst, joined.header)
         for rel, t in zip(rels, tracks):
             with _open_binary(src, rel) as fh:
                 try:
-                    mp4.copy_range(fh, dst, *t.data_range)
+                    join.copy_range(fh, dst, *t.data_range)
                 except EOFError as e:
                     raise UserError(f"{e}; was it rewritten during the conversion? Rerun") from None
     per_frame = _ticks_per_frame(Fraction(1, joined.timescale), fps, rels[0])
@@ -196,7 +196,7 @@ def _ticks_per_frame(time_base: Fraction, fps: Fraction, url: str) -> int:
 
 
 def _remux(src: str, rels: list[str], lengths: list[int], fps: Fraction, tmp: Path) -> list[dict]:
-    """Stream-copy every packet through FFmpeg's muxer: for inputs `mp4.join` cannot copy as bytes."""
+    """Stream-copy every packet through FFmpeg's muxer: for inputs `join.join` cannot copy as bytes."""
     import av
 
     entries = []

@@ -20,6 +20,7 @@ import torch
 from ..errors import UserError, no_range_requests
 from ..format.meta import TOLERANCE_S
 from ..format.paths import is_remote, local_path
+from .codecs import EXACT_SEEK_CODECS
 from .source import ReadClock, TimedReads
 
 # torchcodec's NVDEC implementation: "ffmpeg" (FFmpeg's NVDEC hardware decoding) or "beta" (torchcodec's own, on
@@ -39,11 +40,6 @@ def _cuda_backend():
 
 class FrameTimestampError(UserError):
     """A decoded frame's presentation time is not the requested one."""
-
-
-# codecs whose files torchcodec's approximate seek misplaces: x265's open GOPs (its default) land it 2 frames late
-# (torchcodec 0.13, FFmpeg 5.1; exact mode, which indexes every packet at open, is right)
-EXACT_SEEK_CODECS = frozenset({"hevc"})
 
 
 def is_channels_last(frames: torch.Tensor) -> bool:

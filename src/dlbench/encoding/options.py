@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from ..decode.codecs import CODECS, Encoded
 from ..errors import UserError
-from ..synth.config import CODECS
 
 PIXEL_FORMATS = ("yuv420p", "yuv444p", "yuv420p10le")
 
 
 @dataclass(frozen=True)
-class Encoding:
+class Encoding(Encoded):
     """codec h264 | hevc | av1; gop: frames between keyframes (at most); crf: quality (lower: better, larger);
     preset: the encoder's speed preset (its own default where None); height/width: a smaller size (both or
     neither); faststart: the index (moov) ahead of the frames, so a reader needs one request less; fast_decode:
@@ -42,23 +42,6 @@ class Encoding:
         if self.height is not None and (self.height < 16 or self.width < 16 or self.height % 2 or self.width % 2):
             raise UserError(f"height x width {self.height}x{self.width}: give even sizes of at least 16")
 
-    @property
-    def encoder(self) -> str:
-        return CODECS[self.codec][0]
-
-    @property
-    def effective_gop(self) -> int:
-        return self.gop or CODECS[self.codec][3]
-
-    @property
-    def effective_crf(self) -> int:
-        return self.crf if self.crf is not None else CODECS[self.codec][2]
-
-    @property
-    def effective_preset(self) -> str | None:
-        preset = self.preset if self.preset is not None else CODECS[self.codec][4]
-        return None if preset is None else str(preset)
-
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -74,7 +57,7 @@ class Encoding:
         args = ["-map", "0:v:0", "-an", "-sn", "-dn", "-c:v", self.encoder, "-threads", str(threads)]
         args += ["-g", str(self.effective_gop), "-crf", str(self.effective_crf), "-pix_fmt", self.pixel_format]
         if self.effective_preset is not None:
-            args += ["-preset", self.effective_preset]
+            args += ["-preset", str(self.effective_preset)]
         if self.codec == "hevc":  # closed GOPs: a keyframe's neighbours need nothing before it (random access)
             pools = f":pools={threads}" if threads else ""  # 0: FFmpeg's and x265's own choice, every core
             args += ["-x265-params", f"log-level=error:no-open-gop=1{pools}"]

@@ -1,7 +1,7 @@
 """Read the index (moov) of single-track MP4 files: sample sizes, chunk offsets, timing and sync samples.
 
 `read_track` parses a file's moov into a `Track` (its sample tables expanded to one value per sample): the
-converter joins tracks by copying their bytes (`dlbench.convert.mp4`), the loaders' fetchers turn them into the
+converter joins tracks by copying their bytes (`dlbench.convert.join`), the loaders' fetchers turn them into the
 byte ranges of frames (`dlbench.decode.fetch`). `declared_frames` reads only the frame count, to tell a whole file
 from one cut short (`Damaged`).
 

@@ -4,9 +4,9 @@ Modules: `config` (what to generate), `content` (what the frames show), `encode`
 stats and metadata; `synthesize`). The same seed gives the same parquet and metadata bytes.
 """
 
-from .config import CODECS, CONTENTS, Camera, SynthConfig, camera_keys, episode_lengths
 from .content import render_frames
 from .encode import check_encoder, encode_video, encoder_works
+from .spec import CODECS, CONTENTS, Camera, SynthConfig, camera_keys, episode_lengths
 from .write import synthesize
 
 __all__ = [

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import barcode
-from .config import CONTENTS, Camera
+from .spec import CONTENTS, Camera
 
 
 def render_frames(

@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import atomic
 from ..errors import UserError
-from .config import CODECS, Camera, SynthConfig
+from .spec import CODECS, Camera, SynthConfig
 
 
 def encode_video(frames_thwc: np.ndarray, path: Path, cfg: SynthConfig) -> None:
@@ -73,6 +73,6 @@ def check_encoder(codec: str) -> None:
     if not encoder_works(codec):
         available = [c for c in sorted(CODECS) if encoder_works(c)]
         raise UserError(
-            f"codec {codec!r} needs the FFmpeg encoder {CODECS[codec][0]}, which this FFmpeg cannot use; "
+            f"codec {codec!r} needs the FFmpeg encoder {CODECS[codec].encoder}, which this FFmpeg cannot use; "
             f"codecs that work here: {available or 'none (is FFmpeg installed? run scripts/install-system-deps.sh)'}"
         )

@@ -13,9 +13,9 @@ import pyarrow as pa
 from .. import atomic
 from ..errors import UserError, needs_extra
 from ..format import meta, paths
-from .config import CODECS, SynthConfig, camera_keys, episode_lengths
 from .content import render_frames
 from .encode import check_encoder, encode_video
+from .spec import CODECS, SynthConfig, camera_keys, episode_lengths
 
 
 def _features(cfg: SynthConfig) -> dict:
@@ -42,7 +42,7 @@ def _features(cfg: SynthConfig) -> dict:
                 "video.height": cam.height,
                 "video.width": cam.width,
                 "video.channels": 3,
-                "video.codec": CODECS[cfg.codec][1],
+                "video.codec": CODECS[cfg.codec].name,
                 "video.pix_fmt": "yuv420p",
                 "video.is_depth_map": False,
                 "has_audio": False,

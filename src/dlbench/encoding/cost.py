@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..decode.cache import EXACT_SEEK_CODECS
+from ..decode.codecs import EXACT_SEEK_CODECS
 from ..errors import UserError
 from ..format import meta
 from ..format.mp4 import read_track

@@ -7,15 +7,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import barcode
+from ..decode.codecs import CODECS, Encoded
 from ..errors import UserError
 from ..format import paths
-
-# codec name in config -> (FFmpeg encoder, codec name recorded in info.json, default crf, default GOP, default preset)
-CODECS = {
-    "h264": ("libx264", "h264", 23, 30, None),
-    "hevc": ("libx265", "hevc", 28, 30, None),
-    "av1": ("libsvtav1", "av1", 30, 2, 12),  # LeRobot 0.6.1's recording defaults: libsvtav1, g=2, crf=30, preset 12
-}
 
 # what the frames show (besides the barcode): "stripes" (smooth moving colour stripes: cheap to encode, ~4 KB per
 # frame at 480x640 in av1 crf 30) or "camera" (a textured workspace with moving objects, camera pan, flicker and
@@ -31,7 +25,7 @@ class Camera:
 
 
 @dataclass(frozen=True)
-class SynthConfig:
+class SynthConfig(Encoded):
     """What to generate. Lengths are drawn uniformly from [length_min, length_max] with `seed`."""
 
     episodes: int = 10
@@ -88,22 +82,6 @@ class SynthConfig:
             raise UserError(f"synth seed must be >= 0 (got {self.seed})")
         if (self.gop is not None and self.gop < 1) or (self.crf is not None and self.crf < 0):
             raise UserError(f"synth gop must be >= 1 and crf >= 0 (got gop {self.gop}, crf {self.crf})")
-
-    @property
-    def encoder(self) -> str:
-        return CODECS[self.codec][0]
-
-    @property
-    def effective_gop(self) -> int:
-        return self.gop if self.gop is not None else CODECS[self.codec][3]
-
-    @property
-    def effective_crf(self) -> int:
-        return self.crf if self.crf is not None else CODECS[self.codec][2]
-
-    @property
-    def effective_preset(self) -> str | int | None:
-        return self.preset if self.preset is not None else CODECS[self.codec][4]
 
 
 def episode_lengths(cfg: SynthConfig) -> np.ndarray:
