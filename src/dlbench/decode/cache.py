@@ -177,7 +177,7 @@ _malloc_trim = None
 
 
 class _Entry:
-    __slots__ = ("decoder", "handle", "source", "fps", "num_frames", "fell_back", "on_cpu", "bytes")
+    __slots__ = ("decoder", "handle", "source", "fps", "num_frames", "fell_back", "on_cpu", "bytes", "recent")
 
     def __init__(self, decoder, handle, fps, num_frames, nbytes: int = 0, source=None):
         self.decoder, self.handle, self.fps, self.num_frames = decoder, handle, fps, num_frames
@@ -185,6 +185,34 @@ class _Entry:
         self.fell_back: bool | None = None  # known after the first decode on a GPU
         self.on_cpu = False  # a GPU cache's decoder that dlbench itself moved to the CPU (see `decode`)
         self.bytes = nbytes  # `decoder_bytes`: what it counts against the cache's `max_bytes`
+        # a sequential reader's last request: (frame indices, their frames, their pts), reused by the next one
+        self.recent: tuple[np.ndarray, torch.Tensor, np.ndarray] | None = None
+
+
+def _frames(batch, device) -> tuple[torch.Tensor | None, np.ndarray]:
+    """A torchcodec batch's frames (moved to `device` where given) and pts; (None, empty) for no batch."""
+    if batch is None:
+        return None, np.empty(0)
+    data = batch.data.to(device) if device is not None else batch.data
+    return data, batch.pts_seconds.cpu().numpy().astype(np.float64)
+
+
+def _merged(unique: np.ndarray, kept: np.ndarray, recent: tuple, data, pts: np.ndarray):
+    """Frames `unique` (sorted indices) from two sources: those `kept` from the `recent` request, the rest decoded
+    now (`data`, `pts`, in order)."""
+    old_idx, old_data, old_pts = recent
+    at = np.searchsorted(old_idx, unique[kept])
+    shape = (len(unique), *old_data.shape[1:])
+    layout = torch.channels_last if is_channels_last(old_data) else torch.contiguous_format  # as torchcodec's
+    out = torch.empty(shape, dtype=old_data.dtype, device=old_data.device, memory_format=layout)
+    out_pts = np.empty(len(unique))
+    keep = torch.from_numpy(np.flatnonzero(kept))
+    out[keep] = old_data[torch.from_numpy(at)]
+    out_pts[kept] = old_pts[at]
+    if data is not None:
+        out[torch.from_numpy(np.flatnonzero(~kept))] = data
+        out_pts[~kept] = pts
+    return out, out_pts
 
 
 class VideoDecoderCache:
@@ -321,8 +349,11 @@ class VideoDecoderCache:
         back as a `FrameGather` over the decoded frames instead of a copy.
 
         Times are mapped to frame indices with the dataset's `fps` (round(t * fps)); requests are decoded sorted
-        and de-duplicated, so a window costs one forward pass per GOP. Raises `FrameTimestampError` if a frame's
-        pts differs from its request by more than `tolerance_s`, and `UserError` for a time beyond the file.
+        and de-duplicated, so a window costs one forward pass per GOP. A sequential reader (`cursor`) gets the
+        frames its previous request decoded without decoding them again: the streaming loader's blocks of rows a
+        window apart share all but one frame with the block before (`loader.partition.episode_blocks`), and on long
+        GOPs each decoded frame costs a seek. Raises `FrameTimestampError` if a frame's pts differs from its request
+        by more than `tolerance_s`, and `UserError` for a time beyond the file.
         """
         entry = self.get(url, cursor)
         requested = np.asarray(times_s, dtype=np.float64)
@@ -334,9 +365,12 @@ class VideoDecoderCache:
                 f"{url}: frame at {requested.max():.4f} s is outside the video ({entry.num_frames} "
                 f"frames); the dataset's metadata does not match its videos"
             )
+        recent = entry.recent if cursor is not None else None
+        kept = np.isin(unique, recent[0]) if recent is not None else None
+        wanted = unique if kept is None or not kept.any() else unique[~kept]
         try:
             try:
-                batch = entry.decoder.get_frames_at(torch.from_numpy(unique))
+                batch = entry.decoder.get_frames_at(torch.from_numpy(wanted)) if len(wanted) else None
             except RuntimeError:
                 read_on = getattr(entry.source, "read_on", None)  # a fetcher's file object has one (see `wrap`)
                 if read_on is not None and read_on():
@@ -351,14 +385,17 @@ class VideoDecoderCache:
                     self._reopen(entry, url, "cpu")
                     entry.on_cpu = entry.fell_back = True
                     self.fallbacks += 1
-                batch = entry.decoder.get_frames_at(torch.from_numpy(unique))
+                batch = entry.decoder.get_frames_at(torch.from_numpy(wanted))
         except (RuntimeError, IndexError) as e:
             raise UserError(f"{url}: decoding failed ({str(e).splitlines()[0]}); the file may be corrupt") from None
         if entry.fell_back is None and self.device != "cpu":
             entry.fell_back = bool(entry.decoder.cpu_fallback)
             self.fallbacks += entry.fell_back
-        data = batch.data.to(self.device) if entry.on_cpu else batch.data
-        pts = batch.pts_seconds.cpu().numpy().astype(np.float64)
+        data, pts = _frames(batch, self.device if entry.on_cpu else None)
+        if len(wanted) < len(unique):  # the previous request's frames, with the new ones, in `unique` order
+            data, pts = _merged(unique, kept, recent, data, pts)
+        if cursor is not None:
+            entry.recent = (unique, data, pts)
         if not in_order:
             order = np.searchsorted(unique, indices)
             pts = pts[order]
