@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 from benchmarks import model
 from benchmarks.common import bench_run
 
@@ -43,6 +45,19 @@ POINTS = (
     ("lerobot shards 4xW", "lerobot_stream", {"max_num_shards": "4w"}),
 )
 COLUMNS = ("set", "mode", "workers", "point", "frames_per_s", "peak_pss_mb", "randomness", "spread")
+
+
+MEMORY_SHARE = 0.7  # a point whose shuffle buffer alone would hold more of this machine's memory is not run
+
+
+def buffer_gb(root: Path, mode: str, items: int) -> float:
+    """Decoded frames (uint8) that a buffer of `items` items holds, in GB."""
+    from dlbench.loader.dataset_meta import DatasetMeta, resolve_windows
+
+    meta = DatasetMeta.load(str(root))
+    windows = resolve_windows(mode, None, meta)
+    per_item = sum(int(np.prod(meta.info["features"][c]["shape"])) * len(windows.get(c, [0])) for c in meta.cameras)
+    return items * per_item / 1e9
 
 
 def bench(root: Path, loader: str, mode: str, workers: int, settings: dict, a, out: Path) -> dict | None:
@@ -80,6 +95,14 @@ def main(argv=None) -> None:
             for workers in (int(w) for w in a.workers.split(",")):
                 for label, loader, settings in POINTS:
                     if chosen is not None and label not in chosen:
+                        continue
+                    held = buffer_gb(root, mode, settings.get("buffer_size", 256)) if loader == "lerobot_stream" else 0
+                    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+                    if held > MEMORY_SHARE * ram:  # LeRobot keeps its buffer's items decoded
+                        print(
+                            f"  {name:12s} {mode:6s} {workers:2d} {label:22s} not run: its buffer would hold "
+                            f"{held:.0f} GB of frames, past {MEMORY_SHARE:.0%} of this machine's {ram:.0f} GB"
+                        )
                         continue
                     with tempfile.TemporaryDirectory() as tmp:
                         m = bench(root, loader, mode, workers, settings, a, Path(tmp))

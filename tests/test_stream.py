@@ -546,3 +546,25 @@ def test_a_rank_dealt_other_episodes_each_epoch_reads_each_data_file_once(v30_h2
         assert ds._tables.reads == files
     else:  # nothing kept (one table at most): files are read again as the rows change
         assert ds._tables.reads > files
+
+
+def test_a_sequential_reader_decodes_only_the_frames_its_last_request_lacked(v30_h264):
+    """A pool slot's decoder keeps its last request's frames: the next block of rows a window apart asks the decoder
+    for its one new frame, and gets the same frames, in the same memory layout, as a fresh decode."""
+    from dlbench.decode.cache import VideoDecoderCache, is_channels_last
+    from dlbench.loader.dataset_meta import DatasetMeta
+
+    meta = DatasetMeta.load(str(v30_h264))
+    url, fps = meta.video_url(meta.cameras[0], 0), meta.fps
+    cache = VideoDecoderCache(4)
+    first = cache.decode(url, [0 / fps, 3 / fps, 6 / fps], fps, cursor=0)
+    entry = cache.get(url, cursor=0)
+    asked, real = [], entry.decoder.get_frames_at
+    entry.decoder.get_frames_at = lambda idx: asked.append(idx.tolist()) or real(idx)
+    second = cache.decode(url, [3 / fps, 6 / fps, 9 / fps], fps, cursor=0)
+    assert asked == [[9]]
+    fresh = VideoDecoderCache(4).decode(url, [3 / fps, 6 / fps, 9 / fps], fps)
+    assert torch.equal(second, fresh) and torch.equal(second[:2], first[1:])
+    assert is_channels_last(second) == is_channels_last(fresh)
+    cache.decode(url, [20 / fps], fps)  # no cursor (random access): nothing kept, nothing reused
+    assert asked == [[9]]
