@@ -23,7 +23,7 @@ LOADER = "lance_map"
 FRAMES_TABLE = "frames.lance"  # lerobot_lancedb.FRAMES_TABLE, as a directory of the layout
 
 
-def lance_adapter(run) -> Adapter:
+def lance_adapter(run, dmeta: DatasetMeta) -> Adapter:
     """`LanceDBDataset` over `run.lance_root` in the run's frame mode, frames as uint8 (as LeRobot's training asks)."""
     try:
         from lerobot_lancedb.reader import LanceDBDataset
@@ -35,7 +35,6 @@ def lance_adapter(run) -> Adapter:
             f"(create it with {CREATE_COMMAND})"
         ) from None
     lance_root = str(run.lance_root)  # given and readable by Lance: `run.spec.check`
-    dmeta = DatasetMeta.load(run.root)
     check_copy(lance_root, dmeta)
     deltas = lerobot_delta_timestamps(dmeta, run.mode, run.delta_timestamps)
     fpi = sum(len(deltas.get(c, [0])) if deltas else 1 for c in dmeta.cameras)
