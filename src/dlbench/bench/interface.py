@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ..errors import UserError
 from ..loader.dataset_meta import DatasetMeta, resolve_windows
 
 
@@ -32,6 +33,16 @@ class Adapter:
     # one line when a rank or worker of this loader has nothing to read, else ''; None: the loader says nothing
     work_note: Callable[[int], str] | None = None
     buffered: int = 0  # items a stream reads before it yields the first (its shuffle buffer); 0 for random access
+
+
+def not_importable(loader: str, package: str) -> UserError:
+    """The one line for a peer loader whose package this environment lacks (the harness runs it in the peer's)."""
+    from ..peer import CREATE_COMMAND
+
+    return UserError(
+        f"loader {loader} needs {package}, which is not importable here; it runs in the peer environment (create it "
+        f"with {CREATE_COMMAND})"
+    )
 
 
 def lerobot_delta_timestamps(dmeta: DatasetMeta, mode: str, deltas: dict | None = None) -> dict | None:

@@ -17,7 +17,7 @@ from ...format.paths import local_path
 from ...loader.collate import collate
 from ...loader.dataset_meta import DatasetMeta
 from ...run.loaders import LEROBOT_LOADERS, LOADERS
-from ..interface import Adapter, lerobot_delta_timestamps
+from ..interface import Adapter, lerobot_delta_timestamps, not_importable
 
 
 def _cache_stats(ds) -> dict:
@@ -135,12 +135,7 @@ def _lerobot(run, dmeta: DatasetMeta) -> Adapter:
         from lerobot.datasets.lerobot_dataset import LeRobotDataset
         from lerobot.datasets.streaming_dataset import StreamingLeRobotDataset
     except ImportError:
-        from ...peer import CREATE_COMMAND
-
-        raise UserError(
-            f"loader {run.loader} needs LeRobot 0.6.1, which is not importable here; it runs in the "
-            f"peer environment (create it with {CREATE_COMMAND})"
-        ) from None
+        raise not_importable(run.loader, "LeRobot 0.6.1") from None
     deltas = lerobot_delta_timestamps(dmeta, run.mode, run.delta_timestamps)
     fpi = sum(len(deltas.get(c, [0])) if deltas else 1 for c in dmeta.cameras)
     where = lerobot_location(run.root)

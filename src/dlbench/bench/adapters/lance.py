@@ -16,7 +16,7 @@ import os
 from ...errors import UserError
 from ...format.paths import is_remote, join, local_path
 from ...loader.dataset_meta import DatasetMeta
-from ..interface import Adapter, lerobot_delta_timestamps
+from ..interface import Adapter, lerobot_delta_timestamps, not_importable
 from ..remote import S3_ENDPOINT_ENV
 
 LOADER = "lance_map"
@@ -28,12 +28,7 @@ def lance_adapter(run, dmeta: DatasetMeta) -> Adapter:
     try:
         from lerobot_lancedb.reader import LanceDBDataset
     except ImportError:
-        from ...peer import CREATE_COMMAND
-
-        raise UserError(
-            f"loader {LOADER} needs lerobot-lancedb, which is not importable here; it runs in the peer environment "
-            f"(create it with {CREATE_COMMAND})"
-        ) from None
+        raise not_importable(LOADER, "lerobot-lancedb") from None
     lance_root = str(run.lance_root)  # given and readable by Lance: `run.spec.check`
     check_copy(lance_root, dmeta)
     deltas = lerobot_delta_timestamps(dmeta, run.mode, run.delta_timestamps)
