@@ -14,8 +14,9 @@ With `shuffle=False` rank r takes a contiguous block of virtual shards (the bloc
 worker a contiguous part of it.
 
 Order: each virtual shard is one stream of events (`shard_order`) drawn from a generator seeded by (seed, epoch,
-shard): it visits the shard's episodes in a seeded random order, keeping `pool` of them live, takes `read_ahead`
-consecutive frames of a random live one at a time (decoded together), and yields items at random from a buffer. A
+shard): it visits the shard's episodes in a seeded random order, keeping `pool` of them live, takes the next block
+of a random live one at a time (`read_ahead` rows `stride` apart, decoded together: `episode_blocks`), and yields
+items at random from a buffer. A
 worker reads `Lanes.at_once` of its virtual shards at once (`interleave`): each next item comes from a random one of
 them, and one that ends hands its lane to the next. The lanes share the worker's pool, buffer and decoded-block
 bound, so a worker keeps about `pool_size` episodes live whether its shards are one episode each or many.

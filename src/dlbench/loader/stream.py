@@ -6,7 +6,7 @@ its reasoning). One epoch yields every frame exactly once over all ranks and wor
 ranks x workers episodes (fetch groups, when fetching), every worker of every rank has some.
 
 Shuffling: a virtual shard's stream visits its episodes in a seeded random order, keeping some live at once; it
-repeatedly picks a random live episode and takes its next `read_ahead` consecutive frames, which are decoded with
+repeatedly picks a random live episode and takes its next block (`read_ahead` rows `block_stride` apart), decoded with
 one sorted request per video file by a decoder kept for that episode's place in the worker's pool (so decoding moves
 forward through each episode's GOPs and never seeks back when the reader switches between episodes of one file, and
 an episode that starts reuses the decoder of the one it replaces instead of opening a new one); these items go into
