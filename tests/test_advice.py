@@ -236,3 +236,16 @@ def test_the_memory_line_names_the_hosts_share_and_past_80_percent_the_workers_t
     assert "Memory: peak PSS 1,400 MB on a host, 14% of its 10,000 MB." in roomy and "fits" not in roomy
     text = advise(pd.DataFrame([run]), {("d", "local"): c}, ram_mb=1500)
     assert "93% of its 1,500 MB. Over 80%: `num_workers: 6` fits" in text  # (0.8 x 1500 - 200) // 150
+
+
+def test_advice_on_a_run_of_two_hosts_agrees_with_its_prediction_and_caps_workers_per_host():
+    """A 2-rank run that ran on 2 hosts of 4 cores: advice predicts it as predictions.csv does (hosts from
+    `nodes_used`), and offers each rank its host's 4 cores, not 4 over both ranks."""
+    c = cal(4)
+    run = {**row(1, measured=1.0), "ranks": 2, "nodes": 2, "nodes_used": 2}
+    predicted = predict_run({**run, "verify": True, "fetch_episodes": 0}, c, hosts=2).frames_per_s_node
+    slow = {**run, "frames_per_s_node": predicted}
+    top = prescribe(slow, c)[0]
+    assert top.change == {"num_workers": 4}  # counting both ranks on one host would cap it at 2
+    one_host = {**slow, "nodes_used": 1}  # the same ranks sharing one host's 4 cores
+    assert prescribe(one_host, c)[0].change == {"num_workers": 2}

@@ -259,3 +259,40 @@ def test_each_worker_past_the_first_adds_its_own_pages_not_the_pages_forked_work
     assert pss(c, 0) == pss(c, 1) == 350.0  # no workers: the one process holds the decoders too
     assert pss(c, 4) == pytest.approx(350.0 + 3 * 60.0)
     assert pss(replace(c, worker_uss_mb=None), 4) == pytest.approx(200.0 + 4 * 150.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    loader=st.sampled_from(["dlbench_stream", "dlbench_map", "lerobot_stream"]),
+    ranks=st.integers(1, 8),
+    per_host=st.integers(1, 4),
+    workers=st.integers(0, 6),
+    episodes=st.integers(1, 40),
+)
+def test_every_rank_of_every_host_counts_with_its_own_busy_workers(loader, ranks, per_host, workers, episodes):
+    """Ranks deliver on their own (the bench sums their windows): a host's workers term is the sum of its ranks'
+    busy workers, and frames/s per node is the mean over the hosts, whichever host holds the rank with fewer."""
+    from dlbench.model.equations import busy
+
+    c = cost(worker_ms=10, cpu_ms=10, handover_ms=0.001, check_ms=0, loader=loader)
+    p = predict(c, Node(1024, ranks=per_host), workers, batch_size=16, ranks=ranks, episodes=episodes, data_files=3)
+    every = [busy(loader, workers, r, ranks, episodes, 3, 0) for r in range(ranks)]
+    hosts = [every[h : h + per_host] for h in range(0, ranks, per_host)]
+    if workers == 0:
+        expect = sum(sum(1 for b in h if b) / c.solo_s for h in hosts) / len(hosts)
+    else:
+        expect = sum(sum(h) / c.worker_s for h in hosts) / len(hosts)
+    assert p.samples_per_s_node == pytest.approx(expect)
+    assert p.busy_workers == min(every)
+
+
+def test_a_two_host_run_is_predicted_with_its_second_hosts_rank_too():
+    """3 episodes over 2 ranks of 2 workers, a rank a host: rank 0 reads 2 shards, rank 1 one; per node 1.5 workers'
+    worth, where counting the first host alone said 2."""
+    c = cost(worker_ms=10, cpu_ms=10, handover_ms=0.001, check_ms=0, loader="dlbench_stream")
+    run = {"loader": "dlbench_stream", "mode": "single", "batch_size": 16, "num_workers": 2, "decode_device": "cpu",
+           "ranks": 2, "verify": True}  # fmt: skip
+    cal = Calibration("d", "local", "h", 64, 3, 1, None, 1.0, costs=[c])
+    two_hosts = predict_run(run, cal, hosts=2)
+    assert two_hosts.samples_per_s_node == pytest.approx(1.5 / c.worker_s)
+    assert predict_run(run, cal, hosts=1).samples_per_s_node == pytest.approx(3 / c.worker_s)

@@ -4,6 +4,7 @@ RSS would count once per process)."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -103,3 +104,23 @@ def cpu_seconds(pids: list[int]) -> float:
         except psutil.Error:
             pass
     return total
+
+
+def core_wait_seconds(pids: list[int]) -> float | None:
+    """Seconds the threads of `pids` have spent ready to run but waiting for a core (the kernel's run delay,
+    /proc/PID/task/TID/schedstat): time a host with more free cores would not have spent. None where the kernel
+    does not keep it."""
+    total, seen = 0.0, False
+    for pid in pids:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[1]) / 1e9
+                    seen = True
+            except (OSError, ValueError, IndexError):
+                pass  # a thread that ended
+    return total if seen else None

@@ -39,12 +39,26 @@ class Prescription:
     shuffle: bool = False  # restores shuffle (the run's batches fell below the floor) rather than adding speed
 
 
-def _run(row: dict) -> dict:
-    """The run spec values the model reads, from a summary row (its runs checked their frames)."""
+def _run(row: dict, spec: dict | None = None) -> dict:
+    """The run spec values the model reads, from a summary row (its runs checked their frames) and its spec, where
+    known (`fetch_episodes`, the warm-up and windows over which opening reads spread)."""
     run = {k: row.get(k) for k in RUN_KEYS}
     run["num_workers"] = _workers(row["num_workers"])
     run["step_ms"] = 0 if pd.isna(run.get("step_ms")) else run["step_ms"]
-    return {**run, "verify": True, "fetch_episodes": 0}
+    timing = {k: (spec or {}).get(k) for k in ("warmup_s", "duration_s", "repeats")}
+    return {**run, **timing, "verify": True, "fetch_episodes": _int((spec or {}).get("fetch_episodes"), 0)}
+
+
+def hosts(row: dict) -> int:
+    """The hosts a run's ranks ran on (summary.csv's `nodes_used`; the configured nodes where not recorded): as
+    predictions.csv counts them, so that advice and predictions agree for runs of several nodes."""
+    used = row.get("nodes_used")
+    return max(_int(row.get("nodes") if used is None or pd.isna(used) else used, 1), 1)
+
+
+def per_host_ranks(row: dict) -> int:
+    """A host's share of the run's ranks (the ranks its cores are shared by)."""
+    return -(-max(_int(row.get("ranks"), 1), 1) // hosts(row))
 
 
 def _workers(value):
@@ -71,10 +85,11 @@ def prescribe(
     same settings on such a dataset), the loader's own decoder cache where the run's (`spec`: its run spec) missed."""
     peers = peers or {}
     measured = row["frames_per_s_node"]
-    run = _run(row)
+    run = _run(row, spec)
+    on = hosts(row)
     restore = restore_shuffle(row, spec or {}, cal.episodes)  # first: a run below the floor does not pass
     found: list[Prescription] = [] if restore is None else [restore]
-    now = predict_run(run, cal)
+    now = predict_run(run, cal, hosts=on)
     if isinstance(now, str) or not now.frames_per_s_node:
         return found
     scale = measured / now.frames_per_s_node  # the model's miss on this run, carried to its what-ifs
@@ -91,9 +106,9 @@ def prescribe(
     fetch = _fetch_ahead(row, spec or {}, measured, cores_rate(row, cal))
     if fetch is not None:
         found.append(fetch)
-    per_rank = max(1, cal.cores // max(int(run["ranks"] or 1), 1))
+    per_rank = max(1, cal.cores // per_host_ranks(row))  # the cores of a host over the ranks it holds
     options = sorted({0, 1, 2, 4, 8, 16, 32, 64, per_rank} & set(range(per_rank + 1)))
-    predicted = {w: predict_run({**run, "num_workers": w}, cal) for w in options}
+    predicted = {w: predict_run({**run, "num_workers": w}, cal, hosts=on) for w in options}
     rates = {w: p.frames_per_s_node * scale for w, p in predicted.items() if not isinstance(p, str)}
     best = max(rates.values())
     w = min(k for k, v in rates.items() if v >= 0.98 * best)  # the fewest workers within 2% of the best
@@ -115,7 +130,7 @@ def prescribe(
                 why += f"; its batches' shuffle differs: {lost} (this run)"
         else:
             alt = {**run, "loader": other}
-            alts = [predict_run({**alt, "num_workers": k}, cal) for k in options]
+            alts = [predict_run({**alt, "num_workers": k}, cal, hosts=on) for k in options]
             fps = max(p.frames_per_s_node for p in alts if not isinstance(p, str)) * scale
             why = "the model, at that loader's best worker count; its shuffle is not measured here: verify it"
         if fps >= WORTH * measured:
@@ -211,7 +226,7 @@ def time_split(row: dict) -> str:
         parts.append(f"workers {row['worker_cpu_ms_per_sample']:.2f} ms CPU per sample{busy_text}")
     if pd.notna(row.get("main_cpu_ms_per_sample")):
         checks = row.get("check_ms_per_sample")
-        of = f"; its frame checks took {checks:.2f} ms of wall time" if pd.notna(checks) else ""
+        of = f"; its frame checks took {checks:.2f} ms of it" if pd.notna(checks) else ""
         parts.append(f"main process {row['main_cpu_ms_per_sample']:.2f} ms CPU per sample{of}")
     if pd.notna(row.get("data_wait_frac")):
         parts.append(f"the consumer waited on data {row['data_wait_frac']:.0%} of the time")
@@ -226,7 +241,7 @@ def memory(row: dict, cal: Calibration, ram_mb: float | None) -> str:
     peak = row.get("peak_pss_mb")
     if not ram_mb or peak is None or pd.isna(peak):
         return ""
-    here = -(-int(row.get("ranks") or 1) // max(int(row.get("nodes") or 1), 1))
+    here = per_host_ranks(row)
     used = peak * here
     line = f"Memory: peak PSS {used:,.0f} MB on a host, {used / ram_mb:.0%} of its {ram_mb:,.0f} MB."
     cost = cal.cost(row["loader"], row["mode"])

@@ -12,7 +12,7 @@ import torch
 from ..errors import UserError
 from ..loader.collate import collate
 from ..loader.dataloader import DataLoader
-from ..procstat import MemorySampler, cpu_seconds, host_cpu_seconds
+from ..procstat import MemorySampler, core_wait_seconds, cpu_seconds, host_cpu_seconds
 from ..run.spec import RunSpec
 from .gpu import GpuStep, host_bytes, to_device
 
@@ -264,6 +264,7 @@ def measure_window(
     workers = batches.worker_pids()
     window_start_unix, w0 = time.time(), time.perf_counter()
     cpu0, worker_cpu0, host_cpu0, checking = time.process_time(), cpu_seconds(workers), host_cpu_seconds(), 0.0
+    wait0 = core_wait_seconds(workers)
     last, first_batch = w0, len(seen.latencies)
     while True:
         now = time.perf_counter()
@@ -287,10 +288,10 @@ def measure_window(
         seen.add(batch, info)
         if samples_out is not None:
             samples_out.extend(batch["index"].cpu().tolist())
-        c0 = time.perf_counter()
+        c0 = time.thread_time()  # CPU, as main_cpu_s is: wall time would count this thread's waits for a core
         for check in checks:
             check(batch)
-        checking += time.perf_counter() - c0
+        checking += time.thread_time() - c0
         if gpu_step is not None:
             gpu_step.run(batch)
         elif run.step_ms:  # the step as training takes it: the checks above run inside it when they fit
@@ -300,6 +301,7 @@ def measure_window(
     elapsed = time.perf_counter() - w0
     main_cpu, worker_cpu = time.process_time() - cpu0, cpu_seconds(workers) - worker_cpu0
     host_cpu = host_cpu_seconds() - host_cpu0
+    wait1 = core_wait_seconds(workers)
     # the window's own latency percentiles: their spread over the windows is the noise `dlbench compare` tests against
     lat = np.concatenate(seen.latencies[first_batch:]) if count else None
     return {
@@ -316,6 +318,8 @@ def measure_window(
         "copy_s": copy_s,
         "copy_bytes": copy_bytes,
         "worker_cpu_s": worker_cpu,
+        # the workers' time ready to run but without a core: on a host with more free cores it would not be spent
+        "worker_core_wait_s": None if wait0 is None or wait1 is None else wait1 - wait0,
         # every process of the host: the rest is others' (a loopback storage server and its proxies, other ranks)
         "host_cpu_s": host_cpu,
         "workers": len(workers),

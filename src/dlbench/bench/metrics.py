@@ -120,6 +120,11 @@ def cpu_metrics(windows: list[dict]) -> dict:
         "check_ms_per_sample": sum(w.get("check_s", 0.0) for w in windows) / samples * 1000,
         "worker_cpu_ms_per_sample": worker_cpu / samples * 1000 if workers else None,
         "worker_busy_frac": worker_cpu / (workers * seconds) if workers and seconds else None,
+        "worker_core_wait_ms_per_sample": (
+            sum(w["worker_core_wait_s"] for w in windows) / samples * 1000
+            if workers and all(w.get("worker_core_wait_s") is not None for w in windows)
+            else None
+        ),
         # the host's other processes' CPU over the windows (storage servers and proxies on this host, other ranks)
         "other_cpu_ms_per_sample": max(0.0, host_cpu - main_cpu - worker_cpu) / samples * 1000 if host_cpu else None,
         **copy_metrics(windows),

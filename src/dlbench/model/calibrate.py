@@ -150,8 +150,11 @@ def _cost(run: RunSpec, solo: dict | None, m: dict) -> LoaderCost:
     per_sample = 1.0 / m["samples_per_s"]
     worker_cpu = (m["worker_cpu_ms_per_sample"] or 0.0) / 1000
     worker_bound = m["data_wait_frac"] >= WORKER_BOUND_WAIT
-    # main-bound, the worker idled between batches: its CPU time is what is known of its time per sample
-    worker_s = per_sample if worker_bound else max(worker_cpu, 1e-9)
+    # the worker's own time per sample: not its waits for a core (on a job of one core it shares it with the main
+    # process; a host with more cores gives it one of its own). Main-bound, the worker idled between batches: its
+    # CPU time is what is known of its time per sample
+    core_wait = (m.get("worker_core_wait_ms_per_sample") or 0.0) / 1000
+    worker_s = max(per_sample - core_wait, worker_cpu) if worker_bound else max(worker_cpu, 1e-9)
     workers_pss = m.get("peak_pss_workers_mb") or 0.0
     return LoaderCost(
         loader=run.loader,

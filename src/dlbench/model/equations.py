@@ -13,8 +13,8 @@ name is the bound:
 
     rate_rank  = min(B / worker_s, 1 / main_s, batch_size / step)        (workers > 0)
                = min(1 / solo_s, batch_size / step)                      (workers = 0)
-    rate_host  = min(ranks_on_host x rate_rank, cores / (worker_cpu_s + main_s + other_cpu_s))
-    frames/s   = rate_host x frames_per_sample
+    rate_host  = min(sum of rate_rank over the host's ranks, cores / (worker_cpu_s + main_s + other_cpu_s))
+    frames/s   = mean of rate_host over the hosts x frames_per_sample
 
 B, the busy workers, is every worker for map-style loaders, and for streaming loaders those with a unit of work:
 dlbench_stream's virtual shards (`loader.partition`), LeRobot's data files (one shard each). Nothing here is fitted:
@@ -116,29 +116,21 @@ def predict(
     run_s: float | None = None,
 ) -> Prediction:
     """Frames/s per node of a run on `node` (`ranks` ranks in all; `node.ranks` of them on this host) and the
-    bound that sets it. The slowest rank sets every rank's pace (they start and end together), so B is the
-    smallest over the host's ranks. `run_s`: how long a rank reads (warm-up and windows), over which its processes'
-    opening reads are spread (None: a long run, the steady cost alone)."""
+    bound that sets it. Every rank of every host counts with its own busy workers (a rank with fewer shards delivers
+    less); the bound named is the slowest host's. `run_s`: how long a rank reads (warm-up and windows), over which
+    its processes' opening reads are spread (None: a long run, the steady cost alone)."""
     w = resolve_auto(workers, node)
     per_host = max(node.ranks, 1)
-    b = min(busy(cost.loader, w, r, ranks, episodes, data_files, fetch_episodes) for r in range(min(ranks, per_host)))
+    # ranks fill hosts in order (srun's block distribution); each delivers on its own, so a host's rate is the sum
+    # of its ranks', its cores shared by them; frames/s per node is the mean over the hosts
+    every = [busy(cost.loader, w, r, ranks, episodes, data_files, fetch_episodes) for r in range(max(ranks, 1))]
+    hosts = [every[h : h + per_host] for h in range(0, len(every), per_host)]
     worker_s = worker_time(cost, node, calibrated_ttfb_ms)
-    rates: dict[str, float] = {}
-    if b == 0:
-        rates["episodes"] = 0.0
-    elif w == 0:
-        solo = cost.solo_s + (worker_s - cost.worker_s)  # the one process waits on storage as a worker does
-        rates["single process"] = per_host / solo
-    else:
-        fetch_share = 1.0 - min(1.0, cost.worker_cpu_s / worker_s) if worker_s > 0 else 0.0
-        name = "episodes" if b < w else ("fetch latency" if fetch_share > FETCH_BOUND_SHARE else "workers")
-        rates[name] = per_host * b / worker_s
-        rates["main process"] = per_host / cost.main_s if cost.main_s > 0 else math.inf
-    if step_ms > 0:
-        rates["training step"] = per_host * batch_size / (step_ms / 1000.0)
-    rates["cores"] = node.cores / (cost.worker_cpu_s + cost.main_s + cost.other_cpu_s)
+    per_node = [host_rates(cost, node, w, here, worker_s, batch_size, step_ms) for here in hosts]
+    rates = min(per_node, key=lambda r: min(r.values()))  # the slowest host's terms name the bound
+    b = min(every)
     bound = min(rates, key=rates.get)
-    samples = rates[bound]
+    samples = sum(min(r.values()) for r in per_node) / len(per_node)
     # the first batch: the workers' start, then one worker builds a whole batch
     first = cost.start_s + batch_size * (cost.solo_s if w == 0 else worker_s)
     # without workers the one process decodes too; each worker past the first adds its own pages, not the pages all
@@ -155,6 +147,30 @@ def predict(
         peak_pss_mb=per_host * pss,
         **remote_per_kframe(cost, b if w else 0, samples * cost.frames_per_sample / per_host * (run_s or math.inf)),
     )
+
+
+def host_rates(
+    cost: LoaderCost, node: Node, w: int, busy_ranks: list[int], worker_s: float, batch_size: int, step_ms: float
+) -> dict[str, float]:
+    """Samples/s one host delivers under each bound that applies: its ranks' busy workers (`busy_ranks`, one
+    count a rank) at `worker_s` each, their main processes, the training step, and its cores."""
+    n = len(busy_ranks)
+    rates: dict[str, float] = {}
+    if sum(busy_ranks) == 0:
+        rates["episodes"] = 0.0
+    elif w == 0:
+        solo = cost.solo_s + (worker_s - cost.worker_s)  # the one process waits on storage as a worker does
+        rates["single process"] = sum(1 for b in busy_ranks if b) / solo
+    else:
+        fetch_share = 1.0 - min(1.0, cost.worker_cpu_s / worker_s) if worker_s > 0 else 0.0
+        short = any(b < w for b in busy_ranks)
+        name = "episodes" if short else ("fetch latency" if fetch_share > FETCH_BOUND_SHARE else "workers")
+        rates[name] = sum(busy_ranks) / worker_s
+        rates["main process"] = n / cost.main_s if cost.main_s > 0 else math.inf
+    if step_ms > 0:
+        rates["training step"] = n * batch_size / (step_ms / 1000.0)
+    rates["cores"] = node.cores / (cost.worker_cpu_s + cost.main_s + cost.other_cpu_s)
+    return rates
 
 
 def remote_per_kframe(cost: LoaderCost, workers: int, frames: float) -> dict:

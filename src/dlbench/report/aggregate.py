@@ -332,6 +332,7 @@ def _measured(ok: list[dict], nodes: int) -> dict:
         "check_ms_per_sample": col("check_ms_per_sample").mean(),
         "worker_cpu_ms_per_sample": col("worker_cpu_ms_per_sample").mean(),
         "worker_busy_frac": col("worker_busy_frac").mean(),
+        "worker_core_wait_ms_per_sample": col("worker_core_wait_ms_per_sample").mean(),
         "other_cpu_ms_per_sample": col("other_cpu_ms_per_sample").mean(),
         # a worker's time per item built, and its decoding part (dlbench's and LeRobot's loaders)
         "worker_item_ms_per_sample": col("worker_item_ms_per_sample").mean(),
