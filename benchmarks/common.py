@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 
-def dlbench(*args: str, cwd: Path | None = None, env: dict | None = None) -> str:
-    """`dlbench -q ARGS` in its own process; its stdout. Exits with the command's last output where it fails."""
+def dlbench(*args: str, cwd: Path | None = None, env: dict | None = None, cpus: int | None = None) -> str:
+    """`dlbench -q ARGS` in its own process (`cpus`: held to the first that many cores, as a job's CPU affinity is
+    set by SLURM); its stdout. Exits with the command's last output where it fails."""
+    pin = None if cpus is None else (lambda: os.sched_setaffinity(0, range(cpus)))
     proc = subprocess.run(
-        [sys.executable, "-m", "dlbench", "-q", *args], cwd=cwd, env=env, capture_output=True, text=True
-    )
+        [sys.executable, "-m", "dlbench", "-q", *args], cwd=cwd, env=env, capture_output=True, text=True,
+        preexec_fn=pin,
+    )  # fmt: skip
     if proc.returncode:
         sys.exit(f"dlbench {' '.join(args[:3])} failed:\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
     return proc.stdout
@@ -35,8 +39,10 @@ def flags(**settings) -> list[str]:
     return out
 
 
-def bench_run(out: Path, *extra: str, cwd: Path | None = None, env: dict | None = None, **settings) -> dict:
+def bench_run(
+    out: Path, *extra: str, cwd: Path | None = None, env: dict | None = None, cpus: int | None = None, **settings
+) -> dict:
     """One `dlbench bench-run` into `out` with these settings (`flags`; `extra`: options as given, e.g. --spec or
-    --endpoint-url); rank 0's record."""
-    dlbench("bench-run", "--out-dir", str(out), *flags(**settings), *extra, cwd=cwd, env=env)
+    --endpoint-url; `cpus`: on that many cores); rank 0's record."""
+    dlbench("bench-run", "--out-dir", str(out), *flags(**settings), *extra, cwd=cwd, env=env, cpus=cpus)
     return json.loads((Path(cwd or ".") / out / "rank0of1.json").read_text())

@@ -161,6 +161,7 @@ def test_workflow_end_to_end_on_two_hosts(cluster, tmp_path):
     assert m0["window_start_unix"] < m1["window_end_unix"] and m1["window_start_unix"] < m0["window_end_unix"]
     a, b = (set(np.load(run_dir / f"rank{r}of2.samples.npy").tolist()) for r in range(2))
     assert a and b and not a & b
+    _predicted_from_one_hosts_calibration(results, two.to_dict(), run_dir.name)
 
     # the bucket runs and the prewarm check read the server on the submit host from compute nodes
     warm = json.loads((results / "prewarm/warm/synthetic.json").read_text())
@@ -185,6 +186,25 @@ def test_workflow_end_to_end_on_two_hosts(cluster, tmp_path):
     for windows in by_host.values():
         for (_, end, first), (start, _, second) in zip(windows, windows[1:]):
             assert end <= start, f"{first} overlaps {second}"
+
+
+def _predicted_from_one_hosts_calibration(results: Path, two: dict, run_id: str) -> None:
+    """The 2-node run was predicted from a calibration made on one node (a job of its own, one core), for two hosts:
+    predictions.csv, summary.csv and the advice's model agree, and the prediction is near what both hosts measured."""
+    from dlbench.advice.prescribe import hosts
+    from dlbench.model.calibration import Calibration
+    from dlbench.model.table import predict_run
+
+    cal = Calibration.read(results / "calibration/synthetic/local.json")
+    assert cal.host in NODES and cal.cores == 1
+    spec = json.loads((results / "specs/stream_2rank" / f"{run_id}.json").read_text())
+    advised = predict_run(spec, cal, hosts=hosts(two))
+    predicted = pd.read_csv(results / "predictions.csv").set_index("run_id").loc[run_id]
+    assert advised.frames_per_s_node == pytest.approx(predicted["predicted_frames_per_s_node"])
+    assert advised.frames_per_s_node == pytest.approx(two["predicted_frames_per_s_node"])
+    print(f"2-node run predicted from node {cal.host}'s calibration: {advised.frames_per_s_node:.0f} frames/s per "
+          f"node against {two['frames_per_s_node']:.0f} measured ({two['prediction_error']:+.0%})")  # fmt: skip
+    assert abs(two["prediction_error"]) < 0.5  # a tiny set's short windows on 1-core nodes: the noise is large
 
 
 def _job_running(comment: str, env: dict, timeout: float = 300) -> tuple[str, str]:
