@@ -60,8 +60,8 @@ def main(argv=None) -> None:
                 for mode in a.modes:
                     for w in a.workers:
                         out = work / f"model-{name}" / "cores" / f"{loader}-{mode}-w{w}-c{to}"
-                        rec = bench_run(out, root=root, loader=loader, mode=mode, num_workers=w, cpus=to,
-                                        duration_s=a.duration_s, warmup_s=a.warmup_s, repeats=2, probe_samples=0)  # fmt: skip
+                        timing = dict(duration_s=a.duration_s, warmup_s=a.warmup_s, repeats=2, probe_samples=0)
+                        rec = bench_run(out, root=root, loader=loader, mode=mode, num_workers=w, cpus=to, **timing)
                         measured = rec["metrics"]["frames_per_s_node"]
                         run = {**rec["config"], "num_workers": w if w == "auto" else int(w)}
                         for frm in [p[0] for p in pairs if p[1] == to]:
