@@ -4,12 +4,12 @@
                                 [--legs 3] [--leg-s 3]
 
 Each case is a run set up wrong on a dataset no test uses (the realistic 480x640 AV1 set, a 3-camera AV1 set, an
-H.264 GOP-60 re-encoding of the realistic set), laid out as the workflow leaves a results directory (its spec, its
-run, summary.csv, the dataset's calibration, encodings.csv where the case has re-encodings). Then, in one go on this
-machine: `dlbench advise --verify` (the top prescription run beside the run, alternating legs) and a sweep of the
-knob the case got wrong (each value as short legs of the same length). Prints per case: the run's frames/s, the
-prescription, its predicted and measured gain, the knob's best value and rate, the share of that best the
-prescription recovered and the share of its own predicted gain it measured.
+H.264 GOP-60 re-encoding of the realistic set, benchmarks.model's first held-out set), laid out as the workflow
+leaves a results directory (its spec, its run, summary.csv, the dataset's calibration, encodings.csv where the case
+has re-encodings). Then, in one go on this machine: `dlbench advise --verify` (the top prescription run beside the
+run, alternating legs) and a sweep of the knob the case got wrong (each value as short legs of the same length).
+Prints per case: the run's frames/s, the prescription, its predicted and measured gain, the knob's best value and
+rate, the share of that best the prescription recovered and the share of its own predicted gain it measured.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ import pandas as pd
 
 from benchmarks.common import bench_run, dlbench
 from benchmarks.model import dataset as model_set
+from benchmarks.model import held_out
+
+HELD = next(iter(held_out(1)))
 
 CASES = {
     # name: (dataset, the run's settings, the knob, the values swept)
@@ -41,6 +44,14 @@ CASES = {
         [1, 3, 6, None],
     ),
     "gop60": ("gop60", {"loader": "dlbench_map", "num_workers": 2}, "dataset", ["gop60", "gop60_g1"]),
+    # a long-GOP set no test uses (benchmarks.model's first held-out set) read at random, no re-encoding in the
+    # matrix: the advice probes one; the sweep re-encodes the set at the probe's candidates
+    "longgop_probe": (
+        HELD,
+        {"loader": "dlbench_map", "num_workers": 2},
+        "encoding",
+        [HELD, f"{HELD}_g1", f"{HELD}_g2"],
+    ),
     # the realistic set on the loopback S3 server behind a proxy adding COLD_MS to every response
     "cold": (
         "realistic",
@@ -62,13 +73,15 @@ COLD_URL = "s3://dlbench-advice/realistic"
 REENCODED = {
     "gop60": ("realistic", ["--codec", "h264", "--gop", "60", "--crf", "23"]),
     "gop60_g1": ("gop60", ["--codec", "h264", "--gop", "1", "--crf", "20", "--fast-decode"]),
+    f"{HELD}_g1": (HELD, ["--codec", "h264", "--gop", "1", "--crf", "20", "--fast-decode"]),
+    f"{HELD}_g2": (HELD, ["--codec", "h264", "--gop", "2", "--crf", "20", "--fast-decode"]),
 }
 
 
 def root_of(work: Path, name: str) -> Path:
     """A dataset of the cases, made once: a set of benchmarks.model, or a re-encoding of one."""
     if name not in REENCODED:
-        return model_set(work, name)
+        return model_set(work, name, held_out(1).get(name))
     src, options = REENCODED[name]
     out = work / "advice" / "datasets" / name
     if not (out / "meta/info.json").exists():
@@ -171,7 +184,7 @@ def sweep(work: Path, results: Path, case: str, a) -> dict:
     rates: dict = {v: [] for v in values}
     for k in range(a.legs):
         for v in values if k % 2 == 0 else values[::-1]:
-            if knob == "dataset":
+            if knob in ("dataset", "encoding"):
                 run = replace(base, dataset=v, root=str(root_of(work, v)), **short)
             else:
                 run = replace(base, **{knob: v}, **short)

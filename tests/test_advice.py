@@ -2,6 +2,7 @@
 alone, a measured re-encoded variant prescribed with its cost."""
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -165,6 +166,7 @@ def test_verify_runs_the_top_prescription_beside_the_run_and_the_advice_says_wha
     from dlbench.advice.prove import verify
 
     results, summary = _results_with_one_run(v30_h264, tmp_path, workers=0)
+    summary["worker_decode_ms_per_sample"] = 0.0  # decoding little, it is not probed for a re-encoding (test_probe)
     solo_ms = 2000 / summary.iloc[0]["frames_per_s_node"]  # 2 frames a sample: the costs of what the run measured
     c = Calibration("h264", "local", "h", 2, 6, 1, None, 1.0, costs=[cost(worker_ms=(solo_ms - 0.02) / 0.8)])
     table = verify(results, summary, {("h264", "local"): c}, None, legs=2, duration_s=1.0, warmup_s=0.3)
@@ -249,3 +251,34 @@ def test_advice_on_a_run_of_two_hosts_agrees_with_its_prediction_and_caps_worker
     assert top.change == {"num_workers": 4}  # counting both ranks on one host would cap it at 2
     one_host = {**slow, "nodes_used": 1}  # the same ranks sharing one host's 4 cores
     assert prescribe(one_host, c)[0].change == {"num_workers": 2}
+
+
+def test_a_map_run_whose_workers_wait_on_storage_is_given_workers_past_the_cores():
+    """A calibrated worker that waits on storage 80% of its time (10 ms a sample, 2 ms of CPU) on 2 cores: more
+    workers than cores overlap the waits; one that computes all its time is never given more than the cores."""
+    waiting = Calibration("d", "bucket", "h", 2, 100, 1, 20.0, 1.0, costs=[cost(worker_ms=10.0, cpu_ms=2.0)])
+    slow = row(2, c=waiting)
+    top = prescribe({**slow, "source": "bucket"}, waiting)[0]
+    assert top.change["num_workers"] > 2 and "waits on storage 80%" in top.why
+    busy = Calibration("d", "bucket", "h", 2, 100, 1, 20.0, 1.0, costs=[cost(worker_ms=10.0, cpu_ms=10.0)])
+    assert all(p.change.get("num_workers", 0) <= 2 for p in prescribe({**row(1, c=busy), "source": "bucket"}, busy))
+
+
+def test_lerobots_stream_on_one_data_file_is_told_in_its_own_terms_to_have_one_file_a_worker(v30_h264_one_file):
+    """LeRobot's stream gives a worker whole data files: on one file, 4 workers, 3 idle. The prescription is the data
+    file size that gives each worker a file, predicted with that many files; verify says it cannot run it here."""
+    from dlbench.advice.prove import changed_spec
+    from dlbench.errors import UserError
+    from dlbench.run.spec import make_run
+
+    c = cost(worker_ms=10.0, loader="lerobot_stream")
+    cal = Calibration("d", "local", "h", 8, 8, 1, None, 1.0, costs=[c])
+    slow = {**row(4, measured=1 / c.worker_s * 2), "loader": "lerobot_stream", "run_id": "d-lerobot_stream-single-w4"}
+    spec = {"root": str(v30_h264_one_file)}
+    found = [p for p in prescribe(slow, cal, spec=spec) if "data_file_size_in_mb" in p.change]
+    assert found and found[0].gain == pytest.approx(4.0, rel=0.05) and "1 file(s) for 4 workers" in found[0].why
+    text = advise(pd.DataFrame([slow]), {("d", "local"): cal}, specs={("s", slow["run_id"]): spec})
+    assert "under convert:" in text
+    run = make_run({"root": str(v30_h264_one_file), "loader": "dlbench_stream"})
+    with pytest.raises(UserError, match="not a run setting"):
+        changed_spec(run, found[0].change, Path("."), pd.DataFrame())

@@ -87,6 +87,7 @@ def test_default_dag_end_to_end(tmp_path):
     assert (cpu["predicted_frames_per_s_node"] > 0).all() and cpu["bound"].notna().all()
     assert cpu["prediction_error"].notna().all()
     assert predictions.set_index("scenario").loc["gpu", "prediction_note"] == "decoding on the GPU is not calibrated"
+    advice_agrees_with_predictions(tmp_path / "results", cpu)
     for source in ("local", "bucket", "warm"):
         cal = json.loads((tmp_path / f"results/calibration/synthetic/{source}.json").read_text())
         assert cal["costs"] and all(c["worker_s"] > 0 and c["handover_s"] > 0 for c in cal["costs"]), cal
@@ -520,3 +521,16 @@ def test_a_reencoded_dataset_is_benchmarked_beside_its_source_and_its_encoding_m
     # the largest predicted gain: more workers, or the re-encoded set where it measured faster still
     assert len(verified) == 1 and verified.iloc[0]["change"].startswith(("num_workers: ", "dataset: tiny_hevc"))
     assert verified.iloc[0]["verdict"] in advice and "1 alternating legs each" in advice
+
+
+def advice_agrees_with_predictions(results, runs: pd.DataFrame) -> None:
+    """The advice's model of each run (its spec, its calibration, the hosts it ran on) is predictions.csv's."""
+    from dlbench.advice.prescribe import _run, hosts
+    from dlbench.model.calibration import Calibration
+    from dlbench.model.table import predict_run
+
+    for r in runs.to_dict("records"):
+        spec = json.loads((results / f"specs/{r['scenario']}/{r['run_id']}.json").read_text())
+        cal = Calibration.read(results / f"calibration/{r['dataset']}/{r['source']}.json")
+        advised = predict_run(_run(r, spec), cal, hosts=hosts(r))
+        assert advised.frames_per_s_node == pytest.approx(r["predicted_frames_per_s_node"]), r["run_id"]

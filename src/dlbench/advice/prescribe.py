@@ -23,9 +23,12 @@ AT_BOUND = 0.9  # measured at or above this share of the cores' rate: at the har
 CACHE_MISSING = 0.5  # a decoder cache that finds fewer of its lookups open than this is too small for the run
 FETCH_WAITING = 0.2  # workers waiting on storage this share of their time are told to fetch ahead
 FETCH_EPISODES = 2  # episodes fetched ahead, as prescribed: one decoding while the next arrives
+WAITING_WORKERS = 4  # workers per core considered where workers wait on storage (FETCH_WAITING of their time)
 MEMORY_SHARE = 0.8  # a run whose processes hold more of the host's RAM than this is told what fits
 WORTH = 1.1  # a change is prescribed when it is predicted to give at least this many times the frames/s
 LEROBOT_BUFFER = 1000  # LeRobot's own StreamingLeRobotDataset buffer_size default
+DECODE_SHARE = 0.5  # a map-style run whose workers decode this share of their time is probed for a re-encoding
+CONVERT_KEYS = {"data_file_size_in_mb"}  # prescriptions of config.yaml's convert section, not of a scenario
 RUN_KEYS = ("loader", "mode", "batch_size", "num_workers", "decode_device", "step_ms", "ranks", "nodes")
 
 
@@ -37,6 +40,7 @@ class Prescription:
     measured: bool = False
     why: str = ""
     shuffle: bool = False  # restores shuffle (the run's batches fell below the floor) rather than adding speed
+    reencode: dict | None = None  # a variant the matrix never ran: its `reencode:` entry (from, codec, gop, ...)
 
 
 def _run(row: dict, spec: dict | None = None) -> dict:
@@ -47,6 +51,13 @@ def _run(row: dict, spec: dict | None = None) -> dict:
     run["step_ms"] = 0 if pd.isna(run.get("step_ms")) else run["step_ms"]
     timing = {k: (spec or {}).get(k) for k in ("warmup_s", "duration_s", "repeats")}
     return {**run, **timing, "verify": True, "fetch_episodes": _int((spec or {}).get("fetch_episodes"), 0)}
+
+
+def waiting_share(cost) -> float:
+    """The share of a calibrated worker's time per sample spent waiting on storage (0 where not calibrated)."""
+    if cost is None or cost.worker_s <= 0:
+        return 0.0
+    return max(0.0, 1.0 - cost.worker_cpu_s / cost.worker_s)
 
 
 def hosts(row: dict) -> int:
@@ -107,13 +118,19 @@ def prescribe(
     if fetch is not None:
         found.append(fetch)
     per_rank = max(1, cal.cores // per_host_ranks(row))  # the cores of a host over the ranks it holds
-    options = sorted({0, 1, 2, 4, 8, 16, 32, 64, per_rank} & set(range(per_rank + 1)))
+    # workers that wait on storage hold no core while they wait: past the cores, as many as overlap the waits
+    waits = waiting_share(cal.cost(row["loader"], row["mode"]))
+    most = per_rank * (WAITING_WORKERS if waits >= FETCH_WAITING else 1)
+    options = sorted({0, 1, 2, 4, 8, 16, 32, 64, per_rank, most} & set(range(most + 1)))
     predicted = {w: predict_run({**run, "num_workers": w}, cal, hosts=on) for w in options}
     rates = {w: p.frames_per_s_node * scale for w, p in predicted.items() if not isinstance(p, str)}
     best = max(rates.values())
     w = min(k for k, v in rates.items() if v >= 0.98 * best)  # the fewest workers within 2% of the best
     if w != run["num_workers"] and rates[w] >= WORTH * measured:
         why = f"the model, over {min(rates)} to {per_rank} workers (the cores a rank has)"
+        if most > per_rank:
+            why = (f"the model, over {min(rates)} to {most} workers: a worker waits on storage {waits:.0%} of its "
+                   f"time, holding no core")  # fmt: skip
         found.append(Prescription({"num_workers": w}, rates[w], rates[w] / measured, why=why))
     calibrated = {c.loader for c in cal.costs if c.mode == row["mode"]}
     for other in sorted((calibrated | set(peers)) - {row["loader"]}):
@@ -140,7 +157,97 @@ def prescribe(
         if fps >= WORTH * measured:
             why = f"re-encoded: {v['bytes_vs_source']:.2f}x the bytes at {v['psnr_db']:.1f} dB PSNR; run {v['run_id']}"
             found.append(Prescription({"dataset": v["dataset"]}, fps, fps / measured, measured=True, why=why))
+    if not variants and (probed := _probed_reencoding(row, cal, spec or {}, run, scale, on)) is not None:
+        found.append(probed)
+    if (files := _lerobot_data_files(row, cal, spec or {}, run, scale, on)) is not None:
+        found.append(files)
     return sorted(found, key=lambda p: (not p.shuffle, -p.gain))[:3]
+
+
+_PROBES: dict[str, list] = {}  # dataset root -> its encoding probes (one probe a dataset per advice)
+
+
+def _probed_reencoding(row: dict, cal: Calibration, spec: dict, run: dict, scale: float, on: int):
+    """A map-style run whose workers spend most of their time decoding, on a dataset the matrix has no re-encoding
+    of: a few seconds of its video re-encoded at candidate settings (`encoding.probe`) say what a random frame would
+    cost; the calibrated worker's decode share shrinks by that ratio, and the model predicts the run with it."""
+    from dataclasses import replace
+
+    from ..encoding import probe
+    from ..errors import UserError
+
+    item, decode = row.get("worker_item_ms_per_sample"), row.get("worker_decode_ms_per_sample")
+    cost = cal.cost(row["loader"], row["mode"])
+    if (
+        LoaderName.parse(row["loader"]).kind == "stream"  # in order, a long GOP costs a stream little
+        or not spec.get("root")
+        or cost is None
+        or not (pd.notna(item) and pd.notna(decode) and item > 0 and decode / item >= DECODE_SHARE)
+    ):
+        return None
+    try:
+        probes = _PROBES.setdefault(spec["root"], probe.probe(spec["root"]))
+    except UserError:
+        return None  # a video the probe cannot read: validate names it
+    choice = probe.best(probes)
+    if choice is None:
+        return None
+    enc, ratio, size, psnr = choice
+    saved = cost.worker_cpu_s * min(decode / item, 1.0) * (1.0 - ratio)  # the worker's decoding, per sample
+    solo = None if cost.solo_s is None else cost.solo_s - saved
+    faster = replace(cost, worker_s=cost.worker_s - saved, worker_cpu_s=cost.worker_cpu_s - saved, solo_s=solo)
+    p = predict_run(run, replace(cal, costs=[faster]), hosts=on)
+    if isinstance(p, str) or p.frames_per_s_node * scale < WORTH * row["frames_per_s_node"]:
+        return None
+    fps = p.frames_per_s_node * scale
+    entry = {"from": row["dataset"], "codec": enc.codec, "gop": enc.gop, "crf": enc.crf, "fast_decode": enc.fast_decode}
+    name = f"{row['dataset']}_{enc.codec}g{enc.gop}"
+    why = (f"probed, not measured: {probe.CLIP_S:g} s of its video re-encoded to {enc.label()} decode a random frame "
+           f"in {ratio:.0%} of the time, at {size:.2f}x the bytes and {psnr:.1f} dB PSNR; under datasets: "
+           f"`{name}: {{reencode: {yaml_map(entry)}}}`")  # fmt: skip
+    return Prescription({"dataset": name}, fps, fps / row["frames_per_s_node"], why=why, reencode=entry)
+
+
+def _lerobot_data_files(row: dict, cal: Calibration, spec: dict, run: dict, scale: float, on: int):
+    """LeRobot's stream, in its own terms: it gives each worker whole data files, so with fewer data files than a
+    rank's workers some idle; data files of at most total / (workers x ranks) MB (`convert: data_file_size_in_mb`,
+    the dataset converted again) give each worker one. Predicted with that many files; `--verify` cannot run it
+    without the conversion."""
+    from dataclasses import replace
+
+    if not row["loader"].startswith("lerobot_stream") or not spec.get("root"):
+        return None
+    workers = run["num_workers"] if isinstance(run["num_workers"], int) else cal.cores // per_host_ranks(row)
+    needed = max(workers, 1) * max(_int(row.get("ranks"), 1), 1)
+    if cal.data_files >= needed:
+        return None
+    p = predict_run(run, replace(cal, data_files=needed), hosts=on)
+    if isinstance(p, str) or p.frames_per_s_node * scale < WORTH * row["frames_per_s_node"]:
+        return None
+    total_mb = _data_mb(spec["root"])
+    if total_mb is None:
+        return None
+    size = max(round(total_mb / needed, 1), 0.1)
+    why = (f"LeRobot's stream reads whole data files, one per worker: {cal.data_files} file(s) for {needed} workers; "
+           f"convert the dataset again with data files of at most {size:g} MB ({total_mb:.1f} MB of data)")  # fmt: skip
+    fps = p.frames_per_s_node * scale
+    return Prescription({"data_file_size_in_mb": size}, fps, fps / row["frames_per_s_node"], why=why)
+
+
+def _data_mb(root: str) -> float | None:
+    """The dataset's data parquet files, in MB (None where they cannot be listed)."""
+    import fsspec
+
+    try:
+        fs, path = fsspec.core.url_to_fs(f"{root.rstrip('/')}/data")
+        return fs.du(path) / 1e6
+    except (OSError, ValueError):
+        return None
+
+
+def yaml_map(values: dict) -> str:
+    """A flow mapping, as config.yaml writes one: `{from: d, codec: h264, gop: 1}`."""
+    return "{" + ", ".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in values.items()) + "}"
 
 
 def _floor(row: dict) -> dict:
@@ -362,7 +469,8 @@ def advise(
                              f"its cost in frames/s is what `--verify` measures")  # fmt: skip
             else:
                 how = "measured" if p.measured else "predicted"
-                lines.append(f"{k}. `{yaml(p.change)}` in scenario {row['scenario']}: {p.frames_per_s_node:,.0f} "
+                where = "under convert:" if set(p.change) <= CONVERT_KEYS else f"in scenario {row['scenario']}"
+                lines.append(f"{k}. `{yaml(p.change)}` {where}: {p.frames_per_s_node:,.0f} "
                              f"frames/s per node ({how}, {p.gain:.2f}x; {p.why})")  # fmt: skip
             v = checked.get((row["scenario"], row["run_id"]))
             if k == 1 and v is not None and v["change"] == yaml(p.change):

@@ -45,9 +45,14 @@ COLUMNS = [
 SHUFFLE = ("shuffle_randomness", "shuffle_spread")
 
 
-def changed_spec(base: RunSpec, change: dict, results: Path, summary: pd.DataFrame) -> RunSpec:
+def changed_spec(
+    base: RunSpec, change: dict, results: Path, summary: pd.DataFrame, reencode: dict | None = None
+) -> RunSpec:
     """The run with its prescription applied: a run setting, or another dataset (a re-encoded variant: the spec of
-    the matrix's run of it with these settings)."""
+    the matrix's run of it with these settings; one the matrix never ran, `reencode`, is re-encoded here first)."""
+    if "dataset" in change and reencode is not None:
+        root = reencoded(base, change, results, reencode)
+        return dataclasses.replace(base, dataset=change["dataset"], root=str(root), data_files_root=None)
     if "dataset" in change:
         ok = summary[(summary["status"] == "ok") & (summary["dataset"] == change["dataset"])]
         same = prescribe._matching(ok, change["dataset"], {**base.to_dict(), "ranks": base.ranks})
@@ -55,7 +60,23 @@ def changed_spec(base: RunSpec, change: dict, results: Path, summary: pd.DataFra
             raise UserError(f"no run of {change['dataset']} with the settings of {base.run_id}")
         other = read_spec(results, same.iloc[0]["scenario"], same.iloc[0]["run_id"])
         return dataclasses.replace(base, dataset=other.dataset, root=other.root, data_files_root=other.data_files_root)
+    settable = {f.name for f in dataclasses.fields(base)}
+    if unknown := [k for k in change if k not in settable]:
+        raise UserError(f"`{unknown[0]}` is not a run setting (the dataset is made again with it): not run here")
     return dataclasses.replace(base, **change)
+
+
+def reencoded(base: RunSpec, change: dict, results: Path, entry: dict) -> Path:
+    """The probed re-encoding of the run's dataset, whole, under results/advice/reencoded (made once; every frame
+    kept, as `dlbench reencode` makes it)."""
+    from ..encoding.options import Encoding
+    from ..encoding.reencode import reencode
+
+    out = results / "advice" / "reencoded" / change["dataset"]
+    if not (out / "meta/info.json").exists():
+        shutil.rmtree(out, ignore_errors=True)
+        reencode(base.root, out, Encoding(**{k: v for k, v in entry.items() if k != "from"}))
+    return out
 
 
 def read_spec(results: Path, scenario: str, run_id: str) -> RunSpec:
@@ -144,7 +165,7 @@ def verify(
             if int(row.get("nodes") or 1) > 1:
                 raise UserError("a run of several nodes: verify it with the cluster (snakemake --profile)")
             base = read_spec(results, row["scenario"], row["run_id"])
-            new = changed_spec(base, p.change, results, summary)
+            new = changed_spec(base, p.change, results, summary, p.reencode)
             new.check(f"{row['run_id']} with {out['change']}")
             say(f"{row['scenario']}/{row['run_id']}: {out['change']}, {legs} legs each")
             before, after = verify_one(base, new, work / row["scenario"] / row["run_id"], legs, short)

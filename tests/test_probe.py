@@ -1,0 +1,80 @@
+"""The re-encoding probe: a few seconds of a long-GOP dataset's own video re-encoded at the candidates, measured as a
+map-style worker reads them; the advice prescribes the best from it with no variant in the matrix, and `--verify`'s
+spec re-encodes the whole dataset for it."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from dlbench.advice import prescribe as prescribe_mod
+from dlbench.advice.prescribe import prescribe
+from dlbench.advice.prove import changed_spec
+from dlbench.convert.run import run as convert
+from dlbench.encoding import probe
+from dlbench.encoding.cost import _keyframe_interval
+from dlbench.encoding.options import Encoding
+from dlbench.encoding.reencode import _episode_files
+from dlbench.format import meta
+from dlbench.model import Calibration
+from dlbench.run.spec import make_run
+from dlbench.synth import Camera, synthesize
+
+from .helpers import cost, tiny_config
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(scope="module")
+def long_gop(tmp_path_factory):
+    """Two episodes of 4 s, one 96x128 camera-like camera, H.264 with a keyframe every 60 frames."""
+    work = tmp_path_factory.mktemp("longgop")
+    config = tiny_config(episodes=2, length_min=120, length_max=120, gop=60, content="camera",
+                         cameras=(Camera("observation.images.front", 96, 128),))  # fmt: skip
+    return convert(str(synthesize(config, work / "v21", progress=False)), work / "v30", workers=1, progress=False)
+
+
+def test_the_probe_measures_each_candidate_against_the_source(long_gop):
+    found = probe.probe(str(long_gop))
+    assert [p.encoding for p in found] == list(probe.CANDIDATES)
+    for p in found:
+        assert p.camera == "observation.images.front" and p.psnr_db >= probe.MIN_PSNR_DB
+        assert p.source_ms_per_frame > 0 and p.ms_per_frame > 0 and p.bytes_vs_source > 0
+    g1 = found[0]
+    assert g1.encoding.gop == 1 and g1.decode_ratio < 0.7  # a random frame of GOP 60 costs a seek and ~30 decodes
+    assert probe.best(found)[0] in probe.CANDIDATES
+
+
+def test_the_best_candidate_is_the_fastest_that_keeps_the_picture():
+    enc_fast, enc_ok = Encoding("h264", gop=1, crf=40), Encoding("h264", gop=2, crf=20)
+    found = [
+        probe.Probe(enc_fast, "cam", 10.0, 1.0, 0.5, 30.0, 0.1),  # fastest, but 30 dB: not prescribed
+        probe.Probe(enc_ok, "cam", 10.0, 2.0, 3.0, 41.0, 0.1),
+    ]
+    enc, ratio, size, psnr = probe.best(found)
+    assert enc == enc_ok and ratio == pytest.approx(0.2) and size == 3.0 and psnr == 41.0
+    assert probe.best(found[:1]) is None
+
+
+def test_a_map_run_decoding_a_long_gop_is_prescribed_a_probed_reencoding_and_verify_makes_it(long_gop, tmp_path):
+    prescribe_mod._PROBES.clear()
+    c = cost(worker_ms=10.0)
+    cal = Calibration("lg", "local", "h", 2, 2, 1, None, 1.0, costs=[c])  # 2 workers on its 2 cores
+    run = make_run({"root": str(long_gop), "loader": "dlbench_map", "num_workers": 2})
+    row = {"scenario": "s", "run_id": run.run_id, "dataset": "lg", "source": "local", "loader": "dlbench_map",
+           "mode": "single", "batch_size": run.batch_size, "num_workers": 2, "decode_device": "cpu", "step_ms": 0,
+           "ranks": 1, "nodes": 1, "status": "ok", "frames_per_s_node": 2 * 2 / c.worker_s,
+           "worker_item_ms_per_sample": 10.0, "worker_decode_ms_per_sample": 9.0}  # fmt: skip
+    spec = run.to_dict()
+    top = prescribe(row, cal, spec=spec)[0]
+    assert top.change == {"dataset": "lg_h264g1"} and top.reencode["from"] == "lg" and top.reencode["gop"] == 1
+    assert top.gain >= 1.3 and "probed, not measured" in top.why and "lg_h264g1: {reencode: {from: lg" in top.why
+    # a run that decodes little of its time is not probed
+    assert not any(p.reencode for p in prescribe({**row, "worker_decode_ms_per_sample": 2.0}, cal, spec=spec))
+
+    new = changed_spec(run, top.change, tmp_path, pd.DataFrame(), top.reencode)
+    assert new.dataset == "lg_h264g1" and new.root == str(tmp_path / "advice/reencoded/lg_h264g1")
+    info = meta.read_info(new.root)
+    files = _episode_files(new.root, info)["observation.images.front"]
+    assert _keyframe_interval(new.root, files) == 1  # every frame a keyframe, as probed
+    assert json.loads((tmp_path / "advice/reencoded/lg_h264g1/meta/info.json").read_text())["total_frames"] == 240
