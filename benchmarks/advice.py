@@ -188,7 +188,7 @@ def sweep(work: Path, results: Path, case: str, a) -> dict:
                 run = replace(base, dataset=v, root=str(root_of(work, v)), **short)
             else:
                 run = replace(base, **{knob: v}, **short)
-            rates[v].append(leg_rate(run, work / "advice" / "sweep" / f"{case}-{v}-{k}"))
+            rates[v].append(leg_rate(run, work / "advice" / "sweep" / f"{case}-{v}-{k}")[0])  # frames/s
     shutil.rmtree(work / "advice" / "sweep", ignore_errors=True)
     return {v: statistics.median(r) for v, r in rates.items()}
 
