@@ -28,6 +28,7 @@ MEMORY_SHARE = 0.8  # a run whose processes hold more of the host's RAM than thi
 WORTH = 1.1  # a change is prescribed when it is predicted to give at least this many times the frames/s
 LEROBOT_BUFFER = 1000  # LeRobot's own StreamingLeRobotDataset buffer_size default
 DECODE_SHARE = 0.5  # a map-style run whose workers decode this share of their time is probed for a re-encoding
+REENCODABLE = ("dlbench_map", "lerobot_map")  # map-style loaders that read a re-encoded v3.0 dataset as it is
 CONVERT_KEYS = {"data_file_size_in_mb"}  # prescriptions of config.yaml's convert section, not of a scenario
 RUN_KEYS = ("loader", "mode", "batch_size", "num_workers", "decode_device", "step_ms", "ranks", "nodes")
 
@@ -175,12 +176,14 @@ def _probed_reencoding(row: dict, cal: Calibration, spec: dict, run: dict, scale
 
     from ..encoding import probe
     from ..errors import UserError
+    from ..format.paths import is_remote
 
     item, decode = row.get("worker_item_ms_per_sample"), row.get("worker_decode_ms_per_sample")
     cost = cal.cost(row["loader"], row["mode"])
     if (
-        LoaderName.parse(row["loader"]).kind == "stream"  # in order, a long GOP costs a stream little
+        LoaderName.parse(row["loader"]).base not in REENCODABLE
         or not spec.get("root")
+        or is_remote(spec["root"])  # its server may be gone, its credentials this process's no more: local only
         or cost is None
         or not (pd.notna(item) and pd.notna(decode) and item > 0 and decode / item >= DECODE_SHARE)
     ):
@@ -221,7 +224,9 @@ def _lerobot_data_files(row: dict, cal: Calibration, spec: dict, run: dict, scal
     without the conversion."""
     from dataclasses import replace
 
-    if not row["loader"].startswith("lerobot_stream") or not spec.get("root"):
+    from ..format.paths import is_remote
+
+    if not row["loader"].startswith("lerobot_stream") or not spec.get("root") or is_remote(spec["root"]):
         return None
     workers = run["num_workers"] if isinstance(run["num_workers"], int) else cal.cores // per_host_ranks(row)
     needed = max(workers, 1) * max(_int(row.get("ranks"), 1), 1)
