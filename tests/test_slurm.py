@@ -199,7 +199,7 @@ def _predicted_from_one_hosts_calibration(results: Path, two: dict, run_id: str)
     assert cal.host in NODES and cal.cores == 1
     spec = json.loads((results / "specs/stream_2rank" / f"{run_id}.json").read_text())
     advised = predict_run(spec, cal, hosts=hosts(two))
-    predicted = pd.read_csv(results / "predictions.csv").set_index("run_id").loc[run_id]
+    predicted = pd.read_csv(results / "predictions.csv").set_index(["scenario", "run_id"]).loc[("stream_2rank", run_id)]
     assert advised.frames_per_s_node == pytest.approx(predicted["predicted_frames_per_s_node"])
     assert advised.frames_per_s_node == pytest.approx(two["predicted_frames_per_s_node"])
     print(f"2-node run predicted from node {cal.host}'s calibration: {advised.frames_per_s_node:.0f} frames/s per "
