@@ -189,9 +189,11 @@ def _probed_reencoding(row: dict, cal: Calibration, spec: dict, run: dict, scale
     ):
         return None
     try:
-        probes = _PROBES.setdefault(spec["root"], probe.probe(spec["root"]))
+        if spec["root"] not in _PROBES:  # once a dataset: every run of it asks
+            _PROBES[spec["root"]] = probe.probe(spec["root"])
     except UserError:
         return None  # a video the probe cannot read: validate names it
+    probes = _PROBES[spec["root"]]
     choice = probe.best(probes)
     if choice is None:
         return None
