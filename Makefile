@@ -20,7 +20,7 @@ test: install peer lint
 # the inner loop: the unit tier (tests/conftest.py: no servers, peer, cluster or end-to-end runs), no lint, on
 # two processes (pytest-xdist)
 test-fast: install
-	DLBENCH_PEER_PYTHON=none $(BIN)/python -m pytest -q -m unit -n 2 tests
+	DLBENCH_PEER_PYTHON=none $(BIN)/python -m pytest -q -m 'unit and not timing' -n 2 tests
 
 # rewrite what `make lint` checks: ruff's fixes and formatting, snakefmt
 format: install

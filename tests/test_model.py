@@ -180,6 +180,8 @@ def test_a_real_calibration_measures_every_pair_and_predicts_its_own_runs(v30_h2
     for c in cal.costs:
         assert c.worker_s > 0 and c.worker_cpu_s > 0 and c.handover_s > 0 and c.check_s > 0
         assert c.main_pss_mb > 0 and c.worker_pss_mb > 0
+        # a pass with a worker per core measured a sample's CPU with every core busy (a 1-core job has no such pass)
+        assert (c.full_cores, c.full_cpu_s is None) == ((cal.cores, False) if cal.cores > 1 else (0, True))
     solo = cal.cost("dlbench_map", "single")
     assert 0 < solo.solo_check_s < solo.solo_s  # the passes checked frames, as the runs do
     stream = cal.cost("dlbench_stream", "single")
@@ -201,6 +203,21 @@ def test_a_storage_server_on_the_host_takes_its_cpu_out_of_the_cores_term():
     assert alone.bound == shared.bound == "cores"
     assert shared.samples_per_s_node == pytest.approx(2 / (1.0e-3 + 0.15e-3 + 1.0e-3))
     assert shared.samples_per_s_node < alone.samples_per_s_node
+
+
+def test_the_cores_bound_divides_by_what_a_sample_costs_with_every_core_busy():
+    """A full-width pass that measured 1.6 ms of CPU a sample on 4 cores, where the one-worker pass summed 1.15 ms:
+    4 cores give 4 / 1.6 ms; 1 core the one-worker pass's 1 / 1.15 ms; 2 cores a third of the extra on top; 16
+    cores (past the width measured) the 4-core figure. Re-encoding that saves decode CPU saves it at full width too;
+    a run that checks no frames saves the checks there."""
+    from dataclasses import replace
+
+    c = replace(cost(worker_ms=1.0), full_cpu_s=1.6e-3, full_cores=4)
+    rate = {n: predict(c, Node(n), n, batch_size=16, episodes=100).rates["cores"] for n in (1, 2, 4, 16)}
+    assert rate[4] == pytest.approx(4 / 1.6e-3) and rate[1] == pytest.approx(1 / 1.15e-3)
+    assert rate[2] == pytest.approx(2 / (1.15e-3 + 0.45e-3 / 3)) and rate[16] == pytest.approx(16 / 1.6e-3)
+    assert c.lighter(0.5e-3).cpu_s(4) == pytest.approx(1.1e-3) and c.unchecked().cpu_s(4) == pytest.approx(1.5e-3)
+    assert cost(worker_ms=1.0).cpu_s(16) == pytest.approx(1.15e-3)  # not measured: shared as well as one core
 
 
 def test_remote_reads_are_a_cost_per_frame_plus_each_readers_opening_spread_over_its_frames():

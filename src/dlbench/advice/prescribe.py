@@ -85,7 +85,7 @@ def cores_rate(row: dict, cal: Calibration) -> float | None:
     cost = cal.cost(row["loader"], row["mode"])
     if cost is None:
         return None
-    return cal.cores / (cost.worker_cpu_s + cost.main_s + cost.other_cpu_s) * cost.frames_per_sample
+    return cal.cores / cost.cpu_s(cal.cores) * cost.frames_per_sample
 
 
 def prescribe(
@@ -205,9 +205,7 @@ def _probed_reencoding(row: dict, cal: Calibration, spec: dict, run: dict, scale
     source_ms = sum(p.source_ms_per_frame for p in mine) / len(mine)  # a camera's random frame
     share = min(1.0, max(decode, cost.frames_per_sample * source_ms) / item)
     saved = cost.worker_cpu_s * share * (1.0 - ratio)  # the worker's decoding, per sample
-    solo = None if cost.solo_s is None else cost.solo_s - saved
-    faster = replace(cost, worker_s=cost.worker_s - saved, worker_cpu_s=cost.worker_cpu_s - saved, solo_s=solo)
-    p = predict_run(run, replace(cal, costs=[faster]), hosts=on)
+    p = predict_run(run, replace(cal, costs=[cost.lighter(saved)]), hosts=on)
     if isinstance(p, str) or p.frames_per_s_node * scale < WORTH * row["frames_per_s_node"]:
         return None
     fps = p.frames_per_s_node * scale

@@ -4,7 +4,9 @@ measured in a few seconds each (`model.Calibration`; the model in `model.equatio
 Each loader runs short DataLoader passes, through the same launcher as a bench run (LeRobot's and Lance's loaders in
 their environment) and with the run's own frame checks: one with one worker, where the worker sets the pace, so its
 time per sample, its CPU time, the main process's hand-over and checks, the first batch and the memory of each
-process are read off the pass's record; and, where a run of the matrix has no workers, one in a single process.
+process are read off the pass's record; on a host of several cores, one with a worker per core, where every core is
+busy and a sample's CPU (every process of the host) is what the cores bound divides them by; and, where a run of
+the matrix has no workers, one in a single process.
 The checks are measured where runs pay them: on frames a worker handed over through shared memory they cost the main
 process up to ten times what they cost on frames it decoded itself (first touches of the ring's pages, caches the
 worker filled on another core).
@@ -133,19 +135,24 @@ def loader_costs(runs: list[RunSpec], workdir: Path, samples: int, episodes: int
     yet (LeRobot keeps them in one cache per process, which a forked worker would share and break)."""
     passes = [worker_pass(run, workdir, samples, episodes) for run in runs]
     forked = [m for m, _ in passes]
+    width = cores()
+    fulls = [
+        one_pass(run, workdir, width, warmup) if width > 1 and not isinstance(m, str) else None
+        for run, (m, warmup) in zip(runs, passes)
+    ]
     solos = [
         one_pass(run, workdir, 0, warmup) if run.num_workers == 0 and not isinstance(m, str) else None
         for run, (m, warmup) in zip(runs, passes)
     ]
     return [
-        m if isinstance(m, str) else (solo if isinstance(solo, str) else _cost(run, solo, m))
-        for run, solo, m in zip(runs, solos, forked)
+        next((p for p in (m, full, solo) if isinstance(p, str)), None) or _cost(run, solo, m, full)
+        for run, solo, m, full in zip(runs, solos, forked, fulls)
     ]
 
 
-def _cost(run: RunSpec, solo: dict | None, m: dict) -> LoaderCost:
-    """A loader's costs per sample from its one-worker (`m`) and one-process (`solo`, None: not measured) passes'
-    metrics."""
+def _cost(run: RunSpec, solo: dict | None, m: dict, full: dict | None = None) -> LoaderCost:
+    """A loader's costs per sample from its one-worker (`m`), full-width (`full`) and one-process (`solo`) passes'
+    metrics (None: not measured)."""
     check_s = m["check_ms_per_sample"] / 1000
     per_sample = 1.0 / m["samples_per_s"]
     worker_cpu = (m["worker_cpu_ms_per_sample"] or 0.0) / 1000
@@ -174,8 +181,16 @@ def _cost(run: RunSpec, solo: dict | None, m: dict) -> LoaderCost:
         other_cpu_s=(m.get("other_cpu_ms_per_sample") or 0.0) / 1000,
         worker_uss_mb=m.get("peak_uss_workers_mb"),
         worker_bound=worker_bound,
+        full_cpu_s=None if full is None else host_cpu_ms(full) / 1000,
+        full_cores=cores() if full else 0,
         note="" if worker_bound else "the main process set the pace: worker time is its CPU time",
     )
+
+
+def host_cpu_ms(m: dict) -> float:
+    """The CPU per sample of every process of the host over a pass's window (its own, its workers', the rest)."""
+    parts = ("main_cpu_ms_per_sample", "worker_cpu_ms_per_sample", "other_cpu_ms_per_sample")
+    return sum(m.get(k) or 0.0 for k in parts)
 
 
 def remote_cost(m: dict) -> dict:

@@ -2,8 +2,8 @@
 (`dlbench calibrate` measures it; `equations.predict` reads it). Torch-free; JSON on disk.
 
 Every figure is measured, none assumed: a loader's costs come from short DataLoader passes with the run's frame
-checks, one with one worker (so that the worker, not the main process, sets the pace) and, where the matrix has runs
-without workers, one in a single process.
+checks, one with one worker (so that the worker, not the main process, sets the pace), one with a worker per core
+(what a sample costs with every core busy) and, where the matrix has runs without workers, one in a single process.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from .. import atomic
 from ..errors import UserError
 
-VERSION = 7
+VERSION = 8
 
 
 @dataclass(frozen=True)
@@ -49,16 +49,38 @@ class LoaderCost:
     other_cpu_s: float = 0.0  # the host's other processes' CPU per sample (a loopback storage server, its proxies)
     worker_uss_mb: float | None = None  # one worker's own pages (USS): what each worker past the first adds
     worker_bound: bool = True  # False: the main process set the pace, so worker_s is the CPU part only
+    # the CPU per sample of every process of the host in a pass with a worker per core (`full_cores` of them), where
+    # samples cost more than one worker's pass says (shared caches, memory bandwidth, clocks); None: a 1-core host
+    full_cpu_s: float | None = None
+    full_cores: int = 0
     note: str = ""
 
     @property
     def main_s(self) -> float:
         return self.handover_s + self.check_s
 
+    def cpu_s(self, cores: int) -> float:
+        """The CPU per sample of all the host's processes with `cores` cores busy: the one-worker pass's, plus what
+        the full-width pass measured on top of it, in proportion to the cores busy beside the first; past the width
+        measured, held at it (no measurement says how it grows there)."""
+        alone = self.worker_cpu_s + self.main_s + self.other_cpu_s
+        if self.full_cpu_s is None or self.full_cores < 2:
+            return alone
+        return alone + (self.full_cpu_s - alone) * (min(cores, self.full_cores) - 1) / (self.full_cores - 1)
+
+    def lighter(self, cpu_s: float) -> LoaderCost:
+        """The costs with `cpu_s` less of a worker's CPU per sample (a cheaper decode)."""
+        full = None if self.full_cpu_s is None else self.full_cpu_s - cpu_s
+        solo = None if self.solo_s is None else self.solo_s - cpu_s
+        return replace(
+            self, worker_s=self.worker_s - cpu_s, worker_cpu_s=self.worker_cpu_s - cpu_s, solo_s=solo, full_cpu_s=full
+        )
+
     def unchecked(self) -> LoaderCost:
         """The costs of a run that checks no frames."""
         solo = None if self.solo_s is None else self.solo_s - (self.solo_check_s or 0.0)
-        return replace(self, solo_s=solo, check_s=0.0, solo_check_s=0.0)
+        full = None if self.full_cpu_s is None else self.full_cpu_s - self.check_s
+        return replace(self, solo_s=solo, check_s=0.0, solo_check_s=0.0, full_cpu_s=full)
 
 
 @dataclass

@@ -6,14 +6,17 @@ B / worker_s samples/s. The main process takes each batch over and consumes it, 
 sample (hand-over, the run's frame checks, the consumer's bookkeeping), so it passes at most 1 / main_s. Every
 process of the host shares its cores: a sample costs worker_cpu_s + main_s of CPU in all, plus `other_cpu_s` of
 the host's other processes (a storage server on this host, its proxies), so the host delivers at most
-cores / (worker_cpu_s + main_s + other_cpu_s). Without workers the one process builds and takes every sample in turn, at
-its own measured time per sample (`solo_s`: no shared-memory hand-over, its checks included): 1 / solo_s.
+cores / cpu_s. With every core busy a sample costs more CPU than with one (shared caches, memory bandwidth,
+clocks): cpu_s is the one-worker pass's sum plus the extra the full-width pass (a worker per core) measured, in
+proportion to the cores busy beside the first (`LoaderCost.cpu_s`). Without workers the one process builds and takes
+every sample in turn, at its own measured time per sample (`solo_s`: no shared-memory hand-over, its checks
+included): 1 / solo_s.
 A training step of step_ms per batch caps a rank at batch_size / step. The smallest of these is the rate, and its
 name is the bound:
 
     rate_rank  = min(B / worker_s, 1 / main_s, batch_size / step)        (workers > 0)
                = min(1 / solo_s, batch_size / step)                      (workers = 0)
-    rate_host  = min(sum of rate_rank over the host's ranks, cores / (worker_cpu_s + main_s + other_cpu_s))
+    rate_host  = min(sum of rate_rank over the host's ranks, cores / cpu_s(cores))
     frames/s   = mean of rate_host over the hosts x frames_per_sample
 
 B, the busy workers, is every worker for map-style loaders, and for streaming loaders those with a unit of work:
@@ -169,7 +172,7 @@ def host_rates(
         rates["main process"] = n / cost.main_s if cost.main_s > 0 else math.inf
     if step_ms > 0:
         rates["training step"] = n * batch_size / (step_ms / 1000.0)
-    rates["cores"] = node.cores / (cost.worker_cpu_s + cost.main_s + cost.other_cpu_s)
+    rates["cores"] = node.cores / cost.cpu_s(node.cores)
     return rates
 
 
