@@ -56,15 +56,20 @@ def test_the_best_candidate_is_the_fastest_that_keeps_the_picture():
     assert probe.best(found[:1]) is None
 
 
+def decoding_row(run, dataset: str, c) -> dict:
+    """summary.csv's row of `run`: two workers at the calibrated worker's pace, 90% of each item decoding."""
+    return {"scenario": "s", "run_id": run.run_id, "dataset": dataset, "source": "local", "loader": "dlbench_map",
+            "mode": "single", "batch_size": run.batch_size, "num_workers": 2, "decode_device": "cpu", "step_ms": 0,
+            "ranks": 1, "nodes": 1, "status": "ok", "frames_per_s_node": 2 * 2 / c.worker_s,
+            "worker_item_ms_per_sample": 10.0, "worker_decode_ms_per_sample": 9.0}  # fmt: skip
+
+
 def test_a_map_run_decoding_a_long_gop_is_prescribed_a_probed_reencoding_and_verify_makes_it(long_gop, tmp_path):
     prescribe_mod._PROBES.clear()
     c = cost(worker_ms=10.0)
     cal = Calibration("lg", "local", "h", 2, 2, 1, None, 1.0, costs=[c])  # 2 workers on its 2 cores
     run = make_run({"root": str(long_gop), "loader": "dlbench_map", "num_workers": 2})
-    row = {"scenario": "s", "run_id": run.run_id, "dataset": "lg", "source": "local", "loader": "dlbench_map",
-           "mode": "single", "batch_size": run.batch_size, "num_workers": 2, "decode_device": "cpu", "step_ms": 0,
-           "ranks": 1, "nodes": 1, "status": "ok", "frames_per_s_node": 2 * 2 / c.worker_s,
-           "worker_item_ms_per_sample": 10.0, "worker_decode_ms_per_sample": 9.0}  # fmt: skip
+    row = decoding_row(run, "lg", c)
     spec = run.to_dict()
     top = prescribe(row, cal, spec=spec)[0]
     assert top.change == {"dataset": "lg_h264g1"} and top.reencode["from"] == "lg" and top.reencode["gop"] == 1
@@ -78,3 +83,48 @@ def test_a_map_run_decoding_a_long_gop_is_prescribed_a_probed_reencoding_and_ver
     files = _episode_files(new.root, info)["observation.images.front"]
     assert _keyframe_interval(new.root, files) == 1  # every frame a keyframe, as probed
     assert json.loads((tmp_path / "advice/reencoded/lg_h264g1/meta/info.json").read_text())["total_frames"] == 240
+
+
+@pytest.fixture(scope="module")
+def two_cameras_one_episode(tmp_path_factory):
+    """One episode of 1.5 s (shorter than the probe's clip), two cameras of other sizes, H.264 GOP 30."""
+    work = tmp_path_factory.mktemp("twocams")
+    cameras = (Camera("observation.images.left", 96, 128), Camera("observation.images.wrist", 64, 64))
+    config = tiny_config(episodes=1, length_min=45, length_max=45, gop=30, content="camera", cameras=cameras)
+    return convert(str(synthesize(config, work / "v21", progress=False)), work / "v30", workers=1, progress=False)
+
+
+def test_each_camera_of_a_one_episode_set_is_probed_on_the_frames_it_has(two_cameras_one_episode):
+    found = probe.probe(str(two_cameras_one_episode))
+    assert sorted({p.camera for p in found}) == ["observation.images.left", "observation.images.wrist"]
+    assert len(found) == 2 * len(probe.CANDIDATES) and all(p.psnr_db >= probe.MIN_PSNR_DB for p in found)
+    enc, ratio, _, psnr = probe.best(found)
+    picked = [p for p in found if p.encoding == enc]
+    assert ratio == pytest.approx(sum(p.ms_per_frame for p in picked) / sum(p.source_ms_per_frame for p in picked))
+    assert psnr == min(p.psnr_db for p in picked)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "missing"])
+def test_a_damaged_video_stops_the_probe_with_one_line_naming_it_and_the_advice_goes_on(
+    two_cameras_one_episode, tmp_path, damage
+):
+    import shutil
+
+    from dlbench.errors import UserError
+
+    root = tmp_path / "v30"
+    shutil.copytree(two_cameras_one_episode, root)
+    first = sorted((root / "videos").rglob("*.mp4"))[0]
+    if damage == "missing":
+        first.unlink()
+    else:
+        first.write_bytes(first.read_bytes()[: first.stat().st_size // 3])
+    with pytest.raises(UserError, match=str(first.relative_to(root))):
+        probe.probe(str(root))
+    # the advice prescribes no re-encoding for it, and says nothing worse than that
+    prescribe_mod._PROBES.clear()
+    c = cost(worker_ms=10.0)
+    cal = Calibration("d", "local", "h", 2, 1, 1, None, 1.0, costs=[c])
+    run = make_run({"root": str(root), "loader": "dlbench_map", "num_workers": 2})
+    row = decoding_row(run, "d", c)
+    assert not any(p.reencode for p in prescribe(row, cal, spec=run.to_dict()))

@@ -86,11 +86,15 @@ def probe(
             source = Path(tmp) / f"{cam}.mp4"
             with meta.open_file(root, rel) as fh:
                 source.write_bytes(fh.read())
-            with open(source, "rb") as fh:
-                track = read_track(fh, rel)
+            try:
+                with open(source, "rb") as fh:
+                    track = read_track(fh, rel)
+                source_ms = random_ms_per_frame(str(source), frames, seed)
+            except Exception as e:  # a damaged or truncated file: the probe measures nothing of it
+                raise UserError(f"{rel}: cannot probe it ({type(e).__name__}: {e}); `dlbench validate` names what "
+                                "is wrong with the dataset's files") from None  # fmt: skip
             fps = info.get("fps") or 30
             clip_frames = min(frames, max(2, int(seconds * fps)))
-            source_ms = random_ms_per_frame(str(source), frames, seed)
             # the same seconds losslessly, as the reference the candidates are scored against (the same container
             # and timing: FFmpeg's psnr filter pairs frames by time), and the source's own bytes for them
             reference = Path(tmp) / f"{cam}.ref.mp4"
