@@ -6,7 +6,8 @@
 For each dataset (synthesized once into the workdir): `dlbench calibrate` on it (seconds per loader and mode), then
 every loader x mode x worker count through `dlbench bench-run` (frames checked, as the workflow runs them), each
 predicted from the calibration alone (`dlbench.model`). Prints one row per run with its bound and error, then the
-median and the largest absolute error (of frames/s, and of peak PSS), and how long calibrating took. `--peers` adds
+median and the largest absolute error (of frames/s, and of peak PSS), and how long calibrating took. Beside each
+run, its error predicted without the calibration's full-width pass (docs/model.md). `--peers` adds
 LeRobot's loaders on the first set (they run in the peer environment).
 
 In-sample and held-out sets are reported apart. The in-sample sets (`IN_SAMPLE`) are those the calibration's rules
@@ -159,6 +160,8 @@ def main(argv=None) -> None:
                 "--warmup-s", str(a.warmup_s), "--duration-s", str(a.duration_s), "--repeats", "2",
                 "--out", str(cal_path))  # fmt: skip
         cal = Calibration.read(cal_path)
+        # the same calibration without its full-width pass: the cores term from the one-worker pass alone
+        narrow = replace(cal, costs=[replace(c, full_cpu_s=None, full_cores=0) for c in cal.costs])
         print(f"# {name}: calibrated {len(cal.costs)} loader x mode pairs in {time.perf_counter() - t0:.0f} s "
               f"({cal.seconds:.0f} s measuring)", flush=True)  # fmt: skip
         for loader in loaders:
@@ -178,9 +181,11 @@ def main(argv=None) -> None:
                     err = (p.frames_per_s_node - measured) / measured
                     pss = rec["metrics"]["peak_pss_mb"]
                     pss_err = (p.peak_pss_mb - pss) / pss
-                    rows.append((name, loader, mode, w, measured, p.frames_per_s_node, err, p.bound, pss_err))
+                    alone = (predict_run(run, narrow).frames_per_s_node - measured) / measured
+                    rows.append((name, loader, mode, w, measured, p.frames_per_s_node, err, p.bound, pss_err, alone))
                     print(f"{name:<11}{loader:<16}{mode:<7}{w:>5}{measured:>10.0f}{p.frames_per_s_node:>10.0f}"
-                          f"{err:>+8.0%}  {p.bound:<15}PSS {pss:>5.0f} MB {pss_err:>+5.0%}", flush=True)  # fmt: skip
+                          f"{err:>+8.0%}  {p.bound:<15}PSS {pss:>5.0f} MB {pss_err:>+5.0%}  "
+                          f"without the full-width pass {alone:>+5.0%}", flush=True)  # fmt: skip
     for group, keep in (("in-sample", lambda r: r[0] not in drawn), ("held-out", lambda r: r[0] in drawn)):
         summarize(group, [r for r in rows if keep(r)])
 
@@ -194,6 +199,9 @@ def summarize(group: str, rows: list[tuple]) -> None:
               f"runs; within 10%: {within}, over 25%: {over}")  # fmt: skip
         print(f"{group}: peak PSS: median |error| {statistics.median(pss):.1%}, largest {max(pss):.1%}, "
               f"within 25%: {sum(e <= 0.25 for e in pss)} of {len(pss)}")  # fmt: skip
+        alone = [abs(r[9]) for r in rows]
+        print(f"{group}: without the full-width pass: median |error| {statistics.median(alone):.1%}, largest "
+              f"{max(alone):.1%}")  # fmt: skip
 
 
 if __name__ == "__main__":

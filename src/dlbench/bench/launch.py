@@ -234,7 +234,7 @@ def launch(run: RunSpec, out_dir: str | Path) -> dict:
         return skip_run(run, out_dir, reason)
     if world == 1 and not needs_peer(run.loader):  # one rank of our own: run it here, sparing an interpreter start
         run_rank(run, out_dir)
-        return _finish(out_dir, world, "in-process")
+        return finish(out_dir, world, "in-process")
     spec_path = out_dir / SPEC_FILE
     atomic.write_json(spec_path, run.to_dict())
     cmd, env = rank_command(run.loader, run.root)
@@ -257,7 +257,7 @@ def launch(run: RunSpec, out_dir: str | Path) -> dict:
     shutil.rmtree(hub_cache, ignore_errors=True)
     if any(codes):
         raise UserError(f"{out_dir}: rank process(es) failed (exit codes {codes}); see the messages above")
-    return _finish(out_dir, world, "srun" if use_srun else "local")
+    return finish(out_dir, world, "srun" if use_srun else "local")
 
 
 def skip_run(run: RunSpec, out_dir: str | Path, reason: str) -> dict:
@@ -265,10 +265,11 @@ def skip_run(run: RunSpec, out_dir: str | Path, reason: str) -> dict:
     out_dir = Path(out_dir)
     for r in range(run.world_size):
         _write_skipped(replace(run, rank=r), out_dir, reason)
-    return _finish(out_dir, run.world_size, "none")
+    return finish(out_dir, run.world_size, "none")
 
 
-def _finish(out_dir: Path, world: int, launcher: str) -> dict:
+def finish(out_dir: Path, world: int, launcher: str) -> dict:
+    """Check the ranks' records of a run that ended (every rank's, of one configuration); write run.json."""
     files = [rank_file(out_dir, r, world) for r in range(world)]
     missing = [str(f) for f in files if not f.exists()]
     if missing:
