@@ -278,7 +278,7 @@ def test_lerobots_stream_on_one_data_file_is_told_in_its_own_terms_to_have_one_f
     found = [p for p in prescribe(slow, cal, spec=spec) if "data_file_size_in_mb" in p.change]
     assert found and found[0].gain == pytest.approx(4.0, rel=0.05) and "1 file(s) for 4 workers" in found[0].why
     text = advise(pd.DataFrame([slow]), {("d", "local"): cal}, specs={("s", slow["run_id"]): spec})
-    assert "under convert:" in text
+    assert "`data_file_size_in_mb: " in text and "in the convert section: " in text and "::" not in text
     run = make_run({"root": str(v30_h264_one_file), "loader": "dlbench_stream"})
     with pytest.raises(UserError, match="not a run setting"):
         changed_spec(run, found[0].change, Path("."), pd.DataFrame())

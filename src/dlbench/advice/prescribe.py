@@ -480,7 +480,7 @@ def advise(
                              f"its cost in frames/s is what `--verify` measures")  # fmt: skip
             else:
                 how = "measured" if p.measured else "predicted"
-                where = "under convert:" if set(p.change) <= CONVERT_KEYS else f"in scenario {row['scenario']}"
+                where = "in the convert section" if set(p.change) <= CONVERT_KEYS else f"in scenario {row['scenario']}"
                 lines.append(f"{k}. `{yaml(p.change)}` {where}: {p.frames_per_s_node:,.0f} "
                              f"frames/s per node ({how}, {p.gain:.2f}x; {p.why})")  # fmt: skip
             v = checked.get((row["scenario"], row["run_id"]))
