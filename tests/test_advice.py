@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlbench.advice.prescribe import advise, cores_rate, prescribe
+from dlbench.advice.prescribe import advise, cores_rate, prescribe, spent_rate
 from dlbench.model import Calibration
 from dlbench.model.table import predict_run
 
@@ -216,8 +216,31 @@ def test_a_stream_waiting_on_storage_is_told_to_fetch_ahead_by_the_share_it_wait
     fetch = next(p for p in top if "fetch_episodes" in p.change)
     assert fetch.change == {"fetch_episodes": 2} and fetch.gain == pytest.approx(10 / 4) and not fetch.measured
     assert not any("fetch_episodes" in p.change for p in prescribe(waiting, c, spec={"fetch_episodes": 2}))
-    calm = {**waiting, "split_fetch_ms": 0.5}
+    calm = {**waiting, "split_fetch_ms": 0.3}  # 4.3 ms a sample with the wait, 4.0 without: under 10% more
     assert not any("fetch_episodes" in p.change for p in prescribe(calm, c, spec={"fetch_episodes": 0}))
+    # a wait of 16% (a cold bucket's +20 ms): 1.19x, where the cores allow it
+    cold = {**waiting, "split_fetch_ms": 0.76}
+    fetch = next(p for p in prescribe(cold, c, spec={"fetch_episodes": 0}) if "fetch_episodes" in p.change)
+    assert fetch.gain == pytest.approx(4.76 / 4.0)
+
+
+def test_a_runs_bound_is_the_cpu_it_spent_so_a_run_never_passes_it():
+    """The calibration's CPU per sample (2 cores / 4.15 ms, 2 frames a sample: 964 frames/s) is beaten by a run that
+    spent 3.0 ms per sample (the machine was faster that hour): judged by its own CPU it is at 97% of its bound, not
+    134%; and the fetch-ahead it is told of is capped by that bound, not by the calibration's lower one."""
+    c = cal(2)
+    spent = {"worker_cpu_ms_per_sample": 2.6, "main_cpu_ms_per_sample": 0.3, "other_cpu_ms_per_sample": 0.1}
+    at = row(2, measured=1296.0, c=c, samples_per_s_node=648.0, **spent)  # 2 cores / 3.0 ms = 667 samples/s
+    assert cores_rate(at, c) < at["frames_per_s_node"] < spent_rate(at, c) == pytest.approx(4000 / 3.0)
+    text = advise(pd.DataFrame([at]), {("d", "local"): c})
+    assert "At its bound: 97% " in text and "(1,333 frames/s per node at the CPU per sample it spent; 964" in text
+    split = {"split_fetch_ms": 1.0, "split_decode_ms": 3.0, "split_assembly_ms": 0.0, "split_idle_ms": 0.0}
+    waiting = {**row(2, measured=1200.0, c=c, samples_per_s_node=600.0, **spent, **split), "loader": "dlbench_stream"}
+    fetch = next(p for p in prescribe(waiting, c, spec={"fetch_episodes": 0}) if "fetch_episodes" in p.change)
+    assert fetch.frames_per_s_node == pytest.approx(4000 / 3.0)  # 1200 x 4/3 = 1600, capped at its bound
+    unrecorded = {k: v for k, v in at.items() if k != "other_cpu_ms_per_sample"}
+    assert spent_rate(unrecorded, c) is None
+    assert "964 frames/s per node by the calibration" in advise(pd.DataFrame([unrecorded]), {("d", "local"): c})
 
 
 def test_a_decoder_cache_that_misses_is_given_back_the_loaders_default():

@@ -21,9 +21,9 @@ from ..run.loaders import LoaderName
 
 AT_BOUND = 0.9  # measured at or above this share of the cores' rate: at the hardware's bound
 CACHE_MISSING = 0.5  # a decoder cache that finds fewer of its lookups open than this is too small for the run
-FETCH_WAITING = 0.2  # workers waiting on storage this share of their time are told to fetch ahead
+WAITING_SHARE = 0.2  # workers waiting on storage this share of their time may outnumber the cores
 FETCH_EPISODES = 2  # episodes fetched ahead, as prescribed: one decoding while the next arrives
-WAITING_WORKERS = 4  # workers per core considered where workers wait on storage (FETCH_WAITING of their time)
+WAITING_WORKERS = 4  # workers per core considered where workers wait on storage (WAITING_SHARE of their time)
 MEMORY_SHARE = 0.8  # a run whose processes hold more of the host's RAM than this is told what fits
 WORTH = 1.1  # a change is prescribed when it is predicted to give at least this many times the frames/s
 LEROBOT_BUFFER = 1000  # LeRobot's own StreamingLeRobotDataset buffer_size default
@@ -88,6 +88,26 @@ def cores_rate(row: dict, cal: Calibration) -> float | None:
     return cal.cores / cost.cpu_s(cal.cores) * cost.frames_per_sample
 
 
+def spent_rate(row: dict, cal: Calibration) -> float | None:
+    """Frames/s per node every core gives at the CPU per sample this run spent: every process of its host (workers,
+    main process, storage servers, the host's other ranks) per sample of one rank, over the ranks a host holds.
+    None where the run did not record the host's CPU."""
+    parts = [row.get(k) for k in ("worker_cpu_ms_per_sample", "main_cpu_ms_per_sample", "other_cpu_ms_per_sample")]
+    if parts[2] is None or pd.isna(parts[2]) or pd.isna(parts[1]):
+        return None
+    spent = sum(0.0 if pd.isna(v) else v for v in parts) / per_host_ranks(row) / 1000
+    samples = row.get("samples_per_s_node")
+    if spent <= 0 or not samples or pd.isna(samples):
+        return None
+    return cal.cores / spent * row["frames_per_s_node"] / samples
+
+
+def bound_rate(row: dict, cal: Calibration) -> float | None:
+    """The cores' rate a measured run is judged against: at the CPU per sample it spent, where recorded (the machine
+    drifts between a calibration and a run; a run beyond its bound would be no bound), else the calibration's."""
+    return spent_rate(row, cal) or cores_rate(row, cal)
+
+
 def prescribe(
     row: dict, cal: Calibration, variants: list[dict] = (), spec: dict | None = None, peers: dict | None = None
 ) -> list[Prescription]:
@@ -115,13 +135,13 @@ def prescribe(
         found.append(Prescription({"decoder_cache_size": None}, fps, fps / measured, why=why))
         scale = 1.0  # the model's figures are this run's without the miss: its other what-ifs too
 
-    fetch = _fetch_ahead(row, spec or {}, measured, cores_rate(row, cal))
+    fetch = _fetch_ahead(row, spec or {}, measured, bound_rate(row, cal))
     if fetch is not None:
         found.append(fetch)
     per_rank = max(1, cal.cores // per_host_ranks(row))  # the cores of a host over the ranks it holds
     # workers that wait on storage hold no core while they wait: past the cores, as many as overlap the waits
     waits = waiting_share(cal.cost(row["loader"], row["mode"]))
-    most = per_rank * (WAITING_WORKERS if waits >= FETCH_WAITING else 1)
+    most = per_rank * (WAITING_WORKERS if waits >= WAITING_SHARE else 1)
     options = sorted({0, 1, 2, 4, 8, 16, 32, 64, per_rank, most} & set(range(most + 1)))
     predicted = {w: predict_run({**run, "num_workers": w}, cal, hosts=on) for w in options}
     rates = {w: p.frames_per_s_node * scale for w, p in predicted.items() if not isinstance(p, str)}
@@ -304,7 +324,8 @@ def _int(value, default: int) -> int:
 def _fetch_ahead(row: dict, spec: dict, measured: float, ceiling: float | None) -> Prescription | None:
     """dlbench_stream reading remote video as its decoders ask (fetch_episodes 0), its workers waiting on storage for
     a measured share of their time: fetching episodes ahead overlaps those waits with decoding, so a worker's time per
-    sample loses its fetch part (`split_fetch_ms`), up to what every core gives."""
+    sample loses its fetch part (`split_fetch_ms`), up to what every core gives at the CPU per sample it spent;
+    prescribed where that is worth it (WORTH), however small a share the waits are."""
     split = [row.get(k) for k, _ in SPLIT]
     if (
         not row["loader"].startswith("dlbench_stream")
@@ -313,7 +334,7 @@ def _fetch_ahead(row: dict, spec: dict, measured: float, ceiling: float | None) 
     ):
         return None
     total, waited = sum(split), split[0]
-    if total <= 0 or waited / total < FETCH_WAITING:
+    if total <= 0 or not waited:
         return None
     fps = measured * total / (total - waited)
     fps = min(fps, ceiling) if ceiling else fps
@@ -381,7 +402,7 @@ def judge(
 ) -> tuple[str, list[Prescription]]:
     """One run's bound line and its prescriptions (none for the worker count where the run is at its cores' bound)."""
     bound = row.get("bound") if pd.notna(row.get("bound")) else "unknown"
-    ceiling = cores_rate(row, cal)
+    ceiling, calibrated = bound_rate(row, cal), cores_rate(row, cal)
     same = [v for v in variants_of.get(row["dataset"], []) if _same_settings(v, row, ok)]
     peers = {}
     for loader in set(ok["loader"]) - {row["loader"]}:
@@ -392,11 +413,17 @@ def judge(
     if ceiling and row["frames_per_s_node"] >= AT_BOUND * ceiling:
         share = row["frames_per_s_node"] / ceiling
         line = (f"At its bound: {share:.0%} of what every core gives this loader on this encoding "
-                f"({ceiling:,.0f} frames/s per node by the calibration"
-                + ("; the run spent less CPU per sample than the calibration measured" if share > 1.1 else "")
-                + "): more workers cannot help.")  # fmt: skip
+                f"({ceiling:,.0f} frames/s per node{_by(ceiling, calibrated)}): more workers cannot help.")
         return line, [p for p in found if "num_workers" not in p.change]
-    return f"Bound: {bound}" + (f"; every core would give {ceiling:,.0f} frames/s." if ceiling else "."), found
+    every = f"; every core would give {ceiling:,.0f} frames/s{_by(ceiling, calibrated)}." if ceiling else "."
+    return f"Bound: {bound}{every}", found
+
+
+def _by(ceiling: float, calibrated: float | None) -> str:
+    """Where a bound comes from: the run's own CPU per sample, and the calibration's figure where that differs."""
+    if calibrated is None or ceiling == calibrated:
+        return " by the calibration"
+    return f" at the CPU per sample it spent; {calibrated:,.0f} at the calibration's"
 
 
 def prescriptions(
