@@ -412,8 +412,10 @@ def judge(
     found = prescribe(row, cal, [_variant_row(v, row, ok) for v in same], spec, peers)
     if ceiling and row["frames_per_s_node"] >= AT_BOUND * ceiling:
         share = row["frames_per_s_node"] / ceiling
-        line = (f"At its bound: {share:.0%} of what every core gives this loader on this encoding "
-                f"({ceiling:,.0f} frames/s per node{_by(ceiling, calibrated)}): more workers cannot help.")
+        line = (
+            f"At its bound: {share:.0%} of what every core gives this loader on this encoding "
+            f"({ceiling:,.0f} frames/s per node{_by(ceiling, calibrated)}): more workers cannot help."
+        )
         return line, [p for p in found if "num_workers" not in p.change]
     every = f"; every core would give {ceiling:,.0f} frames/s{_by(ceiling, calibrated)}." if ceiling else "."
     return f"Bound: {bound}{every}", found
