@@ -2,6 +2,7 @@
 alone, a measured re-encoded variant prescribed with its cost."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -227,7 +228,8 @@ def test_a_stream_waiting_on_storage_is_told_to_fetch_ahead_by_the_share_it_wait
 def test_a_runs_bound_is_the_cpu_it_spent_so_a_run_never_passes_it():
     """The calibration's CPU per sample (2 cores / 4.15 ms, 2 frames a sample: 964 frames/s) is beaten by a run that
     spent 3.0 ms per sample (the machine was faster that hour): judged by its own CPU it is at 97% of its bound, not
-    134%; and the fetch-ahead it is told of is capped by that bound, not by the calibration's lower one."""
+    134%; and the fetch-ahead it is told of is capped by that bound, not by the calibration's lower one. A run that
+    spent more than the calibration is held to the calibration's."""
     c = cal(2)
     spent = {"worker_cpu_ms_per_sample": 2.6, "main_cpu_ms_per_sample": 0.3, "other_cpu_ms_per_sample": 0.1}
     at = row(2, measured=1296.0, c=c, samples_per_s_node=648.0, **spent)  # 2 cores / 3.0 ms = 667 samples/s
@@ -236,8 +238,15 @@ def test_a_runs_bound_is_the_cpu_it_spent_so_a_run_never_passes_it():
     assert "At its bound: 97% " in text and "(1,333 frames/s per node at the CPU per sample it spent; 964" in text
     split = {"split_fetch_ms": 1.0, "split_decode_ms": 3.0, "split_assembly_ms": 0.0, "split_idle_ms": 0.0}
     waiting = {**row(2, measured=1200.0, c=c, samples_per_s_node=600.0, **spent, **split), "loader": "dlbench_stream"}
-    fetch = next(p for p in prescribe(waiting, c, spec={"fetch_episodes": 0}) if "fetch_episodes" in p.change)
+    stream = Calibration("d", "local", "h", 2, 100, 1, None, 1.0, costs=[replace(c.costs[0], loader="dlbench_stream")])
+    fetch = next(p for p in prescribe(waiting, stream, spec={"fetch_episodes": 0}) if "fetch_episodes" in p.change)
     assert fetch.frames_per_s_node == pytest.approx(4000 / 3.0)  # 1200 x 4/3 = 1600, capped at its bound
+    # a run that spent more than the calibration (other work on its host) is judged by the calibration's bound
+    crowded = {**at, "frames_per_s_node": 600.0, "samples_per_s_node": 300.0, "other_cpu_ms_per_sample": 4.0}
+    assert spent_rate(crowded, c) < cores_rate(crowded, c)
+    assert "Bound: unknown; every core would give 964 frames/s by the calibration." in advise(
+        pd.DataFrame([crowded]), {("d", "local"): c}
+    )
     unrecorded = {k: v for k, v in at.items() if k != "other_cpu_ms_per_sample"}
     assert spent_rate(unrecorded, c) is None
     assert "964 frames/s per node by the calibration" in advise(pd.DataFrame([unrecorded]), {("d", "local"): c})

@@ -103,9 +103,10 @@ def spent_rate(row: dict, cal: Calibration) -> float | None:
 
 
 def bound_rate(row: dict, cal: Calibration) -> float | None:
-    """The cores' rate a measured run is judged against: at the CPU per sample it spent, where recorded (the machine
-    drifts between a calibration and a run; a run beyond its bound would be no bound), else the calibration's."""
-    return spent_rate(row, cal) or cores_rate(row, cal)
+    """The cores' rate a measured run is judged against: at the lesser CPU per sample of the run's own (where
+    recorded) and the calibration's. The machine drifts between the two, and a bound the run beats is no bound; a
+    run that spent more may have shared its host with other work, which is not its loader's cost."""
+    return max((r for r in (spent_rate(row, cal), cores_rate(row, cal)) if r), default=None)
 
 
 def prescribe(
@@ -422,7 +423,7 @@ def judge(
 
 
 def _by(ceiling: float, calibrated: float | None) -> str:
-    """Where a bound comes from: the run's own CPU per sample, and the calibration's figure where that differs."""
+    """Where a bound comes from: the calibration's CPU per sample, or the run's where it spent less."""
     if calibrated is None or ceiling == calibrated:
         return " by the calibration"
     return f" at the CPU per sample it spent; {calibrated:,.0f} at the calibration's"
