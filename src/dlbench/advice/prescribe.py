@@ -325,8 +325,8 @@ def _int(value, default: int) -> int:
 def _fetch_ahead(row: dict, spec: dict, measured: float, ceiling: float | None) -> Prescription | None:
     """dlbench_stream reading remote video as its decoders ask (fetch_episodes 0), its workers waiting on storage for
     a measured share of their time: fetching episodes ahead overlaps those waits with decoding, so a worker's time per
-    sample loses its fetch part (`split_fetch_ms`), up to what every core gives at the CPU per sample it spent;
-    prescribed where that is worth it (WORTH), however small a share the waits are."""
+    sample loses its fetch part (`split_fetch_ms`), up to the run's bound (`ceiling`: `bound_rate`); prescribed
+    where that is worth it (WORTH), however small a share the waits are."""
     split = [row.get(k) for k, _ in SPLIT]
     if (
         not row["loader"].startswith("dlbench_stream")
