@@ -182,6 +182,7 @@ def test_a_real_calibration_measures_every_pair_and_predicts_its_own_runs(v30_h2
         assert c.main_pss_mb > 0 and c.worker_pss_mb > 0
         # a pass with a worker per core measured a sample's CPU with every core busy (a 1-core job has no such pass)
         assert (c.full_cores, c.full_cpu_s is None) == ((cal.cores, False) if cal.cores > 1 else (0, True))
+        assert c.repeat_diff is not None and 0 <= c.repeat_diff < 2  # the one-worker pass, measured twice
     solo = cal.cost("dlbench_map", "single")
     assert 0 < solo.solo_check_s < solo.solo_s  # the passes checked frames, as the runs do
     stream = cal.cost("dlbench_stream", "single")
@@ -194,6 +195,25 @@ def test_a_real_calibration_measures_every_pair_and_predicts_its_own_runs(v30_h2
     measured = json.loads((tmp_path / "run/rank0of1.json").read_text())["metrics"]["frames_per_s_node"]
     predicted = predict_run(run.to_dict(), cal).frames_per_s_node
     assert 0.5 < predicted / measured < 2.0, (predicted, measured)
+
+
+def test_two_passes_of_a_loader_average_its_time_per_sample_and_say_how_far_apart_they_were():
+    """A pass slowed by 25% (the host moving between minutes) moves the pooled cost half as far; the first pass's
+    start, memory and reads stay; a repeat that could not run leaves the first alone."""
+    from dlbench.model.calibrate import pooled
+
+    first = {"samples_per_s": 200.0, "worker_cpu_ms_per_sample": 4.0, "main_cpu_ms_per_sample": 0.5,
+             "check_ms_per_sample": 0.1, "other_cpu_ms_per_sample": None, "data_wait_frac": 0.9,
+             "first_batch_latency_s": 2.0, "peak_pss_mb": 900.0, "samples": 300}  # fmt: skip
+    slow = {**first, "samples_per_s": 160.0, "worker_cpu_ms_per_sample": 5.0, "other_cpu_ms_per_sample": 0.2,
+            "first_batch_latency_s": 0.4, "peak_pss_mb": 700.0, "samples": 240}  # fmt: skip
+    both = pooled(first, slow)
+    assert both["samples_per_s"] == pytest.approx(1 / 0.005625)  # the mean of 5 and 6.25 ms a sample
+    assert both["worker_cpu_ms_per_sample"] == 4.5 and both["main_cpu_ms_per_sample"] == 0.5
+    assert both["other_cpu_ms_per_sample"] is None  # measured by one pass only: not averaged with nothing
+    assert (both["first_batch_latency_s"], both["peak_pss_mb"], both["samples"]) == (2.0, 900.0, 300)
+    assert both["repeat_diff"] == pytest.approx(1.25 / 5.625)
+    assert pooled(first, "lerobot_stream single: failed") is first
 
 
 def test_a_storage_server_on_the_host_takes_its_cpu_out_of_the_cores_term():

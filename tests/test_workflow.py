@@ -88,9 +88,17 @@ def test_default_dag_end_to_end(tmp_path):
     assert cpu["prediction_error"].notna().all()
     assert predictions.set_index("scenario").loc["gpu", "prediction_note"] == "decoding on the GPU is not calibrated"
     advice_agrees_with_predictions(tmp_path / "results", cpu)
-    for source in ("local", "bucket", "warm"):
+    calibrated_sources = ("local", "bucket", "warm")
+    for source in calibrated_sources:
         cal = json.loads((tmp_path / f"results/calibration/synthetic/{source}.json").read_text())
         assert cal["costs"] and all(c["worker_s"] > 0 and c["handover_s"] > 0 for c in cal["costs"]), cal
+        assert all(c["repeat_diff"] is not None for c in cal["costs"]), "the one-worker pass is measured twice"
+    # each pair's runs come right after its calibration (job priorities): no other pair is calibrated in between
+    calibrated = {s: (tmp_path / f"results/calibration/synthetic/{s}.json").stat().st_mtime for s in calibrated_sources}
+    for _, run in cpu.iterrows():
+        own = calibrated[run["source"]]
+        between = [s for s, t in calibrated.items() if own < t < run["window_start_unix"]]
+        assert own < run["window_start_unix"] and not between, (run["scenario"], run["source"], between)
     for png in (
         "throughput",
         "latency",

@@ -30,6 +30,7 @@ rule bench:
         "results/benchmarks/bench/{scenario}/{run_id}.tsv"
     wildcard_constraints:
         run_id=".*-cpu",
+    priority: bench_priority
     conda:
         "../envs/cpu.yaml"
     threads: measuring(bench_threads)

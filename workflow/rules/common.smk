@@ -334,6 +334,24 @@ def calibration_file(dataset, source):
     return f"results/calibration/{dataset}/{source}.json"
 
 
+# Measuring jobs run in this order where several are ready: prewarm checks (they gate runs), then each (dataset,
+# source) in turn, its calibration and at once its runs. A host's speed drifts by 10-20% over minutes (docs/model.md
+# "Drift"), so a run is measured next to the calibration that predicts it, not a quarter of an hour from it.
+_PAIR_RANK = {pair: len(CALIBRATED) - k for k, pair in enumerate(CALIBRATED)}
+PREWARM_PRIORITY = 2 * len(CALIBRATED) + 1
+
+
+def calibrate_priority(wildcards):
+    return 2 * _PAIR_RANK[(wildcards.dataset, wildcards.source)]
+
+
+def bench_priority(wildcards):
+    """Just under its pair's calibration; 0 for a run with no calibration (decoding on the GPU)."""
+    r = run_of(wildcards)
+    rank = _PAIR_RANK.get((r.dataset, r.source))
+    return 2 * rank - 1 if rank else 0
+
+
 def calibrate_inputs(wildcards):
     """The specs of the runs a calibration stands for, and what their bench jobs need (validation, staging, the
     Lance copy), but no prewarm gate: a calibration measures whatever the source gives."""

@@ -13,6 +13,7 @@ rule calibrate:
         "results/calibration/{dataset}/{source}.json",
     log:
         "results/logs/calibration/{dataset}-{source}.log",
+    priority: calibrate_priority
     conda:
         "../envs/cpu.yaml"
     threads: measuring(2)  # one DataLoader worker and the main process

@@ -29,6 +29,7 @@ rule prewarm_check:
         "results/prewarm/{source}/{dataset}.json",
     log:
         "results/logs/sources/prewarm-{source}-{dataset}.log",
+    priority: PREWARM_PRIORITY
     conda:
         "../envs/cpu.yaml"
     threads: measuring(1)

@@ -4,9 +4,9 @@ measured in a few seconds each (`model.Calibration`; the model in `model.equatio
 Each loader runs short DataLoader passes, through the same launcher as a bench run (LeRobot's and Lance's loaders in
 their environment) and with the run's own frame checks: one with one worker, where the worker sets the pace, so its
 time per sample, its CPU time, the main process's hand-over and checks, the first batch and the memory of each
-process are read off the pass's record; on a host of several cores, one with a worker per core, where every core is
-busy and a sample's CPU (every process of the host) is what the cores bound divides them by; and, where a run of
-the matrix has no workers, one in a single process.
+process are read off the pass's record (measured twice, the other passes between, and averaged); on a host of
+several cores, one with a worker per core, where every core is busy and a sample's CPU (every process of the host)
+is what the cores bound divides them by; and, where a run of the matrix has no workers, one in a single process.
 The checks are measured where runs pay them: on frames a worker handed over through shared memory they cost the main
 process up to ten times what they cost on frames it decoded itself (first touches of the ring's pages, caches the
 worker filled on another core).
@@ -134,12 +134,19 @@ def loader_costs(runs: list[RunSpec], workdir: Path, samples: int, episodes: int
     Every one-worker pass comes first: its worker forks from this process, which must not hold decoders of a loader
     yet (LeRobot keeps them in one cache per process, which a forked worker would share and break)."""
     passes = [worker_pass(run, workdir, samples, episodes) for run in runs]
-    forked = [m for m, _ in passes]
     width = cores()
     fulls = [
         one_pass(run, workdir, width, warmup) if width > 1 and not isinstance(m, str) else None
         for run, (m, warmup) in zip(runs, passes)
     ]
+    # the one-worker pass again, the other passes later: a host's speed moves by 10-20% over minutes, and a single
+    # pass that caught it moving would set every prediction of its loader (docs/model.md, "Drift")
+    forked = [m if isinstance(m, str) else pooled(m, one_pass(run, workdir, 1, warmup)) for run, (m, warmup) in
+              zip(runs, passes)]  # fmt: skip
+    for run, m in zip(runs, forked):
+        if isinstance(m, dict) and m.get("repeat_diff") is not None:
+            print(f"calibrate: {run.loader} {run.mode}: its two one-worker passes {m['repeat_diff']:.0%} apart in "
+                  "time per sample; averaged", flush=True)  # fmt: skip
     solos = [
         one_pass(run, workdir, 0, warmup) if run.num_workers == 0 and not isinstance(m, str) else None
         for run, (m, warmup) in zip(runs, passes)
@@ -148,6 +155,27 @@ def loader_costs(runs: list[RunSpec], workdir: Path, samples: int, episodes: int
         next((p for p in (m, full, solo) if isinstance(p, str)), None) or _cost(run, solo, m, full)
         for run, solo, m, full in zip(runs, solos, forked, fulls)
     ]
+
+
+# a pass's figures per sample (or share of its time), which two passes of one loader average
+PER_SAMPLE = ("worker_cpu_ms_per_sample", "main_cpu_ms_per_sample", "check_ms_per_sample", "other_cpu_ms_per_sample",
+              "worker_core_wait_ms_per_sample", "data_wait_frac")  # fmt: skip
+
+
+def pooled(first: dict, again: dict | str) -> dict:
+    """Two one-worker passes of a loader as one: their costs per sample averaged (time per sample, not rate), the
+    first's start, memory and reads; `repeat_diff`, how far apart their times per sample were. The first alone where
+    the repeat could not run."""
+    if isinstance(again, str):
+        return first
+    out = dict(first)
+    for key in PER_SAMPLE:
+        if first.get(key) is not None and again.get(key) is not None:
+            out[key] = (first[key] + again[key]) / 2
+    t1, t2 = 1.0 / first["samples_per_s"], 1.0 / again["samples_per_s"]
+    out["samples_per_s"] = 2.0 / (t1 + t2)
+    out["repeat_diff"] = abs(t1 - t2) / ((t1 + t2) / 2)
+    return out
 
 
 def _cost(run: RunSpec, solo: dict | None, m: dict, full: dict | None = None) -> LoaderCost:
@@ -183,6 +211,7 @@ def _cost(run: RunSpec, solo: dict | None, m: dict, full: dict | None = None) ->
         worker_bound=worker_bound,
         full_cpu_s=None if full is None else host_cpu_ms(full) / 1000,
         full_cores=cores() if full else 0,
+        repeat_diff=m.get("repeat_diff"),
         note="" if worker_bound else "the main process set the pace: worker time is its CPU time",
     )
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from .. import atomic
 from ..errors import UserError
 
-VERSION = 8
+VERSION = 9
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,9 @@ class LoaderCost:
     # samples cost more than one worker's pass says (shared caches, memory bandwidth, clocks); None: a 1-core host
     full_cpu_s: float | None = None
     full_cores: int = 0
+    # how far apart the two one-worker passes' times per sample were (a share of their mean; the costs above are
+    # their mean): this host's noise, which no prediction from this calibration beats. None: one pass
+    repeat_diff: float | None = None
     note: str = ""
 
     @property
