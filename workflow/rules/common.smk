@@ -334,11 +334,12 @@ def calibration_file(dataset, source):
     return f"results/calibration/{dataset}/{source}.json"
 
 
-# Measuring jobs run in this order where several are ready: prewarm checks (they gate runs), then each (dataset,
-# source) in turn, its calibration and at once its runs. A host's speed drifts by 10-20% over minutes (docs/model.md
-# "Drift"), so a run is measured next to the calibration that predicts it, not a quarter of an hour from it.
+# Jobs run in this order where several are ready: what any calibration or run waits on (datasets, conversions,
+# staging, Lance copies, prewarm checks, peer environments), then each (dataset, source) in turn, its calibration and
+# at once its runs. A host's speed drifts by 10-20% over minutes (docs/model.md, "Drift"): a run is measured next to
+# the calibration that predicts it, not a quarter of an hour from it.
 _PAIR_RANK = {pair: len(CALIBRATED) - k for k, pair in enumerate(CALIBRATED)}
-PREWARM_PRIORITY = 2 * len(CALIBRATED) + 1
+PREPARE_PRIORITY = 2 * len(CALIBRATED) + 1
 
 
 def calibrate_priority(wildcards):

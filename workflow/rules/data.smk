@@ -9,6 +9,7 @@ rule synth:
         "results/logs/synth/{dataset}.log",
     wildcard_constraints:
         dataset=SYNTH_DATASETS,
+    priority: PREPARE_PRIORITY
     conda:
         "../envs/cpu.yaml"
     threads: 8  # encoding processes; a local run caps it at --cores
@@ -27,6 +28,7 @@ rule convert_plan:
         "results/logs/convert/{dataset}/plan.log",
     wildcard_constraints:
         dataset=CONVERTED_DATASETS,
+    priority: PREPARE_PRIORITY
     conda:
         "../envs/cpu.yaml"
     params:
@@ -44,6 +46,7 @@ rule convert_work:
         "results/convert/{dataset}/workers/worker-{i}.json",
     log:
         "results/logs/convert/{dataset}/work-{i}.log",
+    priority: PREPARE_PRIORITY
     conda:
         "../envs/cpu.yaml"
     params:
@@ -66,6 +69,7 @@ rule convert_finalize:
         "results/logs/convert/{dataset}/finalize.log",
     wildcard_constraints:
         dataset=CONVERTED_DATASETS,
+    priority: PREPARE_PRIORITY
     conda:
         "../envs/cpu.yaml"
     params:
@@ -81,6 +85,7 @@ rule validate_dataset:
         "results/validate/{dataset}.json",
     log:
         "results/logs/validate/{dataset}.log",
+    priority: PREPARE_PRIORITY
     conda:
         "../envs/cpu.yaml"
     params:
@@ -116,7 +121,6 @@ rule convert_scaling:
 
 
 rule lance_convert:
-    """The dataset's Lance copy for loader lance_map, by lerobot-lancedb's own converter (peer env), timed."""
     input:
         lambda wildcards: local_input(matrix.v30_path(config, wildcards.dataset)),
     output:
@@ -124,6 +128,8 @@ rule lance_convert:
         record="results/convert/{dataset}/lance.json",
     log:
         "results/logs/convert/{dataset}/lance.log",
+    """The dataset's Lance copy for loader lance_map, by lerobot-lancedb's own converter (peer env), timed."""
+    priority: PREPARE_PRIORITY
     conda:
         "../envs/cpu.yaml"
     threads: measuring(1)

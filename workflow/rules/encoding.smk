@@ -17,6 +17,7 @@ rule reencode:
         "results/logs/reencode/{dataset}.log",
     wildcard_constraints:
         dataset=REENCODED_DATASETS,
+    priority: PREPARE_PRIORITY
     conda:
         "../envs/cpu.yaml"
     threads: 8  # FFmpeg threads in all; a local run caps it at --cores

@@ -11,6 +11,7 @@ rule peer_env:
         ".peers/{name}/.dlbench-peer-ready",
     log:
         "results/logs/peers/{name}.log",
+    priority: PREPARE_PRIORITY
     conda:
         "../envs/cpu.yaml"  # the driver; the peer's own Python 3.12 venv is what the script builds
     params:

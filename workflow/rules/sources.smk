@@ -10,6 +10,7 @@ rule stage_source:
         "results/logs/sources/stage-{source}-{dataset}.log",
     wildcard_constraints:
         dataset="|".join(map(re.escape, config["datasets"])),  # not "<name>.lance": stage_lance's
+    priority: PREPARE_PRIORITY
     conda:
         "../envs/cpu.yaml"
     resources:
@@ -29,7 +30,7 @@ rule prewarm_check:
         "results/prewarm/{source}/{dataset}.json",
     log:
         "results/logs/sources/prewarm-{source}-{dataset}.log",
-    priority: PREWARM_PRIORITY
+    priority: PREPARE_PRIORITY
     conda:
         "../envs/cpu.yaml"
     threads: measuring(1)
@@ -47,13 +48,14 @@ rule prewarm_check:
 
 
 rule stage_lance:
-    """The dataset's Lance copy staged beside its v3.0 form, for lance_map runs on an S3 source."""
     input:
         "results/datasets/{dataset}/lance",
     output:
         temp("results/sources/{source}/{dataset}.lance.staged.json"),
     log:
         "results/logs/sources/stage-lance-{source}-{dataset}.log",
+    """The dataset's Lance copy staged beside its v3.0 form, for lance_map runs on an S3 source."""
+    priority: PREPARE_PRIORITY
     conda:
         "../envs/cpu.yaml"
     resources:
