@@ -1,5 +1,5 @@
 """results/predictions.csv: every run of the matrix predicted from its dataset and source's calibration
-(`dlbench.model`), before any bench job."""
+(`dlbench.model`); it needs no bench job."""
 
 import pandas as pd
 
