@@ -197,9 +197,10 @@ def test_a_real_calibration_measures_every_pair_and_predicts_its_own_runs(v30_h2
     assert 0.5 < predicted / measured < 2.0, (predicted, measured)
 
 
-def test_two_passes_of_a_loader_average_its_time_per_sample_and_say_how_far_apart_they_were():
-    """A pass slowed by 25% (the host moving between minutes) moves the pooled cost half as far; the first pass's
-    start, memory and reads stay; a repeat that could not run leaves the first alone."""
+def test_repeated_passes_of_a_loader_pool_their_time_per_sample_and_say_how_far_apart_they_were():
+    """A pass slowed by 25% (the host moving between minutes) moves the pooled cost half as far; of three, one caught
+    apart drops out; the first pass's start, memory and reads stay; a repeat that could not run leaves the first
+    alone."""
     from dlbench.model.calibrate import pooled
 
     first = {"samples_per_s": 200.0, "worker_cpu_ms_per_sample": 4.0, "main_cpu_ms_per_sample": 0.5,
@@ -212,8 +213,13 @@ def test_two_passes_of_a_loader_average_its_time_per_sample_and_say_how_far_apar
     assert both["worker_cpu_ms_per_sample"] == 4.5 and both["main_cpu_ms_per_sample"] == 0.5
     assert both["other_cpu_ms_per_sample"] is None  # measured by one pass only: not averaged with nothing
     assert (both["first_batch_latency_s"], both["peak_pss_mb"], both["samples"]) == (2.0, 900.0, 300)
-    assert both["repeat_diff"] == pytest.approx(1.25 / 5.625)
+    assert both["repeat_diff"] == pytest.approx(1.25 / 5.625) and both["repeat_passes"] == 2
     assert pooled(first, "lerobot_stream single: failed") is first
+    # three passes (two disagreed): the median pass's costs; a pass three times slower drops out
+    stalled = {**first, "samples_per_s": 60.0, "worker_cpu_ms_per_sample": 15.0}
+    three = pooled(first, stalled, slow)
+    assert (three["samples_per_s"], three["worker_cpu_ms_per_sample"]) == (160.0, 5.0)
+    assert three["repeat_passes"] == 3 and three["repeat_diff"] > 1
 
 
 def test_a_storage_server_on_the_host_takes_its_cpu_out_of_the_cores_term():

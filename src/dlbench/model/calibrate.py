@@ -4,7 +4,7 @@ measured in a few seconds each (`model.Calibration`; the model in `model.equatio
 Each loader runs short DataLoader passes, through the same launcher as a bench run (LeRobot's and Lance's loaders in
 their environment) and with the run's own frame checks: one with one worker, where the worker sets the pace, so its
 time per sample, its CPU time, the main process's hand-over and checks, the first batch and the memory of each
-process are read off the pass's record (measured twice, the other passes between, and averaged); on a host of
+process are read off the pass's record (measured twice, the other passes between, and pooled); on a host of
 several cores, one with a worker per core, where every core is busy and a sample's CPU (every process of the host)
 is what the cores bound divides them by; and, where a run of the matrix has no workers, one in a single process.
 The checks are measured where runs pay them: on frames a worker handed over through shared memory they cost the main
@@ -141,12 +141,12 @@ def loader_costs(runs: list[RunSpec], workdir: Path, samples: int, episodes: int
     ]
     # the one-worker pass again, the other passes later: a host's speed moves by 10-20% over minutes, and a single
     # pass that caught it moving would set every prediction of its loader (docs/model.md, "Drift")
-    forked = [m if isinstance(m, str) else pooled(m, one_pass(run, workdir, 1, warmup)) for run, (m, warmup) in
-              zip(runs, passes)]  # fmt: skip
+    forked = [m if isinstance(m, str) else repeated(run, workdir, m, warmup) for run, (m, warmup) in zip(runs, passes)]
     for run, m in zip(runs, forked):
         if isinstance(m, dict) and m.get("repeat_diff") is not None:
-            print(f"calibrate: {run.loader} {run.mode}: its two one-worker passes {m['repeat_diff']:.0%} apart in "
-                  "time per sample; averaged", flush=True)  # fmt: skip
+            how = "the median of three" if m["repeat_passes"] == 3 else "averaged"
+            print(f"calibrate: {run.loader} {run.mode}: its one-worker passes {m['repeat_diff']:.0%} apart in time "
+                  f"per sample; {how}", flush=True)  # fmt: skip
     solos = [
         one_pass(run, workdir, 0, warmup) if run.num_workers == 0 and not isinstance(m, str) else None
         for run, (m, warmup) in zip(runs, passes)
@@ -157,24 +157,41 @@ def loader_costs(runs: list[RunSpec], workdir: Path, samples: int, episodes: int
     ]
 
 
-# a pass's figures per sample (or share of its time), which two passes of one loader average
+# a pass's figures per sample (or share of its time), which repeated passes of one loader pool
 PER_SAMPLE = ("worker_cpu_ms_per_sample", "main_cpu_ms_per_sample", "check_ms_per_sample", "other_cpu_ms_per_sample",
               "worker_core_wait_ms_per_sample", "data_wait_frac")  # fmt: skip
+REPEAT_AGREE = 0.25  # two one-worker passes further apart than this (a share of their mean): a third settles it
 
 
-def pooled(first: dict, again: dict | str) -> dict:
-    """Two one-worker passes of a loader as one: their costs per sample averaged (time per sample, not rate), the
-    first's start, memory and reads; `repeat_diff`, how far apart their times per sample were. The first alone where
-    the repeat could not run."""
-    if isinstance(again, str):
+def repeated(run: RunSpec, workdir: Path, first: dict, warmup: float) -> dict:
+    """The one-worker pass measured again (and a third time where the two disagree by over REPEAT_AGREE), pooled."""
+    again = one_pass(run, workdir, 1, warmup)
+    two = pooled(first, again)
+    if (two.get("repeat_diff") or 0.0) <= REPEAT_AGREE:
+        return two
+    return pooled(first, again, one_pass(run, workdir, 1, warmup))
+
+
+def pooled(first: dict, *more: dict | str) -> dict:
+    """One-worker passes of a loader as one: two averaged (time per sample, not rate), three by the median pass's
+    costs (one pass caught apart from the others drops out); the first's start, memory and reads either way.
+    `repeat_diff`: how far apart their times per sample were (largest less smallest, a share of the mean);
+    `repeat_passes`: how many pooled. Passes that could not run (strings) are left out."""
+    passes = [first, *(p for p in more if not isinstance(p, str))]
+    if len(passes) == 1:
         return first
+    times = [1.0 / p["samples_per_s"] for p in passes]
     out = dict(first)
-    for key in PER_SAMPLE:
-        if first.get(key) is not None and again.get(key) is not None:
-            out[key] = (first[key] + again[key]) / 2
-    t1, t2 = 1.0 / first["samples_per_s"], 1.0 / again["samples_per_s"]
-    out["samples_per_s"] = 2.0 / (t1 + t2)
-    out["repeat_diff"] = abs(t1 - t2) / ((t1 + t2) / 2)
+    if len(passes) == 2:
+        for key in PER_SAMPLE:
+            if all(p.get(key) is not None for p in passes):
+                out[key] = sum(p[key] for p in passes) / 2
+        out["samples_per_s"] = 2.0 / sum(times)
+    else:
+        middle = passes[sorted(range(len(passes)), key=times.__getitem__)[len(passes) // 2]]
+        out.update({key: middle[key] for key in (*PER_SAMPLE, "samples_per_s") if middle.get(key) is not None})
+    out["repeat_diff"] = (max(times) - min(times)) / (sum(times) / len(times))
+    out["repeat_passes"] = len(passes)
     return out
 
 

@@ -53,8 +53,8 @@ class LoaderCost:
     # samples cost more than one worker's pass says (shared caches, memory bandwidth, clocks); None: a 1-core host
     full_cpu_s: float | None = None
     full_cores: int = 0
-    # how far apart the two one-worker passes' times per sample were (a share of their mean; the costs above are
-    # their mean): this host's noise, which no prediction from this calibration beats. None: one pass
+    # how far apart the one-worker passes' times per sample were (largest less smallest, a share of their mean; the
+    # costs above pool them: two averaged, three by the median): this host's noise for this loader. None: one pass
     repeat_diff: float | None = None
     note: str = ""
 
