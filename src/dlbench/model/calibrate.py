@@ -5,8 +5,9 @@ Each loader runs short DataLoader passes, through the same launcher as a bench r
 their environment) and with the run's own frame checks: one with one worker, where the worker sets the pace, so its
 time per sample, its CPU time, the main process's hand-over and checks, the first batch and the memory of each
 process are read off the pass's record (measured twice, the other passes between, and pooled); on a host of
-several cores, one with a worker per core, where every core is busy and a sample's CPU (every process of the host)
-is what the cores bound divides them by; and, where a run of the matrix has no workers, one in a single process.
+several cores, one with a worker per core (its warm-up as many times longer, so each worker has built as much), where
+every core is busy and a sample's CPU (every process of the host) is what the cores bound divides them by; and,
+where a run of the matrix has no workers, one in a single process.
 The checks are measured where runs pay them: on frames a worker handed over through shared memory they cost the main
 process up to ten times what they cost on frames it decoded itself (first touches of the ring's pages, caches the
 worker filled on another core).
@@ -56,6 +57,7 @@ MAX_STREAM_WARMUP_S = 6.0
 STEADY_MARGIN = 1.25  # a stream's second pass warms up this much longer than its readers need at the first's rate
 MIN_BATCHES = 3  # a window with fewer is measured again, long enough for them (slow sets: 720p sarm)
 MAX_WINDOW_S = 8.0
+MAX_FULL_WARMUP_S = 12.0
 WORKER_BOUND_WAIT = 0.5  # the pass was worker-bound when the main process waited on data this share of the time
 
 
@@ -80,6 +82,14 @@ def steady_samples(run: RunSpec, episode_samples: float) -> float:
     if run.loader_name.base == "dlbench_stream":
         return run.pool_size * episode_samples
     return episode_samples + run.buffer_size
+
+
+def full_warmup_s(warmup_s: float, width: int) -> float:
+    """The full-width pass's warm-up: its `width` workers share what the host builds, so each has built as many
+    samples as the one-worker pass's worker had after `warmup_s` only after about `width` times as long (a worker's
+    decoder cache warms with the samples it builds: at 2 workers on a 360x640 AV1 set, a worker's CPU per sample
+    was 51-56 ms after 1 s, 40-46 after 2 s, the one-worker pass's 41-43 after 1 s); at most MAX_FULL_WARMUP_S."""
+    return min(max(warmup_s * width, warmup_s), max(MAX_FULL_WARMUP_S, warmup_s))
 
 
 def one_pass(run: RunSpec, workdir: Path, workers: int, warmup_s: float | None = None) -> dict | str:
@@ -136,7 +146,7 @@ def loader_costs(runs: list[RunSpec], workdir: Path, samples: int, episodes: int
     passes = [worker_pass(run, workdir, samples, episodes) for run in runs]
     width = cores()
     fulls = [
-        one_pass(run, workdir, width, warmup) if width > 1 and not isinstance(m, str) else None
+        one_pass(run, workdir, width, full_warmup_s(warmup, width)) if width > 1 and not isinstance(m, str) else None
         for run, (m, warmup) in zip(runs, passes)
     ]
     # the one-worker pass again, the other passes later: a host's speed moves by 10-20% over minutes, and a single
