@@ -121,6 +121,7 @@ rule convert_scaling:
 
 
 rule lance_convert:
+    """The dataset's Lance copy for loader lance_map, by lerobot-lancedb's own converter (peer env), timed."""
     input:
         lambda wildcards: local_input(matrix.v30_path(config, wildcards.dataset)),
     output:
@@ -128,7 +129,6 @@ rule lance_convert:
         record="results/convert/{dataset}/lance.json",
     log:
         "results/logs/convert/{dataset}/lance.log",
-    """The dataset's Lance copy for loader lance_map, by lerobot-lancedb's own converter (peer env), timed."""
     priority: PREPARE_PRIORITY
     conda:
         "../envs/cpu.yaml"

@@ -48,13 +48,13 @@ rule prewarm_check:
 
 
 rule stage_lance:
+    """The dataset's Lance copy staged beside its v3.0 form, for lance_map runs on an S3 source."""
     input:
         "results/datasets/{dataset}/lance",
     output:
         temp("results/sources/{source}/{dataset}.lance.staged.json"),
     log:
         "results/logs/sources/stage-lance-{source}-{dataset}.log",
-    """The dataset's Lance copy staged beside its v3.0 form, for lance_map runs on an S3 source."""
     priority: PREPARE_PRIORITY
     conda:
         "../envs/cpu.yaml"
