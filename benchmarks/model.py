@@ -80,11 +80,12 @@ HELD_OUT_CODECS = (("h264", (10, 15, 20, 45), (18, 23, 28)), ("hevc", (12, 24, 6
 
 
 def calibration_digest() -> str:
-    """A digest of the code that calibrates and predicts: a held-out set is drawn from it, so any change to the
-    calibration draws new sets (a set seen while changing it is no longer held out)."""
+    """A digest of the code that calibrates, measures a pass's window and predicts: a held-out set is drawn from it,
+    so any change to the calibration draws new sets (a set seen while changing it is no longer held out)."""
+    from dlbench.bench import measure
     from dlbench.model import calibrate, calibration, equations
 
-    code = b"".join(Path(m.__file__).read_bytes() for m in (calibrate, calibration, equations))
+    code = b"".join(Path(m.__file__).read_bytes() for m in (calibrate, calibration, equations, measure))
     return hashlib.sha256(code).hexdigest()[:8]
 
 

@@ -266,9 +266,14 @@ def measure_window(
     cpu0, worker_cpu0, host_cpu0, checking = time.process_time(), cpu_seconds(workers), host_cpu_seconds(), 0.0
     wait0 = core_wait_seconds(workers)
     last, first_batch = w0, len(seen.latencies)
+    # workers hand batches over in turn, so a window of whole rounds (a batch of each) spans whole batches of every
+    # worker's work; 3 batches of 2 workers that finish together count one of them twice (+/-30% on slow sets)
+    rounds = max(1, len(workers))
     while True:
         now = time.perf_counter()
-        if now - w0 >= run.duration_s or (run.num_batches is not None and count >= run.num_batches):
+        if run.num_batches is not None and count >= run.num_batches:
+            break
+        if now - w0 >= run.duration_s and count % rounds == 0:
             break
         batch, info = batches.next()
         # `batch` (tensors over ring slots, as the DataLoader hands them) is held until the copy is done

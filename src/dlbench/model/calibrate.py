@@ -57,7 +57,7 @@ MAX_STREAM_WARMUP_S = 6.0
 STEADY_MARGIN = 1.25  # a stream's second pass warms up this much longer than its readers need at the first's rate
 MIN_BATCHES = 3  # a window with fewer is measured again, long enough for them (slow sets: 720p sarm)
 MAX_WINDOW_S = 8.0
-MAX_FULL_WARMUP_S = 12.0
+MAX_FULL_WARMUP_S = 12.0  # the full-width pass's warm-up: a 16-core node's is not 16 times the run's
 WORKER_BOUND_WAIT = 0.5  # the pass was worker-bound when the main process waited on data this share of the time
 
 
@@ -89,7 +89,7 @@ def full_warmup_s(warmup_s: float, width: int) -> float:
     samples as the one-worker pass's worker had after `warmup_s` only after about `width` times as long (a worker's
     decoder cache warms with the samples it builds: at 2 workers on a 360x640 AV1 set, a worker's CPU per sample
     was 51-56 ms after 1 s, 40-46 after 2 s, the one-worker pass's 41-43 after 1 s); at most MAX_FULL_WARMUP_S."""
-    return min(max(warmup_s * width, warmup_s), max(MAX_FULL_WARMUP_S, warmup_s))
+    return max(min(warmup_s * width, MAX_FULL_WARMUP_S), warmup_s)
 
 
 def one_pass(run: RunSpec, workdir: Path, workers: int, warmup_s: float | None = None) -> dict | str:
