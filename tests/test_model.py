@@ -45,9 +45,12 @@ def test_no_term_is_exceeded(c, cores, workers, episodes):
 @settings(max_examples=300, deadline=None)
 @given(c=costs, cores=st.integers(1, 64), extra=st.integers(1, 64), episodes=st.integers(1, 2000))
 def test_more_workers_than_cores_never_pays_where_workers_only_compute(c, cores, extra, episodes):
-    """A worker that never waits on storage (its time is all CPU) cannot gain from more workers than cores."""
-    at = predict(c, Node(cores), cores, batch_size=16, episodes=episodes).frames_per_s_node
-    past = predict(c, Node(cores), cores + extra, batch_size=16, episodes=episodes).frames_per_s_node
+    """A worker that never waits on storage (its time is all CPU) cannot gain from more workers than cores, over a
+    run that no worker goes through its shards in (past that, a worker with fewer shards than another idles at each
+    pass's end, and a worker more can fill its core: `worker_share`)."""
+    run = dict(batch_size=16, episodes=episodes, samples=10**9, run_s=10.0)
+    at = predict(c, Node(cores), cores, **run).frames_per_s_node
+    past = predict(c, Node(cores), cores + extra, **run).frames_per_s_node
     assert past <= at * (1 + 1e-9)
 
 
@@ -320,7 +323,9 @@ def test_every_rank_of_every_host_counts_with_its_own_busy_workers(loader, ranks
     from dlbench.model.equations import busy
 
     c = cost(worker_ms=10, cpu_ms=10, handover_ms=0.001, check_ms=0, loader=loader)
-    p = predict(c, Node(1024, ranks=per_host), workers, batch_size=16, ranks=ranks, episodes=episodes, data_files=3)
+    # a run shorter than a shard takes: no worker has reached the end of its shards (`worker_share`, below)
+    p = predict(c, Node(1024, ranks=per_host), workers, batch_size=16, ranks=ranks, episodes=episodes, data_files=3,
+                samples=10**9, run_s=10.0)  # fmt: skip
     every = [busy(loader, workers, r, ranks, episodes, 3, 0) for r in range(ranks)]
     hosts = [every[h : h + per_host] for h in range(0, ranks, per_host)]
     if workers == 0:
@@ -329,6 +334,66 @@ def test_every_rank_of_every_host_counts_with_its_own_busy_workers(loader, ranks
         expect = sum(sum(h) / c.worker_s for h in hosts) / len(hosts)
     assert p.samples_per_s_node == pytest.approx(expect)
     assert p.busy_workers == min(every)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    episodes=st.integers(1, 60),
+    ranks=st.integers(1, 6),
+    workers=st.integers(1, 8),
+    seed=st.integers(0, 1000),
+    epoch=st.integers(0, 5),
+)
+def test_a_streams_workers_share_of_a_long_run_is_its_shards_over_the_most_one_worker_reads(
+    episodes, ranks, workers, seed, epoch
+):
+    """The loader's own partition (`rank_shards`, `worker_shards`) gives each worker of a rank every W-th of its
+    shards: a pass through them ends when the worker with the most is done, so a long run's busy workers are the
+    rank's shards over that most, which `worker_share` says without the partition."""
+    from dlbench.loader.partition import auto_virtual_shards, rank_shards, worker_shards
+    from dlbench.model.equations import worker_share
+
+    shards = auto_virtual_shards(episodes)
+    for rank in range(ranks):
+        mine = rank_shards(shards, seed, epoch, rank, ranks)
+        counts = [len(worker_shards(mine, workers, w)) for w in range(workers)]
+        busy = sum(1 for n in counts if n)
+        expect = sum(counts) / max(counts) if max(counts) else 0.0
+        assert worker_share(busy, workers, len(mine), 0, 0.01, None) == pytest.approx(expect)
+
+
+@settings(max_examples=300, deadline=None)
+@given(shards=st.integers(1, 40), workers=st.integers(1, 8), samples=st.integers(100, 10**5),
+       run_s=st.floats(0.01, 1000.0))  # fmt: skip
+def test_a_streams_workers_idle_only_once_a_run_reaches_the_end_of_their_shards(shards, workers, samples, run_s):
+    """Until the workers with fewer shards are through them, every worker with a shard is busy; over whole passes
+    the share is the long run's; in between, never outside the two."""
+    from dlbench.model.equations import worker_share
+
+    busy = min(shards, workers)
+    worker_s = 0.001
+    long = worker_share(busy, workers, shards, 0, worker_s, None)
+    few = shards // workers
+    share = worker_share(busy, workers, shards, samples, worker_s, run_s)
+    assert long - 1e-9 <= share <= busy + 1e-9
+    if run_s <= few * samples / shards * worker_s:
+        assert share == pytest.approx(busy)
+    whole = 3 * (few + 1) * samples / shards * worker_s  # three passes, each as long as the most shards take
+    assert worker_share(busy, workers, shards, samples, worker_s, whole) == pytest.approx(long)
+
+
+def test_a_stream_of_five_episodes_on_two_workers_is_predicted_with_one_idle_at_each_passs_end():
+    """5 episodes on 2 workers: 3 and 2 shards, 5/3 workers busy over a run that goes through them many times, and
+    the bound says so; 4 episodes divide: both busy."""
+    c = cost(worker_ms=2, cpu_ms=2, handover_ms=0.001, check_ms=0, loader="dlbench_stream")
+
+    def run(episodes, run_s):
+        return predict(c, Node(64), 2, batch_size=16, episodes=episodes, samples=episodes * 300, run_s=run_s)
+
+    assert run(5, 60.0).samples_per_s_node == pytest.approx(5 / 3 / c.worker_s, rel=0.02)
+    assert run(5, 60.0).bound == "episodes"
+    assert run(4, 60.0).samples_per_s_node == pytest.approx(2 / c.worker_s)
+    assert run(5, 0.5).samples_per_s_node == pytest.approx(2 / c.worker_s)  # not yet through 2 episodes (1.2 s)
 
 
 def test_a_two_host_run_is_predicted_with_its_second_hosts_rank_too():

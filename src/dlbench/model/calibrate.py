@@ -338,6 +338,7 @@ def calibrate(runs: list[RunSpec], dataset: str, source: str, out: str | Path) -
         host=socket.gethostname(),
         cores=cores(),
         episodes=dmeta.num_episodes,
+        samples=dmeta.num_frames,
         data_files=len(dmeta.data_files()),
         ttfb_ms=ttfb_ms(dmeta),
         seconds=time.perf_counter() - t0,

@@ -15,7 +15,7 @@ from pathlib import Path
 from .. import atomic
 from ..errors import UserError
 
-VERSION = 9
+VERSION = 10
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,7 @@ class Calibration:
     seconds: float  # how long calibrating took
     costs: list[LoaderCost] = field(default_factory=list)
     note: str = ""  # why loaders are missing (not reachable from here, no peer environment)
+    samples: int = 0  # the dataset's samples (frames of a camera): how long a stream's workers take to go through it
     version: int = VERSION
 
     def cost(self, loader: str, mode: str) -> LoaderCost | None:

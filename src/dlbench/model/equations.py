@@ -20,8 +20,10 @@ name is the bound:
     frames/s   = mean of rate_host over the hosts x frames_per_sample
 
 B, the busy workers, is every worker for map-style loaders, and for streaming loaders those with a unit of work:
-dlbench_stream's virtual shards (`loader.partition`), LeRobot's data files (one shard each). Nothing here is fitted:
-every term is a measured cost of this dataset on this node (`calibration.LoaderCost`), or a count.
+dlbench_stream's virtual shards (`loader.partition`), LeRobot's data files (one shard each); where a rank's shards
+do not divide among its workers, those with fewer idle at the end of every pass through them (`worker_share`).
+Nothing here is fitted: every term is a measured cost of this dataset on this node (`calibration.LoaderCost`), or a
+count.
 """
 
 from __future__ import annotations
@@ -99,6 +101,28 @@ def busy(loader: str, workers: int, rank: int, ranks: int, episodes: int, data_f
     return max(workers, 1)
 
 
+def worker_share(
+    busy_count: int, workers: int, shards: int, samples: int, worker_s: float, run_s: float | None
+) -> float:
+    """The busy workers of a rank over a run, where its `shards` virtual shards do not divide among its `workers`:
+    each worker reads every W-th shard, so some read one more and the rest idle at every pass's end until they are
+    done (5 shards on 2 workers: 3 and 2, 1.67 workers busy). A run shorter than the fewer shards take (`samples`
+    of the dataset, `worker_s` a sample, `run_s` the run's span; unknown: a long run) sees no pass end."""
+    if workers < 1 or shards <= workers:
+        return float(busy_count)
+    few, extra = divmod(shards, workers)  # `extra` workers read few + 1 shards, the rest few
+    if not extra:
+        return float(busy_count)
+    if not samples or run_s is None:
+        return shards / (few + 1)
+    per_shard = samples / shards * worker_s  # seconds a worker takes over one shard (episodes of about one length)
+    done = 0.0  # shards read over the run, by every worker
+    for count, n in ((few + 1, extra), (few, workers - extra)):
+        passes, left = divmod(run_s, (few + 1) * per_shard)  # a pass ends when the workers with more are done
+        done += n * (passes * count + min(count, left / per_shard))
+    return min(float(busy_count), done * per_shard / run_s)
+
+
 def resolve_auto(workers: int | str, node: Node) -> int:
     """`auto` as the bench job resolves it (`run.spec.resolve_workers`): the host's cores shared by its ranks."""
     return max(1, node.cores // max(node.ranks, 1)) if workers == "auto" else int(workers)
@@ -113,6 +137,7 @@ def predict(
     ranks: int = 1,
     step_ms: float = 0.0,
     episodes: int,
+    samples: int = 0,
     data_files: int = 1,
     fetch_episodes: int = 0,
     calibrated_ttfb_ms: float | None = None,
@@ -127,8 +152,14 @@ def predict(
     # ranks fill hosts in order (srun's block distribution); each delivers on its own, so a host's rate is the sum
     # of its ranks', its cores shared by them; frames/s per node is the mean over the hosts
     every = [busy(cost.loader, w, r, ranks, episodes, data_files, fetch_episodes) for r in range(max(ranks, 1))]
-    hosts = [every[h : h + per_host] for h in range(0, len(every), per_host)]
     worker_s = worker_time(cost, node, calibrated_ttfb_ms)
+    if cost.loader.startswith("dlbench_stream"):
+        shards = auto_virtual_shards(episodes, max(fetch_episodes, 1))
+        mine = [len(range(r, shards, max(ranks, 1))) for r in range(max(ranks, 1))]
+        busy_share = [worker_share(b, w, m, samples, worker_s, run_s) for b, m in zip(every, mine)]
+    else:
+        busy_share = [float(b) for b in every]
+    hosts = [busy_share[h : h + per_host] for h in range(0, len(busy_share), per_host)]
     per_node = [host_rates(cost, node, w, here, worker_s, batch_size, step_ms) for here in hosts]
     rates = min(per_node, key=lambda r: min(r.values()))  # the slowest host's terms name the bound
     b = min(every)
@@ -153,7 +184,7 @@ def predict(
 
 
 def host_rates(
-    cost: LoaderCost, node: Node, w: int, busy_ranks: list[int], worker_s: float, batch_size: int, step_ms: float
+    cost: LoaderCost, node: Node, w: int, busy_ranks: list[float], worker_s: float, batch_size: int, step_ms: float
 ) -> dict[str, float]:
     """Samples/s one host delivers under each bound that applies: its ranks' busy workers (`busy_ranks`, one
     count a rank) at `worker_s` each, their main processes, the training step, and its cores."""
@@ -166,7 +197,7 @@ def host_rates(
         rates["single process"] = sum(1 for b in busy_ranks if b) / solo
     else:
         fetch_share = 1.0 - min(1.0, cost.worker_cpu_s / worker_s) if worker_s > 0 else 0.0
-        short = any(b < w for b in busy_ranks)
+        short = any(b < w * 0.97 for b in busy_ranks)  # a worker without work, or idle at its passes' ends
         name = "episodes" if short else ("fetch latency" if fetch_share > FETCH_BOUND_SHARE else "workers")
         rates[name] = sum(busy_ranks) / worker_s
         rates["main process"] = n / cost.main_s if cost.main_s > 0 else math.inf

@@ -44,6 +44,7 @@ def predict_run(run: dict, cal: Calibration, cores: int | None = None, hosts: in
         ranks=ranks,
         step_ms=run.get("step_ms") or 0,
         episodes=cal.episodes,
+        samples=cal.samples,
         data_files=cal.data_files,
         fetch_episodes=run.get("fetch_episodes") or 0,
         calibrated_ttfb_ms=cal.ttfb_ms,
@@ -106,6 +107,7 @@ def what_if(
                     ranks=n * ranks_per_node,
                     step_ms=step_ms,
                     episodes=cal.episodes,
+                    samples=cal.samples,
                     data_files=cal.data_files,
                     calibrated_ttfb_ms=cal.ttfb_ms,
                 )
