@@ -75,10 +75,15 @@ def worker_shards(mine: np.ndarray, num_workers: int, worker: int, shuffle: bool
     return mine[worker :: max(num_workers, 1)]
 
 
+def rank_shard_count(num_shards: int, rank: int, world: int) -> int:
+    """How many of `num_shards` virtual shards rank `rank` of `world` reads in an epoch (`rank_shards`; unshuffled,
+    the same block sizes rotate among the ranks)."""
+    return len(range(rank, num_shards, max(world, 1)))
+
+
 def busy_workers(num_shards: int, rank: int, world: int, num_workers: int) -> int:
     """How many of rank `rank`'s `num_workers` DataLoader workers (0: the process itself) have a virtual shard."""
-    mine = len(range(rank, num_shards, world))
-    return min(mine, max(num_workers, 1))
+    return min(rank_shard_count(num_shards, rank, world), max(num_workers, 1))
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..loader.partition import auto_virtual_shards, busy_workers
+from ..loader.partition import auto_virtual_shards, busy_workers, rank_shard_count
 from .calibration import LoaderCost
 
 # the names of the bounds, in the order ties are reported
@@ -155,7 +155,7 @@ def predict(
     worker_s = worker_time(cost, node, calibrated_ttfb_ms)
     if cost.loader.startswith("dlbench_stream"):
         shards = auto_virtual_shards(episodes, max(fetch_episodes, 1))
-        mine = [len(range(r, shards, max(ranks, 1))) for r in range(max(ranks, 1))]
+        mine = [rank_shard_count(shards, r, ranks) for r in range(max(ranks, 1))]
         busy_share = [worker_share(b, w, m, samples, worker_s, run_s) for b, m in zip(every, mine)]
     else:
         busy_share = [float(b) for b in every]
