@@ -19,7 +19,7 @@ import statistics
 from pathlib import Path
 
 from benchmarks.common import bench_run, dlbench
-from benchmarks.model import SETS, dataset, held_out
+from benchmarks.model import SETS, dataset, held_out, window_s
 from dlbench.model.calibration import Calibration
 from dlbench.model.table import predict_run
 
@@ -33,7 +33,8 @@ def main(argv=None) -> None:
     ap.add_argument("--loaders", nargs="+", default=["dlbench_map", "dlbench_stream"])
     ap.add_argument("--modes", nargs="+", default=["single", "sarm"])
     ap.add_argument("--workers", nargs="+", default=["1", "2", "auto"])
-    ap.add_argument("--duration-s", type=float, default=3.0)
+    ap.add_argument("--duration-s", type=float, default=5.0, help="a run's window, at least (model.window_s)")
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--warmup-s", type=float, default=1.0)
     a = ap.parse_args(argv)
     pairs = [tuple(int(x) for x in p.split(":")) for p in a.pairs]
@@ -51,7 +52,7 @@ def main(argv=None) -> None:
         for k in sorted({p[0] for p in pairs}):
             path = work / f"model-{name}" / f"calibration-{k}cores.json"
             dlbench("calibrate", "--root", str(root), "--loader", ",".join(a.loaders), "--mode", ",".join(a.modes),
-                    "--warmup-s", str(a.warmup_s), "--duration-s", str(a.duration_s), "--repeats", "2",
+                    "--warmup-s", str(a.warmup_s), "--duration-s", str(a.duration_s), "--repeats", str(a.repeats),
                     "--out", str(path), cpus=k)  # fmt: skip
             cals[k] = Calibration.read(path)
             assert cals[k].cores == k, f"calibrated on {cals[k].cores} cores, not {k}"
@@ -60,7 +61,8 @@ def main(argv=None) -> None:
                 for mode in a.modes:
                     for w in a.workers:
                         out = work / f"model-{name}" / "cores" / f"{loader}-{mode}-w{w}-c{to}"
-                        timing = dict(duration_s=a.duration_s, warmup_s=a.warmup_s, repeats=2, probe_samples=0)
+                        window = window_s(cals[min(cals)], loader, mode, w, a)  # the slowest calibration's
+                        timing = dict(duration_s=window, warmup_s=a.warmup_s, repeats=a.repeats, probe_samples=0)
                         rec = bench_run(out, root=root, loader=loader, mode=mode, num_workers=w, cpus=to, **timing)
                         measured = rec["metrics"]["frames_per_s_node"]
                         run = {**rec["config"], "num_workers": w if w == "auto" else int(w)}

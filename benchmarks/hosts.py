@@ -20,7 +20,7 @@ import subprocess
 from pathlib import Path
 
 from benchmarks.common import dlbench
-from benchmarks.model import SETS, dataset, held_out
+from benchmarks.model import SETS, dataset, held_out, window_s
 from dlbench.bench.launch import finish, rank_command
 from dlbench.model.calibration import Calibration
 from dlbench.model.table import predict_run
@@ -61,7 +61,8 @@ def main(argv=None) -> None:
     ap.add_argument("--loaders", nargs="+", default=["dlbench_map", "dlbench_stream"])
     ap.add_argument("--modes", nargs="+", default=["single", "sarm"])
     ap.add_argument("--workers", nargs="+", default=["1", "2"])
-    ap.add_argument("--duration-s", type=float, default=3.0)
+    ap.add_argument("--duration-s", type=float, default=5.0, help="a run's window, at least (model.window_s)")
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--warmup-s", type=float, default=1.0)
     a = ap.parse_args(argv)
     if HOSTS * a.cores_per_host > len(os.sched_getaffinity(0)):
@@ -74,7 +75,7 @@ def main(argv=None) -> None:
         root = dataset(work, name, drawn.get(name))
         path = work / f"model-{name}" / f"calibration-host-{a.cores_per_host}cores.json"
         dlbench("calibrate", "--root", str(root), "--loader", ",".join(a.loaders), "--mode", ",".join(a.modes),
-                "--warmup-s", str(a.warmup_s), "--duration-s", str(a.duration_s), "--repeats", "2",
+                "--warmup-s", str(a.warmup_s), "--duration-s", str(a.duration_s), "--repeats", str(a.repeats),
                 "--out", str(path), cpus=a.cores_per_host)  # fmt: skip
         cal = Calibration.read(path)
         for loader in a.loaders:
@@ -82,8 +83,8 @@ def main(argv=None) -> None:
                 for w in a.workers:
                     spec = runspec.make_run({
                         "root": str(root), "dataset": name, "loader": loader, "mode": mode, "num_workers": int(w),
-                        "ranks": HOSTS, "nodes": HOSTS, "duration_s": a.duration_s, "warmup_s": a.warmup_s,
-                        "repeats": 2, "probe_samples": 0,
+                        "ranks": HOSTS, "nodes": HOSTS, "duration_s": window_s(cal, loader, mode, w, a),
+                        "warmup_s": a.warmup_s, "repeats": a.repeats, "probe_samples": 0,
                     }, scenario="hosts")  # fmt: skip
                     measured = two_hosts(spec, work / f"model-{name}" / "hosts" / spec.run_id, a.cores_per_host)
                     p = predict_run(spec.to_dict(), cal, hosts=HOSTS)
