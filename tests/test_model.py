@@ -188,6 +188,7 @@ def test_a_real_calibration_measures_every_pair_and_predicts_its_own_runs(v30_h2
         assert c.repeat_diff is not None and 0 <= c.repeat_diff < 2  # the one-worker pass, measured twice
     solo = cal.cost("dlbench_map", "single")
     assert 0 < solo.solo_check_s < solo.solo_s  # the passes checked frames, as the runs do
+    assert solo.solo_pss_mb > 0  # the one process's memory, from its own pass
     stream = cal.cost("dlbench_stream", "single")
     assert stream.solo_s is None  # no run of it without workers: not measured, and not predicted
     assert "not measured" in predict_run({**runs[2].to_dict(), "num_workers": 0}, cal)
@@ -304,9 +305,12 @@ def test_each_worker_past_the_first_adds_its_own_pages_not_the_pages_forked_work
     def pss(c, w):
         return predict(c, Node(8), w, batch_size=16, episodes=100).peak_pss_mb
 
-    assert pss(c, 0) == pss(c, 1) == 350.0  # no workers: the one process holds the decoders too
+    assert pss(c, 0) == pss(c, 1) == 350.0  # no workers, no pass of its own: the sum stands in
     assert pss(c, 4) == pytest.approx(350.0 + 3 * 60.0)
     assert pss(replace(c, worker_uss_mb=None), 4) == pytest.approx(200.0 + 4 * 150.0)
+    # the one process measured alone (a stream of windows holds more there than its two processes apart)
+    alone = replace(c, solo_pss_mb=520.0)
+    assert (pss(alone, 0), pss(alone, 1), pss(alone, 4)) == (520.0, 350.0, pytest.approx(350.0 + 3 * 60.0))
 
 
 @settings(max_examples=200, deadline=None)

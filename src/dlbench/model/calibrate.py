@@ -7,7 +7,8 @@ time per sample, its CPU time, the main process's hand-over and checks, the firs
 process are read off the pass's record (measured twice, the other passes between, and pooled); on a host of
 several cores, one with a worker per core (its warm-up as many times longer, so each worker has built as much), where
 every core is busy and a sample's CPU (every process of the host) is what the cores bound divides them by; and,
-where a run of the matrix has no workers, one in a single process.
+where a run of the matrix has no workers, one in a single process (measured twice and pooled too; its memory is
+its own).
 The checks are measured where runs pay them: on frames a worker handed over through shared memory they cost the main
 process up to ten times what they cost on frames it decoded itself (first touches of the ring's pages, caches the
 worker filled on another core).
@@ -151,14 +152,16 @@ def loader_costs(runs: list[RunSpec], workdir: Path, samples: int, episodes: int
     ]
     # the one-worker pass again, the other passes later: a host's speed moves by 10-20% over minutes, and a single
     # pass that caught it moving would set every prediction of its loader (docs/model.md, "Drift")
-    forked = [m if isinstance(m, str) else repeated(run, workdir, m, warmup) for run, (m, warmup) in zip(runs, passes)]
+    forked = [repeated(run, workdir, m, warmup) for run, (m, warmup) in zip(runs, passes)]
     for run, m in zip(runs, forked):
         if isinstance(m, dict) and m.get("repeat_diff") is not None:
             how = "the median of three" if m["repeat_passes"] == 3 else "averaged"
             print(f"calibrate: {run.loader} {run.mode}: its one-worker passes {m['repeat_diff']:.0%} apart in time "
                   f"per sample; {how}", flush=True)  # fmt: skip
     solos = [
-        one_pass(run, workdir, 0, warmup) if run.num_workers == 0 and not isinstance(m, str) else None
+        repeated(run, workdir, one_pass(run, workdir, 0, warmup), warmup, workers=0)
+        if run.num_workers == 0 and not isinstance(m, str)
+        else None
         for run, (m, warmup) in zip(runs, passes)
     ]
     return [
@@ -173,13 +176,16 @@ PER_SAMPLE = ("worker_cpu_ms_per_sample", "main_cpu_ms_per_sample", "check_ms_pe
 REPEAT_AGREE = 0.25  # two one-worker passes further apart than this (a share of their mean): a third settles it
 
 
-def repeated(run: RunSpec, workdir: Path, first: dict, warmup: float) -> dict:
-    """The one-worker pass measured again (and a third time where the two disagree by over REPEAT_AGREE), pooled."""
-    again = one_pass(run, workdir, 1, warmup)
+def repeated(run: RunSpec, workdir: Path, first: dict | str, warmup: float, workers: int = 1) -> dict | str:
+    """A pass with `workers` workers (one; 0: the one process) measured again (and a third time where the two
+    disagree by over REPEAT_AGREE), pooled."""
+    if isinstance(first, str):
+        return first
+    again = one_pass(run, workdir, workers, warmup)
     two = pooled(first, again)
     if (two.get("repeat_diff") or 0.0) <= REPEAT_AGREE:
         return two
-    return pooled(first, again, one_pass(run, workdir, 1, warmup))
+    return pooled(first, again, one_pass(run, workdir, workers, warmup))
 
 
 def pooled(first: dict, *more: dict | str) -> dict:
@@ -239,6 +245,7 @@ def _cost(run: RunSpec, solo: dict | None, m: dict, full: dict | None = None) ->
         full_cpu_s=None if full is None else host_cpu_ms(full) / 1000,
         full_cores=cores() if full else 0,
         repeat_diff=m.get("repeat_diff"),
+        solo_pss_mb=solo["peak_pss_mb"] if solo else None,
         note="" if worker_bound else "the main process set the pace: worker time is its CPU time",
     )
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from .. import atomic
 from ..errors import UserError
 
-VERSION = 10
+VERSION = 11
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,9 @@ class LoaderCost:
     # how far apart the one-worker passes' times per sample were (largest less smallest, a share of their mean; the
     # costs above pool them: two averaged, three by the median): this host's noise for this loader. None: one pass
     repeat_diff: float | None = None
+    # the one process's memory with no workers (its own pass's peak): it holds what a worker and the main process
+    # hold apart, and more (a stream of windows' decoded blocks beside the batches); None: not measured
+    solo_pss_mb: float | None = None
     note: str = ""
 
     @property

@@ -171,6 +171,8 @@ def predict(
     # forked workers share (PSS splits those among the sharers: their sum stays what the one-worker pass measured)
     extra = cost.worker_pss_mb if cost.worker_uss_mb is None else cost.worker_uss_mb
     pss = cost.main_pss_mb + cost.worker_pss_mb + max(w - 1, 0) * extra
+    if w == 0 and cost.solo_pss_mb is not None:  # measured alone: a stream holds more there than its two processes
+        pss = cost.solo_pss_mb
     return Prediction(
         frames_per_s_node=samples * cost.frames_per_sample,
         samples_per_s_node=samples,
