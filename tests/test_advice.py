@@ -88,56 +88,72 @@ def test_the_time_split_adds_up_to_a_workers_time_and_no_part_is_negative(worker
     assert time_split({**m, "worker_decode_ms_per_sample": None}, workers) == dict.fromkeys(split)
 
 
-def stream_row(loader, fps, randomness, spread=0.5, workers=2) -> dict:
+FLOOR = {"effective_batch": 0.5, "effective_window": 0.3, "distinct_frames": 0.8}
+
+
+def stream_row(loader, fps, effective, frames=1.0, workers=2, window=None) -> dict:
     return {"scenario": "s", "run_id": f"d-{loader}-single-w{workers}", "dataset": "d", "source": "local",
             "loader": loader, "mode": "single", "batch_size": 16, "num_workers": workers, "decode_device": "cpu",
             "step_ms": 0, "ranks": 1, "nodes": 1, "status": "ok", "frames_per_s_node": fps,
-            "shuffle_randomness": randomness, "shuffle_spread": spread,
-            "shuffle_floor": json.dumps({"randomness": 0.3, "spread": 0.0})}  # fmt: skip
+            "shuffle_effective_batch": effective, "shuffle_distinct_frames": frames,
+            "shuffle_effective_window": effective if window is None else window,
+            "image_shape": "3x96x128", "frames_per_sample": 1, "shuffle_floor": json.dumps(FLOOR)}  # fmt: skip
 
 
 def test_a_stream_below_the_shuffle_floor_is_told_first_how_to_restore_it():
     """dlbench_stream keeping 2 of the 50 episodes a worker reads live: pool_size up, first, whatever else is
-    faster; LeRobot's stream: its own buffer_size; a stream above the floor gets neither."""
+    faster; repeating frames in a batch: one row a block; LeRobot's stream: its own buffer_size, where it fits in
+    memory; a stream above the floor gets neither."""
     c = cal(2)
-    low = stream_row("dlbench_stream", 100.0, randomness=0.05)
+    low = stream_row("dlbench_stream", 100.0, effective=0.1)
     found = prescribe(low, c, spec={"pool_size": 2, "buffer_size": 256})
-    assert found[0].shuffle and found[0].change == {"pool_size": 4} and "randomness 0.05 < 0.3" in found[0].why
-    lerobot = prescribe(stream_row("lerobot_stream", 100.0, randomness=0.1), c, spec={"buffer_size": 256})
-    assert lerobot[0].change == {"buffer_size": 1000} and lerobot[0].shuffle
-    fine = prescribe(stream_row("dlbench_stream", 100.0, randomness=0.6), c, spec={"pool_size": 2})
+    assert found[0].shuffle and found[0].change == {"pool_size": 4} and "effective batch 0.10 < 0.5" in found[0].why
+    shared = prescribe(stream_row("dlbench_stream", 100.0, effective=0.9, frames=0.55), c, spec={"pool_size": 2})
+    assert shared[0].change == {"read_ahead": 1} and "distinct frames 0.55 < 0.8" in shared[0].why
+    lerobot = prescribe(stream_row("lerobot_stream", 100.0, effective=0.1), c, spec={"buffer_size": 256})
+    assert lerobot[0].change == {"buffer_size": 1000} and lerobot[0].shuffle and "GB of frames" in lerobot[0].why
+    # a buffer of frames larger than half this machine's memory is not prescribed
+    huge = {**stream_row("lerobot_stream", 100.0, effective=0.1), "image_shape": "3x2160x3840", "frames_per_sample": 64}
+    assert not any(p.shuffle for p in prescribe(huge, c, spec={"buffer_size": 1000}))
+    fine = prescribe(stream_row("dlbench_stream", 100.0, effective=0.9), c, spec={"pool_size": 2})
     assert not any(p.shuffle for p in fine)
     every = prescribe(low, c, spec={"pool_size": 64})  # each worker's 50 episodes already live: nothing to raise
     assert not any(p.shuffle for p in every)
     text = advise(pd.DataFrame([low]), {("d", "local"): c}, specs={("s", low["run_id"]): {"pool_size": 2}})
-    assert "below it (randomness 0.05 < 0.3), so the run does not pass" in text and "`pool_size: 4`" in text
+    assert "below it (effective batch 0.10 < 0.5, effective window 0.10 < 0.3), so the run does not pass" in text
+    assert "`pool_size: 4`" in text
 
 
 def test_a_faster_loader_that_shuffles_worse_is_not_prescribed_or_says_what_it_gives_up():
     c = cal(2)
     c.costs.append(cost(worker_ms=8.0, loader="lerobot_stream"))
-    base = stream_row("lerobot_stream", 100.0, randomness=0.6, spread=0.5)
-    unshuffled = stream_row("dlbench_stream", 900.0, randomness=0.05)
+    base = stream_row("lerobot_stream", 100.0, effective=0.9)
+    unshuffled = stream_row("dlbench_stream", 900.0, effective=0.1)
     text = advise(pd.DataFrame([base, unshuffled]), {("d", "local"): c})
     section = text.split("## s / d-lerobot_stream-single-w2")[1].split("##")[0]
     assert "`loader: dlbench_stream`" not in section  # below the floor: it has not won
-    worse = stream_row("dlbench_stream", 900.0, randomness=0.4, spread=0.5)
+    worse = stream_row("dlbench_stream", 900.0, effective=0.6)
     text = advise(pd.DataFrame([base, worse]), {("d", "local"): c})
     section = text.split("## s / d-lerobot_stream-single-w2")[1].split("##")[0]
-    assert "`loader: dlbench_stream`" in section and "randomness 0.40 against 0.60 (this run)" in section
+    assert "`loader: dlbench_stream`" in section and "effective batch 0.60 against 0.90, effective window" in section
 
 
 def test_verify_withdraws_a_speed_gain_that_gives_up_shuffle_and_proves_a_restored_one():
     from dlbench.advice.prove import verdict
 
-    before, after = (
-        {"shuffle_randomness": 0.6, "shuffle_spread": 0.5},
-        {"shuffle_randomness": 0.2, "shuffle_spread": 0.5},
-    )
-    assert verdict(2.0, before, after).startswith("withdrawn: gives up shuffle (randomness 0.20 against 0.60")
+    def m(one, ten=None, frames=1.0):
+        return {"shuffle_effective_batch": one, "shuffle_effective_window": one if ten is None else ten,
+                "shuffle_distinct_frames": frames}  # fmt: skip
+
+    before, after = m(0.9), m(0.4)
+    assert verdict(2.0, before, after).startswith("withdrawn: gives up shuffle (effective batch 0.40 against 0.90")
     assert verdict(2.0, before, before) == "proven"
-    assert verdict(0.9, after, before, restores=True).startswith("proven: shuffle randomness 0.60 against 0.20")
-    assert verdict(1.0, before, before, restores=True).startswith("withdrawn: its batches shuffle no better")
+    assert verdict(0.9, after, before, restores=True, floor=FLOOR).startswith("proven: reaches the floor")
+    # a gain above 0.1 that stays under the floor is no restoration
+    assert verdict(0.9, m(0.1), m(0.3), restores=True, floor=FLOOR).startswith("withdrawn: still below the floor")
+    assert verdict(1.0, before, before, restores=True, floor=FLOOR).startswith("withdrawn: its batches are worth no")
+    nan = float("nan")  # legs too short to measure: nothing proven
+    assert verdict(1.0, m(nan, nan, nan), m(nan, nan, nan), restores=True, floor=FLOOR).startswith("withdrawn")
 
 
 def test_a_prescription_that_measured_worse_or_no_better_is_withdrawn():

@@ -14,10 +14,13 @@ from dlbench.report import plots
 pytestmark = pytest.mark.unit
 
 
-def metrics(fps, p99=10.0, hit=0.99, wrong=0, verified=100, randomness=0.9, spread=0.8):
+def metrics(fps, p99=10.0, hit=0.99, wrong=0, verified=100, effective=0.95, window=None, frames=1.0):
     return {
-        "shuffle_randomness": randomness,
-        "shuffle_spread": spread,
+        "shuffle_effective_batch": effective,
+        "shuffle_effective_window": effective if window is None else window,
+        "shuffle_distinct_frames": frames,
+        "shuffle_randomness": 0.9,
+        "shuffle_spread": 0.8,
         "frames_per_s_node": fps,
         "samples_per_s": fps / 2,
         "first_batch_latency_s": 0.5,
@@ -436,21 +439,24 @@ def test_a_run_whose_job_died_is_listed_failed_with_its_reason_until_it_finishes
 
 
 def test_a_run_below_the_shuffle_floor_does_not_pass_and_ratios_say_what_shuffle_differs(tmp_path):
-    """A faster stream whose batches barely shuffle: it fails the floor (notes say which measure), and its ratio to
-    the baseline says what it gave up; a stream shuffling like its baseline says nothing."""
+    """A faster stream whose batches are worth a few items: it fails the floor (notes say which measure), and its
+    ratio to the baseline says what it gave up; a stream worth as much as its baseline says nothing."""
     runs = [
-        write_run(tmp_path, "s", "lerobot_stream", [100.0], randomness=0.5, spread=0.1),
-        write_run(tmp_path, "s", "dlbench_stream", [900.0], randomness=0.02, spread=0.05),
-        write_run(tmp_path, "t", "lerobot_stream", [100.0], randomness=0.5, spread=0.1),
-        write_run(tmp_path, "t", "dlbench_stream", [900.0], randomness=0.55, spread=0.15),
+        write_run(tmp_path, "s", "lerobot_stream", [100.0], effective=0.9, window=0.5),
+        write_run(tmp_path, "s", "dlbench_stream", [900.0], effective=0.11, window=0.02),
+        write_run(tmp_path, "t", "lerobot_stream", [100.0], effective=0.9, window=0.5),
+        write_run(tmp_path, "t", "dlbench_stream", [900.0], effective=0.85, window=0.45, frames=0.95),
     ]
-    df = agg.aggregate(runs, None, shuffle_floor={"randomness": 0.3, "spread": 0.0})
+    floor = {"effective_batch": 0.5, "effective_window": 0.3, "distinct_frames": 0.8}
+    df = agg.aggregate(runs, None, shuffle_floor=floor)
     low, fine = row(df, "s", "dlbench_stream"), row(df, "t", "dlbench_stream")
     assert not low["pass"] and fine["pass"]  # both beat the 120 target
-    assert "shuffles below the floor (randomness 0.02 < 0.3" in low["notes"]
-    assert low["ratio_to_baseline"] == 9.0 and low["baseline_shuffle"] == "randomness 0.02 against 0.50"
+    assert "shuffles below the floor (effective batch 0.11 < 0.5, effective window 0.02 < 0.3" in low["notes"]
+    assert low["ratio_to_baseline"] == 9.0
+    assert low["baseline_shuffle"] == "effective batch 0.11 against 0.90, effective window 0.02 against 0.50"
     assert "shuffle against its baseline" in low["notes"] and not fine["baseline_shuffle"]
-    assert fine["shuffle_quality"] == pytest.approx(0.15) and low["shuffle_quality"] == pytest.approx(0.02)
-    spread_floor = agg.aggregate(runs, None, shuffle_floor={"randomness": 0.0, "spread": 0.2})
-    assert not row(spread_floor, "t", "dlbench_stream")["pass"]
-    assert row(spread_floor, "t", "lerobot_stream")["notes"].count("spread 0.10 < 0.2") == 1
+    assert fine["shuffle_effective_window"] == pytest.approx(0.45) and fine["shuffle_distinct_frames"] == 0.95
+    frames_floor = agg.aggregate(runs, None, shuffle_floor={**floor, "distinct_frames": 0.99})
+    assert not row(frames_floor, "t", "dlbench_stream")["pass"]
+    assert row(frames_floor, "t", "dlbench_stream")["notes"].count("distinct frames 0.95 < 0.99") == 1
+    assert agg.aggregate(runs, None)["pass"].tolist() == df["pass"].tolist()  # the floor is on by default

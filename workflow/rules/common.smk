@@ -267,7 +267,7 @@ def aggregate_args():
     args = [f"--target {mode}={fps}" for mode, fps in config["targets"].items()]
     floor = config["shuffle_floor"]
     args += [f"--baseline {config['baseline_loader']}", thrash_args()]
-    args += [f"--shuffle-floor-randomness {floor['randomness']} --shuffle-floor-spread {floor['spread']}"]
+    args += [f"--floor-{name.replace('_', '-')} {value}" for name, value in sorted(floor.items())]
     for report in prewarm_reports():  # results/prewarm/<source>/<dataset>.json
         args.append(f"--prewarm {Path(report).relative_to('results/prewarm').with_suffix('')}={report}")
     return " ".join(args)

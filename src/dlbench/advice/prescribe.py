@@ -9,15 +9,19 @@ gives up. results/advice.md; docs/model.md#advice.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from ..config import defaults
 from ..model.calibration import Calibration
 from ..model.table import predict_run
-from ..report.aggregate import shuffle_gap, shuffle_low, shuffle_shortfall
+from ..report.aggregate import SHUFFLE_MEASURES, shuffle_gap, shuffle_low, shuffle_shortfall
 from ..run.loaders import LoaderName
+from ..run.spec import LEROBOT_STREAM_BUFFER as LEROBOT_BUFFER
+from ..run.spec import RunSpec
 
 AT_BOUND = 0.9  # measured at or above this share of the cores' rate: at the hardware's bound
 CACHE_MISSING = 0.5  # a decoder cache that finds fewer of its lookups open than this is too small for the run
@@ -26,7 +30,6 @@ FETCH_EPISODES = 2  # episodes fetched ahead, as prescribed: one decoding while 
 WAITING_WORKERS = 4  # workers per core considered where workers wait on storage (WAITING_SHARE of their time)
 MEMORY_SHARE = 0.8  # a run whose processes hold more of the host's RAM than this is told what fits
 WORTH = 1.1  # a change is prescribed when it is predicted to give at least this many times the frames/s
-LEROBOT_BUFFER = 1000  # LeRobot's own StreamingLeRobotDataset buffer_size default
 DECODE_SHARE = 0.5  # a map-style run whose workers decode this share of their time is probed for a re-encoding
 REENCODABLE = ("dlbench_map", "lerobot_map")  # map-style loaders that read a re-encoded v3.0 dataset as it is
 CONVERT_KEYS = {"data_file_size_in_mb"}  # prescriptions of config.yaml's convert section, not of a scenario
@@ -163,7 +166,7 @@ def prescribe(
         if other in peers:  # the matrix ran it with these settings: what it measured, its shuffle too
             fps, run_id, seen = peers[other]
             why = f"measured with these settings: run {run_id}"
-            if shuffle_shortfall(seen, _floor(row)):
+            if shuffle_shortfall(seen, floor_of(row)):
                 continue  # it would not pass: a faster loader that does not shuffle has not won
             if lost := shuffle_gap(seen, row):
                 why += f"; its batches' shuffle differs: {lost} (this run)"
@@ -282,24 +285,33 @@ def yaml_map(values: dict) -> str:
     return "{" + ", ".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in values.items()) + "}"
 
 
-def _floor(row: dict) -> dict:
+def floor_of(row: dict) -> dict:
     """The shuffle floor the run was judged by (summary.csv's `shuffle_floor`), else the schema's default."""
     given = row.get("shuffle_floor")
     return json.loads(given) if isinstance(given, str) and given else defaults("shuffle_floor")
 
 
 def restore_shuffle(row: dict, spec: dict, episodes: int | None) -> Prescription | None:
-    """The change that lifts a streaming run whose batches fell below the shuffle floor: for dlbench_stream more
-    live episodes a worker (`pool_size`, up to the episodes a worker has), for LeRobot's stream a larger shuffle
-    buffer, in its own terms (`buffer_size`, at least its default of 1000). Its frames/s is the run's until
-    `--verify` measures the cost. None where the run shuffles enough, or no setting can help."""
-    short = shuffle_low(row, _floor(row))
+    """The change that lifts a streaming run whose batches fell below the floor (`shuffle_low`): for dlbench_stream,
+    where its batches repeat frames, one row a block (`read_ahead: 1`: no two items of a batch share a decoded
+    block's frames), else more live episodes a worker (`pool_size`, up to the episodes a worker reads); for LeRobot's
+    stream a larger shuffle buffer in its own terms (`buffer_size`, at least its default of 1000), only where the
+    frames it would hold fit in half this machine's memory. Its frames/s is the run's until `--verify` measures the
+    cost. None where the run is above the floor, or no setting can help."""
+    floor = floor_of(row)
+    short = shuffle_low(row, floor)
     if not short or LoaderName.parse(row["loader"]).kind != "stream":
         return None
     fps = row["frames_per_s_node"]
     workers = max(_int(row.get("num_workers"), 1), 1) * max(_int(row.get("ranks"), 1), 1)
-    pool, buffer = _int(spec.get("pool_size"), 8), _int(spec.get("buffer_size"), 256)
-    if row["loader"].startswith("dlbench_stream"):
+    base = LoaderName.parse(row["loader"]).base
+    if base == "dlbench_stream":
+        frames = row.get("shuffle_distinct_frames")
+        ahead = spec.get("read_ahead")
+        if pd.notna(frames) and frames < floor.get("distinct_frames", 0.0) and ahead != 1:
+            why = f"{short}: items decoded in one block share frames and meet in a batch; one row a block shares none"
+            return Prescription({"read_ahead": 1}, fps, 1.0, why=why, shuffle=True)
+        pool = _int(spec.get("pool_size"), RunSpec.pool_size)
         mine = (episodes or 0) // workers  # the episodes one worker reads: a batch mixes no more
         if mine <= pool:
             return None
@@ -307,12 +319,32 @@ def restore_shuffle(row: dict, spec: dict, episodes: int | None) -> Prescription
         why = (f"{short}: each worker reads about {mine} episodes but keeps {pool} live; "
                f"{new} live mix more of them in a batch")  # fmt: skip
         return Prescription({"pool_size": new}, fps, 1.0, why=why, shuffle=True)
-    if row["loader"].startswith("lerobot_stream"):
+    if base == "lerobot_stream":
+        buffer = _int(spec.get("buffer_size"), LEROBOT_BUFFER)
         new = LEROBOT_BUFFER if buffer < LEROBOT_BUFFER else 4 * buffer  # its own default first
+        held = new * item_bytes(row) * workers  # each worker's stream keeps its own buffer
+        room = host_memory_bytes() / 2
+        if held > room:
+            return None  # no buffer that fits: the line under the run says it is below the floor
         why = (f"{short}: LeRobot's stream draws from a buffer of {buffer} items; {new} (its own default is "
-               f"{LEROBOT_BUFFER}) mixes more episodes, at more memory")  # fmt: skip
+               f"{LEROBOT_BUFFER}) mixes more episodes, holding about {held / 1e9:.1f} GB of frames")  # fmt: skip
         return Prescription({"buffer_size": new}, fps, 1.0, why=why, shuffle=True)
     return None
+
+
+def item_bytes(row: dict) -> float:
+    """Decoded bytes of one item (uint8 frames: every camera's window), from summary.csv's image_shape and
+    frames_per_sample; 0 where unknown."""
+    try:
+        shape = [int(v) for v in str(row.get("image_shape")).split("x")]
+        return float(np.prod(shape)) * float(row.get("frames_per_sample") or 1)
+    except ValueError:
+        return 0.0
+
+
+def host_memory_bytes() -> float:
+    """This machine's memory, in bytes."""
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
 def _int(value, default: int) -> int:
@@ -444,23 +476,31 @@ def prescriptions(
 
 
 def shuffle_line(row: dict) -> str:
-    """The run's shuffle beside its speed: both measures, against the floor it was judged by."""
-    floor = _floor(row)
-    r, sp = row.get("shuffle_randomness"), row.get("shuffle_spread")
-    if r is None or pd.isna(r):
-        return "Shuffle: not measured (one-item batches, or a single episode)."
-    text = f"Shuffle: randomness {r:.2f}, spread {sp:.2f} (floor {floor['randomness']:g} and {floor['spread']:g})"
+    """What the run's batches are worth to training beside its speed, against the floor it was judged by."""
+    floor = floor_of(row)
+    one, ten, frames = (row.get(f"shuffle_{m}") for m in SHUFFLE_MEASURES)
+    if one is None or pd.isna(one):
+        return "Effective batch size: not measured (too few batches in the windows)."
+    text = (f"Effective / nominal batch size {one:.2f} over one batch, {_fmt(ten)} over 10 in a row; distinct frames "
+            f"{_fmt(frames)} (floor {floor.get('effective_batch', 0):g}, {floor.get('effective_window', 0):g}, "
+            f"{floor.get('distinct_frames', 0):g})")  # fmt: skip
     low = shuffle_low(row, floor)
     return text + (f": below it ({low}), so the run does not pass." if low else ".")
+
+
+def _fmt(value) -> str:
+    return "n/a" if value is None or pd.isna(value) else f"{value:.2f}"
 
 
 def _verified_line(v: dict) -> str:
     if str(v["verdict"]).startswith("not verified"):
         return f"   {v['verdict']}."
     shuffle = ""
-    if pd.notna(v.get("before_shuffle_randomness")) and pd.notna(v.get("after_shuffle_randomness")):
-        shuffle = (f", shuffle randomness {v['before_shuffle_randomness']:.2f} -> {v['after_shuffle_randomness']:.2f}"
-                   f" and spread {v['before_shuffle_spread']:.2f} -> {v['after_shuffle_spread']:.2f}")  # fmt: skip
+    if pd.notna(v.get("before_shuffle_effective_batch")) and pd.notna(v.get("after_shuffle_effective_batch")):
+        shuffle = (f", effective / nominal batch size {v['before_shuffle_effective_batch']:.2f} -> "
+                   f"{v['after_shuffle_effective_batch']:.2f}, distinct frames "
+                   f"{_fmt(v.get('before_shuffle_distinct_frames'))} -> "
+                   f"{_fmt(v.get('after_shuffle_distinct_frames'))}")  # fmt: skip
     return (f"   Verified here, {len(json.loads(v['before_windows']))} alternating legs each: "
             f"{v['before_frames_per_s_node']:,.0f} -> {v['after_frames_per_s_node']:,.0f} frames/s, "
             f"{v['measured_gain']:.2f}x measured against {v['predicted_gain']:.2f}x predicted{shuffle}: "

@@ -4,8 +4,9 @@ The two settings take turns (A B, B A, A B ...: `legs` windows each, so a drift 
 leg a short bench run of its own (`duration_s`, one window, its frames checked as the run's were). The measured gain
 is the ratio of the two sides' median frames/s per node; a prescription that measured worse than the run is
 withdrawn, one that gained less than the noise is said to be so, and one whose batches shuffle worse than the run's
-(by more than 0.1 on either measure) is withdrawn whatever its speed. A prescription that restores shuffle is proven
-where its batches reach the floor, at the speed cost it measured. results/advice/verified.csv; docs/model.md#advice.
+(by more than 0.1 of effective / nominal batch size, or of distinct frames) is withdrawn whatever its speed. A
+prescription that restores shuffle is proven only where its batches reach the floor, at the speed cost it measured.
+results/advice/verified.csv; docs/model.md#advice.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
-from ..report.aggregate import SHUFFLE_GAP, shuffle_gap
+from ..report.aggregate import SHUFFLE_GAP, SHUFFLE_MEASURES, shuffle_gap, shuffle_low
 from ..run.spec import RunSpec
 from . import prescribe
 
@@ -36,13 +37,10 @@ COLUMNS = [
     "share_of_predicted_gain",
     "before_windows",
     "after_windows",
-    "before_shuffle_randomness",
-    "after_shuffle_randomness",
-    "before_shuffle_spread",
-    "after_shuffle_spread",
+    *(f"{side}_shuffle_{m}" for m in SHUFFLE_MEASURES for side in ("before", "after")),
     "verdict",
 ]
-SHUFFLE = ("shuffle_randomness", "shuffle_spread")
+SHUFFLE = tuple(f"shuffle_{m}" for m in SHUFFLE_MEASURES)
 
 
 def changed_spec(
@@ -99,15 +97,25 @@ def leg_rate(run: RunSpec, out_dir: Path) -> tuple[float, dict]:
     return float(row["frames_per_s_node"]), {k: float(row[k]) for k in SHUFFLE}
 
 
-def verdict(gain: float, before: dict | None = None, after: dict | None = None, restores: bool = False) -> str:
-    """The measured prescription's verdict: its speed gain, and what it did to the batches' shuffle (`before`,
-    `after`: the legs' median measures); `restores`: it was prescribed to lift the shuffle, not the speed."""
+def verdict(
+    gain: float,
+    before: dict | None = None,
+    after: dict | None = None,
+    restores: bool = False,
+    floor: dict | None = None,
+) -> str:
+    """The measured prescription's verdict: its speed gain, and what it did to what the batches are worth to
+    training (`before`, `after`: the legs' median measures, NaN where a leg had too few batches); `restores`: it was
+    prescribed to lift them to `floor` (config.yaml's shuffle_floor), not the speed: proven only where it reaches
+    it."""
     lost = shuffle_gap(after or {}, before or {}) if before and after else ""
-    worse = lost and any(after[k] < before[k] - SHUFFLE_GAP for k in SHUFFLE)
+    worse = bool(lost) and any(after[k] < before[k] - SHUFFLE_GAP for k in SHUFFLE if after[k] == after[k])
     if restores:
-        if after and not worse and any(after[k] > before[k] + SHUFFLE_GAP for k in SHUFFLE):
-            return f"proven: shuffle {lost} before, at {gain:.2f}x the frames/s"
-        return "withdrawn: its batches shuffle no better than the run's"
+        if not after or worse or not any(after[k] > before[k] + SHUFFLE_GAP for k in SHUFFLE):
+            return "withdrawn: its batches are worth no more to training than the run's"
+        if short := shuffle_low(after, floor or {}):
+            return f"withdrawn: still below the floor ({short})"
+        return f"proven: reaches the floor ({lost} before), at {gain:.2f}x the frames/s"
     if worse:
         return f"withdrawn: gives up shuffle ({lost} before)"
     if gain < 1.0 - NOISE:
@@ -188,7 +196,7 @@ def verify(
                 "after_windows": json.dumps([round(v, 1) for v in after]),
                 **{f"before_{k}": shuffled[0][k] for k in SHUFFLE},
                 **{f"after_{k}": shuffled[1][k] for k in SHUFFLE},
-                "verdict": verdict(gain, *shuffled, restores=p.shuffle),
+                "verdict": verdict(gain, *shuffled, restores=p.shuffle, floor=prescribe.floor_of(row)),
             }
         )
         say(f"  {np.median(before):,.0f} -> {np.median(after):,.0f} frames/s: {gain:.2f}x, {rows[-1]['verdict']}")

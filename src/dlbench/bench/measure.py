@@ -14,6 +14,7 @@ from ..loader.collate import collate
 from ..loader.dataloader import DataLoader
 from ..procstat import MemorySampler, core_wait_seconds, cpu_seconds, host_cpu_seconds
 from ..run.spec import RunSpec
+from .checks.effective import BatchMoments
 from .gpu import GpuStep, host_bytes, to_device
 
 LATENCY_PERCENTILES = (50, 95, 99)
@@ -186,7 +187,8 @@ class Window:
     intervals: list = field(default_factory=list)  # seconds between batches arriving
     distinct: list = field(default_factory=list)  # distinct episodes per batch (shuffle randomness)
     sizes: list = field(default_factory=list)
-    rows: list = field(default_factory=list)  # each batch's global rows (`index`): the shuffle's spread
+    rows: list = field(default_factory=list)  # each batch's global rows (`index`): distinct frames, spread
+    moments: BatchMoments = field(default_factory=BatchMoments)  # each batch's feature means: effective batch size
     worker_stats: dict = field(default_factory=dict)  # worker id -> its latest decoder cache counters
     # worker id -> [its decode seconds at its first sample in the windows, at its latest, samples since the first,
     # its storage wait seconds at its first sample, at its latest]
@@ -204,6 +206,7 @@ class Window:
         self.distinct.append(len(np.unique(batch["episode_index"].cpu().numpy())))
         self.rows.append(batch["index"].cpu().numpy().astype(np.int64).ravel())
         self.sizes.append(len(info))
+        self.moments.add(batch)
 
 
 @dataclass

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..loader.dataset_meta import DatasetMeta
+from ..loader.dataset_meta import DatasetMeta, resolve_windows
 from ..run.spec import RunSpec
 from ..validate import is_synthetic
 from . import record as recordmod
+from .checks.effective import WINDOW_BATCHES, distinct_frames
 from .checks.frames import BarcodeCheck, DecodeCheck
 from .checks.shuffle import shuffle_score, spread_score
 from .measure import Pass
@@ -171,6 +172,23 @@ def check_metrics(barcodes: BarcodeCheck | None, decoded: DecodeCheck | None) ->
     return out
 
 
+def effective_metrics(seen, dmeta: DatasetMeta, run: RunSpec) -> dict:
+    """What the delivered batches are worth to training (`checks.effective`): effective / nominal batch size over
+    one batch and over `WINDOW_BATCHES` consecutive ones (the lower of pixels and numeric features, each also
+    apart), and the share of distinct frames in a batch."""
+    one, window = seen.moments.effective(1), seen.moments.effective(WINDOW_BATCHES)
+    windows = resolve_windows(run.mode, run.delta_timestamps, dmeta)
+    offsets = {c: [int(o) for o in windows.get(c, [0])] for c in dmeta.cameras}
+    lowest = lambda d: float(np.nanmin(list(d.values()))) if any(v == v for v in d.values()) else float("nan")  # noqa: E731
+    return {
+        "shuffle_effective_batch": lowest(one),
+        "shuffle_effective_window": lowest(window),
+        **{f"shuffle_effective_batch_{g}": v for g, v in one.items()},
+        **{f"shuffle_effective_window_{g}": v for g, v in window.items()},
+        "shuffle_distinct_frames": distinct_frames(seen.rows, offsets, dmeta.ep_from, dmeta.ep_to),
+    }
+
+
 def run_metrics(run: RunSpec, measured: Pass, dmeta: DatasetMeta, adapter, barcodes, decoded, rows) -> dict:
     """The record's metrics: the pass, the single-process probe, the decoder caches, the dataset, the checks, what
     the storage served (`rows`: the samples delivered in the windows)."""
@@ -190,6 +208,7 @@ def run_metrics(run: RunSpec, measured: Pass, dmeta: DatasetMeta, adapter, barco
         "peak_pss_mb": measured.peak_pss_mb,
         "peak_pss_workers_mb": measured.peak_pss_workers_mb,
         "peak_uss_workers_mb": measured.peak_uss_workers_mb,
+        **effective_metrics(measured.seen, dmeta, run),
         "shuffle_randomness": shuffle_score(measured.seen.distinct, measured.seen.sizes, dmeta.ep_to - dmeta.ep_from),
         "shuffle_spread": spread_score(measured.seen.rows, dmeta.ep_from, dmeta.ep_to),
         "probe_samples_per_s": probed["samples_per_s"],

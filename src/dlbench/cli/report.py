@@ -65,8 +65,9 @@ def add(sub) -> None:
     for flag, default, text in (
         ("--thrash-hit-rate-below", thrash["hit_rate_below"], "decoder thrash: cache hit rate under this..."),
         ("--thrash-p99-ms-above", thrash["p99_ms_above"], "...and p99 item latency over this"),
-        ("--shuffle-floor-randomness", floor["randomness"], "a run whose batches shuffle less randomly fails"),
-        ("--shuffle-floor-spread", floor["spread"], "...and one whose shuffle spread is below this"),
+        ("--floor-effective-batch", floor["effective_batch"], "a run whose batches are worth less fails"),
+        ("--floor-effective-window", floor["effective_window"], "...and over 10 consecutive batches"),
+        ("--floor-distinct-frames", floor["distinct_frames"], "...and one whose batches repeat more of their frames"),
     ):
         p.add_argument(flag, type=float, default=default, help=text)
     p.add_argument(
@@ -125,7 +126,7 @@ def _thrash(a) -> dict:
 
 
 def aggregate(a) -> None:
-    from ..report.aggregate import aggregate
+    from ..report.aggregate import SHUFFLE_MEASURES, aggregate
 
     df = aggregate(
         a.runs,
@@ -133,7 +134,7 @@ def aggregate(a) -> None:
         targets=dict(a.target),
         baseline=a.baseline,
         thrash=_thrash(a),
-        shuffle_floor={"randomness": a.shuffle_floor_randomness, "spread": a.shuffle_floor_spread},
+        shuffle_floor={name: getattr(a, f"floor_{name}") for name in SHUFFLE_MEASURES},
         prewarm=dict(a.prewarm),
         predictions=a.predictions,
     )

@@ -185,6 +185,7 @@ def shard_order(
     max_blocks: int | None = None,
     group: int = 1,
     stride: int = 1,
+    forward: bool = False,
 ) -> Iterator[tuple[str, tuple[list[int], int] | int]]:
     """The deterministic event stream of one shard: ("decode", (rows, slot)) and ("emit", row), no I/O.
 
@@ -199,6 +200,12 @@ def shard_order(
     `stride` > 1 takes an episode's rows `stride` apart (`episode_blocks`): a block holds rows r, r + stride, ... whose
     windows share frames when `stride` is the windows' spacing (see `block_frames`), and the items of one episode
     that meet in a batch are `stride` frames apart instead of neighbours.
+
+    A live episode's blocks are taken in a seeded random order (`forward`: in reading order). In reading order, the
+    live episodes move through their recordings side by side, so a batch holds every episode at about the same
+    moment of its task and consecutive batches hold the same moments: batch means then follow the task's phase, and
+    a batch is worth a few independent items (`bench.checks.effective`). On short GOPs (LeRobot records 2) a block
+    anywhere in an episode costs about what the next one does.
     """
     if not shuffle:
         for ep in episodes:
@@ -235,7 +242,10 @@ def shard_order(
     while pending or live:
         while len(live) < pool_size and pending:
             ep = int(pending.pop())
-            live.append([episode_blocks(int(ep_from[ep]), int(ep_to[ep]), read_ahead, stride)[::-1], free_slots.pop()])
+            blocks = episode_blocks(int(ep_from[ep]), int(ep_to[ep]), read_ahead, stride)[::-1]  # popped from the end
+            if not forward:
+                blocks = [blocks[j] for j in rng.permutation(len(blocks))]
+            live.append([blocks, free_slots.pop()])
         k = int(rng.integers(len(live)))
         blocks, slot = live[k]
         rows = blocks.pop()

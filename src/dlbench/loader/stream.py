@@ -66,6 +66,7 @@ EPOCH_KEY = "_epoch"  # the epoch it belongs to (persistent DataLoader workers a
 # the data files' tables a process keeps across epochs (each worker is dealt other episodes each epoch): a dataset
 # whose tables fit is read once per process, not once per epoch
 HELD_DATA_MB = 32
+EPISODE_ORDERS = ("random", "forward")  # a live episode's blocks: at random, or in reading order (`shard_order`)
 AUTO_READ_AHEAD = (8, 4, 2)  # the read_ahead values tried, largest first (`auto_read_ahead`)
 
 
@@ -90,6 +91,10 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         rank, world_size: this process's place among the ranks; default from torch.distributed once its process
             group is initialized, then RANK/WORLD_SIZE, then SLURM_PROCID/SLURM_NTASKS, then a single rank.
         pool_size: live episodes interleaved per DataLoader worker (over the virtual shards it reads at once).
+        episode_order: "random" (default): a live episode's blocks are read in a seeded random order, so a batch
+            holds its episodes at unrelated moments of their tasks; "forward": in reading order (fewer seeks on long
+            GOPs, but live episodes move through their tasks side by side and batches hold alike items:
+            `partition.shard_order`).
         buffer_mb: the most decoded frame data one DataLoader worker's shuffle buffer keeps alive (MB), for large
             items (a sarm item of two 480x640 cameras is 15 MB). Items decoded together (`read_ahead` of them) share
             one block, so this bounds the blocks the buffer holds items of: `max_blocks()`. Per worker, so that a
@@ -157,7 +162,8 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         local_cache: bool = False,
         rank: int | None = None,
         world_size: int | None = None,
-        pool_size: int = 8,
+        pool_size: int = 16,
+        episode_order: str = "random",
         read_ahead: int | None = None,
         block_stride: int | None = None,
         buffer_mb: float = 128.0,
@@ -166,8 +172,13 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         data_files_root: str | None = None,
         meta: DatasetMeta | None = None,
     ):
-        if min(pool_size, buffer_size, read_ahead or 1, virtual_shards or 1, block_stride or 1) < 1:
-            raise UserError("pool_size, buffer_size, read_ahead, block_stride and virtual_shards must be >= 1")
+        counts = dict(pool_size=pool_size, buffer_size=buffer_size, read_ahead=read_ahead,
+                      block_stride=block_stride, virtual_shards=virtual_shards)  # fmt: skip
+        for name, value in counts.items():  # None: the default; 0 is not "the default" but a mistake
+            if value is not None and value < 1:
+                raise UserError(f"{name} must be >= 1 (got {value}); leave it out for the default")
+        if episode_order not in EPISODE_ORDERS:
+            raise UserError(f"episode_order must be one of {', '.join(EPISODE_ORDERS)} (got {episode_order!r})")
         if fetch_episodes < 0:
             raise UserError(f"fetch_episodes must be >= 0 (got {fetch_episodes})")
         check_lerobot_args(token=token, depth_output_unit=depth_output_unit, rng=rng)
@@ -197,6 +208,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         self._iters = 0  # __iter__ calls since set_epoch: persistent DataLoader workers advance their own epoch
         self.buffer_mb = buffer_mb
         self.pool_size, self.buffer_size, self.shuffle = pool_size, buffer_size, shuffle
+        self.episode_order = episode_order
         offsets = [o for c in self.meta.cameras for o in windows.get(c, [0])]
         self.block_stride = block_stride or window_stride(offsets)
         self.read_ahead = read_ahead or self.auto_read_ahead()
@@ -258,6 +270,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
                 "read_ahead": self.read_ahead,
                 **({"block_stride": self.block_stride} if self.block_stride > 1 else {}),
                 "shuffle": self.shuffle,
+                **({"episode_order": self.episode_order} if self.episode_order != "random" else {}),
                 "max_blocks": self.max_blocks(),
                 "at_once": self.lanes.at_once,
                 **({"groups": self.group} if self.group > 1 else {}),
@@ -389,6 +402,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             self.lanes.blocks,
             self.group,
             self.block_stride,
+            self.episode_order == "forward",
         )
 
     def worker_decodes(self, epoch: int, num_workers: int = 1, worker: int = 0) -> Iterator[tuple[list[int], int]]:

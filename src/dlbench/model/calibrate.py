@@ -82,7 +82,7 @@ def steady_samples(run: RunSpec, episode_samples: float) -> float:
     each; LeRobot's one shard at a time, behind its shuffle buffer."""
     if run.loader_name.base == "dlbench_stream":
         return run.pool_size * episode_samples
-    return episode_samples + run.buffer_size
+    return episode_samples + run.shuffle_buffer
 
 
 def full_warmup_s(warmup_s: float, width: int) -> float:

@@ -12,9 +12,12 @@ over ranks), `frames_per_s_min` and `frames_per_s_max` the spread. Derived colum
 - `ratio_to_baseline`: frames/s per node over that of the baseline loader on the same dataset, source, mode, step
   and world size (`baseline_run` names the run compared with); by default LeRobot's loader of the run's own
   kind, so map-style runs are compared with lerobot_map and streaming runs with lerobot_stream;
-- `shuffle_randomness`, `shuffle_spread`, `shuffle_quality` (the lower of the two; `bench.checks.shuffle`), and
-  `baseline_shuffle`: beside the ratio, the shuffle the run gave up (or gained) against its baseline run where the
-  two differ by more than 0.1; `shuffle_floor` is the floor a run must reach to pass;
+- `shuffle_effective_batch`, `shuffle_effective_window`: effective / nominal batch size over one batch and over 10
+  consecutive batches (Kish's design effect on the delivered frames' thumbnails and numeric features, the lower of
+  the two; `bench.checks.effective`), `shuffle_distinct_frames` (distinct frames over frames held in a batch); the
+  diagnostics `shuffle_randomness` (distinct episodes per batch) and `shuffle_spread` (how far apart one
+  episode's items in a batch are); `baseline_shuffle`: beside the ratio, what the run gave up (or gained) against
+  its baseline run where a measure differs by more than 0.1; `shuffle_floor` is the floor a run must reach to pass;
 - `decoder_thrash`: the decoder cache hit rate is low and p99 latency high at once (decoders reopened and
   re-seeked instead of reused);
 - `worker_bound`: the DataLoader delivers at least 80% of `num_workers` x the single-process probe rate, so every
@@ -51,7 +54,6 @@ import pandas as pd
 
 from .. import atomic
 from ..bench import record as recordmod
-from ..bench.checks.shuffle import quality
 from ..config import defaults, schema
 from ..errors import UserError
 from ..model.equations import BOUNDS
@@ -131,7 +133,8 @@ def aggregate(
 
     `prewarm` maps "source/dataset" to its prewarm check report; runs on that pair get `source_verdict`.
     `predictions` (predictions.csv) gives each run its predicted frames/s, bound and the error. `shuffle_floor`
-    ({randomness, spread}; config.yaml's `shuffle_floor`): a run whose batches shuffle less does not pass."""
+    ({effective_batch, effective_window, distinct_frames}; config.yaml's `shuffle_floor`): a run whose batches
+    are worth less to training does not pass."""
     floor = {**defaults("shuffle_floor"), **(shuffle_floor or {})}
     verdicts = {}
     for source, report in (prewarm or {}).items():
@@ -318,9 +321,7 @@ def _measured(ok: list[dict], nodes: int) -> dict:
         "latency_p95_ms": m["latency_p95_ms"].mean(),
         "latency_p99_ms": m["latency_p99_ms"].max(),
         "peak_pss_mb": m["peak_pss_mb"].max(),
-        "shuffle_randomness": col("shuffle_randomness").mean(),
-        "shuffle_spread": col("shuffle_spread").mean(),
-        "shuffle_quality": quality(col("shuffle_randomness").mean(), col("shuffle_spread").mean()),
+        **{f"shuffle_{name}": col(f"shuffle_{name}").mean() for name in SHUFFLE_MEASURES + SHUFFLE_DIAGNOSTICS},
         "cache_hit_rate": m["cache_hit_rate"].mean(),
         "frames_verified": int(m["frames_verified"].sum()),
         "frames_wrong": int(m["frames_wrong"].sum()),
@@ -427,29 +428,32 @@ def _baseline_ratios(df: pd.DataFrame, ok: pd.Series, baseline: str) -> list[tup
 
 
 SHUFFLE_GAP = 0.1  # two runs whose shuffle measures differ by more are not compared on speed alone
+# what a run's batches are worth to training (`bench.checks.effective`): judged, floored, compared
+SHUFFLE_MEASURES = ("effective_batch", "effective_window", "distinct_frames")
+# what explains them: distinct episodes per batch, and how far apart one episode's items in a batch are
+SHUFFLE_DIAGNOSTICS = ("randomness", "spread")
 
 
 def shuffle_gap(faster: pd.Series | dict, other: pd.Series | dict) -> str:
     """What shuffle `faster` gives up against `other` (or gains), in words; '' within SHUFFLE_GAP on both
     measures (or where either was not measured)."""
     parts = []
-    for name in ("shuffle_randomness", "shuffle_spread"):
-        a, b = faster.get(name), other.get(name)
+    for name in SHUFFLE_MEASURES:
+        a, b = faster.get(f"shuffle_{name}"), other.get(f"shuffle_{name}")
         if a is None or b is None or pd.isna(a) or pd.isna(b) or abs(a - b) <= SHUFFLE_GAP:
             continue
-        word = name.removeprefix("shuffle_")
-        parts.append(f"{word} {a:.2f} against {b:.2f}")
+        parts.append(f"{name.replace('_', ' ')} {a:.2f} against {b:.2f}")
     return ", ".join(parts)
 
 
 def shuffle_low(row: pd.Series | dict, floor: dict) -> str:
-    """The shuffle measures of a run below their floor, e.g. "randomness 0.05 < 0.3"; '' where none is (or none
-    was measured)."""
+    """The shuffle measures of a run below their floor, e.g. "effective batch 0.11 < 0.5"; '' where none is (or
+    none was measured)."""
     low = []
-    for name in ("randomness", "spread"):
+    for name in SHUFFLE_MEASURES:
         value, least = row.get(f"shuffle_{name}"), floor.get(name) or 0.0
         if value is not None and not pd.isna(value) and least and value < least:
-            low.append(f"{name} {value:.2f} < {least:g}")
+            low.append(f"{name.replace('_', ' ')} {value:.2f} < {least:g}")
     return ", ".join(low)
 
 

@@ -517,13 +517,14 @@ def plot_time_split(df: pd.DataFrame, path: Path) -> Path:
 
 
 def plot_shuffle(df: pd.DataFrame, path: Path) -> Path:
-    """Speed against shuffle: each run's frames/s per node (x) and its batches' shuffle randomness (y), one panel per
-    mode, a marker per loader, the spread written beside each point and the floor drawn: a loader is ahead only where
-    it is both faster and as well shuffled."""
-    title = "Frames/s per node against shuffle randomness (beside each point: spread)"
-    ok = _ok(df).dropna(subset=["shuffle_randomness"]) if "shuffle_randomness" in df else df.iloc[0:0]
+    """Speed against what training gets: each run's frames/s per node (x) and its effective / nominal batch size
+    over one batch (y), one panel per mode, a marker per loader, the value over 10 batches written beside each
+    point and the floor drawn: a loader is ahead only where it is both faster and its batches worth as much."""
+    title = "Frames/s per node against effective batch size (beside each point: over 10 batches)"
+    y = "shuffle_effective_batch"
+    ok = _ok(df).dropna(subset=[y]) if y in df else df.iloc[0:0]
     if ok.empty:
-        return _nothing(path, title, "no finished run measured its shuffle (batches of one item, or one episode)")
+        return _nothing(path, title, "no finished run measured its effective batch size (too few batches)")
     modes = sorted(ok["mode"].unique())
     fig, axes = plt.subplots(1, len(modes), figsize=(5.5 * len(modes), 4.2), squeeze=False)
     markers = dict(zip(sorted(ok["loader"].unique()), "osD^vP*X"))
@@ -531,24 +532,23 @@ def plot_shuffle(df: pd.DataFrame, path: Path) -> Path:
     for ax, mode in zip(axes[0], modes):
         d = ok[ok["mode"] == mode]
         for _, r in d.iterrows():
-            ax.scatter(r["frames_per_s_node"], r["shuffle_randomness"], marker=markers.get(r["loader"], "o"),
+            ax.scatter(r["frames_per_s_node"], r[y], marker=markers.get(r["loader"], "o"),
                        color=colors[list(markers).index(r["loader"]) % len(colors)], s=45,
                        label=r["loader"] if r["loader"] not in ax.get_legend_handles_labels()[1] else None)  # fmt: skip
-            if pd.notna(r.get("shuffle_spread")):
-                ax.annotate(f"{r['shuffle_spread']:.2f}", (r["frames_per_s_node"], r["shuffle_randomness"]),
+            if pd.notna(r.get("shuffle_effective_window")):
+                ax.annotate(f"{r['shuffle_effective_window']:.2f}", (r["frames_per_s_node"], r[y]),
                             fontsize=6, xytext=(3, 3), textcoords="offset points")  # fmt: skip
         floor = (
             json.loads(d["shuffle_floor"].iloc[0])
             if "shuffle_floor" in d and isinstance(d["shuffle_floor"].iloc[0], str)
             else defaults("shuffle_floor")
         )
-        ax.axhline(floor["randomness"], ls="--", color="grey", lw=1)
-        ax.text(
-            0, floor["randomness"], " floor", fontsize=7, va="bottom", color="grey", transform=ax.get_yaxis_transform()
-        )
-        ax.set_ylim(-0.05, 1.15)
+        least = floor.get("effective_batch", 0.0)
+        ax.axhline(least, ls="--", color="grey", lw=1)
+        ax.text(0, least, " floor", fontsize=7, va="bottom", color="grey", transform=ax.get_yaxis_transform())
+        ax.set_ylim(-0.05, max(1.3, float(d[y].max()) + 0.1))
         ax.set_xlabel("decoded frames/s per node")
-        ax.set_ylabel("shuffle randomness (0 in order, 1 uniform)")
+        ax.set_ylabel("effective / nominal batch size (1: uniform)")
         ax.set_title(mode, fontsize=10)
         ax.legend(fontsize=7, loc="lower right")
     fig.suptitle(title, fontsize=10)

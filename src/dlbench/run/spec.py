@@ -74,6 +74,10 @@ def _resolved(default, help_: str | None = None, choices: list | None = None):
     return dataclasses.field(default=default, metadata={"resolved": True, "help": help_, "choices": choices})
 
 
+STREAM_BUFFER = 256  # dlbench_stream's buffer_size default
+LEROBOT_STREAM_BUFFER = 1000  # LeRobot 0.6.1's StreamingLeRobotDataset buffer_size default
+
+
 @dataclass
 class RunSpec:
     """One run. First the schema's run properties (`definitions.run` in config.schema.yaml: their types, defaults and
@@ -92,8 +96,8 @@ class RunSpec:
     # processes and windows
     ranks: int = 1
     nodes: int = 1
-    pool_size: int = 8
-    buffer_size: int = 256
+    pool_size: int = 16
+    buffer_size: int | None = None  # the loader's own default: `shuffle_buffer`
     read_ahead: int | None = None
     buffer_mb: float = 128
     max_num_shards: int | None = None
@@ -138,6 +142,14 @@ class RunSpec:
     @property
     def world_size(self) -> int:
         return self.ranks
+
+    @property
+    def shuffle_buffer(self) -> int:
+        """The stream's shuffle buffer in items: `buffer_size`, else the loader's own default (LeRobot's is 1000;
+        a baseline shuffles as its users' does)."""
+        if self.buffer_size is not None:
+            return self.buffer_size
+        return LEROBOT_STREAM_BUFFER if self.loader_name.base == "lerobot_stream" else STREAM_BUFFER
 
     @property
     def loader_name(self) -> LoaderName:

@@ -82,7 +82,7 @@ def make_adapter(run, dmeta: DatasetMeta | None = None, tag_items: bool = False)
             world_size=run.world_size,
             seed=run.seed,
             pool_size=run.pool_size,
-            buffer_size=run.buffer_size,
+            buffer_size=run.shuffle_buffer,
             read_ahead=run.read_ahead,
             buffer_mb=run.buffer_mb,
             tag_items=tag_items,
@@ -155,7 +155,7 @@ def _lerobot(run, dmeta: DatasetMeta) -> Adapter:
         delta_timestamps=deltas,
         return_uint8=True,
         seed=run.seed,
-        buffer_size=run.buffer_size,
+        buffer_size=run.shuffle_buffer,
         max_num_shards=run.max_num_shards or max(1, run.num_workers),
     )
     if run.world_size > 1:
@@ -166,7 +166,7 @@ def _lerobot(run, dmeta: DatasetMeta) -> Adapter:
     busy = None if shards is None else partial(_whole_shards, shards)
     note = partial(_lerobot_stream_note, "; ".join(notes), shards)
     return Adapter(ds, True, fpi, None, _lerobot_decode_seconds, busy_workers=busy, work_note=note,
-                   buffered=run.buffer_size)  # fmt: skip
+                   buffered=run.shuffle_buffer)  # fmt: skip
 
 
 def _whole_shards(shards: int, num_workers: int) -> int:

@@ -11,7 +11,8 @@ Distinct episodes miss one thing a training step feels: two items of one episode
 frames, near duplicates, or seconds apart. `spread_score` measures it: over every pair of items of one episode that
 share a batch, the mean distance between their frames over what two frames drawn uniformly from that episode are
 apart on average ((L^2 - 1) / 3L for L frames). Neighbours score near 0, uniform draws 1 (capped at 1); batches
-with no two items of one episode score 1. A loader is judged by both (`quality`: the lower of the two).
+with no two items of one episode score 1. Both are diagnostics: what a batch is worth to training is
+`checks.effective`'s effective batch size; these two say why it is low (few episodes a batch, or neighbours).
 """
 
 from __future__ import annotations
@@ -64,9 +65,3 @@ def spread_score(batches: list[np.ndarray], ep_from: np.ndarray, ep_to: np.ndarr
             total += gaps / uniform if uniform > 0 else 0.0
             pairs += k * (k - 1) // 2
     return 1.0 if pairs == 0 else float(min(1.0, total / pairs))
-
-
-def quality(randomness: float, spread: float) -> float:
-    """One number for a run's shuffle: the lower of the two measures (NaN where neither could be measured)."""
-    values = [v for v in (randomness, spread) if v == v]
-    return float(min(values)) if values else float("nan")
