@@ -206,6 +206,20 @@ def test_a_block_decodes_each_distinct_frame_of_its_windows_once(offsets, read_a
 def test_window_stride_is_the_spacing_of_the_window():
     assert window_stride([-210, -180, -150, -120, -90, -60, -30, 0]) == 30
     assert window_stride([0]) == 1 and window_stride([-2, -1, 0]) == 1 and window_stride([-20, 0]) == 20
+    # one frame at an offset: rows 30 apart share no frame, so nothing is gained by taking them together
+    assert window_stride([-30]) == 1 and window_stride([-30, -30]) == 1
+    assert window_stride([-60, -30]) == 30  # the spacing, wherever the window sits
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-60, 0), min_size=1, max_size=8, unique=True))
+def test_rows_a_window_stride_apart_share_frames_whenever_they_can(offsets):
+    stride = window_stride(offsets)
+    shared = set(offsets) & {o + stride for o in offsets}
+    if stride > 1:
+        assert shared  # taking such rows together saves decoding
+    if len(offsets) == 1:
+        assert stride == 1
 
 
 def test_the_partition_and_the_model_import_without_torch():

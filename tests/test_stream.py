@@ -459,9 +459,19 @@ def test_default_read_ahead_keeps_the_pool_live_within_buffer_mb(v30_h264):
     frame_mb = (64 * 64 * 3 + 64 * 96 * 3) / 2**20
     small = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, mode="sarm")
     assert small.read_ahead == 8
-    tight = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, mode="sarm", buffer_mb=6 * 10 * frame_mb)
+    tight = LeRobotStreamingDataset(
+        str(v30_h264), return_uint8=True, mode="sarm", pool_size=8, buffer_mb=6 * 10 * frame_mb
+    )
     assert tight.read_ahead == 2 and tight.max_blocks() >= 6  # 9 frames a block at 2 rows, 11 at 4
     assert LeRobotStreamingDataset(str(v30_h264), return_uint8=True, mode="sarm", buffer_mb=1).read_ahead == 1
+
+
+@pytest.mark.parametrize("key", ["read_ahead", "virtual_shards", "block_stride", "pool_size", "buffer_size"])
+def test_zero_counts_are_refused_not_taken_for_the_default(v30_h264, key):
+    with pytest.raises(UserError, match=f"{key} must be >= 1 \\(got 0\\)"):
+        LeRobotStreamingDataset(str(v30_h264), **{key: 0})
+    with pytest.raises(UserError, match="episode_order must be one of random, forward"):
+        LeRobotStreamingDataset(str(v30_h264), episode_order="sideways")
 
 
 def _ring_span(ring) -> tuple[int, int]:

@@ -28,6 +28,7 @@ interleaving of lanes may differ between runs (it depends on the worker); the sh
 
 from __future__ import annotations
 
+import collections
 import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -288,9 +289,15 @@ def block_frames(offsets: Iterable[int], read_ahead: int, stride: int) -> int:
 
 
 def window_stride(offsets: Iterable[int]) -> int:
-    """The spacing of a window's frames (the gcd of their offsets from the item's row; 1 for a single frame): rows
-    that far apart share all but one of their frames."""
-    return max(1, math.gcd(*(abs(int(o)) for o in offsets))) if any(int(o) for o in offsets) else 1
+    """How far apart rows taken together should be for their windows to share the most frames: the most common gap
+    between two of the window's offsets (the smallest of equals); for an evenly spaced window its spacing, so rows
+    that far apart share all but one frame. 1 for a single frame or a single offset (e.g. [-30]), which rows share
+    at no spacing."""
+    distinct = sorted({int(o) for o in offsets})
+    if len(distinct) < 2:
+        return 1
+    gaps = collections.Counter(b - a for i, a in enumerate(distinct) for b in distinct[i + 1 :])
+    return min(gaps, key=lambda g: (-gaps[g], g))
 
 
 def emit_units(events: Iterable[tuple[str, object]]) -> Iterator[tuple[list, int]]:

@@ -84,6 +84,7 @@ def make_adapter(run, dmeta: DatasetMeta | None = None, tag_items: bool = False)
             pool_size=run.pool_size,
             buffer_size=run.shuffle_buffer,
             read_ahead=run.read_ahead,
+            episode_order=run.episode_order or "random",
             buffer_mb=run.buffer_mb,
             tag_items=tag_items,
             **common,
