@@ -19,6 +19,9 @@ include: "workflow/rules/model.smk"
 include: "workflow/rules/report.smk"
 
 
+redo_removed_runs()  # a run removed by hand is measured again, not left out of a summary that looks complete
+
+
 rule all:
     default_target: True
     input:

@@ -119,6 +119,13 @@ def test_default_dag_end_to_end(tmp_path):
     assert "summary.csv" in html and "conversion.csv" in html and "cache_vs_p99.png" in html
     for log in ("synth/synthetic.log", "convert/synthetic/finalize.log", "aggregate.log"):
         assert (tmp_path / "results/logs" / log).exists()
+    for col in ("shuffle_effective_batch", "shuffle_effective_window", "shuffle_distinct_frames"):
+        assert col in summary.columns and (ok[col].dropna() > 0).all()
+    # a run removed by hand is measured again, and the summary remade; the old one kept aside
+    shutil.rmtree(tmp_path / "results/runs/mmap_local")
+    again = snakemake(tmp_path, config, "-n", "-c", "2", "results/summary.csv")
+    assert again.returncode == 0 and "bench" in again.stdout and "aggregate" in again.stdout, again.stdout[-2000:]
+    assert (tmp_path / "results/summary.stale.csv").exists()
 
 
 def check_two_ranks(run_dir: Path) -> None:

@@ -211,6 +211,21 @@ def run_dirs():
     return [f"results/runs/{s}/{rid}" for (s, rid) in RUNS]
 
 
+def redo_removed_runs():
+    """A run directory removed by hand is measured again. Snakemake does not remake a missing intermediate whose
+    consumer is up to date, so where summary.csv exists and a run it summarizes does not, summary.csv moves aside
+    (results/summary.stale.csv, kept whole) and is remade once the missing runs are measured again."""
+    summary = "results/summary.csv"
+    missing = [d for d in run_dirs() if not os.path.exists(d)]
+    if not missing or not os.path.exists(summary) or not workflow.is_main_process:
+        return
+    os.replace(summary, "results/summary.stale.csv")
+    logger.warning(
+        f"{len(missing)} run(s) of the matrix are missing (e.g. {missing[0]}): they are measured again and "
+        f"{summary} remade; the previous one is results/summary.stale.csv"
+    )
+
+
 def summarize_failures():
     """After a failed run of the workflow: record each bench run that was tried and did not finish, and summarize
     them beside the runs that did in results/failed/summary.csv. Not in results/summary.csv: Snakemake would take
