@@ -79,7 +79,8 @@ def delivered(root: Path, work: Path, loader: str, settings: dict, steps: int, b
     """The batches (rows) a loader delivered over `steps` batches after its first, and its record's measures."""
     out = work / f"order-{loader}-{abs(hash(json.dumps(settings, sort_keys=True))) % 10**8}"
     rec = bench_run(out, root=str(root), loader=loader, mode="single", num_workers=1, batch_size=batch,
-                    num_batches=steps, repeats=1, warmup_s=0.5, duration_s=3600, check_frames=8, **settings)  # fmt: skip
+                    num_batches=steps, repeats=1, warmup_s=0.5, duration_s=3600, check_frames=8,
+                    **settings)  # fmt: skip
     rows = np.load(out / "rank0of1.samples.npy")
     batches = [rows[i : i + batch] for i in range(0, len(rows) - batch + 1, batch)][:steps]
     return batches, rec["metrics"]

@@ -3,7 +3,6 @@ frames, and the diagnostics (distinct episodes per batch, spread)."""
 
 import numpy as np
 import pytest
-
 import torch
 
 from dlbench.bench.checks.effective import BatchMoments, batch_features, distinct_frames, effective_ratio

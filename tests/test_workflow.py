@@ -1,6 +1,7 @@
 """The whole Snakemake workflow on a tiny config, in a temporary working directory."""
 
 import json
+import shutil
 import socket
 import subprocess
 import time
