@@ -1,16 +1,17 @@
-"""The shuffle frontier: per loader, decoded frames/s and peak memory against shuffle quality as its knobs move.
+"""The shuffle frontier: per loader, decoded frames/s and peak memory against effective batch size as its knobs move.
 
     python -m benchmarks.frontier [--sets realistic16] [--modes single,sarm] [--workers 2] [--duration-s 6]
 
 For each set (`benchmarks.model.SETS`, synthesized once under --workdir), mode and worker count it runs, through
 `dlbench bench-run` (the workflow's harness), one after another on this machine:
   - dlbench_map: random access, the reference for shuffle (every batch drawn uniformly);
-  - dlbench_stream at its defaults, then with one knob moved at a time: pool_size, buffer_mb, read_ahead;
-  - LeRobot 0.6.1's lerobot_stream (peer environment) at buffer_size 256 (dlbench's default), 1000 (LeRobot's own
-    default) and 4000, and at max_num_shards 4x the workers.
-Each line: frames/s per node (the median window), peak PSS of the process tree, shuffle randomness (distinct
-episodes per batch: 0 in order, 1 uniform) and spread (how far apart in time the items of one episode in a batch
-are: 0 neighbours, 1 uniform). `--out DIR` also writes frontier.csv and frontier.png there.
+  - dlbench_stream at its defaults, then with one knob moved at a time: episode_order forward (reading order),
+    pool_size, buffer_mb, read_ahead;
+  - LeRobot 0.6.1's lerobot_stream (peer environment) at buffer_size 256, 1000 (LeRobot's own default) and 4000,
+    and at max_num_shards 4x the workers.
+Each line: frames/s per node (the median window), peak PSS of the process tree, effective / nominal batch size over
+one batch and over 10 consecutive batches (`bench.checks.effective`: 1 for uniform independent draws) and distinct
+frames over frames held in a batch. `--out DIR` also writes frontier.csv and frontier.png there.
 """
 
 from __future__ import annotations
@@ -33,18 +34,22 @@ from benchmarks.common import bench_run
 POINTS = (
     ("map", "dlbench_map", {}),
     ("stream", "dlbench_stream", {}),
-    ("stream pool 4", "dlbench_stream", {"pool_size": 4}),
-    ("stream pool 16", "dlbench_stream", {"pool_size": 16}),
+    ("stream forward pool 8", "dlbench_stream", {"episode_order": "forward", "pool_size": 8}),
+    ("stream pool 8", "dlbench_stream", {"pool_size": 8}),
+    ("stream pool 32", "dlbench_stream", {"pool_size": 32}),
     ("stream buffer_mb 64", "dlbench_stream", {"buffer_mb": 64}),
     ("stream buffer_mb 256", "dlbench_stream", {"buffer_mb": 256}),
     ("stream read_ahead 1", "dlbench_stream", {"read_ahead": 1}),
+    ("stream read_ahead 2", "dlbench_stream", {"read_ahead": 2}),
+    ("stream pieces 1", "dlbench_stream", {"pieces": 1}),
     ("stream read_ahead 8", "dlbench_stream", {"read_ahead": 8}),
-    ("lerobot buffer 256", "lerobot_stream", {}),
-    ("lerobot buffer 1000", "lerobot_stream", {"buffer_size": 1000}),
+    ("lerobot buffer 256", "lerobot_stream", {"buffer_size": 256}),
+    ("lerobot buffer 1000", "lerobot_stream", {}),
     ("lerobot buffer 4000", "lerobot_stream", {"buffer_size": 4000}),
     ("lerobot shards 4xW", "lerobot_stream", {"max_num_shards": "4w"}),
 )
-COLUMNS = ("set", "mode", "workers", "point", "frames_per_s", "peak_pss_mb", "randomness", "spread")
+COLUMNS = ("set", "mode", "workers", "point", "frames_per_s", "peak_pss_mb", "effective_batch", "effective_window",
+           "distinct_frames")  # fmt: skip
 
 
 MEMORY_SHARE = 0.7  # a point whose shuffle buffer alone would hold more of this machine's memory is not run
@@ -86,8 +91,9 @@ def main(argv=None) -> None:
     chosen = None if a.points is None else set(a.points.split(","))
     print(f"# {platform.node()}, {len(os.sched_getaffinity(0))} cores, {time.strftime('%Y-%m-%d')}")
     print(f"# python -m benchmarks.frontier {shlex.join(argv if argv is not None else sys.argv[1:])}")
-    head = ("set", "mode", "w", "point", "frames/s", "PSS MB", "random", "spread")
-    print("# " + " ".join(f"{h:{w}}" for h, w in zip(head, ("12s", "6s", ">2s", "22s", ">9s", ">8s", ">7s", ">7s"))))
+    head = ("set", "mode", "w", "point", "frames/s", "PSS MB", "eff.1", "eff.10", "distinct")
+    widths = ("12s", "6s", ">2s", "22s", ">9s", ">8s", ">7s", ">7s", ">8s")
+    print("# " + " ".join(f"{h:{w}}" for h, w in zip(head, widths)))
     rows = []
     for name in a.sets:
         root = model.dataset(Path(a.workdir), name)
@@ -96,7 +102,7 @@ def main(argv=None) -> None:
                 for label, loader, settings in POINTS:
                     if chosen is not None and label not in chosen:
                         continue
-                    held = buffer_gb(root, mode, settings.get("buffer_size", 256)) if loader == "lerobot_stream" else 0
+                    held = buffer_gb(root, mode, settings.get("buffer_size", 1000)) if loader == "lerobot_stream" else 0
                     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
                     if held > MEMORY_SHARE * ram:  # LeRobot keeps its buffer's items decoded
                         print(
@@ -110,17 +116,19 @@ def main(argv=None) -> None:
                         print(f"  {name:12s} {mode:6s} {workers:2d} {label:22s} skipped (no peer environment)")
                         continue
                     row = dict(zip(COLUMNS, (name, mode, workers, label, m["frames_per_s_node"], m["peak_pss_mb"],
-                                             m["shuffle_randomness"], m["shuffle_spread"])))  # fmt: skip
+                                             m.get("shuffle_effective_batch"), m.get("shuffle_effective_window"),
+                                             m.get("shuffle_distinct_frames"))))  # fmt: skip
                     rows.append(row)
                     print(f"  {name:12s} {mode:6s} {workers:2d} {label:22s} {row['frames_per_s']:9.1f} "
-                          f"{row['peak_pss_mb']:8.0f} {row['randomness']:7.2f} {row['spread']:7.2f}",
-                          flush=True)  # fmt: skip
+                          f"{row['peak_pss_mb']:8.0f} {row['effective_batch']:7.2f} {row['effective_window']:7.2f} "
+                          f"{row['distinct_frames']:8.2f}", flush=True)  # fmt: skip
     if a.out and rows:
         write(rows, Path(a.out))
 
 
 def write(rows: list[dict], out: Path) -> None:
-    """frontier.csv and frontier.png (frames/s against randomness, a panel per set and mode) under `out`."""
+    """frontier.csv and frontier.png (frames/s against effective batch size, a panel per set and mode) under
+    `out`."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -135,13 +143,13 @@ def write(rows: list[dict], out: Path) -> None:
     for ax, ((name, mode, workers), d) in zip(axes[0], panels):
         for loader, color in (("map", "tab:green"), ("stream", "tab:blue"), ("lerobot", "tab:orange")):
             part = d[d["point"].str.startswith(loader)]
-            ax.scatter(part["frames_per_s"], part["randomness"], color=color, label=loader)
+            ax.scatter(part["effective_batch"], part["frames_per_s"], color=color, label=loader)
             for _, r in part.iterrows():
-                ax.annotate(r["point"].split(" ", 1)[-1], (r["frames_per_s"], r["randomness"]), fontsize=6)
+                ax.annotate(f"{r['point'].split(' ', 1)[-1]} ({r['peak_pss_mb']:.0f} MB)",
+                            (r["effective_batch"], r["frames_per_s"]), fontsize=6)  # fmt: skip
         ax.set_title(f"{name} {mode} w{workers}", fontsize=9)
-        ax.set_xlabel("decoded frames/s")
-        ax.set_ylabel("shuffle randomness")
-        ax.set_ylim(-0.05, 1.15)
+        ax.set_xlabel("effective / nominal batch size (one batch)")
+        ax.set_ylabel("decoded frames/s")
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "frontier.png", dpi=110)

@@ -19,6 +19,7 @@ from dlbench.loader.partition import (
     auto_virtual_shards,
     block_frames,
     busy_workers,
+    cut_pieces,
     episode_blocks,
     interleave,
     rank_shards,
@@ -229,3 +230,45 @@ def test_the_partition_and_the_model_import_without_torch():
 
     code = "import sys, dlbench.loader.partition, dlbench.model.equations; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 400), min_size=1, max_size=30), st.integers(1, 9), st.integers(1, 120))
+def test_pieces_cover_every_episode_once_none_too_short(lengths, per_episode, min_frames):
+    ep_to = np.cumsum(lengths)
+    ep_from = ep_to - np.asarray(lengths)
+    pf, pt, pe = cut_pieces(ep_from, ep_to, per_episode, min_frames)
+    assert pf[0] == 0 and pt[-1] == ep_to[-1] and np.all(pf[1:] == pt[:-1])  # contiguous, in row order, all rows
+    for ep in range(len(lengths)):
+        mine = pe == ep
+        assert 1 <= mine.sum() <= per_episode
+        assert pf[mine][0] == ep_from[ep] and pt[mine][-1] == ep_to[ep]  # a piece never spans two episodes
+        if mine.sum() > 1:
+            assert np.all(pt[mine] - pf[mine] >= min_frames)
+
+
+def test_interleave_by_items_left_ends_its_streams_together_and_prefers_new_episodes():
+    """Chosen evenly, a small stream is spent early and the large one ends the pass alone (a tail of alike batches);
+    chosen by items left, the small one's items spread over the whole pass. A freed lane takes a stream of an episode
+    no live lane reads, where there is one."""
+
+    def stream(name: str, n: int, lane: int):
+        yield from (f"{name}{i}" for i in range(n))
+
+    def order(sizes):
+        streams = [partial(stream, "a", 90), partial(stream, "b", 10)]
+        return list(interleave(streams, 2, np.random.default_rng(1), sizes))
+
+    even, weighted = order(None), order([90, 10])
+    last_b = lambda got: max(i for i, x in enumerate(got) if x.startswith("b"))  # noqa: E731
+    assert last_b(even) < 40 and last_b(weighted) > 70
+    assert sorted(weighted) == sorted(even)  # every item once either way
+    started = []
+
+    def tracked(name: str, lane: int):
+        started.append(name)  # when its lane is given: the factory's call, not its first item
+        return iter([name])
+
+    streams = [partial(tracked, n) for n in ("x1", "x2", "y1", "z1")]
+    list(interleave(streams, 2, np.random.default_rng(0), keys=["x", "x", "y", "z"]))
+    assert started[:2] == ["x1", "y1"]  # x2 waits: episode x is live in the other lane

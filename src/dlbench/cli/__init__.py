@@ -8,11 +8,11 @@ import logging
 import sys
 
 from ..errors import WORKFLOW_EXTRA, UserError, needs_extra
-from . import bench, compare, convert, encoding, lance, model, report, sources, synth, validate
+from . import bench, compare, convert, encoding, lance, model, report, sources, synth, tune, validate
 from .common import Help, log
 
 # as `dlbench --help` lists them
-COMMANDS = (synth, convert, encoding, lance, validate, bench, model, sources, report, compare)
+COMMANDS = (synth, convert, encoding, lance, validate, bench, model, tune, sources, report, compare)
 
 
 def build_parser() -> argparse.ArgumentParser:

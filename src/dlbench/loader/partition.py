@@ -37,6 +37,7 @@ from typing import TypeVar
 import numpy as np
 
 MAX_AUTO_SHARDS = 512  # the state holds one count per virtual shard; more shards than this gain no parallelism
+MIN_PIECE_S = 2.0  # a piece of an episode is at least this long (s): a piece that starts costs a seek
 T = TypeVar("T")
 
 
@@ -44,6 +45,22 @@ def auto_virtual_shards(num_episodes: int, group: int = 1) -> int:
     """The default number of virtual shards: one per episode, or per `group` episodes fetched together, at most
     `MAX_AUTO_SHARDS`, at least 1. As many as the episodes allow, so that no rank or worker goes without work."""
     return max(1, min(MAX_AUTO_SHARDS, num_episodes // max(group, 1)))
+
+
+def cut_pieces(ep_from: np.ndarray, ep_to: np.ndarray, per_episode: int, min_frames: int) -> tuple[np.ndarray, ...]:
+    """Each episode cut into up to `per_episode` contiguous pieces of about equal length, none shorter than
+    `min_frames` (an episode shorter than two such stays whole): (piece_from, piece_to, piece_episode), in row
+    order. A piece is what a stream's pool keeps live and a virtual shard is made of: pieces of one episode dealt to
+    different workers let every worker's batches mix most episodes."""
+    froms, tos, eps = [], [], []
+    for ep, (a, b) in enumerate(zip(np.asarray(ep_from, np.int64), np.asarray(ep_to, np.int64))):
+        length = int(b - a)
+        parts = max(1, min(per_episode, length // max(min_frames, 1)))
+        cuts = [a + (length * k) // parts for k in range(parts + 1)]
+        froms += cuts[:-1]
+        tos += cuts[1:]
+        eps += [ep] * parts
+    return np.asarray(froms, np.int64), np.asarray(tos, np.int64), np.asarray(eps, np.int64)
 
 
 def split_episodes(lengths: np.ndarray, parts: int) -> list[range]:
@@ -124,27 +141,49 @@ class Lanes:
         )
 
 
-def interleave(streams: Iterable[Callable[[int], Iterator[T]]], at_once: int, rng: np.random.Generator) -> Iterator[T]:
+def interleave(
+    streams: Iterable[Callable[[int], Iterator[T]]],
+    at_once: int,
+    rng: np.random.Generator,
+    sizes: Iterable[int] | None = None,
+    keys: Iterable | None = None,
+) -> Iterator[T]:
     """The items of several streams, `at_once` read at a time: each next item comes from a live stream chosen at
     random, and a stream that ends hands its lane to the next. `streams` gives factories called with their lane
-    (0..at_once-1), so that a reader can keep per-lane resources (decoders) for the stream that follows."""
-    pending = iter(streams)
-    live: list[tuple[int, Iterator[T]]] = []
+    (0..at_once-1), so that a reader can keep per-lane resources (decoders) for the stream that follows.
+
+    `sizes` (each stream's items): a live stream is chosen with odds in proportion to the items it has left, so the
+    live streams end together, as draws without replacement from their union would. Chosen evenly instead, the
+    largest outlive the rest, and a pass ends in a tail of batches from the few streams left (alike batches).
+
+    `keys` (each stream's episode): a freed lane takes the first pending stream whose key no live stream has (else
+    the next one), so the live streams are of as many episodes as there are: pieces of one episode are alike."""
+    pending = list(streams)
+    counts = list(sizes) if sizes is not None else [None] * len(pending)
+    names = list(keys) if keys is not None else [None] * len(pending)
+    live: list[list] = []  # [lane, iterator, items left (None: unknown), key]
     free = list(range(at_once - 1, -1, -1))
+    head = 0  # pending[head:] are still to start (taken ones are set to None)
 
     def fill() -> None:
+        nonlocal head
         while free:
-            factory = next(pending, None)
-            if factory is None:
+            while head < len(pending) and pending[head] is None:
+                head += 1
+            if head == len(pending):
                 return
+            taken = {entry[3] for entry in live}
+            j = next((i for i in range(head, len(pending)) if pending[i] is not None and names[i] not in taken), head)
+            j = j if pending[j] is not None else head
+            factory, pending[j] = pending[j], None
             lane = free.pop()
-            live.append((lane, factory(lane)))
+            live.append([lane, factory(lane), counts[j], names[j]])
 
     fill()
     try:
         while live:
-            k = int(rng.integers(len(live))) if len(live) > 1 else 0
-            lane, it = live[k]
+            k = _pick(rng, [entry[2] for entry in live])
+            lane, it = live[k][0], live[k][1]
             try:
                 item = next(it)
             except StopIteration:
@@ -152,12 +191,24 @@ def interleave(streams: Iterable[Callable[[int], Iterator[T]]], at_once: int, rn
                 free.append(lane)
                 fill()
                 continue
+            if live[k][2] is not None:
+                live[k][2] = max(1, live[k][2] - 1)  # a stream may yield past its count: it stays choosable
             yield item
     finally:  # the consumer stopped early: close what is still open
-        for _, it in live:
+        for _, it, *_ in live:
             close = getattr(it, "close", None)
             if close is not None:
                 close()
+
+
+def _pick(rng: np.random.Generator, left: list) -> int:
+    """A random index: with odds in proportion to `left` where every entry is known, else evenly."""
+    if len(left) == 1:
+        return 0
+    if any(v is None for v in left):
+        return int(rng.integers(len(left)))
+    weights = np.asarray(left, dtype=np.float64)
+    return int(np.searchsorted(np.cumsum(weights), rng.random() * weights.sum(), side="right").clip(0, len(left) - 1))
 
 
 def entry_groups(episodes, group: int, rng: np.random.Generator | None) -> list[list[int]]:
@@ -247,7 +298,7 @@ def shard_order(
             if not forward:
                 blocks = [blocks[j] for j in rng.permutation(len(blocks))]
             live.append([blocks, free_slots.pop()])
-        k = int(rng.integers(len(live)))
+        k = _pick(rng, [sum(len(b) for b in entry[0]) for entry in live])  # odds by rows left: pieces end together
         blocks, slot = live[k]
         rows = blocks.pop()
         if not blocks:

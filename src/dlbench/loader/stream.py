@@ -44,10 +44,12 @@ from .dataset_meta import DatasetMeta, episode_rows, open_meta, resolve_windows
 from .items import BuilderViews, HeldTables, ItemBuilder, data_columns, read_columns
 from .lerobot_args import check_lerobot_args
 from .partition import (
+    MIN_PIECE_S,
     Lanes,
     auto_virtual_shards,
     block_frames,
     busy_workers,
+    cut_pieces,
     emit_units,
     entry_groups,
     interleave,
@@ -95,6 +97,10 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             holds its episodes at unrelated moments of their tasks; "forward": in reading order (fewer seeks on long
             GOPs, but live episodes move through their tasks side by side and batches hold alike items:
             `partition.shard_order`).
+        pieces: each episode cut into this many pieces (each at least 2 s), the unit a pool keeps live and virtual
+            shards are made of, so that workers share an episode's pieces; None: 1. On 16 episodes of 480x640 and
+            2 workers, 4 pieces raised the effective batch size of one batch from 0.52 to 0.63 but lowered it with
+            one worker (0.85 to 0.62): a piece's items span its own seconds only (docs/benchmarks.md).
         buffer_mb: the most decoded frame data one DataLoader worker's shuffle buffer keeps alive (MB), for large
             items (a sarm item of two 480x640 cameras is 15 MB). Items decoded together (`read_ahead` of them) share
             one block, so this bounds the blocks the buffer holds items of: `max_blocks()`. Per worker, so that a
@@ -164,6 +170,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         world_size: int | None = None,
         pool_size: int = 16,
         episode_order: str = "random",
+        pieces: int | None = None,
         read_ahead: int | None = None,
         block_stride: int | None = None,
         buffer_mb: float = 128.0,
@@ -173,7 +180,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         meta: DatasetMeta | None = None,
     ):
         counts = dict(pool_size=pool_size, buffer_size=buffer_size, read_ahead=read_ahead,
-                      block_stride=block_stride, virtual_shards=virtual_shards)  # fmt: skip
+                      block_stride=block_stride, virtual_shards=virtual_shards, pieces=pieces)  # fmt: skip
         for name, value in counts.items():  # None: the default; 0 is not "the default" but a mistake
             if value is not None and value < 1:
                 raise UserError(f"{name} must be >= 1 (got {value}); leave it out for the default")
@@ -213,7 +220,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         self.block_stride = block_stride or window_stride(offsets)
         self.read_ahead = read_ahead or self.auto_read_ahead()
         self.tag_items = tag_items
-        self._cut(virtual_shards)
+        self._cut(virtual_shards, pieces)
         self.lanes = Lanes.plan(
             sum(len(s) for s in self._shards), len(self._shards), pool_size, buffer_size, self.max_blocks(), shuffle
         )
@@ -223,17 +230,26 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         self._tables = HeldTables(HELD_DATA_MB * 2**20)  # across epochs: a small dataset is read once a process
         self.delivered = Delivered()  # what this process delivered of the epoch; what a loaded state skips
 
-    def _cut(self, virtual_shards: int | None) -> None:
-        """The episodes read (all, or `episodes=`), cut into virtual shards of about equal frames."""
+    def _cut(self, virtual_shards: int | None, pieces: int | None) -> None:
+        """The episodes read (all, or `episodes=`), each cut into pieces (`partition.cut_pieces`), and the pieces
+        into virtual shards of about equal frames: a shard holds piece ids, contiguous in rows."""
         chosen = (
             np.arange(self.meta.num_episodes)
             if self.episodes is None
             else np.unique(np.asarray(self.episodes, np.int64))
         )
-        lengths = (self.meta.ep_to - self.meta.ep_from)[chosen]
-        count = auto_virtual_shards(len(chosen), self.group) if virtual_shards is None else virtual_shards
+        fetching = self.builder.decoder.fetch
+        if pieces is not None and pieces > 1 and fetching:
+            raise UserError(f"pieces {pieces} with fetch_episodes: episodes are fetched whole; use pieces 1")
+        per = pieces or 1
+        min_frames = math.ceil(MIN_PIECE_S * self.meta.fps)
+        pf, pt, pe = cut_pieces(self.meta.ep_from[chosen], self.meta.ep_to[chosen], per, min_frames)
+        self._piece_from, self._piece_to, self._piece_episode = pf, pt, chosen[pe]
+        self.pieces = per
+        lengths = pt - pf
+        count = auto_virtual_shards(len(pf), self.group) if virtual_shards is None else virtual_shards
         parts = split_episodes(lengths, count)
-        self._shards = [chosen[list(r)] for r in parts]
+        self._shards = [np.arange(r.start, r.stop) for r in parts]
         self._shard_frames = np.array([int(lengths[list(r)].sum()) for r in parts], np.int64)
         self._episodes_crc = zlib.crc32(chosen.astype("<i8").tobytes())
 
@@ -261,7 +277,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             "virtual_shards": len(self._shards),
             "dataset": {
                 "num_frames": self.num_frames,
-                "episodes": int(sum(len(s) for s in self._shards)),
+                "episodes": len(np.unique(self._piece_episode)),
                 "episodes_crc32": self._episodes_crc,
             },
             "order": {
@@ -271,6 +287,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
                 **({"block_stride": self.block_stride} if self.block_stride > 1 else {}),
                 "shuffle": self.shuffle,
                 **({"episode_order": self.episode_order} if self.episode_order != "random" else {}),
+                **({"pieces": self.pieces} if self.pieces > 1 else {}),
                 "max_blocks": self.max_blocks(),
                 "at_once": self.lanes.at_once,
                 **({"groups": self.group} if self.group > 1 else {}),
@@ -349,8 +366,9 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         return len(self._shards)
 
     def virtual_shard_episodes(self, shard: int) -> np.ndarray:
-        """The episodes of virtual shard `shard` (contiguous among the episodes read)."""
-        return self._shards[shard]
+        """The episodes of virtual shard `shard` (contiguous among the episodes read; its first and last may be
+        read in part, by pieces)."""
+        return np.unique(self._piece_episode[self._shards[shard]])
 
     def rank_shards(self, epoch: int, rank: int | None = None, world_size: int | None = None) -> np.ndarray:
         """The virtual shards rank `rank` of `world_size` (default: this one's) reads in `epoch`, in the order its
@@ -389,8 +407,8 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         """Virtual shard `shard`'s event stream in `epoch` (`shard_order`): a function of (seed, epoch, shard) and
         the constructor's arguments only."""
         return shard_order(
-            self.meta.ep_from,
-            self.meta.ep_to,
+            self._piece_from,
+            self._piece_to,
             self._shards[shard],
             self.seed,
             epoch,
@@ -413,16 +431,18 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             for decodes, _ in emit_units(self.shard_events(shard, epoch)):
                 yield [(rows, lane * self.lanes.pool + slot) for rows, slot in decodes]
 
-        streams = [partial(units, int(v)) for v in self.worker_shards(epoch, num_workers, worker)]
+        mine = self.worker_shards(epoch, num_workers, worker)
+        streams = [partial(units, int(v)) for v in mine]
         rng = np.random.default_rng([self.seed, epoch, self.rank, self.world_size, worker, num_workers])
-        for decodes in interleave(streams, self.lanes.at_once, rng):
+        sizes = [int(self._shard_frames[v]) for v in mine]
+        for decodes in interleave(streams, self.lanes.at_once, rng, sizes, [self._shard_key(v) for v in mine]):
             yield from decodes
 
     def shard_groups(self, shard: int, epoch: int) -> list[list[int]]:
         """The order in which virtual shard `shard`'s episodes enter its pool in `epoch`, in fetch groups (the
         `entry_groups` its `shard_events` use)."""
         rng = np.random.default_rng([self.seed, epoch, shard]) if self.shuffle else None
-        return entry_groups(self._shards[shard], self.group, rng)
+        return [[int(self._piece_episode[p]) for p in g] for g in entry_groups(self._shards[shard], self.group, rng)]
 
     @property
     def num_frames(self) -> int:
@@ -458,7 +478,9 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         streams = [partial(self._shard_stream, v, epoch, done, info is None, fetcher) for v, done in todo]
         rng = np.random.default_rng([self.seed, epoch, self.rank, self.world_size, worker, num_workers])
         try:
-            yield from interleave(streams, self.lanes.at_once, rng)
+            sizes = [int(self._shard_frames[v]) - done for v, done in todo]
+            keys = [self._shard_key(v) for v, _ in todo]
+            yield from interleave(streams, self.lanes.at_once, rng, sizes, keys)
         finally:  # also when the consumer stops early: the spill files go
             if fetcher is not None:
                 fetcher.release_all()
@@ -511,6 +533,10 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
                 self.delivered.note(epoch, shard, pos)
             yield item
 
+    def _shard_key(self, shard: int) -> int:
+        """The episode a virtual shard starts in: lanes prefer shards of episodes no other lane reads."""
+        return int(self._piece_episode[self._shards[shard][0]])
+
     def _episode_of(self, row: int) -> int:
         return int(np.searchsorted(self.meta.ep_from, row, side="right")) - 1
 
@@ -518,7 +544,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         """Read the parquet columns of these virtual shards' rows only (each data file once; files outside them are
         not read). All of a pass's shards at once: items of one shard may be batched with the next one's."""
         spans = sorted(
-            (int(self.meta.ep_from[self._shards[v][0]]), int(self.meta.ep_to[self._shards[v][-1]])) for v in shards
+            (int(self._piece_from[self._shards[v][0]]), int(self._piece_to[self._shards[v][-1]])) for v in shards
         )
         runs: list[list[int]] = []
         for a, b in spans:  # merge touching spans

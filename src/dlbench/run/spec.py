@@ -100,6 +100,7 @@ class RunSpec:
     buffer_size: int | None = None  # the loader's own default: `shuffle_buffer`
     read_ahead: int | None = None
     episode_order: str | None = None  # dlbench_stream's own default (random) where unset
+    pieces: int | None = None
     buffer_mb: float = 128
     max_num_shards: int | None = None
     on_unavailable: str = "skip"
@@ -292,7 +293,7 @@ def _check_lance(run: RunSpec, where: str) -> None:
 # settings only dlbench's loaders have (LeRobot's would ignore them, measuring something else than asked)
 DLBENCH_ONLY = ("decoder_cache_size", "decoder_cache_mb", "remote_block_kb")
 # dlbench_stream alone fetches ahead, resumes from a state and decodes blocks of rows
-STREAM_ONLY = ("fetch_episodes", "resume_check", "read_ahead", "episode_order")
+STREAM_ONLY = ("fetch_episodes", "resume_check", "read_ahead", "episode_order", "pieces")
 
 
 def _check_dlbench_only(run: RunSpec, label) -> None:

@@ -85,6 +85,7 @@ def make_adapter(run, dmeta: DatasetMeta | None = None, tag_items: bool = False)
             buffer_size=run.shuffle_buffer,
             read_ahead=run.read_ahead,
             episode_order=run.episode_order or "random",
+            pieces=run.pieces,
             buffer_mb=run.buffer_mb,
             tag_items=tag_items,
             **common,

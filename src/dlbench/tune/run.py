@@ -1,0 +1,453 @@
+"""`dlbench tune DATASET`: from a dataset to a proven loader configuration, in one command.
+
+Its timeline (each phase timed in the result):
+1. open: the dataset's metadata (one clear line where it cannot be read);
+2. calibrate: each loader's costs on this host (`model.calibrate`: time-bounded passes, so its cost does not grow
+   with the dataset), kept in the output directory and reused by a later tune of the same dataset and mode here;
+3. search: every (loader, workers) the model can predict, ranked, over the memory budget left out (`search`);
+4. prove: the best of each loader run as a short bench run (frames/s, effective batch size, peak memory, every frame
+   checked), best-predicted first; a stream below the floor is followed by its next knob move; until every loader
+   has a qualifying proof or the time budget is spent. Each proof is kept as it completes, so an interrupted tune
+   resumes where it stopped (a proof half-run is run again, never read);
+5. answer: the fastest proven candidate that qualifies (floor, memory, no wrong frame), with the code to paste, what
+   bounds it, LeRobot's best where its environment is there, and how far to trust it (the spread of its windows,
+   other load on the host while it ran). Written atomically: results/tune/<dataset>/<source>.{json,md,png}.
+
+For another node (`cores`/`nodes` other than this host's) nothing can be proven here: the answer is the model's,
+marked predicted, with the command that proves it there.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import zlib
+from pathlib import Path
+
+from .. import atomic
+from ..errors import UserError
+from ..model.equations import BOUNDS
+from .search import Candidate, best_per_loader, knob_moves, meets, ranked
+
+PROOF = dict(repeats=2, warmup_s=2.0, check_frames=16, probe_samples=0)
+MIN_PROOF_BATCHES = 24  # a proof window long enough for the effective batch size over 10 batches to be measured
+PROOF_S = (4.0, 20.0)  # a proof window's shortest and longest duration (s)
+OTHER_LOAD = 0.25  # cores busy with other work while proving, as a share of the host's: the answer says so
+
+
+def tune(
+    root: str,
+    out: str | Path,
+    *,
+    mode: str = "single",
+    delta_timestamps: dict | None = None,
+    batch_size: int = 16,
+    memory_gb: float | None = None,
+    floor: dict | None = None,
+    time_budget_s: float = 300.0,
+    cores: int | None = None,
+    nodes: int = 1,
+    source_spec: dict | None = None,
+    lerobot: bool = True,
+    dataset: str | None = None,
+    source: str = "local",
+) -> dict:
+    """Tune loading `root` for training with these constraints; writes `out`.json, .md and .png and returns the
+    result (see the module docstring). A `UserError` for an unreadable dataset or a constraint that cannot be read."""
+    from ..config import defaults
+    from ..format.paths import is_remote
+    from ..loader.dataset_meta import DatasetMeta
+    from ..model.calibrate import cores as host_cores
+    from ..sources import apply_env, check_reachable
+
+    t0 = time.perf_counter()
+    phases: dict[str, float] = {}
+    out = Path(out)
+    work = out.with_suffix(".work")  # calibration and proofs kept between an interrupted tune and the next
+    floor = {**defaults("shuffle_floor"), **(floor or {})}
+    memory_mb = memory_gb * 1024 if memory_gb else None
+    here = host_cores()
+    cores = cores or here
+    predicted_only = cores != here or nodes != 1
+    apply_env(source_spec)
+    if is_remote(root):
+        check_reachable(root)
+    try:
+        meta = DatasetMeta.load(root)
+    except UserError:
+        raise
+    except Exception as e:  # a file that is there but is not a v3.0 dataset's
+        raise UserError(f"{root}: not a readable LeRobot v3.0 dataset ({type(e).__name__}: {e})") from None
+    dataset = dataset or Path(str(root).rstrip("/").split("@")[0]).name or "dataset"
+    phases["open_s"] = time.perf_counter() - t0
+    constraints = dict(mode=mode, delta_timestamps=delta_timestamps, batch_size=batch_size, memory_gb=memory_gb,
+                       floor=floor, time_budget_s=time_budget_s, cores=cores, nodes=nodes)  # fmt: skip
+    state = _State(work, dataset, root, constraints)
+
+    t = time.perf_counter()
+    cal = state.calibration(lambda: _calibrate(root, dataset, source, source_spec, mode, delta_timestamps,
+                                               batch_size, lerobot, work))  # fmt: skip
+    phases["calibrate_s"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    remote = is_remote(root)
+    ours = ranked(cal, mode, batch_size, cores, nodes, memory_mb, remote)
+    if not ours:
+        raise UserError(
+            f"no configuration of dlbench's loaders fits within {memory_gb:g} GB on this node by the model "
+            f"(calibration: {cal.note or 'see ' + str(work)}); raise --memory-gb"
+            if memory_mb
+            else f"no loader could be calibrated on {root}: {cal.note}"
+        )
+    best = best_per_loader(ours)
+    lerobot_best = best_per_loader(ranked(cal, mode, batch_size, cores, nodes, memory_mb, remote,
+                                          loaders=("lerobot_stream", "lerobot_map")))  # fmt: skip
+    phases["search_s"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    proven: list[Candidate] = []
+    if not predicted_only:
+        per_worker = max(1, meta.num_episodes // max(1, best.get("dlbench_stream", ours[0]).settings["num_workers"]))
+        queue = sorted(best.values(), key=lambda c: -c.predicted_fps) + list(lerobot_best.values())
+        deadline = t0 + time_budget_s
+        while queue:
+            c = queue.pop(0)
+            if proven and time.perf_counter() > deadline:
+                state.note(f"time budget spent: {c.key} and {len(queue)} more not proven")
+                break
+            c.measured = state.proof(c, lambda c=c: _prove(c, root, mode, delta_timestamps, batch_size,
+                                                           source_spec, work))  # fmt: skip
+            proven.append(c)
+            why = meets(c.measured, floor, memory_mb)
+            if why and c.loader == "dlbench_stream":
+                queue = knob_moves(c, c.measured, floor, per_worker) + queue
+    phases["prove_s"] = time.perf_counter() - t
+
+    result = _answer(state, meta, cal, ours, best, lerobot_best, proven, floor, memory_mb, predicted_only,
+                     constraints, root, dataset, source)  # fmt: skip
+    phases["total_s"] = time.perf_counter() - t0
+    result["phases"] = {k: round(v, 1) for k, v in phases.items()}
+    _write(out, result, proven)
+    return result
+
+
+class _State:
+    """What a tune has measured so far, in its work directory: the calibration and each completed proof, keyed by
+    the dataset, its constraints and this host. A state of another dataset, constraints or host is set aside."""
+
+    def __init__(self, work: Path, dataset: str, root: str, constraints: dict):
+        import socket
+
+        self.work = work
+        self.notes: list[str] = []
+        key = {"dataset": dataset, "root": str(root), "host": socket.gethostname(), **constraints}
+        self.path = work / "state.json"
+        self.data = {"key": key, "proofs": {}}
+        if self.path.exists():
+            try:
+                old = json.loads(self.path.read_text())
+            except ValueError:
+                old = None
+            if old and old.get("key") == json.loads(json.dumps(key)):
+                self.data = old
+                if old["proofs"]:
+                    self.note(f"resumed: {len(old['proofs'])} proof(s) of an earlier tune reused")
+            else:
+                shutil.rmtree(work, ignore_errors=True)  # another dataset, constraints or host: start clean
+        work.mkdir(parents=True, exist_ok=True)
+
+    def note(self, line: str) -> None:
+        print(f"tune: {line}", flush=True)
+        self.notes.append(line)
+
+    def save(self) -> None:
+        atomic.write_json(self.path, self.data)
+
+    def calibration(self, make):
+        from ..model.calibration import Calibration
+
+        path = self.work / "calibration.json"
+        if path.exists() and self.data.get("calibrated"):
+            return Calibration.read(path)
+        cal = make()
+        self.data["calibrated"] = True
+        self.save()
+        return cal
+
+    def proof(self, c: Candidate, run) -> dict:
+        if c.key in self.data["proofs"]:
+            return self.data["proofs"][c.key]
+        measured = run()
+        self.data["proofs"][c.key] = measured
+        self.save()
+        return measured
+
+
+def _calibrate(root, dataset, source, source_spec, mode, deltas, batch_size, lerobot, work: Path):
+    """Calibrate dlbench's loaders (and LeRobot's, where its environment is there) on `root` in this mode."""
+    from ..bench.launch import needs_peer
+    from ..model.calibrate import calibrate
+    from ..peer import peer_python
+    from ..run import spec as runspec
+
+    loaders = ["dlbench_map", "dlbench_stream"]
+    if lerobot and peer_python(None) is not None:
+        loaders += ["lerobot_map", "lerobot_stream"]
+    given = {"root": root, "mode": mode, "delta_timestamps": deltas, "batch_size": batch_size,
+             "source_spec": source_spec, "num_workers": 0, "dataset": dataset}  # fmt: skip
+    runs = [runspec.make_run({**given, "loader": lo}, scenario="tune") for lo in loaders]
+    runs = [r for r in runs if not needs_peer(r.loader) or lerobot]
+    return calibrate(runs, dataset, source, work / "calibration.json")
+
+
+def proof_seconds(c: Candidate, batch_size: int) -> float:
+    """A proof window long enough for MIN_PROOF_BATCHES batches at the predicted rate, within PROOF_S."""
+    rate = c.predicted_fps or 1.0
+    return min(PROOF_S[1], max(PROOF_S[0], MIN_PROOF_BATCHES * batch_size / rate))
+
+
+def _prove(c: Candidate, root, mode, deltas, batch_size, source_spec, work: Path) -> dict:
+    """One short bench run of the candidate here: summary.csv's row of it (frames/s, effective batch size, memory,
+    frames checked), or {status, reason} where it could not run."""
+    from ..bench.launch import launch
+    from ..report.aggregate import aggregate
+    from ..run import spec as runspec
+
+    values = {"root": root, "loader": c.loader, "mode": mode, "delta_timestamps": deltas, "batch_size": batch_size,
+              "source_spec": source_spec, "duration_s": proof_seconds(c, batch_size), **PROOF,
+              **c.settings}  # fmt: skip
+    out = work / "proofs" / f"{zlib.crc32(c.key.encode()):08x}"
+    shutil.rmtree(out, ignore_errors=True)
+    try:
+        run = runspec.make_run(values, scenario="tune")
+        print(f"tune: proving {c.key} ({values['duration_s']:.0f} s x {PROOF['repeats']} windows)", flush=True)
+        launch(run, out)
+        row = aggregate([out], None).iloc[0].to_dict()
+    except UserError as e:
+        return {"status": "failed", "reason": str(e)}
+    keep = ("status", "reason", "frames_per_s_node", "frames_per_s_min", "frames_per_s_max", "peak_pss_mb",
+            "frames_verified", "frames_wrong", "shuffle_effective_batch", "shuffle_effective_window",
+            "shuffle_distinct_frames", "other_cpu_ms_per_sample", "samples_per_s_node", "latency_p99_ms")  # fmt: skip
+    return {k: _plain(row.get(k)) for k in keep}
+
+
+def _plain(v):
+    try:
+        return v.item()  # numpy scalars
+    except AttributeError:
+        return v
+
+
+def _answer(state, meta, cal, ours, best, lerobot_best, proven, floor, memory_mb, predicted_only, constraints, root,
+            dataset, source) -> dict:  # fmt: skip
+    """The result: the winner (proven, or predicted for another node), every proof, LeRobot's best, the notes."""
+    qualified = [c for c in proven if not meets(c.measured, floor, memory_mb) and c.loader in best]
+    qualified.sort(key=lambda c: -c.measured["frames_per_s_node"])
+    peers = [c for c in proven if c.loader in lerobot_best and not meets(c.measured, floor, memory_mb)]
+    peers.sort(key=lambda c: -c.measured["frames_per_s_node"])
+    result = {
+        "dataset": dataset,
+        "root": str(root),
+        "source": source,
+        "episodes": meta.num_episodes,
+        "frames": meta.num_frames,
+        "host_cores": cal.cores,
+        "constraints": constraints,
+        "predicted_only": predicted_only,
+        "proofs": [
+            {
+                "candidate": c.key,
+                "loader": c.loader,
+                "settings": c.settings,
+                "predicted_fps": c.predicted_fps,
+                "qualifies": not meets(c.measured, floor, memory_mb),
+                "why_not": meets(c.measured, floor, memory_mb),
+                **c.measured,
+            }
+            for c in proven
+        ],  # fmt: skip
+        "notes": state.notes,
+    }
+    if predicted_only:
+        top = ours[0]
+        result["winner"] = _winner(top, constraints, root, predicted=True)
+        cmd = f"dlbench tune {root} --mode {constraints['mode']} --batch-size {constraints['batch_size']}"
+        result["prove_there"] = f"{cmd} (on that node, or its tune target with snakemake --profile profiles/slurm)"
+    elif qualified:
+        top = qualified[0]
+        result["winner"] = _winner(top, constraints, root, predicted=False)
+        result["trust"] = _trust(top, cal.cores)
+    else:
+        nearest = max(proven, key=lambda c: c.measured.get("shuffle_effective_batch") or 0.0, default=None)
+        budget = f" within {memory_mb / 1024:g} GB" if memory_mb else ""
+        what = f"effective batch size {floor.get('effective_batch', 0):g}{budget}"
+        near = (f"; the nearest is {nearest.key}: {nearest.measured.get('frames_per_s_node', 0):,.0f} frames/s, "
+                f"{meets(nearest.measured, floor, memory_mb)}") if nearest else ""  # fmt: skip
+        result["unmet"] = f"no configuration reaches {what} on this node{near}"
+    if peers:
+        p = peers[0]
+        result["lerobot_best"] = {"loader": p.loader, "settings": p.settings, **p.measured}
+        if "winner" in result and not predicted_only:
+            result["switching_gain"] = result["winner"]["frames_per_s_node"] / p.measured["frames_per_s_node"]
+    elif lerobot_best:
+        result["lerobot_best"] = {"note": "LeRobot's loaders did not qualify or were not proven within the budget"}
+    else:
+        from ..peer import CREATE_COMMAND
+
+        result["lerobot_best"] = {"note": f"LeRobot's environment is not here; create it with {CREATE_COMMAND}"}
+    return result
+
+
+def _winner(c: Candidate, constraints: dict, root, predicted: bool) -> dict:
+    """The winning candidate in the user's terms: the dataset class and its keyword arguments, the DataLoader's,
+    the figures (measured, or predicted), what bounds it, and the code to paste."""
+    cls = "LeRobotStreamingDataset" if c.loader == "dlbench_stream" else "LeRobotMapDataset"
+    dataset_kwargs = {"root": str(root)}
+    if constraints["delta_timestamps"]:
+        dataset_kwargs["delta_timestamps"] = constraints["delta_timestamps"]
+    else:
+        dataset_kwargs["mode"] = constraints["mode"]
+    dataset_kwargs |= {k: v for k, v in c.settings.items() if k in ("pool_size", "read_ahead", "episode_order")}
+    workers = c.settings["num_workers"]
+    loader_kwargs = {"batch_size": constraints["batch_size"], "num_workers": workers}
+    if workers:
+        loader_kwargs |= {"persistent_workers": True, "prefetch_factor": 2}
+    if cls == "LeRobotMapDataset":
+        loader_kwargs["shuffle"] = True
+    args = ", ".join(f"{k}={v!r}" for k, v in dataset_kwargs.items())
+    largs = ", ".join(f"{k}={v!r}" for k, v in loader_kwargs.items())
+    code = (f"from dlbench.loader import DataLoader, {cls}\n\n"
+            f"dataset = {cls}({args})\n"
+            f"loader = DataLoader(dataset, {largs})\n")  # fmt: skip
+    if cls == "LeRobotStreamingDataset":
+        code += "# each epoch: dataset.set_epoch(epoch) before iterating\n"
+    figures = (
+        {"frames_per_s_node": c.predicted_fps, "peak_pss_mb": c.predicted_pss_mb}
+        if predicted
+        else {
+            k: c.measured.get(k)
+            for k in (
+                "frames_per_s_node",
+                "peak_pss_mb",
+                "shuffle_effective_batch",
+                "shuffle_effective_window",
+                "shuffle_distinct_frames",
+                "frames_verified",
+                "frames_wrong",
+            )
+        }  # fmt: skip
+    )
+    return {
+        "loader": c.loader,
+        "dataset_class": f"dlbench.loader.{cls}",
+        "dataset_kwargs": dataset_kwargs,
+        "dataloader_kwargs": loader_kwargs,
+        "predicted": predicted,
+        "predicted_frames_per_s_node": c.predicted_fps,
+        **figures,
+        "bound": c.bound,
+        "bound_means": BOUNDS.get(c.bound, ""),
+        "code": code,
+    }
+
+
+def _trust(c: Candidate, cores: int) -> str:
+    """How far to trust the winner's figure: its windows' spread, and other work on the host while it ran."""
+    m = c.measured
+    lo, hi, mid = m.get("frames_per_s_min"), m.get("frames_per_s_max"), m.get("frames_per_s_node")
+    parts = []
+    if lo and hi and mid:
+        parts.append(f"its windows measured {lo:,.0f}-{hi:,.0f} frames/s ({(hi - lo) / mid:.0%} apart)")
+    other, rate = m.get("other_cpu_ms_per_sample"), m.get("samples_per_s_node")
+    if other and rate and other == other:
+        busy = other * rate / 1000.0
+        if busy > OTHER_LOAD * cores:
+            parts.append(f"other work held {busy:.1f} of {cores} cores while it ran: measure again on a quiet node")
+    return "; ".join(parts) or "one proof"
+
+
+def _write(out: Path, result: dict, proven: list[Candidate]) -> None:
+    """The result as JSON, a short markdown report and one frontier plot, each written whole or not at all."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic.write_json(out.with_suffix(".json"), result)
+    png = out.with_suffix(".png")
+    _plot(result, png)
+    with atomic.file(out.with_suffix(".md")) as tmp:
+        Path(tmp).write_text(report(result, png.name))
+
+
+def report(result: dict, plot: str | None = None) -> str:
+    """The tune's answer as markdown."""
+    c = result["constraints"]
+    lines = [f"# Tune: {result['dataset']} ({result['episodes']} episodes, {result['frames']:,} frames)", "",
+             f"Mode {c['delta_timestamps'] or c['mode']}, batch {c['batch_size']}, floor {c['floor']}, "
+             f"memory {str(c['memory_gb']) + ' GB' if c['memory_gb'] else 'unbounded'}, {c['cores']} cores x "
+             f"{c['nodes']} node(s). Phases (s): {result.get('phases', {})}.", ""]  # fmt: skip
+    if "winner" in result:
+        w = result["winner"]
+        how = "predicted (another node: not run here)" if w["predicted"] else "measured"
+        lines += ["## Answer", "",
+                  f"{w['loader']}: {w['frames_per_s_node']:,.0f} frames/s per node ({how}; the model predicted "
+                  f"{w['predicted_frames_per_s_node']:,.0f}), peak memory {w['peak_pss_mb']:,.0f} MB, "
+                  f"bound by {w['bound']}: {w['bound_means']}.", ""]  # fmt: skip
+        if not w["predicted"]:
+            lines += [f"Effective / nominal batch size {w['shuffle_effective_batch']:.2f} over one batch, "
+                      f"{_f(w['shuffle_effective_window'])} over 10; distinct frames "
+                      f"{_f(w['shuffle_distinct_frames'])}; {w['frames_verified']} frames checked, "
+                      f"{w['frames_wrong']} wrong. Trust: {result.get('trust', '')}.", ""]  # fmt: skip
+        lines += ["```python", w["code"].rstrip(), "```", ""]
+        if result.get("prove_there"):
+            lines += [f"Prove it there: `{result['prove_there']}`", ""]
+    else:
+        lines += ["## No answer", "", result["unmet"], ""]
+    lb = result.get("lerobot_best", {})
+    if "frames_per_s_node" in lb:
+        gain = result.get("switching_gain")
+        lines += [f"LeRobot's best here: {lb['loader']} {lb['settings']}: {lb['frames_per_s_node']:,.0f} frames/s"
+                  + (f"; switching adds {gain:.2f}x." if gain else "."), ""]  # fmt: skip
+    elif lb.get("note"):
+        lines += [f"LeRobot: {lb['note']}.", ""]
+    lines += ["## Proofs", "", "| candidate | predicted | measured | eff. batch 1 / 10 | distinct | PSS MB | verdict |",
+              "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for p in result["proofs"]:
+        lines.append(f"| {p['candidate']} | {p['predicted_fps']:,.0f} | {_f(p.get('frames_per_s_node'), 0)} | "
+                     f"{_f(p.get('shuffle_effective_batch'))} / {_f(p.get('shuffle_effective_window'))} | "
+                     f"{_f(p.get('shuffle_distinct_frames'))} | {_f(p.get('peak_pss_mb'), 0)} | "
+                     f"{'qualifies' if p['qualifies'] else p['why_not']} |")  # fmt: skip
+    if result["notes"]:
+        lines += ["", "Notes: " + "; ".join(result["notes"]) + "."]
+    if plot:
+        lines += ["", f"![frontier]({plot})"]
+    return "\n".join(lines) + "\n"
+
+
+def _f(v, digits: int = 2) -> str:
+    if v is None or v != v:
+        return "n/a"
+    return f"{v:,.{digits}f}"
+
+
+def _plot(result: dict, png: Path) -> None:
+    """Frames/s against effective batch size of every proof, its memory beside it, the floor drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for p in result["proofs"]:
+        x, y = p.get("shuffle_effective_batch"), p.get("frames_per_s_node")
+        if x is None or y is None or x != x:
+            continue
+        ax.scatter(x, y, color="tab:green" if p["qualifies"] else "tab:grey", s=40)
+        ax.annotate(f"{p['candidate'].replace('num_workers=', 'w')} ({_f(p.get('peak_pss_mb'), 0)} MB)", (x, y),
+                    fontsize=6, xytext=(3, 3), textcoords="offset points")  # fmt: skip
+    least = result["constraints"]["floor"].get("effective_batch", 0)
+    ax.axvline(least, ls="--", color="grey", lw=1)
+    ax.set_xlabel("effective / nominal batch size (one batch)")
+    ax.set_ylabel("frames/s per node")
+    ax.set_title(f"tune: {result['dataset']} (green: qualifies)", fontsize=9)
+    with atomic.file(png) as tmp:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)

@@ -1,0 +1,129 @@
+"""The knob space `dlbench tune` searches, and its ranking by the model: pure functions of a calibration, the node
+and the constraints (no I/O), tested directly.
+
+A candidate is one configuration of one loader: the loader, its DataLoader workers, and for dlbench_stream its pool of
+live episodes and the rows it decodes a block. The model (`model.table.predict_run`) predicts its frames/s per node
+and its peak memory from the calibration; it ranks the candidates, and `dlbench tune` proves the best few by running
+them (the model's own miss is 5-25% where it was not fitted, so a prediction is never the answer). What the model
+cannot predict, how much a batch is worth to training (effective batch size), is measured in the proof: a
+candidate below the floor is replaced by its next knob move (`knob_moves`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..model.calibration import Calibration
+from ..model.table import predict_run
+
+# what dlbench's loaders are searched over (LeRobot's keep their own defaults but for the workers: `lerobot_best`)
+LOADERS = ("dlbench_map", "dlbench_stream")
+# the stream's live episodes per worker, in the order tried: more live episodes mix more of them in a batch, at one
+# decoder set per episode each
+POOLS = (16, 32, 8)
+
+
+@dataclass
+class Candidate:
+    """One configuration: `loader` with `settings` (run keys: num_workers, pool_size, read_ahead, ...), what the
+    model predicts of it, and (once proven) what it measured."""
+
+    loader: str
+    settings: dict
+    predicted_fps: float = 0.0
+    predicted_pss_mb: float = 0.0
+    bound: str = ""
+    measured: dict = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """A stable name: the loader and its settings, as a run id names them."""
+        parts = [self.loader] + [f"{k}={v}" for k, v in sorted(self.settings.items())]
+        return " ".join(parts)
+
+
+def worker_options(cores: int, remote: bool) -> list[int]:
+    """The DataLoader worker counts searched: none, then 1 to the cores (to twice the cores where workers wait on a
+    remote source)."""
+    top = cores * (2 if remote else 1)
+    return [0] + list(range(1, top + 1))
+
+
+def ranked(
+    cal: Calibration,
+    mode: str,
+    batch_size: int,
+    cores: int,
+    nodes: int,
+    memory_mb: float | None,
+    remote: bool = False,
+    loaders: tuple[str, ...] = LOADERS,
+) -> list[Candidate]:
+    """Every (loader, workers) the calibration can predict, at the stream's default pool, best predicted frames/s
+    first; those whose predicted peak memory exceeds `memory_mb` left out. Each loader's first entry is its best."""
+    out = []
+    for loader in loaders:
+        for w in worker_options(cores, remote):
+            run = {"loader": loader, "mode": mode, "num_workers": w, "batch_size": batch_size, "ranks": nodes,
+                   "decode_device": "cpu", "step_ms": 0}  # fmt: skip
+            p = predict_run(run, cal, cores=cores, hosts=nodes)
+            if isinstance(p, str):
+                continue
+            if memory_mb is not None and p.peak_pss_mb > memory_mb:
+                continue
+            out.append(Candidate(loader, {"num_workers": w}, p.frames_per_s_node, p.peak_pss_mb, p.bound))
+    return sorted(out, key=lambda c: -c.predicted_fps)
+
+
+def best_per_loader(candidates: list[Candidate]) -> dict[str, Candidate]:
+    """Each loader's best-predicted candidate; of equals within 2%, the one with the fewest workers."""
+    best: dict[str, Candidate] = {}
+    for c in candidates:
+        top = best.get(c.loader)
+        if top is None:
+            best[c.loader] = c
+        elif c.predicted_fps >= 0.98 * top.predicted_fps and c.settings["num_workers"] < top.settings["num_workers"]:
+            best[c.loader] = c
+    return best
+
+
+def knob_moves(c: Candidate, measured: dict, floor: dict, episodes_per_worker: int) -> list[Candidate]:
+    """What to try after a dlbench_stream candidate measured below the floor: one row a block where its batches
+    repeat frames (distinct frames low), more live episodes where its batches are worth few items (up to the
+    episodes a worker reads). Empty for other loaders, or where no move is left."""
+    if c.loader != "dlbench_stream":
+        return []
+    moves = []
+    frames = measured.get("shuffle_distinct_frames")
+    if (
+        frames == frames
+        and frames is not None
+        and frames < floor.get("distinct_frames", 0)
+        and c.settings.get("read_ahead") != 1
+    ):
+        moves.append(Candidate(c.loader, {**c.settings, "read_ahead": 1}, c.predicted_fps, c.predicted_pss_mb, c.bound))
+    pool = c.settings.get("pool_size", POOLS[0])
+    if pool < episodes_per_worker:
+        bigger = min(2 * pool, episodes_per_worker)
+        moves.append(Candidate(c.loader, {**c.settings, "pool_size": bigger}, c.predicted_fps, c.predicted_pss_mb,
+                               c.bound))  # fmt: skip
+    return moves
+
+
+def meets(measured: dict, floor: dict, memory_mb: float | None) -> str:
+    """Why a proven candidate does not qualify ('' where it does): a wrong frame, an unverified run, a measure below
+    the floor, or more memory than the budget."""
+    if measured.get("status") != "ok":
+        return measured.get("reason") or measured.get("status") or "did not run"
+    if measured.get("frames_wrong"):
+        return f"{measured['frames_wrong']} wrong frames"
+    low = []
+    for name, least in floor.items():
+        value = measured.get(f"shuffle_{name}")
+        if least and value is not None and value == value and value < least:
+            low.append(f"{name.replace('_', ' ')} {value:.2f} < {least:g}")
+    if low:
+        return "below the floor: " + ", ".join(low)
+    if memory_mb is not None and measured.get("peak_pss_mb", 0) > memory_mb:
+        return f"peak memory {measured['peak_pss_mb']:,.0f} MB > {memory_mb:,.0f} MB"
+    return ""
