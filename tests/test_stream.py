@@ -453,17 +453,18 @@ def test_blocks_of_rows_a_window_apart_share_their_frames(v30_h264):
         check_item(strided, item)  # the right frames in every window
 
 
-def test_default_read_ahead_keeps_the_pool_live_within_buffer_mb(v30_h264):
+def test_default_read_ahead_keeps_the_pool_live_within_buffer_mb_and_shares_no_frame(v30_h264):
     """With read_ahead unset, a stream whose blocks would crowd the buffer takes fewer rows a block, so that 3/4 of
-    its pool's episodes keep a block alive; small items keep 8."""
+    its pool's episodes keep a block alive; small items keep 8. Rows of a multi-frame window a spacing apart share
+    frames, which would meet in one batch: one row a block, unless the stride keeps them apart."""
     frame_mb = (64 * 64 * 3 + 64 * 96 * 3) / 2**20
-    small = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, mode="sarm")
-    assert small.read_ahead == 8
-    tight = LeRobotStreamingDataset(
-        str(v30_h264), return_uint8=True, mode="sarm", pool_size=8, buffer_mb=6 * 10 * frame_mb
-    )
-    assert tight.read_ahead == 2 and tight.max_blocks() >= 6  # 9 frames a block at 2 rows, 11 at 4
-    assert LeRobotStreamingDataset(str(v30_h264), return_uint8=True, mode="sarm", buffer_mb=1).read_ahead == 1
+    assert LeRobotStreamingDataset(str(v30_h264), return_uint8=True).read_ahead == 8
+    tight = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, pool_size=8, buffer_mb=6 * 2 * frame_mb)
+    assert tight.read_ahead == 2 and tight.max_blocks() >= 6
+    assert LeRobotStreamingDataset(str(v30_h264), return_uint8=True, buffer_mb=0.01).read_ahead == 1
+    assert LeRobotStreamingDataset(str(v30_h264), return_uint8=True, mode="sarm").read_ahead == 1
+    apart = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, mode="sarm", block_stride=1000)
+    assert apart.read_ahead > 1  # rows 1,000 frames apart share no frame of a 7 s window
 
 
 @pytest.mark.parametrize("key", ["read_ahead", "virtual_shards", "block_stride", "pool_size", "buffer_size"])

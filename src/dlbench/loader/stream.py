@@ -332,11 +332,16 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
 
     def auto_read_ahead(self) -> int:
         """The default `read_ahead`: the largest of 8, 4, 2, 1 at which `buffer_mb` keeps 3/4 of `pool_size` blocks
-        alive. Fewer live blocks than live episodes is what makes a stream's batches runs of one episode; more rows a
-        block spreads the decoding of a window's shared frames over more items (1 where nothing else fits)."""
+        alive and a block's rows share no frame. Fewer live blocks than live episodes is what makes a stream's
+        batches runs of one episode. Rows whose windows share frames (a block of a multi-frame window) meet in one
+        batch, which then holds those frames twice: on 16 episodes of 480x640 (sarm, 2 workers) read_ahead 2, 4 and
+        8 gave 1.5x, 1.9x and 2.8x the frames/s of 1 at 0.72, 0.65 and 0.58 distinct frames a batch, against 0.95
+        (docs/benchmarks.md); `tune` moves it where a user's floor allows."""
         want = math.ceil(0.75 * self.pool_size)
+        offsets = {c: self.builder.windows.get(c, [0]) for c in self.meta.cameras}
         for ahead in AUTO_READ_AHEAD:
-            if self.buffer_mb * 2**20 // self.block_bytes(ahead) >= want:
+            shares = any(block_frames(o, ahead, self.block_stride) < ahead * len(o) for o in offsets.values())
+            if not shares and self.buffer_mb * 2**20 // self.block_bytes(ahead) >= want:
                 return ahead
         return 1
 
