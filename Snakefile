@@ -32,6 +32,7 @@ rule all:
         CONVERSION_PLOT,
         ENCODINGS,
         COMPARE,
+        TUNE,
 
 
 # The S3 server of loopback sources (and its shaping proxies) lives as long as this run, if a run reads one. It

@@ -413,3 +413,28 @@ def encoding_args(wildcards, input):
     if wildcards.dataset not in REENCODED:
         return ""
     return f"--reference {shlex.quote(source_root(wildcards))} --reencode-record {input.record}"
+
+
+# ------------------------------------------------------------------------------ tune
+TUNED = [(d, s) for d in config["tune"]["datasets"] for s in config["tune"]["sources"]]
+TUNE = [f"results/tune/{d}/{s}.md" for d, s in TUNED]
+for _d, _s in TUNED:
+    if _d not in config["datasets"] or _s not in config["sources"]:
+        config_error(f"config.yaml tune: {_d!r} on {_s!r}: name a dataset of datasets: and a source of sources:")
+
+
+def tune_inputs(wildcards):
+    """The dataset's validation report, and for a staged source its staging marker."""
+    inputs = {"valid": f"results/validate/{wildcards.dataset}.json"}
+    if SOURCES[wildcards.source].stages:
+        inputs["staged"] = matrix.staged_marker(wildcards.source, wildcards.dataset)
+    return inputs
+
+
+def tune_args(wildcards):
+    """`dlbench tune`'s constraints from config.yaml's tune: and shuffle_floor:, and the source's S3 settings."""
+    t, floor = config["tune"], config["shuffle_floor"]
+    args = [f"--mode {t['mode']} --batch-size {t['batch_size']} --time-budget-s {t['time_budget_s']}"]
+    args += [f"--memory-gb {t['memory_gb']}"] if t["memory_gb"] else []
+    args += [f"--floor-{k.replace('_', '-')} {v}" for k, v in sorted(floor.items())]
+    return " ".join(args + [endpoint_args(wildcards.source)])

@@ -42,3 +42,27 @@ rule predictions:
         hosts_spread=not workflow.local_exec,  # on a cluster each rank of a multi-node run has a host
     script:
         "../scripts/predictions.py"
+
+
+rule tune:
+    """The fastest loader configuration of a dataset on a source that meets the floor and budget, proven here."""
+    input:
+        unpack(tune_inputs),
+    output:
+        md="results/tune/{dataset}/{source}.md",
+        json="results/tune/{dataset}/{source}.json",
+        png="results/tune/{dataset}/{source}.png",
+    log:
+        "results/logs/tune/{dataset}-{source}.log",
+    conda:
+        "../envs/cpu.yaml"
+    threads: measuring(2)
+    resources:
+        measure=measure,
+        loopback=lambda wildcards: loopback_jobs(wildcards.source),
+    params:
+        root=lambda wildcards: matrix.source_url(config, wildcards.source, wildcards.dataset),
+        args=tune_args,
+    shell:
+        "dlbench -q tune {params.root} --name {wildcards.dataset} --source {wildcards.source} "
+        "--out results/tune/{wildcards.dataset}/{wildcards.source} {params.args} > {log} 2>&1"

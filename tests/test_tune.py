@@ -1,0 +1,98 @@
+"""`dlbench tune`: the search's ranking and knob moves on constructed calibrations; the tune itself on a tiny real
+dataset (calibrated, proven, resumed), and its edges (an unreadable dataset, a floor nothing meets)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from dlbench.model.calibration import Calibration
+from dlbench.tune.search import Candidate, best_per_loader, knob_moves, meets, ranked, worker_options
+
+from .helpers import cost
+
+pytestmark = pytest.mark.unit
+
+FLOOR = {"effective_batch": 0.5, "effective_window": 0.3, "distinct_frames": 0.9}
+
+
+def cal(cores=4):
+    costs = [cost(worker_ms=4.0), cost(worker_ms=1.0, loader="dlbench_stream")]
+    return Calibration("d", "local", "h", cores, 100, 10_000, None, 1.0, costs=costs)
+
+
+def test_ranking_puts_the_faster_loader_first_and_leaves_out_what_does_not_fit():
+    c = cal()
+    found = ranked(c, "single", 16, 4, 1, None)
+    assert found[0].loader == "dlbench_stream" and found[0].predicted_fps >= found[-1].predicted_fps
+    assert {x.loader for x in found} == {"dlbench_map", "dlbench_stream"}
+    assert worker_options(4, False) == [0, 1, 2, 3, 4] and worker_options(2, True)[-1] == 4
+    best = best_per_loader(found)
+    assert set(best) == {"dlbench_map", "dlbench_stream"}
+    small = ranked(c, "single", 16, 4, 1, memory_mb=500.0)  # 200 MB main + 150 MB a worker: at most 2 workers
+    assert small and all(x.predicted_pss_mb <= 500 and x.settings["num_workers"] <= 2 for x in small)
+    assert ranked(c, "single", 16, 4, 1, memory_mb=10.0) == []
+    assert ranked(c, "sarm", 16, 4, 1, None) == []  # nothing calibrated in that mode
+
+
+def test_a_stream_below_the_floor_moves_its_knobs_and_a_proof_qualifies_only_whole():
+    c = Candidate("dlbench_stream", {"num_workers": 2})
+    shared = knob_moves(c, {"shuffle_distinct_frames": 0.6}, FLOOR, episodes_per_worker=50)
+    assert [m.settings for m in shared] == [{"num_workers": 2, "read_ahead": 1}, {"num_workers": 2, "pool_size": 32}]
+    assert knob_moves(c, {"shuffle_distinct_frames": 1.0}, FLOOR, episodes_per_worker=8) == []
+    assert knob_moves(Candidate("dlbench_map", {"num_workers": 2}), {}, FLOOR, 50) == []
+    ok = {"status": "ok", "frames_wrong": 0, "shuffle_effective_batch": 0.9, "shuffle_effective_window": 0.7,
+          "shuffle_distinct_frames": 1.0, "peak_pss_mb": 900.0}  # fmt: skip
+    assert meets(ok, FLOOR, None) == ""
+    assert meets({**ok, "shuffle_effective_batch": 0.2}, FLOOR, None) == "below the floor: effective batch 0.20 < 0.5"
+    assert meets(ok, FLOOR, 500.0) == "peak memory 900 MB > 500 MB"
+    assert meets({**ok, "frames_wrong": 3}, FLOOR, None) == "3 wrong frames"
+    assert meets({"status": "failed", "reason": "boom"}, FLOOR, None) == "boom"
+    assert meets({**ok, "shuffle_effective_window": float("nan")}, FLOOR, None) == ""  # too short to tell
+
+
+def tune(*args, timeout=600):
+    return subprocess.run(
+        [sys.executable, "-m", "dlbench", "tune", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.mark.slow
+def test_tune_proves_its_answer_resumes_and_says_what_it_cannot_meet(v30_h264, tmp_path):
+    out = tmp_path / "tune" / "h264"
+    first = tune(str(v30_h264), "--out", str(out), "--no-lerobot", "--time-budget-s", "60")
+    assert first.returncode == 0, first.stderr[-2000:]
+    result = json.loads(out.with_suffix(".json").read_text())
+    w = result["winner"]
+    assert not w["predicted"] and w["frames_per_s_node"] > 0 and w["frames_wrong"] == 0 and w["frames_verified"] > 0
+    assert w["shuffle_effective_batch"] >= FLOOR["effective_batch"] and w["loader"] in ("dlbench_map", "dlbench_stream")
+    assert any(p["qualifies"] for p in result["proofs"]) and set(result["phases"]) >= {"calibrate_s", "prove_s"}
+    # the code to paste builds the winner: run it
+    code = w["code"] + "batch = next(iter(loader))\nassert len(batch['index']) == 16\n"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=300).returncode == 0
+    md = out.with_suffix(".md").read_text()
+    assert "## Answer" in md and "```python" in md and out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+    # again: the calibration and the proofs are reused, not measured anew
+    again = tune(str(v30_h264), "--out", str(out), "--no-lerobot", "--time-budget-s", "60")
+    assert again.returncode == 0 and "resumed" in again.stdout
+    assert json.loads(out.with_suffix(".json").read_text())["phases"]["calibrate_s"] < 5
+    # a budget no configuration meets: one line naming the nearest
+    never = tune(str(v30_h264), "--out", str(out), "--no-lerobot", "--memory-gb", "0.01")
+    assert never.returncode == 2 and "no configuration fits within 0.01 GB on this node" in never.stderr
+    assert "the nearest is" in never.stderr and len(never.stderr.strip().splitlines()) == 1
+    # another node: predicted, marked so, with the command that proves it there
+    there = tune(str(v30_h264), "--out", str(out), "--no-lerobot", "--cores", "32")
+    assert there.returncode == 0, there.stderr[-2000:]
+    far = json.loads(out.with_suffix(".json").read_text())
+    assert far["winner"]["predicted"] and far["proofs"] == [] and "dlbench tune" in far["prove_there"]
+
+
+def test_tune_of_an_unreadable_dataset_or_a_bad_constraint_is_one_line(tmp_path):
+    (tmp_path / "meta").mkdir()
+    (tmp_path / "meta" / "info.json").write_text("{not json")
+    for args in ([str(tmp_path / "nowhere")], [str(tmp_path)], [str(tmp_path), "--floor-effective-batch", "2"],
+                 [str(tmp_path), "--batch-size", "0"]):  # fmt: skip
+        proc = tune(*args, "--out", str(tmp_path / "t"))
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("dlbench tune: error:")
