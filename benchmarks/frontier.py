@@ -35,6 +35,9 @@ POINTS = (
     ("map", "dlbench_map", {}),
     ("stream", "dlbench_stream", {}),
     ("stream forward pool 8", "dlbench_stream", {"episode_order": "forward", "pool_size": 8}),
+    # the stream's defaults before effective batch size was measured: forward, 8 live episodes, and in sarm at
+    # 480x640 the 4 rows a block its memory-only rule took
+    ("stream before sarm", "dlbench_stream", {"episode_order": "forward", "pool_size": 8, "read_ahead": 4}),
     ("stream pool 8", "dlbench_stream", {"pool_size": 8}),
     ("stream pool 32", "dlbench_stream", {"pool_size": 32}),
     ("stream buffer_mb 64", "dlbench_stream", {"buffer_mb": 64}),
@@ -45,6 +48,7 @@ POINTS = (
     ("stream read_ahead 4", "dlbench_stream", {"read_ahead": 4}),
     ("stream read_ahead 8", "dlbench_stream", {"read_ahead": 8}),
     ("stream forward", "dlbench_stream", {"episode_order": "forward"}),
+    ("lerobot map", "lerobot_map", {}),
     ("lerobot buffer 256", "lerobot_stream", {"buffer_size": 256}),
     ("lerobot buffer 1000", "lerobot_stream", {}),
     ("lerobot buffer 4000", "lerobot_stream", {"buffer_size": 4000}),

@@ -292,7 +292,7 @@ def test_a_stream_of_windows_is_calibrated_halfway_through_the_runs_windows():
     assert pass_warmup_s(run("dlbench_stream", "sarm", duration_s=1, repeats=1)) == 1.0  # never under the run's
     # that long only where the readers are still in their first episodes after the run's warm-up: an episode each
     assert steady_samples(run("dlbench_stream", "sarm"), 100) == 100 * RunSpec.pool_size
-    assert steady_samples(run("lerobot_stream", "sarm"), 100) == 100 + RunSpec.buffer_size  # one shard, its buffer
+    assert steady_samples(run("lerobot_stream", "sarm"), 100) == 100 + 1000  # one shard, its own default buffer
 
 
 def test_each_worker_past_the_first_adds_its_own_pages_not_the_pages_forked_workers_share():

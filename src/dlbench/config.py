@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from .errors import UserError
+from .run.modes import BUILTIN_MODES
 
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "config.schema.yaml"
 DATASET_KINDS = ("synth", "v21", "v30", "reencode")
@@ -197,8 +198,6 @@ def _check_shape(config: dict) -> None:
             raise UserError(
                 f"peers.{name}: give exactly one of pip: lerobot==VERSION, path: CHECKOUT, wheel: FILE.whl ({found})"
             )
-    from .run.modes import BUILTIN_MODES
-
     for name in config.get("modes") or {}:
         if name in BUILTIN_MODES:
             raise UserError(f"modes.{name}: {name} is built in; give your mode another name")
@@ -223,3 +222,15 @@ def validate_config(config: dict, schema_path: str | Path = SCHEMA_PATH, source:
     if errors:
         raise UserError(f"{source}: {_explain(errors[0])}")
     return config
+
+
+def check_deltas(deltas, where: str) -> None:
+    """Raise `UserError` unless `deltas` is what a `modes:` entry holds (the schema's form: seconds per key)."""
+    import jsonschema
+
+    try:
+        jsonschema.validate(deltas, schema()["properties"]["modes"]["additionalProperties"])
+    except jsonschema.ValidationError:
+        raise UserError(
+            f"{where}: expected seconds per feature key, e.g. {{cameras: [-1.0, 0.0], action: [0.0]}}"
+        ) from None

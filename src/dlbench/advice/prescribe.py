@@ -250,7 +250,7 @@ def _lerobot_data_files(row: dict, cal: Calibration, spec: dict, run: dict, scal
 
     from ..format.paths import is_remote
 
-    if not row["loader"].startswith("lerobot_stream") or not spec.get("root") or is_remote(spec["root"]):
+    if LoaderName.parse(row["loader"]).base != "lerobot_stream" or not spec.get("root") or is_remote(spec["root"]):
         return None
     workers = run["num_workers"] if isinstance(run["num_workers"], int) else cal.cores // per_host_ranks(row)
     needed = max(workers, 1) * max(_int(row.get("ranks"), 1), 1)
@@ -361,7 +361,7 @@ def _fetch_ahead(row: dict, spec: dict, measured: float, ceiling: float | None) 
     where that is worth it (WORTH), however small a share the waits are."""
     split = [row.get(k) for k, _ in SPLIT]
     if (
-        not row["loader"].startswith("dlbench_stream")
+        LoaderName.parse(row["loader"]).base != "dlbench_stream"
         or spec.get("fetch_episodes") != 0
         or not all(pd.notna(v) for v in split)
     ):

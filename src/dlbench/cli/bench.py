@@ -159,7 +159,7 @@ def _read_deltas(path: str) -> dict:
     """A delta_timestamps file (YAML or JSON): seconds per feature key, as a `modes:` entry of config.yaml."""
     import yaml
 
-    from ..run.modes import check_deltas
+    from ..config import check_deltas
 
     try:
         deltas = yaml.safe_load(Path(path).read_text())

@@ -32,6 +32,7 @@ import math
 from dataclasses import dataclass
 
 from ..loader.partition import auto_virtual_shards, busy_workers, rank_shard_count
+from ..run.loaders import LoaderName
 from .calibration import LoaderCost
 
 # the names of the bounds, in the order ties are reported
@@ -91,9 +92,10 @@ class Prediction:
 
 def busy(loader: str, workers: int, rank: int, ranks: int, episodes: int, data_files: int, fetch_episodes: int) -> int:
     """The DataLoader workers of rank `rank` (of `ranks`) that have work (workers 0: the process itself, 1)."""
-    if loader.startswith("dlbench_stream"):
+    base = LoaderName.parse(loader).base
+    if base == "dlbench_stream":
         return busy_workers(auto_virtual_shards(episodes, max(fetch_episodes, 1)), rank, ranks, workers)
-    if loader.startswith("lerobot_stream"):
+    if base == "lerobot_stream":
         # one shard per data file; `datasets` splits ranks by rows where the files do not divide among them, so
         # every rank keeps every shard
         files = max(data_files, 1)
@@ -153,7 +155,7 @@ def predict(
     # of its ranks', its cores shared by them; frames/s per node is the mean over the hosts
     every = [busy(cost.loader, w, r, ranks, episodes, data_files, fetch_episodes) for r in range(max(ranks, 1))]
     worker_s = worker_time(cost, node, calibrated_ttfb_ms)
-    if cost.loader.startswith("dlbench_stream"):
+    if LoaderName.parse(cost.loader).base == "dlbench_stream":
         shards = auto_virtual_shards(episodes, max(fetch_episodes, 1))
         mine = [rank_shard_count(shards, r, ranks) for r in range(max(ranks, 1))]
         busy_share = [worker_share(b, w, m, samples, worker_s, run_s) for b, m in zip(every, mine)]

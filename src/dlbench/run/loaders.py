@@ -37,11 +37,6 @@ class LoaderName:
         """How it reads: "map" (random access) or "stream" (in order)."""
         return self.base.split("_", 1)[1]
 
-    @property
-    def in_peer(self) -> bool:
-        """Whether it runs in a peer environment (LeRobot's and lerobot-lancedb's loaders)."""
-        return self.base in PEER_LOADERS
-
 
 def baseline_loader(loader: str, baseline: str = SAME_KIND) -> str:
     """The loader a run of `loader` is compared with: `baseline`, or for `lerobot` LeRobot's loader of the same kind

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import atomic
-from ..config import check_run_values, defaults, schema
+from ..config import check_deltas, check_run_values, defaults, schema
 from ..errors import UserError
 from ..format.paths import is_remote
 from .loaders import LANCE_LOADERS, LEROBOT_LOADERS, PEER_LOADERS, LoaderName
-from .modes import BUILTIN_MODES, check_deltas
+from .modes import BUILTIN_MODES
 
 _TYPES = {"integer": int, "number": float, "boolean": bool, "string": str, "array": list}
 

@@ -1,0 +1,109 @@
+"""`dlbench tune` against an exhaustive sweep of the same knobs, and against LeRobot's own defaults.
+
+    python -m benchmarks.tune [--workdir /tmp/perf] [--sets realistic16 hevc_3cam16] [--mode single]
+
+For each set (`benchmarks.model.SETS`, synthesized once under --workdir): `dlbench tune` from scratch (its phases
+timed), then, one after another on this machine, every point of the sweep below measured as tune proves (the same
+short bench runs: two windows of at least 24 batches, every frame checked), and LeRobot's stream at its own defaults
+(buffer_size 1000, the sweep's best worker count) where the peer environment is there. Printed per set: the answer's
+time and phases, the frames/s its configuration measured in the sweep against the sweep's best that meets the same
+floor (goal: >= 90%), and against LeRobot's defaults at equal or better effective batch size (goal: >= 1.5x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks import model
+from dlbench.tune.search import Candidate, meets
+
+SWEEP = (
+    [("dlbench_map", {"num_workers": w}) for w in (1, 2)]
+    + [("dlbench_stream", {"num_workers": w, **k}) for w in (1, 2)
+       for k in ({}, {"read_ahead": 2}, {"read_ahead": 8}, {"pool_size": 32}, {"pieces": 4})]
+)  # fmt: skip
+
+
+def measure(root: Path, work: Path, loader: str, settings: dict, mode: str, batch: int, fps_hint: float) -> dict:
+    """One point, measured as tune proves a candidate (`tune.run._prove`)."""
+    from dlbench.tune.run import _prove
+
+    c = Candidate(loader, settings, predicted_fps=fps_hint)
+    return _prove(c, str(root), mode, None, batch, None, work)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workdir", default="/tmp/dlbench-model")
+    ap.add_argument("--sets", nargs="+", default=["realistic16"], choices=sorted(model.SETS))
+    ap.add_argument("--mode", default="single")
+    ap.add_argument("--batch-size", type=int, default=16)
+    a = ap.parse_args(argv)
+    work = Path(a.workdir)
+    from dlbench.config import defaults
+
+    floor = defaults("shuffle_floor")
+    print(f"# {platform.node()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+          f"python -m benchmarks.tune --sets {' '.join(a.sets)} --mode {a.mode}; floor {floor}")  # fmt: skip
+    for name in a.sets:
+        root = model.dataset(work, name)
+        out = work / f"tune-{name}-{a.mode}"
+        shutil.rmtree(out.with_suffix(".work"), ignore_errors=True)  # from scratch: its calibration is timed too
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "dlbench", "tune", str(root), "--mode", a.mode, "--batch-size",
+                               str(a.batch_size), "--out", str(out)], capture_output=True, text=True)  # fmt: skip
+        took = time.perf_counter() - t0
+        if proc.returncode:
+            print(f"## {name}: tune failed: {proc.stderr.strip()[-500:]}")
+            continue
+        result = json.loads(out.with_suffix(".json").read_text())
+        w = result["winner"]
+        print(f"\n## {name} ({result['episodes']} episodes): tune answered in {took:.0f} s {result['phases']}: "
+              f"{w['loader']} {w['dataset_kwargs']} {w['dataloader_kwargs']['num_workers']} workers, "
+              f"{w['frames_per_s_node']:,.0f} frames/s, effective {w['shuffle_effective_batch']:.2f}")  # fmt: skip
+        print("| point | frames/s | eff. 1 / 10 | distinct | PSS MB | meets the floor |")
+        print("|---|---|---|---|---|---|")
+        sweep = []
+        for loader, settings in SWEEP:
+            c = Candidate(loader, settings, predicted_fps=w["frames_per_s_node"])
+            m = measure(root, work / f"sweep-{name}", loader, settings, a.mode, a.batch_size, c.predicted_fps)
+            why = meets(m, floor, None)
+            sweep.append((c.key, m, why))
+            print(f"| {c.key} | {m.get('frames_per_s_node', 0):,.0f} | {m.get('shuffle_effective_batch', 0):.2f} / "
+                  f"{m.get('shuffle_effective_window', 0):.2f} | {m.get('shuffle_distinct_frames', 0):.2f} | "
+                  f"{m.get('peak_pss_mb', 0):,.0f} | {why or 'yes'} |", flush=True)  # fmt: skip
+        ok = [(k, m) for k, m, why in sweep if not why]
+        best = max(ok, key=lambda t: t[1]["frames_per_s_node"], default=None)
+        chosen = {"loader": w["loader"], **{k: v for k, v in w["dataset_kwargs"].items()
+                                            if k in ("pool_size", "read_ahead", "pieces")},
+                  "num_workers": w["dataloader_kwargs"]["num_workers"]}  # fmt: skip
+        mine = next((m for k, m, _ in sweep if k == Candidate(chosen.pop("loader"), chosen).key), None)
+        if best and mine:
+            share = mine["frames_per_s_node"] / best[1]["frames_per_s_node"]
+            print(
+                f"\ntune's answer measured {mine['frames_per_s_node']:,.0f} frames/s in the sweep, "
+                f"{share:.0%} of the sweep's best at the floor ({best[0]}: "
+                f"{best[1]['frames_per_s_node']:,.0f}); goal >= 90%: {'holds' if share >= 0.9 else 'misses'}"
+            )
+        lerobot = measure(root, work / f"sweep-{name}", "lerobot_stream",
+                          {"num_workers": 2}, a.mode, a.batch_size, 100.0)  # fmt: skip
+        if lerobot.get("status") == "ok" and mine:
+            ratio = mine["frames_per_s_node"] / lerobot["frames_per_s_node"]
+            eq = (mine.get("shuffle_effective_batch") or 0) >= (lerobot.get("shuffle_effective_batch") or 0) - 0.1
+            print(f"LeRobot's stream at its defaults (buffer_size 1000, 2 workers): "
+                  f"{lerobot['frames_per_s_node']:,.0f} frames/s, effective {lerobot['shuffle_effective_batch']:.2f};"
+                  f" tune's answer {ratio:.2f}x {'at equal or better' if eq else 'at LOWER'} effective batch size; "
+                  f"goal >= 1.5x: {'holds' if ratio >= 1.5 and eq else 'misses'}")  # fmt: skip
+        else:
+            print(f"LeRobot's stream: {lerobot.get('reason') or lerobot.get('status')}")
+
+
+if __name__ == "__main__":
+    main()
