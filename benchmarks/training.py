@@ -6,7 +6,7 @@ For each set (`benchmarks.model.SETS`, synthesized once under --workdir), each l
 `--steps` batches of 16 through `dlbench bench-run` (the workflow's harness, one worker, every frame checked); its
 record gives the effective / nominal batch size it measured, and its samples file the rows it delivered, in order.
 A small policy (an MLP from a 24x32 grey thumbnail of the first camera to the standardized observation.state) is
-then trained for exactly those batches, in that order, with SGD and momentum 0.9, from `--seeds` initializations;
+then trained for exactly those batches, in that order, with Adam (lr 1e-3), from `--seeds` initializations;
 the same for batches drawn uniformly at random (the reference). Printed per loader: the loss over every frame of
 the set after training, its gap to uniform's (mean over seeds, +/- their spread), and the measured effective batch
 size. The measure holds where a lower effective batch size comes with a larger gap (Spearman's rho printed).
@@ -59,11 +59,11 @@ def thumbnails(root: Path) -> tuple[np.ndarray, np.ndarray]:
     return x.astype(np.float32), y.astype(np.float32)
 
 
-def train(x: np.ndarray, y: np.ndarray, batches: list[np.ndarray], seed: int, lr: float = 0.02) -> float:
-    """The loss over every row after one SGD step (momentum 0.9) per batch of `batches`, in order."""
+def train(x: np.ndarray, y: np.ndarray, batches: list[np.ndarray], seed: int, lr: float = 1e-3) -> float:
+    """The loss over every row after one Adam step per batch of `batches`, in order (inf where it diverged)."""
     torch.manual_seed(seed)
     net = torch.nn.Sequential(torch.nn.Linear(x.shape[1], 64), torch.nn.ReLU(), torch.nn.Linear(64, y.shape[1]))
-    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
     xt, yt = torch.from_numpy(x), torch.from_numpy(y)
     for rows in batches:
         idx = torch.from_numpy(np.asarray(rows, np.int64))
@@ -72,7 +72,8 @@ def train(x: np.ndarray, y: np.ndarray, batches: list[np.ndarray], seed: int, lr
         loss.backward()
         opt.step()
     with torch.no_grad():
-        return float(torch.nn.functional.mse_loss(net(xt), yt))
+        loss = float(torch.nn.functional.mse_loss(net(xt), yt))
+    return loss if np.isfinite(loss) else float("inf")
 
 
 def delivered(root: Path, work: Path, loader: str, settings: dict, steps: int, batch: int) -> tuple[list, dict]:

@@ -579,3 +579,14 @@ def test_a_sequential_reader_decodes_only_the_frames_its_last_request_lacked(v30
     assert is_channels_last(second) == is_channels_last(fresh)
     cache.decode(url, [20 / fps], fps)  # no cursor (random access): nothing kept, nothing reused
     assert asked == [[9]]
+
+
+def test_a_stream_in_random_order_keeps_no_slot_frames_outside_its_budget(v30_h264):
+    """A slot's last block is kept for the next only where the next one follows it (forward): in random order those
+    frames would be held outside buffer_mb and the decoder budget for nothing."""
+    for order, kept in (("random", False), ("forward", True)):
+        ds = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, episode_order=order, read_ahead=4)
+        items = list(ds)
+        assert len(items) == ds.num_frames  # every frame once, in either order
+        held = [e.recent is not None for e in ds.builder.decoder.cache._entries.values()]
+        assert held and any(held) is kept

@@ -262,6 +262,9 @@ class VideoDecoderCache:
         self.wrap = wrap
         self.reads = ReadClock()  # the decoders' waits on remote bytes (seconds), which the harness reads
         self.bytes = 0  # estimated memory of the open decoders (`decoder_bytes`)
+        # a cursor keeps its last request's frames for the next (shared frames decode once); a reader whose next
+        # request is elsewhere in the file (a stream in random order) turns it off: they would be held for nothing
+        self.keep_recent = True
         self._entries: OrderedDict[tuple[str, int | None], _Entry] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = self.misses = self.evictions = self.fallbacks = 0
@@ -394,7 +397,7 @@ class VideoDecoderCache:
         data, pts = _frames(batch, self.device if entry.on_cpu else None)
         if len(wanted) < len(unique):  # the previous request's frames, with the new ones, in `unique` order
             data, pts = _merged(unique, kept, recent, data, pts)
-        if cursor is not None:
+        if cursor is not None and self.keep_recent:
             entry.recent = (unique, data, pts)
         if not in_order:
             order = np.searchsorted(unique, indices)

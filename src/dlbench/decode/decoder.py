@@ -64,6 +64,7 @@ class FrameDecoder:
         self.decode_device, self.cache_size, self.tolerance_s = decode_device, cache_size, tolerance_s
         self.decoder_cache_mb, self.block_size = decoder_cache_mb, block_size
         self._cache: VideoDecoderCache | None = None
+        self.keep_recent = True  # each process's cache gets it (`VideoDecoderCache.keep_recent`)
         self._pid = None
         self._fetcher: EpisodeFetcher | None = None
         self._batch_fetcher: BatchFetcher | None = None
@@ -92,6 +93,7 @@ class FrameDecoder:
                 max_bytes=budget,
                 wrap=fetcher.file if fetcher else None,
             )
+            self._cache.keep_recent = self.keep_recent
             self._pid = os.getpid()
         return self._cache
 

@@ -211,6 +211,9 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         # episodes fetched together enter the pool together: groups change the order only where fetching is on
         self.group = fetch_episodes if self.builder.decoder.fetch else 1
         self._slot_cursors = decode_device == "cpu"
+        # in random order a slot's next block is elsewhere in its episode: its last block's frames are not kept (they
+        # would be held outside buffer_mb and the decoder budget, one block a slot)
+        self.builder.decoder.keep_recent = episode_order == "forward"
         self.seed, self.epoch = seed, 0
         self._iters = 0  # __iter__ calls since set_epoch: persistent DataLoader workers advance their own epoch
         self.buffer_mb = buffer_mb
