@@ -40,6 +40,7 @@ POINTS = (
     ("stream before sarm", "dlbench_stream", {"episode_order": "forward", "pool_size": 8, "read_ahead": 4}),
     ("stream pool 8", "dlbench_stream", {"pool_size": 8}),
     ("stream pool 32", "dlbench_stream", {"pool_size": 32}),
+    ("stream pool 64", "dlbench_stream", {"pool_size": 64}),
     ("stream buffer_mb 64", "dlbench_stream", {"buffer_mb": 64}),
     ("stream buffer_mb 256", "dlbench_stream", {"buffer_mb": 256}),
     ("stream read_ahead 1", "dlbench_stream", {"read_ahead": 1}),

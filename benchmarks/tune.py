@@ -84,7 +84,8 @@ def main(argv=None) -> None:
         chosen = {"loader": w["loader"], **{k: v for k, v in w["dataset_kwargs"].items()
                                             if k in ("pool_size", "read_ahead", "pieces")},
                   "num_workers": w["dataloader_kwargs"]["num_workers"]}  # fmt: skip
-        mine = next((m for k, m, _ in sweep if k == Candidate(chosen.pop("loader"), chosen).key), None)
+        key = Candidate(chosen.pop("loader"), chosen).key
+        mine = next((m for k, m, _ in sweep if k == key), None)
         if best and mine:
             share = mine["frames_per_s_node"] / best[1]["frames_per_s_node"]
             print(

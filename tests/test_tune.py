@@ -39,7 +39,10 @@ def test_ranking_puts_the_faster_loader_first_and_leaves_out_what_does_not_fit()
 def test_a_stream_below_the_floor_moves_its_knobs_and_a_proof_qualifies_only_whole():
     c = Candidate("dlbench_stream", {"num_workers": 2})
     shared = knob_moves(c, {"shuffle_distinct_frames": 0.6}, FLOOR, episodes_per_worker=50)
-    assert [m.settings for m in shared] == [{"num_workers": 2, "read_ahead": 1}, {"num_workers": 2, "pool_size": 32}]
+    assert [m.settings for m in shared] == [
+        {"num_workers": 2, "read_ahead": 1},
+        {"num_workers": 2, "pool_size": 32, "buffer_size": 1024},
+    ]
     assert knob_moves(c, {"shuffle_distinct_frames": 1.0}, FLOOR, episodes_per_worker=8) == []
     assert knob_moves(Candidate("dlbench_map", {"num_workers": 2}), {}, FLOOR, 50) == []
     ok = {"status": "ok", "frames_wrong": 0, "shuffle_effective_batch": 0.9, "shuffle_effective_window": 0.7,
