@@ -13,7 +13,7 @@ def add(sub) -> None:
     p.add_argument("dataset", help="the v3.0 dataset: a local path or a URL (s3://, hf://datasets/ORG/NAME@REV)")
     p.add_argument("--mode", default="single", help="frame mode (single, sarm, ...) unless --delta-timestamps")
     p.add_argument("--delta-timestamps", default=None, help="LeRobot delta_timestamps as JSON")
-    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--batch-size", type=int, default=16, help="the training's batch size")
     p.add_argument("--memory-gb", type=float, default=None, help="peak memory of the loading processes (default: none)")
     p.add_argument("--floor-effective-batch", type=float, default=None, help="effective batch, one batch")
     p.add_argument("--floor-effective-window", type=float, default=None, help="...over 10 consecutive batches")

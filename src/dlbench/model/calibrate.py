@@ -16,7 +16,6 @@ worker filled on another core).
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
@@ -34,7 +33,7 @@ from ..loader.dataset_meta import DatasetMeta
 from ..peer import CREATE_COMMAND, peer_python
 from ..run import spec as runspec
 from ..run.spec import RunSpec
-from .calibration import Calibration, LoaderCost
+from .calibration import Calibration, LoaderCost, host_cores
 
 # the calibration passes: a short window after the run's own warm-up (a stream's cost per sample depends on how far
 # into its episodes it is), the run's checks, nothing else; `solo` in one process, `worker` with one DataLoader worker
@@ -64,7 +63,7 @@ WORKER_BOUND_WAIT = 0.5  # the pass was worker-bound when the main process waite
 
 def cores() -> int:
     """The cores this job may use (SLURM's allocation where there is one)."""
-    return int(os.environ.get("SLURM_CPUS_PER_TASK", 0)) or len(os.sched_getaffinity(0))
+    return host_cores()
 
 
 def pass_warmup_s(run: RunSpec) -> float:

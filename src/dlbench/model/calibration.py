@@ -9,6 +9,7 @@ checks, one with one worker (so that the worker, not the main process, sets the 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -16,6 +17,11 @@ from .. import atomic
 from ..errors import UserError
 
 VERSION = 11
+
+
+def host_cores() -> int:
+    """The cores this job may use (SLURM's allocation where there is one)."""
+    return int(os.environ.get("SLURM_CPUS_PER_TASK", 0)) or len(os.sched_getaffinity(0))
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ def tune(
     from ..config import defaults
     from ..format.paths import is_remote
     from ..loader.dataset_meta import DatasetMeta
-    from ..model.calibrate import cores as host_cores
+    from ..model.calibration import host_cores
     from ..sources import apply_env, check_reachable
 
     t0 = time.perf_counter()
