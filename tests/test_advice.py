@@ -330,3 +330,16 @@ def test_lerobots_stream_on_one_data_file_is_told_in_its_own_terms_to_have_one_f
     run = make_run({"root": str(v30_h264_one_file), "loader": "dlbench_stream"})
     with pytest.raises(UserError, match="not a run setting"):
         changed_spec(run, found[0].change, Path("."), pd.DataFrame())
+
+
+def test_measures_above_one_are_equal_not_better():
+    """Over ten batches an effective batch size is noisy (1.74 and 2.08 on two short legs of one loader): past 1,
+    both are as good as independent draws, and a change is not withdrawn for the difference."""
+    from dlbench.advice.prove import verdict
+    from dlbench.report.aggregate import shuffle_gap
+
+    def m(ten):
+        return {"shuffle_effective_batch": 1.0, "shuffle_effective_window": ten, "shuffle_distinct_frames": 1.0}
+
+    assert shuffle_gap(m(1.74), m(2.08)) == "" and verdict(1.5, m(2.08), m(1.74)) == "proven"
+    assert shuffle_gap(m(0.5), m(2.08)) == "effective window 0.50 against 2.08"

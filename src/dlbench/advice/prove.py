@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
-from ..report.aggregate import SHUFFLE_GAP, SHUFFLE_MEASURES, shuffle_gap, shuffle_low
+from ..report.aggregate import SHUFFLE_GAP, SHUFFLE_MEASURES, shuffle_gap, shuffle_low, worth
 from ..run.spec import RunSpec
 from . import prescribe
 
@@ -109,9 +109,9 @@ def verdict(
     prescribed to lift them to `floor` (config.yaml's shuffle_floor), not the speed: proven only where it reaches
     it."""
     lost = shuffle_gap(after or {}, before or {}) if before and after else ""
-    worse = bool(lost) and any(after[k] < before[k] - SHUFFLE_GAP for k in SHUFFLE if after[k] == after[k])
+    worse = bool(lost) and any(worth(after[k]) < worth(before[k]) - SHUFFLE_GAP for k in SHUFFLE)
     if restores:
-        if not after or worse or not any(after[k] > before[k] + SHUFFLE_GAP for k in SHUFFLE):
+        if not after or worse or not any(worth(after[k]) > worth(before[k]) + SHUFFLE_GAP for k in SHUFFLE):
             return "withdrawn: its batches are worth no more to training than the run's"
         if short := shuffle_low(after, floor or {}):
             return f"withdrawn: still below the floor ({short})"

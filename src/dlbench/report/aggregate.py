@@ -434,13 +434,20 @@ SHUFFLE_MEASURES = ("effective_batch", "effective_window", "distinct_frames")
 SHUFFLE_DIAGNOSTICS = ("randomness", "spread")
 
 
+def worth(value) -> float:
+    """A measure as judged: NaN where not measured, and at most 1. Above 1 an effective batch size is as good as
+    independent draws (sampling without replacement, or an estimate's noise: over 10 batches it is +/-0.5 at 50
+    batches), so two such runs are equal, not one better."""
+    return float("nan") if value is None or pd.isna(value) else min(float(value), 1.0)
+
+
 def shuffle_gap(faster: pd.Series | dict, other: pd.Series | dict) -> str:
-    """What shuffle `faster` gives up against `other` (or gains), in words; '' within SHUFFLE_GAP on both
-    measures (or where either was not measured)."""
+    """What shuffle `faster` gives up against `other` (or gains), in words; '' within SHUFFLE_GAP on every
+    measure (`worth`), or where either was not measured."""
     parts = []
     for name in SHUFFLE_MEASURES:
         a, b = faster.get(f"shuffle_{name}"), other.get(f"shuffle_{name}")
-        if a is None or b is None or pd.isna(a) or pd.isna(b) or abs(a - b) <= SHUFFLE_GAP:
+        if pd.isna(worth(a)) or pd.isna(worth(b)) or abs(worth(a) - worth(b)) <= SHUFFLE_GAP:
             continue
         parts.append(f"{name.replace('_', ' ')} {a:.2f} against {b:.2f}")
     return ", ".join(parts)

@@ -31,6 +31,7 @@ import torch
 
 WINDOW_BATCHES = 10  # consecutive batches over which the window measure is taken (an optimizer's momentum horizon)
 MIN_BATCHES = 8  # fewer batches than this (beyond the window) give no estimate
+WINDOW_SPANS = 3  # ... and fewer than this many windows' worth of batches none over a window
 THUMB = 8  # a thumbnail of THUMB x THUMB grey pixels per frame
 # integer and bookkeeping columns: not features a model learns from
 NOT_FEATURES = ("index", "episode_index", "frame_index", "task_index", "timestamp")
@@ -105,7 +106,7 @@ class BatchMoments:
 def effective_ratio(means: np.ndarray, mu: np.ndarray, second: np.ndarray, size: int, window: int = 1) -> float:
     """Effective / nominal size of `window` consecutive batches of `size` items, from each batch's feature means
     (N, D), and the items' mean `mu` and mean square `second` (D,). NaN with fewer than MIN_BATCHES windows."""
-    if len(means) < window + MIN_BATCHES - 1 or size < 1:
+    if len(means) < max(window + MIN_BATCHES - 1, WINDOW_SPANS * window if window > 1 else 0) or size < 1:
         return float("nan")
     var = second - mu * mu
     varying = var > 1e-9 * max(1.0, float(np.max(np.abs(second))))
