@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Create (once) the LeRobot peer environment: Python 3.12 + lerobot[dataset]==0.6.1 in .venv-lerobot, with
-# lerobot-lancedb==0.3.1 (its lerobot-lance-doctor is compared with `dlbench validate`; its Lance loader is a peer).
+# lerobot-lancedb==0.3.1 (its lerobot-lance-doctor is compared with `dlbench validate`; its Lance loader is a peer)
+# and Ray Data 2.60 (its read_lerobot decodes through this LeRobot: the ray_data loader; best effort, added to an
+# older environment too).
 # LeRobot 0.5+ needs Python >= 3.12; its pins (torch<2.12, torchcodec<0.12, datasets<5, ...) clash with dlbench's,
 # so it lives in its own venv and dlbench drives it as a subprocess. About 100 s and 5.4 GB.
 # Python 3.12 is looked up as: $PYTHON312, python3.12 on PATH, then pyenv.
@@ -11,6 +13,7 @@ cd "$(dirname "$0")/.."
 VENV=${PEER_VENV:-.venv-lerobot}
 REQUIREMENT=${PEER_REQUIREMENT:-lerobot==0.6.1}
 LANCE=lerobot-lancedb==0.3.1
+RAY="ray[data]==2.60.0"
 READY="$VENV/.dlbench-peer-ready"  # written last: dlbench uses the environment only when this marker exists
 # the default environment must hold lerobot-lancedb; a named peer holds it only where that LeRobot admits it
 CHECK="import lerobot.datasets.lerobot_dataset, psutil"
@@ -19,6 +22,8 @@ if [ -f "$READY" ] && "$VENV/bin/python" -c "$CHECK" 2>/dev/null; then
   # s3fs (lance_map runs on S3 sources read the v3.0 copy through it) is added to an older environment, not rebuilt
   "$VENV/bin/python" -c "import s3fs" 2>/dev/null ||
     "$VENV/bin/pip" install -q "s3fs==$("$VENV/bin/python" -c 'import fsspec; print(fsspec.__version__)')"
+  [ -n "${PEER_REQUIREMENT:-}" ] || "$VENV/bin/python" -c "import ray.data" 2>/dev/null ||
+    "$VENV/bin/pip" install -q "$RAY" || echo "peer-env: $RAY did not install; ray_data runs will be skipped" >&2
   exit 0
 fi
 is312() { [ -n "$1" ] && "$1" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; }
@@ -52,6 +57,7 @@ pip_install() {  # several GB come from the package index; a dropped connection 
 if [ -z "${PEER_REQUIREMENT:-}" ]; then
   pip_install "$SPEC" "$LANCE" psutil  # the bench harness runs here too
   "$VENV/bin/python" -c "import lerobot.datasets.lerobot_dataset, lerobot.datasets.streaming_dataset, lerobot_lancedb"
+  pip_install "$RAY" || echo "peer-env: $RAY did not install; ray_data runs will be skipped" >&2
 else
   pip_install "$SPEC" psutil
   # lerobot-lancedb, pinned to the LeRobot just installed so that pip never swaps it for one lerobot-lancedb prefers

@@ -31,9 +31,10 @@ class MemorySampler(threading.Thread):
     ends even when the measured code raises.
     """
 
-    def __init__(self, pid: int | None = None, every_s: float = 0.1, pss_every_s: float = 5.0):
+    def __init__(self, pid: int | None = None, every_s: float = 0.1, pss_every_s: float = 5.0, also=None):
         super().__init__(daemon=True)
         self.proc, self.every, self.pss_every, self.peak = psutil.Process(pid), every_s, pss_every_s, 0
+        self.also = also  # () -> more processes whose trees count among the descendants (a Ray node's)
         self.peak_children = 0  # the descendants' part of `peak` (the DataLoader workers)
         self.peak_children_uss = 0  # their pages of their own, at that peak
         self._rss_high, self._pss_at = 0, float("-inf")
@@ -41,9 +42,15 @@ class MemorySampler(threading.Thread):
 
     def _tree(self) -> list[psutil.Process]:
         try:
-            return [self.proc, *self.proc.children(recursive=True)]
+            tree = [self.proc, *self.proc.children(recursive=True)]
         except psutil.Error:
             return []
+        for root in self.also() if self.also else ():
+            try:
+                tree += [root, *root.children(recursive=True)]
+            except psutil.Error:
+                pass
+        return list({p.pid: p for p in tree}.values())
 
     def sample(self, force: bool = True) -> None:
         procs = self._tree()

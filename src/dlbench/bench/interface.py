@@ -33,6 +33,10 @@ class Adapter:
     # one line when a rank or worker of this loader has nothing to read, else ''; None: the loader says nothing
     work_note: Callable[[int], str] | None = None
     buffered: int = 0  # items a stream reads before it yields the first (its shuffle buffer); 0 for random access
+    # a loader that batches on its own (Ray Data): (run, pin) -> what the harness iterates in place of a DataLoader
+    batches: Callable[[Any, bool], Any] | None = None
+    # processes of the loader's that are not this process's children (a Ray node's), counted in its memory
+    memory_roots: Callable[[], list] | None = None
 
 
 def not_importable(loader: str, package: str) -> UserError:

@@ -9,6 +9,7 @@ peer environment.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -26,9 +27,10 @@ from .. import atomic
 from ..errors import UserError
 from ..format.paths import is_remote
 from ..peer import CREATE_COMMAND, REPO_ROOT, named_peer_ready, named_peer_venv, peer_python, require_peer
-from ..run.loaders import LANCE_LOADERS, PEER_LOADERS, LoaderName
+from ..run.loaders import LANCE_LOADERS, PEER_LOADERS, PEER_PACKAGE, RAY_LOADERS, LoaderName
 from ..run.spec import RunSpec, resolve_workers
 from . import record as recordmod
+from .ray_cluster import RAY_ADDRESS_ENV, ray_cluster
 from .remote import metered
 
 IN_PEER_ENV = "DLBENCH_IN_PEER"
@@ -48,14 +50,13 @@ def config_digest(config: dict) -> str:
 
 
 def needs_peer(loader: str) -> bool:
-    """LeRobot's loaders and lance_map run in the peer environment unless their package is importable right here;
-    `lerobot_map@NAME` runs in .peers/NAME unless this is that environment."""
+    """LeRobot's loaders, lance_map and ray_data run in the peer environment unless their package is importable
+    right here; `lerobot_map@NAME` runs in .peers/NAME unless this is that environment."""
     parsed = LoaderName.parse(loader)
     loader, name = parsed.base, parsed.peer
     if name:
         return Path(sys.prefix).resolve() != named_peer_venv(name).resolve()
-    package = "lerobot_lancedb" if loader in LANCE_LOADERS else "lerobot"
-    return loader in PEER_LOADERS and importlib.util.find_spec(package) is None
+    return loader in PEER_LOADERS and importlib.util.find_spec(PEER_PACKAGE[loader]) is None
 
 
 def _peer_env(root: str) -> dict:
@@ -232,6 +233,11 @@ def launch(run: RunSpec, out_dir: str | Path) -> dict:
         if run.on_unavailable != "skip":
             raise UserError(reason)
         return skip_run(run, out_dir, reason)
+    missing = _missing_package(run)
+    if missing:
+        if run.on_unavailable != "skip":
+            raise UserError(missing)
+        return skip_run(run, out_dir, missing)
     if world == 1 and not needs_peer(run.loader):  # one rank of our own: run it here, sparing an interpreter start
         run_rank(run, out_dir)
         return finish(out_dir, world, "in-process")
@@ -243,21 +249,46 @@ def launch(run: RunSpec, out_dir: str | Path) -> dict:
     if str(run.root).startswith("hf://") or run.loader in LANCE_LOADERS:
         env.update(HF_HOME=str(hub_cache), HF_LEROBOT_HOME=str(hub_cache / "lerobot"))
     args = [*cmd, "--spec", str(spec_path), "--out-dir", str(out_dir)]
-    use_srun = world > 1 and "SLURM_JOB_ID" in os.environ and shutil.which("srun")
-    if use_srun:
-        # one task per rank; each gets its SLURM_PROCID (the plugin's tasks/nodes give the allocation)
-        # since SLURM 22.05 srun no longer inherits --cpus-per-task from the job: pass it on, or on clusters that
-        # bind tasks to cores every rank (and its DataLoader workers) would share one CPU
-        cpus = [f"--cpus-per-task={os.environ['SLURM_CPUS_PER_TASK']}"] if "SLURM_CPUS_PER_TASK" in os.environ else []
-        procs = [subprocess.Popen(["srun", f"--ntasks={world}", *cpus, "--kill-on-bad-exit=1", *args], env=env)]
-    else:
-        procs = [subprocess.Popen(args, env={**env, "RANK": str(r), "WORLD_SIZE": str(world)}) for r in range(world)]
-    codes = [p.wait() for p in procs]
+    use_srun = bool(world > 1 and "SLURM_JOB_ID" in os.environ and shutil.which("srun"))
+    with _cluster(run, use_srun, env, out_dir) as env:
+        if use_srun:
+            # one task per rank; each gets its SLURM_PROCID (the plugin's tasks/nodes give the allocation)
+            # since SLURM 22.05 srun no longer inherits --cpus-per-task from the job: pass it on, or on clusters
+            # that bind tasks to cores every rank (and its DataLoader workers) would share one CPU
+            cpus = os.environ.get("SLURM_CPUS_PER_TASK")
+            step = ["srun", f"--ntasks={world}", *([f"--cpus-per-task={cpus}"] if cpus else []), "--kill-on-bad-exit=1"]
+            if RAY_ADDRESS_ENV in env:  # beside the Ray workers' step, on the same CPUs
+                step.append("--overlap")
+            procs = [subprocess.Popen([*step, *args], env=env)]
+        else:
+            ranks = [{**env, "RANK": str(r), "WORLD_SIZE": str(world)} for r in range(world)]
+            procs = [subprocess.Popen(args, env=rank_env) for rank_env in ranks]
+        codes = [p.wait() for p in procs]
     shutil.rmtree(out_dir / ".barrier", ignore_errors=True)
     shutil.rmtree(hub_cache, ignore_errors=True)
     if any(codes):
         raise UserError(f"{out_dir}: rank process(es) failed (exit codes {codes}); see the messages above")
     return finish(out_dir, world, "srun" if use_srun else "local")
+
+
+def _missing_package(run: RunSpec) -> str:
+    """ray_data needs Ray in the peer environment, which an environment made before it may lack: one line saying
+    how to add it, else ''."""
+    if run.loader_name.base not in RAY_LOADERS or not needs_peer(run.loader):
+        return ""
+    python = peer_python(run.loader_name.peer)
+    has = "import importlib.util, sys; sys.exit(importlib.util.find_spec('ray') is None)"
+    if python is None or subprocess.run([str(python), "-c", has]).returncode == 0:
+        return ""
+    return f"loader {run.loader} needs Ray Data in the peer environment, which lacks it; add it with {CREATE_COMMAND}"
+
+
+def _cluster(run: RunSpec, use_srun: bool, env: dict, out_dir: Path):
+    """The Ray cluster of a ray_data run of several ranks (`ray_cluster`); for any other run, nothing."""
+    if run.loader_name.base not in RAY_LOADERS or run.world_size == 1:
+        return contextlib.nullcontext(env)
+    ray = require_peer(run.loader_name.peer).parent / "ray"
+    return ray_cluster(ray, run.nodes, use_srun, env, out_dir)
 
 
 def skip_run(run: RunSpec, out_dir: str | Path, reason: str) -> dict:

@@ -120,10 +120,12 @@ def split_info(batch: dict) -> tuple[dict, np.ndarray]:
     return batch, info.numpy() if isinstance(info, torch.Tensor) else info
 
 
-def make_dataloader(run: RunSpec, adapter, pin: bool) -> DataLoader:
+def make_dataloader(run: RunSpec, adapter, pin: bool):
     """The DataLoader the run measures: `dlbench.loader.DataLoader`, built as its users build it, over the loader's
     dataset with each item's `sample_info` attached. It picks its workers' start method, batches through a ring of
     shared slots (dlbench's loaders) or with the peer's own collate, and looks ahead where that pays."""
+    if adapter.batches is not None:  # its own batching and processes (ray_data): its users take its batches
+        return adapter.batches(run, pin)
     workers = run.num_workers
     dataset = timed(adapter.dataset, adapter.cache_stats, adapter.decode_seconds)
     kwargs = dict(
@@ -175,7 +177,10 @@ class Epochs:
         return getattr(self.it, "worker_pids", [])
 
     def close(self) -> None:
+        close = getattr(self.loader, "close", None)  # a loader with processes of its own (Ray) stops them
         self.it = self.loader = None  # shuts the workers down
+        if close is not None:
+            close()
 
 
 @dataclass
@@ -354,7 +359,8 @@ def measure_pass(run: RunSpec, adapter, device: torch.device, checks: list, samp
     opened = meter.counts() if meter else None  # the main process's reads: the dataset's metadata, its own opening
     t_start = time.perf_counter()  # the workers' start, and their import of the decoder, are on the clock
     batches = Epochs(loader, adapter.dataset, run.rank, run.world_size)
-    memory = MemorySampler(every_s=0.5)  # a few ms per sample: keep it off the measured cores
+    # a few ms per sample: keep it off the measured cores
+    memory = MemorySampler(every_s=0.5, also=adapter.memory_roots)
     memory.start()
     try:
         warm_rows: list = []

@@ -20,6 +20,8 @@ def probe(run: RunSpec, dmeta=None) -> dict:
     if run.probe_samples <= 0:
         return none
     adapter = make_adapter(run, dmeta)
+    if adapter.batches is not None:  # Ray reads in its own processes: one process's rate is not its own
+        return none
     ds = adapter.dataset
     count = run.probe_samples
     if adapter.iterable:

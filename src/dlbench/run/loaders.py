@@ -14,7 +14,13 @@ LOADERS: tuple[str, ...] = tuple(schema()["definitions"]["loader_name"]["anyOf"]
 DLBENCH_LOADERS = tuple(name for name in LOADERS if name.startswith("dlbench_"))
 LEROBOT_LOADERS = tuple(name for name in LOADERS if name.startswith("lerobot_"))
 LANCE_LOADERS = tuple(name for name in LOADERS if name.startswith("lance_"))  # lerobot-lancedb's
-PEER_LOADERS = LEROBOT_LOADERS + LANCE_LOADERS  # run in the peer environment (LeRobot and lerobot-lancedb)
+RAY_LOADERS = tuple(name for name in LOADERS if name.startswith("ray_"))  # Ray Data's read_lerobot
+# run in the peer environment (LeRobot, lerobot-lancedb and Ray Data, which decodes through LeRobot)
+PEER_LOADERS = LEROBOT_LOADERS + LANCE_LOADERS + RAY_LOADERS
+# the package each peer loader imports (the peer environment runs it unless that package is importable here)
+PEER_PACKAGE = {**dict.fromkeys(LEROBOT_LOADERS, "lerobot"), **dict.fromkeys(LANCE_LOADERS, "lerobot_lancedb")}
+PEER_PACKAGE.update(dict.fromkeys(RAY_LOADERS, "ray"))
+KIND = {"ray_data": "stream"}  # a name that is not <project>_<kind>: Ray's dataset is iterated in its order
 SAME_KIND = "lerobot"  # baseline_loader: each run against LeRobot's loader of its own kind
 PEER_SEP = "@"  # lerobot_map@NAME: LeRobot's loader as the environment of `peers.NAME` has it
 
@@ -35,7 +41,7 @@ class LoaderName:
     @property
     def kind(self) -> str:
         """How it reads: "map" (random access) or "stream" (in order)."""
-        return self.base.split("_", 1)[1]
+        return KIND.get(self.base) or self.base.split("_", 1)[1]
 
 
 def baseline_loader(loader: str, baseline: str = SAME_KIND) -> str:

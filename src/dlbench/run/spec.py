@@ -21,7 +21,7 @@ from .. import atomic
 from ..config import check_deltas, check_run_values, defaults, schema
 from ..errors import UserError
 from ..format.paths import is_remote
-from .loaders import LANCE_LOADERS, LEROBOT_LOADERS, PEER_LOADERS, LoaderName
+from .loaders import LANCE_LOADERS, LEROBOT_LOADERS, PEER_LOADERS, RAY_LOADERS, LoaderName
 from .modes import BUILTIN_MODES
 
 _TYPES = {"integer": int, "number": float, "boolean": bool, "string": str, "array": list}
@@ -76,6 +76,7 @@ def _resolved(default, help_: str | None = None, choices: list | None = None):
 
 STREAM_BUFFER = 256  # dlbench_stream's buffer_size default
 LEROBOT_STREAM_BUFFER = 1000  # LeRobot 0.6.1's StreamingLeRobotDataset buffer_size default
+RAY_LOCAL_BUFFER = 0  # Ray Data's local_shuffle_buffer_size default: None, no shuffle
 
 
 @dataclass
@@ -103,6 +104,10 @@ class RunSpec:
     pieces: int | None = None
     buffer_mb: float = 128
     max_num_shards: int | None = None
+    ray_shuffle: str | None = None  # Ray's own default (none) where unset
+    concurrency: int | None = None
+    override_num_blocks: int | None = None
+    read_granularity: str | None = None
     on_unavailable: str = "skip"
     duration_s: float = 15
     repeats: int = 3
@@ -151,7 +156,8 @@ class RunSpec:
         a baseline shuffles as its users' does)."""
         if self.buffer_size is not None:
             return self.buffer_size
-        return LEROBOT_STREAM_BUFFER if self.loader_name.base == "lerobot_stream" else STREAM_BUFFER
+        own = {"lerobot_stream": LEROBOT_STREAM_BUFFER, "ray_data": RAY_LOCAL_BUFFER}
+        return own.get(self.loader_name.base, STREAM_BUFFER)
 
     @property
     def loader_name(self) -> LoaderName:
@@ -224,6 +230,7 @@ def check(run: RunSpec, where: str, label=None) -> None:
     _check_mode(run, label)
     _check_lerobot(run, where)
     _check_lance(run, where)
+    _check_ray(run, where)
     _check_dlbench_only(run, label)
     if run.nodes > run.ranks:
         raise UserError(
@@ -290,10 +297,30 @@ def _check_lance(run: RunSpec, where: str) -> None:
         raise UserError(f"{where}: loader lance_map reads its Lance copy only; data_files_root needs a dlbench loader")
 
 
+def _check_ray(run: RunSpec, where: str) -> None:
+    """What ray_data (Ray Data's read_lerobot) cannot do here: decode on a GPU (its reader takes num_gpus for its
+    tasks, not a decode device), read plain HTTP or the Hub's buckets (it reads local paths and fsspec URLs), read
+    data files apart from the metadata."""
+    if run.loader_name.base not in RAY_LOADERS:
+        return
+    if run.decode_device != "cpu":
+        raise UserError(f"{where}: loader ray_data decodes on the CPU only; use decode_device: cpu")
+    root = str(run.root)
+    if is_remote(root) and not root.startswith(("s3://", "hf://datasets/")):
+        raise UserError(
+            f"{where}: loader ray_data reads local datasets, S3 and Hub repos here, not {root}; use source: local, "
+            f"an s3 source or hub"
+        )
+    if run.data_files_root:
+        raise UserError(f"{where}: loader ray_data reads data files under its root only; data_files_root needs a "
+                        f"dlbench loader")  # fmt: skip
+
+
 # settings only dlbench's loaders have (LeRobot's would ignore them, measuring something else than asked)
 DLBENCH_ONLY = ("decoder_cache_size", "decoder_cache_mb", "remote_block_kb")
 # dlbench_stream alone fetches ahead, resumes from a state and decodes blocks of rows
 STREAM_ONLY = ("fetch_episodes", "resume_check", "read_ahead", "episode_order", "pieces")
+RAY_ONLY = ("ray_shuffle", "concurrency", "override_num_blocks", "read_granularity")  # Ray Data's own knobs
 
 
 def _check_dlbench_only(run: RunSpec, label) -> None:
@@ -305,6 +332,9 @@ def _check_dlbench_only(run: RunSpec, label) -> None:
                 f"{label(key)}: applies to loader dlbench_stream only, not {loader}; turn it off for this run "
                 f"(set it only where the loader is dlbench_stream)"
             )
+    for key in RAY_ONLY:
+        if getattr(run, key) is not None and loader != "ray_data":
+            raise UserError(f"{label(key)}: applies to loader ray_data only, not {loader}; leave it unset")
     if run.max_num_shards is not None and loader != "lerobot_stream":
         raise UserError(
             f"{label('max_num_shards')}: applies to loader lerobot_stream only, not {loader}; leave it unset"

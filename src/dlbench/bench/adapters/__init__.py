@@ -97,6 +97,10 @@ def make_adapter(run, dmeta: DatasetMeta | None = None, tag_items: bool = False)
         from .lance import lance_adapter
 
         return lance_adapter(run, dmeta)
+    if run.loader == "ray_data":  # Ray Data's read_lerobot, beside LeRobot in the peer environment
+        from .ray_data import ray_adapter
+
+        return ray_adapter(run, dmeta)
     raise UserError(f"loader {run.loader!r} is unknown; choose one of {list(LOADERS)}")
 
 

@@ -1,0 +1,224 @@
+"""ray_data: Ray Data's LeRobot reader (`ray.data.read_lerobot`, Ray 2.60), in the peer environment beside the
+LeRobot whose decode function it calls (`decode_video_frames_torchcodec`).
+
+Ray is not a torch Dataset: its users take batches from the Dataset itself (`iter_batches` / `iter_torch_batches`),
+and Ray's own tasks do the reading and decoding in its worker processes. So this adapter brings its own batch
+source (`RayBatches`) in place of the DataLoader, and the harness measures it as it measures every loader: the
+batches the consumer receives, every frame checked, memory with Ray's processes (its object store is their shared
+memory) counted.
+
+What a run sets, in Ray's terms: `concurrency` (read tasks at once; unset: `num_workers` where above 0, else Ray's
+own), `override_num_blocks`, `read_granularity`, `ray_shuffle` (none: Ray's default order; blocks:
+`randomize_block_order`; global: `random_shuffle`) and `buffer_size` (`local_shuffle_buffer_size`; unset: none, as
+in Ray). Everything else is Ray's default.
+
+A run of one rank starts a Ray instance of its own on the cores this process may use. A run of several ranks reads
+on the cluster its job started (`RAY_ADDRESS_ENV`: the head on the job's first node, the others joined), each rank
+a driver of its own share of the episodes (every W-th), whose read tasks Ray places anywhere in the cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+
+import numpy as np
+import torch
+
+from ...loader.dataset_meta import DatasetMeta
+from ..interface import Adapter, lerobot_delta_timestamps, not_importable
+from ..measure import SAMPLE_INFO
+from ..ray_cluster import RAY_ADDRESS_ENV, RAY_NODES_ENV
+
+JOIN_TIMEOUT_S = 120.0  # a rank waits this long for every node of its job's cluster
+# Ray hands numpy views of its object store, read-only: a tensor over them is what `iter_torch_batches` gives too
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+
+LOADER = "ray_data"
+PACKAGE = "Ray Data 2.60 (ray[data]==2.60.0)"
+INFO_WIDTH = 9  # `measure.sample_info`'s fields; Ray tells none but the wait, the rest stay -1
+
+
+def ray_adapter(run, dmeta: DatasetMeta) -> Adapter:
+    """Ray Data over `run.root` in the run's frame mode: this rank's episodes, Ray's knobs as the run sets them."""
+    try:
+        import ray.data  # noqa: F401
+    except ImportError:
+        raise not_importable(LOADER, PACKAGE) from None
+    start_ray()
+    deltas = lerobot_delta_timestamps(dmeta, run.mode, run.delta_timestamps)
+    fpi = sum(len(deltas.get(c, [0])) if deltas else 1 for c in dmeta.cameras)
+    batches = RayBatches(run, dmeta, deltas)
+    roots = node_processes if os.environ.get(RAY_ADDRESS_ENV) and first_on_node(run.rank) else None
+    return Adapter(batches, True, fpi, None, None, batches=batches.for_run, memory_roots=roots)
+
+
+def first_on_node(rank: int) -> bool:
+    """Whether this rank is its node's first (srun's local id 0; one host: rank 0): the one whose memory counts
+    the node's Ray processes, which every rank on the node shares."""
+    local = os.environ.get("SLURM_LOCALID")
+    return int(local) == 0 if local is not None else rank == 0
+
+
+def node_processes() -> list:
+    """This node's processes of the job's Ray cluster (its raylet and GCS: the workers and the object store's
+    pages are theirs and their children's), which a rank that joined the cluster did not start."""
+    import psutil
+    import ray
+
+    session = ray._private.worker._global_node.get_session_dir_path()
+    found = []
+    for p in psutil.process_iter(["name", "cmdline"]):
+        if p.info["name"] in ("raylet", "gcs_server") and any(session in arg for arg in p.info["cmdline"] or ()):
+            found.append(p)
+    return found
+
+
+def start_ray() -> None:
+    """Join the job's cluster (`RAY_ADDRESS_ENV`), or start an instance of this process's own on the cores it may
+    use; quiet (no progress bars, no dashboard): the harness's log is the run's."""
+    import logging
+
+    import ray
+
+    if ray.is_initialized():
+        return
+    quiet = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    address = os.environ.get(RAY_ADDRESS_ENV)
+    if address:
+        try:
+            ray.init(address=address, **quiet)
+        except ConnectionError as e:
+            from ...errors import UserError
+
+            raise UserError(f"the job's Ray cluster at {address} cannot be reached ({e}); see its ray.log") from None
+        _wait_for_nodes(int(os.environ.get(RAY_NODES_ENV, "1")))
+    else:
+        ray.init(address="local", num_cpus=len(os.sched_getaffinity(0)), **quiet)
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False
+    context.print_on_execution_start = False
+    logging.getLogger("ray.data").setLevel(logging.ERROR)
+
+
+def _wait_for_nodes(nodes: int) -> None:
+    import ray
+
+    deadline = time.time() + JOIN_TIMEOUT_S
+    while (alive := sum(n["Alive"] for n in ray.nodes())) < nodes:
+        if time.time() > deadline:
+            from ...errors import UserError
+
+            raise UserError(
+                f"the job's Ray cluster has {alive} of {nodes} nodes after {JOIN_TIMEOUT_S:.0f} s; see the run's "
+                f"ray.log"
+            )
+        time.sleep(0.5)
+
+
+def rank_episodes(dmeta: DatasetMeta, rank: int, world: int) -> list[int] | None:
+    """This rank's episodes: every `world`-th, from its rank (None: one rank reads them all, as Ray's users do)."""
+    if world <= 1:
+        return None
+    ids = [int(e) for e in dmeta.episodes["episode_index"]]
+    return ids[rank::world]
+
+
+class RayBatches:
+    """Ray Data's batches for one rank, one pass at a time (`set_epoch` reshuffles the next), as its users iterate a
+    Dataset: `iter_batches` in numpy, each column then made a tensor as `iter_torch_batches` makes it (frames moved
+    from Ray's HWC to the CHW of LeRobot's loaders). Stands in for the DataLoader in `measure.make_dataloader`."""
+
+    sampler = batch_sampler = None  # what `measure.Epochs` asks of a DataLoader
+    start_method = None  # Ray starts its own processes
+
+    def __init__(self, run, dmeta: DatasetMeta, deltas: dict | None):
+        self.run, self.deltas, self.epoch = run, deltas, 0
+        self.cameras = set(dmeta.cameras)
+        self.episodes = rank_episodes(dmeta, run.rank, run.world_size)
+        if self.episodes == []:
+            from ...errors import UserError
+
+            raise UserError(
+                f"rank {run.rank} of {run.world_size}: ray_data has no episode to read ({dmeta.num_episodes} "
+                f"episodes); use fewer ranks"
+            )
+
+    def for_run(self, run, pin: bool) -> RayBatches:
+        return self
+
+    def close(self) -> None:
+        """Stop this rank's Ray (its own instance; a joined cluster's driver only disconnects): a pass left
+        mid-epoch otherwise keeps Ray's executor reading until the process exits."""
+        import ray
+
+        ray.shutdown()
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def dataset(self):
+        """The Ray Dataset of this pass: `read_lerobot` with the run's knobs, then its shuffle."""
+        import ray.data
+
+        run = self.run
+        workers = run.num_workers if isinstance(run.num_workers, int) else 0
+        concurrency = run.concurrency or workers or None
+        knobs = dict(concurrency=concurrency, override_num_blocks=run.override_num_blocks)
+        if run.read_granularity:
+            knobs["read_granularity"] = run.read_granularity
+        ds = ray.data.read_lerobot(str(run.root), episodes=self.episodes, delta_timestamps=self.deltas, **knobs)
+        seed = run.seed + self.epoch
+        if run.ray_shuffle == "blocks":
+            ds = ds.randomize_block_order(seed=seed)
+        elif run.ray_shuffle == "global":
+            ds = ds.random_shuffle(seed=seed)
+        return ds
+
+    def __iter__(self):
+        run = self.run
+        local = run.shuffle_buffer or None
+        it = self.dataset().iter_batches(
+            batch_size=run.batch_size,
+            batch_format="numpy",
+            drop_last=True,
+            local_shuffle_buffer_size=local,
+            local_shuffle_seed=run.seed + self.epoch if local else None,
+        )
+        return _Batches(iter(it), self.cameras)
+
+
+class _Batches:
+    """One pass's batches, each as tensors with its items' infos (latency: each item's share of the wait)."""
+
+    def __init__(self, it, cameras: set[str]):
+        self.it, self.cameras = it, cameras
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict:
+        t0 = time.perf_counter()
+        batch = next(self.it)
+        out = {key: self._tensor(key, col) for key, col in batch.items()}
+        n = len(next(iter(batch.values())))
+        info = np.full((n, INFO_WIDTH), -1.0)
+        info[:, 0] = (time.perf_counter() - t0) * 1000.0 / max(1, n)
+        out[SAMPLE_INFO] = info
+        return out
+
+    def _tensor(self, key: str, col: np.ndarray):
+        if col.dtype == object:  # per-row arrays (frames, vectors, pad masks) are stacked; strings stay a list
+            if not isinstance(col[0], np.ndarray):
+                return list(col)
+            col = np.stack(col)
+        t = torch.from_numpy(np.ascontiguousarray(col))
+        return t.movedim(-1, -3) if key in self.cameras else t  # HWC -> CHW, as LeRobot's loaders hand frames
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """Ray's processes this rank started (its own instance: all of them; a joined cluster's are not children)."""
+        import psutil
+
+        return [p.pid for p in psutil.Process().children(recursive=True)]
