@@ -54,7 +54,18 @@ POINTS = (
     ("lerobot buffer 1000", "lerobot_stream", {}),
     ("lerobot buffer 4000", "lerobot_stream", {"buffer_size": 4000}),
     ("lerobot shards 4xW", "lerobot_stream", {"max_num_shards": "4w"}),
+    # Ray Data 2.60's read_lerobot (peer environment): its defaults (file order), then shuffled as its docs advise
+    ("ray defaults", "ray_data", {}),
+    ("ray blocks buffer 256", "ray_data", {"ray_shuffle": "blocks", "buffer_size": 256}),
+    ("ray blocks buffer 1000", "ray_data", {"ray_shuffle": "blocks", "buffer_size": 1000}),
+    (
+        "ray episode blocks buffer 256",
+        "ray_data",
+        {"ray_shuffle": "blocks", "buffer_size": 256, "read_granularity": "episode"},
+    ),
+    ("ray global", "ray_data", {"ray_shuffle": "global"}),
 )
+FLOOR = {"effective_batch": 0.5, "effective_window": 0.3, "distinct_frames": 0.9}  # the schema's shuffle_floor
 COLUMNS = ("set", "mode", "workers", "point", "frames_per_s", "peak_pss_mb", "effective_batch", "effective_window",
            "distinct_frames")  # fmt: skip
 
@@ -129,8 +140,40 @@ def main(argv=None) -> None:
                     print(f"  {name:12s} {mode:6s} {workers:2d} {label:22s} {row['frames_per_s']:9.1f} "
                           f"{row['peak_pss_mb']:8.0f} {row['effective_batch']:7.2f} {row['effective_window']:7.2f} "
                           f"{row['distinct_frames']:8.2f}", flush=True)  # fmt: skip
+    for line in at_floor(rows):
+        print(line)
     if a.out and rows:
         write(rows, Path(a.out))
+
+
+def at_floor(rows: list[dict]) -> list[str]:
+    """Per set, mode and worker count: each family's fastest point that meets FLOOR, and dlbench's ratio to it."""
+    lines = []
+    groups: dict = {}
+    for row in rows:
+        groups.setdefault((row["set"], row["mode"], row["workers"]), []).append(row)
+    for (name, mode, workers), points in groups.items():
+        best = {}
+        for row in points:
+            if all((row[k] or 0) >= v for k, v in FLOOR.items()):
+                family = "dlbench" if row["point"].startswith(("map", "stream")) else row["point"].split()[0]
+                if family not in best or row["frames_per_s"] > best[family]["frames_per_s"]:
+                    best[family] = row
+        ours = best.get("dlbench")
+        for family, row in best.items():
+            if family == "dlbench":
+                continue
+            ratio = f"{ours['frames_per_s'] / row['frames_per_s']:.2f}x" if ours else "n/a (no dlbench point at floor)"
+            lines.append(
+                f"# at floor {name} {mode} w{workers}: dlbench {ours['point'] if ours else '-'} "
+                f"{ours['frames_per_s'] if ours else 0:.0f} frames/s ({ours['peak_pss_mb'] if ours else 0:.0f} MB) "
+                f"vs {family} {row['point']} {row['frames_per_s']:.0f} ({row['peak_pss_mb']:.0f} MB): {ratio}"
+            )
+        missing = {"lerobot", "ray"} - set(best)
+        for family in sorted(missing):
+            if any(r["point"].startswith(family) for r in points):
+                lines.append(f"# at floor {name} {mode} w{workers}: no {family} point meets the floor {FLOOR}")
+    return lines
 
 
 def write(rows: list[dict], out: Path) -> None:
@@ -148,7 +191,8 @@ def write(rows: list[dict], out: Path) -> None:
     panels = list(df.groupby(["set", "mode", "workers"]))
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
     for ax, ((name, mode, workers), d) in zip(axes[0], panels):
-        for loader, color in (("map", "tab:green"), ("stream", "tab:blue"), ("lerobot", "tab:orange")):
+        for loader, color in (("map", "tab:green"), ("stream", "tab:blue"), ("lerobot", "tab:orange"),
+                              ("ray", "tab:red")):  # fmt: skip
             part = d[d["point"].str.startswith(loader)]
             ax.scatter(part["effective_batch"], part["frames_per_s"], color=color, label=loader)
             for _, r in part.iterrows():

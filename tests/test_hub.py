@@ -203,11 +203,11 @@ def _dlbench(cwd: Path, *args: str, endpoint: str = "loopback-hub") -> subproces
 
 def _needs_peer(loader: str) -> None:
     """Skip, before anything runs, a LeRobot loader's case where its peer environment is missing."""
-    if loader.startswith("lerobot") and not peer.peer_python():
+    if loader.startswith(("lerobot", "ray")) and not peer.peer_python():
         pytest.skip(f"LeRobot peer environment missing; create it with {peer.CREATE_COMMAND}")
 
 
-@pytest.mark.parametrize("loader", ["dlbench_stream", "lerobot_stream"])
+@pytest.mark.parametrize("loader", ["dlbench_stream", "lerobot_stream", "ray_data"])
 def test_a_hub_source_is_staged_read_and_metered_for_dlbench_and_lerobot(loader, v30_h264_one_file, tmp_path):
     """The workflow's `hub` source: the dataset is linked into the loopback Hub's repos, and each rank of a run,
     dlbench's loaders and LeRobot's, reads hf://datasets/dlbench/<name>@v3.0 through its own metering proxy: every

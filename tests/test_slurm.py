@@ -293,6 +293,31 @@ def _converted(v30: Path) -> dict:
     return {**SLURM_TINY, "datasets": {"synthetic": {"v30": str(v30)}}}
 
 
+def test_ray_data_reads_on_a_ray_cluster_across_both_hosts(cluster, tmp_path, v30_h264):
+    """ray_data's 2-node run: its job starts a Ray head on its first node and a worker on the other (srun), each
+    rank a driver on that cluster reading its own episodes; every frame right, and no Ray process left after it."""
+    from dlbench import peer
+
+    if peer.peer_python() is None:
+        pytest.skip(f"LeRobot peer environment (with Ray Data) missing; create it with {peer.CREATE_COMMAND}")
+    ray_run = {"loader": "ray_data", "ranks": 2, "nodes": 2, "num_batches": 2}
+    config = {**_converted(v30_h264), "bench": {**SLURM_TINY["bench"], "scenarios": {"ray_2node": ray_run}}}
+    proc = snakemake_slurm(tmp_path, config, cluster, "results/summary.csv")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = tmp_path / "results"
+    row = pd.read_csv(results / "summary.csv").set_index("scenario").loc["ray_2node"]
+    assert row["status"] == "ok" and row["frames_wrong"] == 0 and row["frames_verified"] > 0, row.get("reason")
+    assert row["hosts"] == "node1;node2" and row["nodes_used"] == 2
+    run_dir = results / "runs/ray_2node/synthetic-ray_data-single-b4-w1-nodes2-cpu"
+    assert json.loads((run_dir / "run.json").read_text())["launcher"] == "srun"
+    log = (run_dir / "ray.log").read_text()
+    assert "Ray runtime started" in log and log.count("Ray runtime started") == 2  # the head and node2's worker
+    a, b = (set(np.load(run_dir / f"rank{r}of2.samples.npy").tolist()) for r in range(2))
+    assert a and b and not a & b
+    left = subprocess.run(["pgrep", "-f", "raylet"], capture_output=True, text=True).stdout.split()
+    assert not left, "a Ray process outlived its job"
+
+
 def test_a_node_dying_under_a_bench_run_records_it_failed_and_a_rerun_redoes_only_it(cluster, tmp_path, v30_h264):
     # no second chance from SLURM or Snakemake: the run must fail
     profile = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())

@@ -23,6 +23,8 @@ from ..run.loaders import LoaderName
 from ..run.spec import LEROBOT_STREAM_BUFFER as LEROBOT_BUFFER
 from ..run.spec import RunSpec
 
+RAY_BUFFER = 256  # the local shuffle buffer first prescribed to ray_data (rows), dlbench_stream's own default
+
 AT_BOUND = 0.9  # measured at or above this share of the cores' rate: at the hardware's bound
 CACHE_MISSING = 0.5  # a decoder cache that finds fewer of its lookups open than this is too small for the run
 WAITING_SHARE = 0.2  # workers waiting on storage this share of their time may outnumber the cores
@@ -329,7 +331,27 @@ def restore_shuffle(row: dict, spec: dict, episodes: int | None) -> Prescription
         why = (f"{short}: LeRobot's stream draws from a buffer of {buffer} items; {new} (its own default is "
                f"{LEROBOT_BUFFER}) mixes more episodes, holding about {held / 1e9:.1f} GB of frames")  # fmt: skip
         return Prescription({"buffer_size": new}, fps, 1.0, why=why, shuffle=True)
+    if base == "ray_data":
+        return _ray_shuffle(row, spec, short, fps, workers)
     return None
+
+
+def _ray_shuffle(row: dict, spec: dict, short: str, fps: float, workers: int) -> Prescription | None:
+    """Ray Data in its own terms: blocks read in random order first (`randomize_block_order`, free), then a larger
+    local shuffle buffer while its frames fit in half of this machine's memory (Ray's object store holds them)."""
+    if (spec.get("ray_shuffle") or "none") == "none":
+        buffer = _int(spec.get("buffer_size"), 0) or RAY_BUFFER
+        why = (f"{short}: Ray Data reads blocks in file order by default; randomize_block_order and a local shuffle "
+               f"buffer of {buffer} rows mix episodes in a batch")  # fmt: skip
+        return Prescription({"ray_shuffle": "blocks", "buffer_size": buffer}, fps, 1.0, why=why, shuffle=True)
+    buffer = _int(spec.get("buffer_size"), 0)
+    new = 4 * buffer if buffer else RAY_BUFFER
+    held = new * item_bytes(row)  # one local buffer per rank, on the consumer's side
+    if held > host_memory_bytes() / 2:
+        return None
+    why = (f"{short}: Ray Data's local shuffle buffer of {buffer} rows mixes few blocks; {new} mixes more, holding "
+           f"about {held / 1e9:.1f} GB of frames")  # fmt: skip
+    return Prescription({"buffer_size": new}, fps, 1.0, why=why, shuffle=True)
 
 
 def item_bytes(row: dict) -> float:

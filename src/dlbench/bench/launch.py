@@ -238,6 +238,7 @@ def launch(run: RunSpec, out_dir: str | Path) -> dict:
         if run.on_unavailable != "skip":
             raise UserError(missing)
         return skip_run(run, out_dir, missing)
+    _check_ray_ranks(run)
     if world == 1 and not needs_peer(run.loader):  # one rank of our own: run it here, sparing an interpreter start
         run_rank(run, out_dir)
         return finish(out_dir, world, "in-process")
@@ -281,6 +282,20 @@ def _missing_package(run: RunSpec) -> str:
     if python is None or subprocess.run([str(python), "-c", has]).returncode == 0:
         return ""
     return f"loader {run.loader} needs Ray Data in the peer environment, which lacks it; add it with {CREATE_COMMAND}"
+
+
+def _check_ray_ranks(run: RunSpec) -> None:
+    """ray_data gives each rank whole episodes: more ranks than episodes is one line before any process starts."""
+    if run.loader_name.base not in RAY_LOADERS or run.world_size == 1:
+        return
+    from ..loader.dataset_meta import DatasetMeta
+
+    episodes = DatasetMeta.load(run.root, data_files_root=run.data_files_root).num_episodes
+    if run.world_size > episodes:
+        raise UserError(
+            f"loader ray_data gives each rank whole episodes: {run.world_size} ranks for {episodes} episodes of "
+            f"{run.root}; use at most {episodes} ranks"
+        )
 
 
 def _cluster(run: RunSpec, use_srun: bool, env: dict, out_dir: Path):

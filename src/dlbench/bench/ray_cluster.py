@@ -72,6 +72,8 @@ def ray_cluster(ray: Path, nodes: int, use_srun: bool, env: dict, out_dir: Path)
     port = _free_port(host)
     # a token of this job's own: Ray's token auth (on by default) without a file in $HOME shared by other jobs
     env = {**env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    # stopped once every rank has ended: nothing to drain (Ray waits out 30 s for idle workers otherwise)
+    env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = "0"
     log_path = out_dir / LOG
     with open(log_path, "ab") as log:
         start = [str(ray), "start", "--block", "--disable-usage-stats", "--include-dashboard=false", *_cpus()]

@@ -30,6 +30,7 @@ from ...loader.dataset_meta import DatasetMeta
 from ..interface import Adapter, lerobot_delta_timestamps, not_importable
 from ..measure import SAMPLE_INFO
 from ..ray_cluster import RAY_ADDRESS_ENV, RAY_NODES_ENV
+from ..remote import S3_ENDPOINT_ENV
 
 JOIN_TIMEOUT_S = 120.0  # a rank waits this long for every node of its job's cluster
 # Ray hands numpy views of its object store, read-only: a tensor over them is what `iter_torch_batches` gives too
@@ -125,6 +126,14 @@ def rank_episodes(dmeta: DatasetMeta, rank: int, world: int) -> list[int] | None
     return ids[rank::world]
 
 
+def storage_options(root: str) -> dict | None:
+    """fsspec options for an s3:// root on an endpoint of its own (the rank's metering proxy, else the source's),
+    as a user of such a store passes them: Ray resolves s3:// with pyarrow's client otherwise, which knows AWS only.
+    Credentials come from the environment (s3fs reads AWS_ACCESS_KEY_ID ...)."""
+    endpoint = os.environ.get(S3_ENDPOINT_ENV)
+    return {"endpoint_url": endpoint} if root.startswith("s3://") and endpoint else None
+
+
 class RayBatches:
     """Ray Data's batches for one rank, one pass at a time (`set_epoch` reshuffles the next), as its users iterate a
     Dataset: `iter_batches` in numpy, each column then made a tensor as `iter_torch_batches` makes it (frames moved
@@ -135,6 +144,7 @@ class RayBatches:
 
     def __init__(self, run, dmeta: DatasetMeta, deltas: dict | None):
         self.run, self.deltas, self.epoch = run, deltas, 0
+        self.current: _Batches | None = None  # the pass being read
         self.cameras = set(dmeta.cameras)
         self.episodes = rank_episodes(dmeta, run.rank, run.world_size)
         if self.episodes == []:
@@ -149,11 +159,12 @@ class RayBatches:
         return self
 
     def close(self) -> None:
-        """Stop this rank's Ray (its own instance; a joined cluster's driver only disconnects): a pass left
-        mid-epoch otherwise keeps Ray's executor reading until the process exits."""
-        import ray
-
-        ray.shutdown()
+        """Stop the pass's executor: left mid-epoch it keeps Ray reading until the process exits. Ray itself is
+        shut down at the process's exit, once its threads are done (shut down here, a thread still winding down
+        finds the worker gone and ends the process with an error)."""
+        if self.current is not None:
+            self.current.close()
+            self.current = None
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -168,7 +179,13 @@ class RayBatches:
         knobs = dict(concurrency=concurrency, override_num_blocks=run.override_num_blocks)
         if run.read_granularity:
             knobs["read_granularity"] = run.read_granularity
-        ds = ray.data.read_lerobot(str(run.root), episodes=self.episodes, delta_timestamps=self.deltas, **knobs)
+        ds = ray.data.read_lerobot(
+            str(run.root),
+            episodes=self.episodes,
+            delta_timestamps=self.deltas,
+            storage_options=storage_options(str(run.root)),
+            **knobs,
+        )
         seed = run.seed + self.epoch
         if run.ray_shuffle == "blocks":
             ds = ds.randomize_block_order(seed=seed)
@@ -186,7 +203,10 @@ class RayBatches:
             local_shuffle_buffer_size=local,
             local_shuffle_seed=run.seed + self.epoch if local else None,
         )
-        return _Batches(iter(it), self.cameras)
+        if self.current is not None:
+            self.current.close()
+        self.current = _Batches(iter(it), self.cameras)
+        return self.current
 
 
 class _Batches:
@@ -197,6 +217,12 @@ class _Batches:
 
     def __iter__(self):
         return self
+
+    def close(self) -> None:
+        """Stop Ray's executor of this pass (a generator's close runs its cleanup)."""
+        close = getattr(self.it, "close", None)
+        if close is not None:
+            close()
 
     def __next__(self) -> dict:
         t0 = time.perf_counter()
