@@ -56,6 +56,7 @@ POINTS = (
     ("lerobot shards 4xW", "lerobot_stream", {"max_num_shards": "4w"}),
     # Ray Data 2.60's read_lerobot (peer environment): its defaults (file order), then shuffled as its docs advise
     ("ray defaults", "ray_data", {}),
+    ("ray blocks buffer 64", "ray_data", {"ray_shuffle": "blocks", "buffer_size": 64}),
     ("ray blocks buffer 256", "ray_data", {"ray_shuffle": "blocks", "buffer_size": 256}),
     ("ray blocks buffer 1000", "ray_data", {"ray_shuffle": "blocks", "buffer_size": 1000}),
     (

@@ -308,7 +308,7 @@ def test_ray_data_reads_on_a_ray_cluster_across_both_hosts(cluster, tmp_path, v3
     row = pd.read_csv(results / "summary.csv").set_index("scenario").loc["ray_2node"]
     assert row["status"] == "ok" and row["frames_wrong"] == 0 and row["frames_verified"] > 0, row.get("reason")
     assert row["hosts"] == "node1;node2" and row["nodes_used"] == 2
-    run_dir = results / "runs/ray_2node/synthetic-ray_data-single-b4-w1-nodes2-cpu"
+    run_dir = results / "runs/ray_2node/synthetic-ray_data-single-b4-w1-cpu"
     assert json.loads((run_dir / "run.json").read_text())["launcher"] == "srun"
     log = (run_dir / "ray.log").read_text()
     assert "Ray runtime started" in log and log.count("Ray runtime started") == 2  # the head and node2's worker

@@ -88,8 +88,12 @@ def start_ray() -> None:
     quiet = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     address = os.environ.get(RAY_ADDRESS_ENV)
     if address:
+        from ...loopback import routable_address
+
         try:
-            ray.init(address=address, **quiet)
+            # this node's own address, said outright: Ray caches a node's address in its temporary directory, which
+            # nodes sharing /tmp (the test cluster's namespaces) would read as one another's
+            ray.init(address=address, _node_ip_address=routable_address() or "127.0.0.1", **quiet)
         except ConnectionError as e:
             from ...errors import UserError
 
