@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # pandas (the workflow extra) only when comparing: `dlbench -
     import pandas as pd
 
 KEY = ["scenario", *IDENTITY, "world_size", "nodes"]  # a run, matched across the two results
+LATER_AXES = ("ray_shuffle",)  # axes added after summaries were written: absent there, they were unset
 COLUMNS = [*KEY, "run_id", "metric", "base", "new", "change", "noise", "p_value", "test", "verdict"]
 THRESHOLD = 0.10  # a 10% change; below it nothing is flagged however clean the runs
 ALPHA = 0.05
@@ -96,6 +97,9 @@ def load(path: str | Path) -> dict[tuple, pd.Series]:
             raise UserError(f"{path}: no run directories (with run.json) and no summary.csv; give a results directory")
     else:
         raise UserError(f"{path}: no such file or directory; give a summary CSV or a results directory")
+    for axis in LATER_AXES:  # an axis added later: a summary written before it ran every run with it unset
+        if axis not in df:
+            df[axis] = None
     missing = [k for k in [*KEY, "status", "frames_per_s_node"] if k not in df]
     if missing:
         raise UserError(f"{path}: lacks the columns {missing}; give a summary.csv written by `dlbench aggregate`")
