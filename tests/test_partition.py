@@ -20,11 +20,13 @@ from dlbench.loader.partition import (
     block_frames,
     busy_workers,
     cut_pieces,
+    deal_order,
     episode_blocks,
     interleave,
     rank_shards,
     shard_order,
     split_episodes,
+    stripe_pieces,
     window_stride,
     worker_shards,
 )
@@ -44,14 +46,26 @@ class Stream:
     blocks: int | None
     group: int
     stride: int = 1
+    pieces: int = 1  # each episode cut into pieces, the units shards are made of, as the stream does
+    striped: bool = False  # pieces as stripes of blocks (`stripe_pieces`), else contiguous of >= 2 frames
 
     def __post_init__(self):
         lengths = np.asarray(self.lengths, np.int64)
-        self.ep_to = np.cumsum(lengths)
-        self.ep_from = self.ep_to - lengths
-        count = auto_virtual_shards(len(lengths), self.group)
-        self.shards = [np.arange(r.start, r.stop) for r in split_episodes(lengths, count)]
-        self.lanes = Lanes.plan(len(lengths), len(self.shards), self.pool, self.buffer, self.blocks)
+        ep_to = np.cumsum(lengths)
+        self.stripes = None
+        if self.striped:
+            cut = stripe_pieces(ep_to - lengths, ep_to, self.pieces, self.read_ahead, self.stride)
+            self.ep_from, self.ep_to, episode, phase, count, rows = cut
+            self.stripes = (phase, count)
+        else:
+            self.ep_from, self.ep_to, episode = cut_pieces(ep_to - lengths, ep_to, self.pieces, 2)
+            rows = self.ep_to - self.ep_from
+        self.total = int(lengths.sum())
+        count = auto_virtual_shards(len(self.ep_from), self.group)
+        self.shards = [np.arange(r.start, r.stop) for r in split_episodes(rows, count)]
+        eps = [np.unique(episode[s]) for s in self.shards]
+        self.keys = np.array([e[0] if len(e) == 1 else -1 - i for i, e in enumerate(eps)])
+        self.lanes = Lanes.plan(len(self.ep_from), len(self.shards), self.pool, self.buffer, self.blocks)
 
     def rows(self, shard: int, epoch: int) -> list[int]:
         """The shard's stream of rows in `epoch`, as its events emit them."""
@@ -69,12 +83,14 @@ class Stream:
             self.lanes.blocks,
             self.group,
             self.stride,
+            stripes=self.stripes,
         )
         return [value for kind, value in events if kind == "emit"]
 
     def worker_items(self, epoch: int, rank: int, world: int, workers: int, worker: int, skip: dict):
         """(shard, position, row) in the order a worker yields them, after `skip` items of each shard."""
-        mine = worker_shards(rank_shards(len(self.shards), self.seed, epoch, rank, world), workers, worker)
+        mine = rank_shards(len(self.shards), self.seed, epoch, rank, world, keys=self.keys)
+        mine = worker_shards(mine, workers, worker)
 
         def stream(shard: int, lane: int):
             rows = self.rows(shard, epoch)
@@ -119,6 +135,8 @@ def streams(draw, most_episodes: int = 300):
         blocks=draw(st.one_of(st.none(), st.integers(1, 12))),
         group=draw(st.sampled_from([1, 1, 2, 4])),
         stride=draw(st.sampled_from([1, 1, 3, 30])),
+        pieces=draw(st.sampled_from([1, 1, 2, 3, 8])),
+        striped=draw(st.booleans()),
     )
 
 
@@ -130,9 +148,9 @@ def _rows(delivered: dict) -> collections.Counter:
 @given(streams(), st.integers(1, 8), st.integers(0, 8), st.integers(1, 16), st.integers(0, 3))
 def test_an_epoch_delivers_every_frame_once_and_leaves_no_worker_idle(stream, world, workers, batch, epoch):
     delivered = stream.deliver(epoch, world, workers, batch)
-    total = int(stream.ep_to[-1])
+    total = stream.total
     assert _rows(delivered) == collections.Counter(range(total))
-    units = len(stream.lengths) // stream.group
+    units = len(stream.ep_from) // stream.group
     for rank, per_worker in delivered.items():
         busy = sum(1 for items in per_worker if items)
         assert busy == busy_workers(len(stream.shards), rank, world, workers)  # what the run's note says
@@ -153,7 +171,7 @@ def test_a_state_saved_anywhere_resumes_under_other_ranks_and_workers_exactly(st
                 state[shard] = max(state.get(shard, 0), pos + 1)
     then = stream.deliver(1, max(r2, 1), w2, batch, skip=state)
     both = _rows(first) + _rows(then)
-    assert both == collections.Counter(range(int(stream.ep_to[-1])))
+    assert both == collections.Counter(range(stream.total))
 
 
 @given(st.lists(st.integers(1, 500), min_size=1, max_size=300), st.integers(1, 600))
@@ -272,3 +290,48 @@ def test_interleave_by_items_left_ends_its_streams_together_and_prefers_new_epis
     streams = [partial(tracked, n) for n in ("x1", "x2", "y1", "z1")]
     list(interleave(streams, 2, np.random.default_rng(0), keys=["x", "x", "y", "z"]))
     assert started[:2] == ["x1", "y1"]  # x2 waits: episode x is live in the other lane
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 40),
+    st.integers(1, 6),
+    st.integers(1, 4),
+    st.integers(1, 4),
+    st.integers(0, 2**16),
+    st.integers(0, 5),
+)
+def test_an_episodes_pieces_go_to_as_many_workers_as_there_are_pieces(episodes, pieces, world, workers, seed, epoch):
+    """With P pieces an episode and C = ranks x workers consumers, each consumer holds pieces of min(P, C)/C of the
+    episodes, never two of one while another consumer has none: every worker's pool reaches most of the dataset."""
+    stream = Stream([4 * pieces] * episodes, seed, 4, 8, 1, None, 1, pieces=pieces)
+    n = len(stream.shards)
+    order = deal_order(n, seed, epoch, stream.keys)
+    assert sorted(order.tolist()) == list(range(n))  # a permutation: every shard dealt once
+    held = collections.defaultdict(list)  # episode -> consumers holding a piece of it
+    for rank in range(world):
+        for w in range(workers):
+            for v in worker_shards(rank_shards(n, seed, epoch, rank, world, keys=stream.keys), workers, w):
+                held[int(stream.keys[v])].append((rank, w))
+    for consumers in held.values():
+        assert len(consumers) == pieces and len(set(consumers)) == min(pieces, world * workers)
+
+
+def test_distinct_keys_deal_the_plain_permutation():
+    plain = np.random.default_rng([3, 1]).permutation(50)
+    assert (deal_order(50, 3, 1, np.arange(50)) == plain).all() and (deal_order(50, 3, 1) == plain).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 300), st.integers(1, 6), st.integers(1, 9), st.sampled_from([1, 3, 30]))
+def test_stripes_split_an_episodes_blocks_and_each_spans_it(length, per_episode, read_ahead, stride):
+    """Stripes of an episode hold each of its rows once, in whole blocks, and each (but a stripe of one block)
+    reaches into both halves of the episode: a worker holding one sees the episode's starts and its ends."""
+    pf, pt, pe, phase, count, rows = stripe_pieces(np.array([0]), np.array([length]), per_episode, read_ahead, stride)
+    blocks = episode_blocks(0, length, read_ahead, stride)
+    assert len(pf) == min(per_episode, len(blocks)) and rows.sum() == length
+    mine = [[r for b in blocks[int(p) :: int(c)] for r in b] for p, c in zip(phase, count)]
+    assert sorted(r for m in mine for r in m) == list(range(length))
+    assert [len(m) for m in mine] == rows.tolist()
+    if stride == 1 and len(blocks) >= 4 * len(pf):
+        assert all(min(m) < length / 2 <= max(m) for m in mine)

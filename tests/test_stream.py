@@ -590,3 +590,58 @@ def test_a_stream_in_random_order_keeps_no_slot_frames_outside_its_budget(v30_h2
         assert len(items) == ds.num_frames  # every frame once, in either order
         held = [e.recent is not None for e in ds.builder.decoder.cache._entries.values()]
         assert held and any(held) is kept
+
+
+@pytest.fixture(scope="module")
+def long_episodes(tmp_path_factory):
+    """5 episodes of 4-5 s (10 fps): long enough to cut into two pieces of at least 2 s."""
+    from dlbench.convert.run import run as convert_run
+
+    from .helpers import synth_cached, tiny_config
+
+    cfg = tiny_config(episodes=5, length_min=40, length_max=50, fps=10)
+    v21 = synth_cached(cfg, tmp_path_factory.mktemp("long") / "v21")
+    return convert_run(str(v21), tmp_path_factory.mktemp("longv30") / "v30", workers=1, progress=False)
+
+
+def _epoch(root, world, workers, state=None, stop=None):
+    """Each rank's pass through dlbench's DataLoader (which tells the stream its workers), stopping after `stop`
+    batches a rank: (indices delivered, merged state, each rank's pieces, each worker's episodes)."""
+    from dlbench.loader import DataLoader
+
+    got, states, pieces, reach = [], [], [], []
+    for rank in range(world):
+        ds = LeRobotStreamingDataset(root, return_uint8=True, tag_items=True, seed=3, rank=rank, world_size=world)
+        if state is not None:
+            ds.load_state_dict(state)
+        loader = DataLoader(ds, batch_size=4, num_workers=workers, multiprocessing_context=start_method())
+        pieces.append(ds.pieces)
+        for w in range(max(workers, 1)):
+            mine = ds.worker_shards(ds.epoch, max(workers, 1), w)
+            reach.append({int(e) for v in mine for e in ds.virtual_shard_episodes(int(v))})
+        for k, batch in enumerate(loader):
+            ds.observe(batch)
+            got += batch["index"].tolist()
+            if stop is not None and k + 1 == stop:
+                break
+        del loader
+        states.append(ds.state_dict())
+    return got, LeRobotStreamingDataset.merge_states(states), pieces, reach
+
+
+@pytest.mark.parametrize("first, then", [((1, 2), (1, 1)), ((2, 2), (1, 3)), ((1, 1), (2, 2))])
+def test_workers_read_pieces_of_every_episode_and_a_state_keeps_its_pieces(long_episodes, first, then):
+    """Under dlbench's DataLoader each episode is cut into ranks x workers pieces (2 here: 4-5 s, pieces of >= 2 s)
+    and every worker reads a piece of each episode; a state resumed under other ranks and workers keeps the pieces
+    it was cut into, and the epoch still delivers every frame exactly once."""
+    root = str(long_episodes)
+    total = LeRobotStreamingDataset(root).num_frames
+    before, state, pieces, reach = _epoch(root, *first, stop=3)
+    consumers = first[0] * max(first[1], 1)
+    assert set(pieces) == {consumers}
+    if consumers == 2:  # as many pieces as workers: each worker holds a piece of all 5 episodes
+        assert all(r == set(range(5)) for r in reach), reach
+    state = json.loads(json.dumps(state))
+    after, _, resumed, _ = _epoch(root, *then, state=state)
+    assert set(resumed) == {consumers}  # the state's pieces, not the new workers'
+    assert sorted(before + after) == list(range(total))

@@ -78,6 +78,8 @@ class DataLoader(torch.utils.data.DataLoader):
         float_keys = float_frame_keys(dataset)
         super().__init__(dataset, *args, collate_fn=collate_fn or _RingCollate(float_keys), **kwargs)
         self.lookahead = lookahead
+        if hasattr(dataset, "use_workers"):  # a stream deals each episode's pieces to the workers that read it
+            dataset.use_workers(self.num_workers)
         if collate_fn is None and self.batch_sampler is not None:
             self.worker_init_fn = CollateWorkerInit(self.worker_init_fn, float_keys)
         self._gpu = decodes_on_gpu(dataset)

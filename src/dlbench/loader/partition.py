@@ -1,13 +1,15 @@
 """Who streams which frames, and in what order: pure functions of the episodes' lengths, the ranks, the DataLoader
 workers, the seed and the epoch (no I/O), so that they are tested directly over many shapes.
 
-Virtual shards: the episodes read are cut into contiguous runs of about equal frame count (`split_episodes`), by
-default one per episode, or one per fetch group of `group` consecutive episodes, up to `MAX_AUTO_SHARDS`
-(`auto_virtual_shards`). How many, and where the cuts fall, depends on the dataset and the stream's arguments only,
-never on the ranks or DataLoader workers, so a state (one count per virtual shard) resumes under any of them.
+Pieces and virtual shards: each episode read is cut into `pieces` contiguous pieces of at least 2 s
+(`cut_pieces`; the stream's default is ranks x DataLoader workers), and the pieces into contiguous runs of about
+equal frame count (`split_episodes`), by default one per piece, or one per fetch group of `group` consecutive
+episodes, up to `MAX_AUTO_SHARDS` (`auto_virtual_shards`). A state (one count per virtual shard) names its pieces
+and resumes with them under any ranks and workers.
 
-Dealing: each epoch a permutation of the K virtual shards seeded by (seed, epoch) is dealt out: rank r of R takes
-every R-th (perm[r::R]), its DataLoader worker w of W every W-th of those (`rank_shards`, `worker_shards`). Worker
+Dealing: each epoch a permutation of the K virtual shards seeded by (seed, epoch), the pieces of one episode next
+to one another (`deal_order`), is dealt out: rank r of R takes every R-th (perm[r::R]), its DataLoader worker w of
+W every W-th of those (`rank_shards`, `worker_shards`), so an episode's pieces go to different workers. Worker
 (r, w) therefore has work exactly when K > r + R * w: with K >= R x W every worker of every rank has some, which the
 default K guarantees whenever there are R x W episodes (R x W fetch groups when fetching) and R x W <= 512.
 With `shuffle=False` rank r takes a contiguous block of virtual shards (the blocks rotate with the epoch) and each
@@ -63,6 +65,25 @@ def cut_pieces(ep_from: np.ndarray, ep_to: np.ndarray, per_episode: int, min_fra
     return np.asarray(froms, np.int64), np.asarray(tos, np.int64), np.asarray(eps, np.int64)
 
 
+def stripe_pieces(
+    ep_from: np.ndarray, ep_to: np.ndarray, per_episode: int, read_ahead: int, stride: int = 1
+) -> tuple[np.ndarray, ...]:
+    """Each episode cut into up to `per_episode` stripes: stripe k of P holds every P-th of its blocks
+    (`episode_blocks`), starting at block k. For a stream that reads a live episode's blocks in random order (a seek
+    each, whatever the cut), so a stripe costs what a contiguous piece does, yet spans the whole episode: workers
+    holding different stripes of it see all of its moments, where halves would give one worker its starts and
+    another its ends. Returns (piece_from, piece_to, piece_episode, phase, count, rows): a stripe's rows lie in
+    its episode's range [from, to), `rows` of them."""
+    froms, tos, eps, phases, counts, rows = [], [], [], [], [], []
+    for ep, (a, b) in enumerate(zip(np.asarray(ep_from, np.int64), np.asarray(ep_to, np.int64))):
+        sizes = [len(block) for block in episode_blocks(int(a), int(b), read_ahead, stride)]
+        parts = max(1, min(per_episode, len(sizes)))
+        for k in range(parts):
+            froms.append(a), tos.append(b), eps.append(ep), phases.append(k), counts.append(parts)
+            rows.append(sum(sizes[k::parts]))
+    return tuple(np.asarray(x, np.int64) for x in (froms, tos, eps, phases, counts, rows))
+
+
 def split_episodes(lengths: np.ndarray, parts: int) -> list[range]:
     """Cut episodes 0..N-1 into min(parts, N) contiguous, non-empty ranges of about equal total length."""
     n = len(lengths)
@@ -79,11 +100,35 @@ def split_episodes(lengths: np.ndarray, parts: int) -> list[range]:
     return [range(cuts[k], cuts[k + 1]) for k in range(parts)]
 
 
-def rank_shards(num_shards: int, seed: int, epoch: int, rank: int, world: int, shuffle: bool = True) -> np.ndarray:
-    """The virtual shards rank `rank` of `world` reads in `epoch`, in the order its workers take them."""
+def deal_order(num_shards: int, seed: int, epoch: int, keys: np.ndarray | None = None) -> np.ndarray:
+    """The order the virtual shards are dealt out in `epoch`: a permutation seeded by (seed, epoch), in which
+    shards of one key (pieces of one episode) follow one another. Entry i goes to consumer i mod (R x W) (rank
+    i mod R, its worker (i // R) mod W), so the pieces of an episode go to different consumers: with as many
+    pieces as consumers each worker's pool holds a piece of every episode instead of whole episodes of its own,
+    and its batches mix the whole dataset. With distinct keys (or none) it is the plain permutation."""
+    perm = np.random.default_rng([seed, epoch]).permutation(num_shards)
+    if keys is None:
+        return perm
+    met = np.asarray(keys)[perm]
+    _, first, which = np.unique(met, return_index=True, return_inverse=True)
+    # keys in the order the permutation first meets them; within a key, its shards in permuted order
+    return perm[np.argsort(first[which], kind="stable")]
+
+
+def rank_shards(
+    num_shards: int,
+    seed: int,
+    epoch: int,
+    rank: int,
+    world: int,
+    shuffle: bool = True,
+    keys: np.ndarray | None = None,
+) -> np.ndarray:
+    """The virtual shards rank `rank` of `world` reads in `epoch`, in the order its workers take them (`keys`:
+    each shard's episode where it is a piece of one, `deal_order`)."""
     if not shuffle:  # contiguous blocks, rotating with the epoch
         return np.array_split(np.arange(num_shards), world)[(rank + epoch) % world]
-    return np.random.default_rng([seed, epoch]).permutation(num_shards)[rank::world]
+    return deal_order(num_shards, seed, epoch, keys)[rank::world]
 
 
 def worker_shards(mine: np.ndarray, num_workers: int, worker: int, shuffle: bool = True) -> np.ndarray:
@@ -238,6 +283,7 @@ def shard_order(
     group: int = 1,
     stride: int = 1,
     forward: bool = False,
+    stripes: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Iterator[tuple[str, tuple[list[int], int] | int]]:
     """The deterministic event stream of one shard: ("decode", (rows, slot)) and ("emit", row), no I/O.
 
@@ -258,10 +304,18 @@ def shard_order(
     moment of its task and consecutive batches hold the same moments: batch means then follow the task's phase, and
     a batch is worth a few independent items (`bench.checks.effective`). On short GOPs (LeRobot records 2) a block
     anywhere in an episode costs about what the next one does.
+
+    `stripes` (phase, count), per piece: piece p holds every count[p]-th block of its range from block phase[p]
+    (`stripe_pieces`); None: each piece is all of its range.
     """
+
+    def blocks_of(ep: int, step: int) -> list[list[int]]:
+        blocks = episode_blocks(int(ep_from[ep]), int(ep_to[ep]), read_ahead, step)
+        return blocks if stripes is None else blocks[int(stripes[0][ep]) :: int(stripes[1][ep])]
+
     if not shuffle:
         for ep in episodes:
-            for rows in episode_blocks(int(ep_from[ep]), int(ep_to[ep]), read_ahead, 1):
+            for rows in blocks_of(ep, 1 if stripes is None else stride):
                 yield "decode", (rows, 0)
                 for r in rows:
                     yield "emit", r
@@ -294,7 +348,7 @@ def shard_order(
     while pending or live:
         while len(live) < pool_size and pending:
             ep = int(pending.pop())
-            blocks = episode_blocks(int(ep_from[ep]), int(ep_to[ep]), read_ahead, stride)[::-1]  # popped from the end
+            blocks = blocks_of(ep, stride)[::-1]  # popped from the end
             if not forward:
                 blocks = [blocks[j] for j in rng.permutation(len(blocks))]
             live.append([blocks, free_slots.pop()])

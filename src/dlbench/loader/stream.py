@@ -56,6 +56,7 @@ from .partition import (
     rank_shards,
     shard_order,
     split_episodes,
+    stripe_pieces,
     window_stride,
     worker_shards,
 )
@@ -98,9 +99,11 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             GOPs, but live episodes move through their tasks side by side and batches hold alike items:
             `partition.shard_order`).
         pieces: each episode cut into this many pieces (each at least 2 s), the unit a pool keeps live and virtual
-            shards are made of, so that workers share an episode's pieces; None: 1. On 16 episodes of 480x640 and
-            2 workers, 4 pieces raised the effective batch size of one batch from 0.52 to 0.63 but lowered it with
-            one worker (0.85 to 0.62): a piece's items span its own seconds only (docs/benchmarks.md).
+            shards are made of; the pieces of an episode are dealt to different workers (`partition.deal_order`).
+            None: ranks x DataLoader workers, once `use_workers` says how many (dlbench's DataLoader does), so
+            each worker's pool holds a piece of every episode; 1 before that. In random episode order a piece is
+            a stripe (every P-th block of the whole episode, `partition.stripe_pieces`), read forward a
+            contiguous run. More pieces than workers leave each worker's pool less of the dataset.
         buffer_mb: the most decoded frame data one DataLoader worker's shuffle buffer keeps alive (MB), for large
             items (a sarm item of two 480x640 cameras is 15 MB). Items decoded together (`read_ahead` of them) share
             one block, so this bounds the blocks the buffer holds items of: `max_blocks()`. Per worker, so that a
@@ -223,12 +226,9 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         self.block_stride = block_stride or window_stride(offsets)
         self.read_ahead = read_ahead or self.auto_read_ahead()
         self.tag_items = tag_items
+        self._virtual_shards_arg, self._pieces_arg, self._cache_arg = virtual_shards, pieces, decoder_cache_size
+        self._pieces_fixed = pieces is not None  # by the user, or by a loaded state
         self._cut(virtual_shards, pieces)
-        self.lanes = Lanes.plan(
-            sum(len(s) for s in self._shards), len(self._shards), pool_size, buffer_size, self.max_blocks(), shuffle
-        )
-        if not decoder_cache_size:
-            self.builder.decoder.cache_size = len(self.meta.cameras) * (self.lanes.at_once * self.lanes.pool + 2)
         self._loaded: tuple | None = None  # the runs of rows whose parquet columns are in memory
         self._tables = HeldTables(HELD_DATA_MB * 2**20)  # across epochs: a small dataset is read once a process
         self.delivered = Delivered()  # what this process delivered of the epoch; what a loaded state skips
@@ -245,16 +245,41 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         if pieces is not None and pieces > 1 and fetching:
             raise UserError(f"pieces {pieces} with fetch_episodes: episodes are fetched whole; use pieces 1")
         per = pieces or 1
-        min_frames = math.ceil(MIN_PIECE_S * self.meta.fps)
-        pf, pt, pe = cut_pieces(self.meta.ep_from[chosen], self.meta.ep_to[chosen], per, min_frames)
+        ep_from, ep_to = self.meta.ep_from[chosen], self.meta.ep_to[chosen]
+        self._stripes = None
+        if per > 1 and self.shuffle and self.episode_order == "random":  # blocks are read in random order anyway
+            pf, pt, pe, phase, count, lengths = stripe_pieces(ep_from, ep_to, per, self.read_ahead, self.block_stride)
+            self._stripes = (phase, count)
+        else:  # read forward, a piece costs one seek: contiguous, at least MIN_PIECE_S long
+            pf, pt, pe = cut_pieces(ep_from, ep_to, per, math.ceil(MIN_PIECE_S * self.meta.fps))
+            lengths = pt - pf
         self._piece_from, self._piece_to, self._piece_episode = pf, pt, chosen[pe]
         self.pieces = per
-        lengths = pt - pf
         count = auto_virtual_shards(len(pf), self.group) if virtual_shards is None else virtual_shards
         parts = split_episodes(lengths, count)
         self._shards = [np.arange(r.start, r.stop) for r in parts]
         self._shard_frames = np.array([int(lengths[list(r)].sum()) for r in parts], np.int64)
+        # a shard made of pieces of one episode deals beside that episode's other pieces (`partition.deal_order`)
+        eps = [np.unique(self._piece_episode[s]) for s in self._shards]
+        self._shard_keys = np.array([int(e[0]) if len(e) == 1 else -1 - i for i, e in enumerate(eps)], np.int64)
         self._episodes_crc = zlib.crc32(chosen.astype("<i8").tobytes())
+        self.lanes = Lanes.plan(
+            len(pf), len(self._shards), self.pool_size, self.buffer_size, self.max_blocks(), self.shuffle
+        )
+        if not self._cache_arg:
+            self.builder.decoder.cache_size = len(self.meta.cameras) * (self.lanes.at_once * self.lanes.pool + 2)
+
+    def use_workers(self, num_workers: int) -> None:
+        """Called by dlbench's `DataLoader` with its `num_workers` (call it yourself before iterating under another
+        DataLoader). With `pieces` left to its default, each episode is cut into ranks x workers pieces (each at
+        least 2 s) dealt to different workers, so that every worker's pool holds a piece of every episode and each
+        batch mixes the whole dataset; in whole episodes each worker's batches draw from its own 1/W of them (on
+        16 episodes of 480x640, 2 workers: 0.52 of the nominal batch). A loaded state keeps its own pieces."""
+        if self._pieces_fixed or self.builder.decoder.fetch or not self.shuffle:
+            return
+        want = self.world_size * max(num_workers, 1)
+        if want != self.pieces:
+            self._cut(self._virtual_shards_arg, want)
 
     # ------------------------------------------------------------------------------------------------ state
     def set_epoch(self, epoch: int) -> None:
@@ -330,6 +355,11 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         had not delivered, with any ranks and DataLoader workers. A `UserError` if the state is not this stream's
         (another dataset, episodes, seed, virtual_shards or order arguments), is damaged, or lacks the counts of a
         rank that read some of the virtual shards this rank will read (merge the ranks' states first)."""
+        if not self._pieces_fixed:  # pieces by default follow the workers: a state resumes with the ones it has
+            pieces = int(state.get("order", {}).get("pieces", 1)) if isinstance(state.get("order"), dict) else 1
+            if pieces != self.pieces and not self.builder.decoder.fetch:
+                self._cut(self._virtual_shards_arg, pieces)
+            self._pieces_fixed = True
         self.epoch = self.delivered.load(state, self._identity(), self._shard_frames, self.rank_shards)
         self._iters = 0
 
@@ -383,7 +413,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         workers take them (depends on seed, epoch and world size, not on DataLoader workers)."""
         rank = self.rank if rank is None else rank
         world = self.world_size if world_size is None else world_size
-        return rank_shards(len(self._shards), self.seed, epoch, rank, world, self.shuffle)
+        return rank_shards(len(self._shards), self.seed, epoch, rank, world, self.shuffle, self._shard_keys)
 
     def worker_shards(self, epoch: int, num_workers: int = 1, worker: int = 0) -> np.ndarray:
         """The virtual shards DataLoader worker `worker` of `num_workers` of this rank reads in `epoch`, in order."""
@@ -429,6 +459,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             self.group,
             self.block_stride,
             self.episode_order == "forward",
+            self._stripes,
         )
 
     def worker_decodes(self, epoch: int, num_workers: int = 1, worker: int = 0) -> Iterator[tuple[list[int], int]]:
