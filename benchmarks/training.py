@@ -1,9 +1,10 @@
 """Does effective batch size order the loaders as training does? Train a small policy with each loader's order.
 
-    python -m benchmarks.training [--workdir /tmp/perf] [--sets realistic16] [--steps 300] [--seeds 3]
+    python -m benchmarks.training [--workdir /tmp/perf] [--sets realistic16] [--steps 300] [--seeds 3] [--workers 1]
 
 For each set (`benchmarks.model.SETS`, synthesized once under --workdir), each loader setting below delivers
-`--steps` batches of 16 through `dlbench bench-run` (the workflow's harness, one worker, every frame checked); its
+`--steps` batches of 16 through `dlbench bench-run` (the workflow's harness, `--workers` DataLoader workers, frames
+checked); its
 record gives the effective / nominal batch size it measured, and its samples file the rows it delivered, in order.
 A small policy (an MLP from a 24x32 grey thumbnail of the first camera to the standardized observation.state) is
 then trained for exactly those batches, in that order, with Adam (lr 1e-3), from `--seeds` initializations;
@@ -21,6 +22,7 @@ import argparse
 import json
 import platform
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +36,7 @@ POINTS = (
     ("stream, forward (reading order)", "dlbench_stream", {"pool_size": 8, "episode_order": "forward"}),
     ("stream, default", "dlbench_stream", {}),
     ("stream, pool 4", "dlbench_stream", {"pool_size": 4}),
+    ("stream, whole episodes (pieces 1)", "dlbench_stream", {"pieces": 1}),  # the same as default with one worker
 )
 THUMB = (24, 32)
 
@@ -76,10 +79,13 @@ def train(x: np.ndarray, y: np.ndarray, batches: list[np.ndarray], seed: int, lr
     return loss if np.isfinite(loss) else float("inf")
 
 
-def delivered(root: Path, work: Path, loader: str, settings: dict, steps: int, batch: int) -> tuple[list, dict]:
+def delivered(
+    root: Path, work: Path, loader: str, settings: dict, steps: int, batch: int, workers: int = 1
+) -> tuple[list, dict]:
     """The batches (rows) a loader delivered over `steps` batches after its first, and its record's measures."""
-    out = work / f"order-{loader}-{abs(hash(json.dumps(settings, sort_keys=True))) % 10**8}"
-    rec = bench_run(out, root=str(root), loader=loader, mode="single", num_workers=1, batch_size=batch,
+    key = zlib.crc32(json.dumps([str(root), settings, workers], sort_keys=True).encode())
+    out = work / f"order-{loader}-{key:08x}"
+    rec = bench_run(out, root=str(root), loader=loader, mode="single", num_workers=workers, batch_size=batch,
                     num_batches=steps, repeats=1, warmup_s=0.5, duration_s=3600, check_frames=8,
                     **settings)  # fmt: skip
     rows = np.load(out / "rank0of1.samples.npy")
@@ -99,10 +105,14 @@ def main(argv=None) -> None:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--workers", type=int, default=1, help="the loaders' DataLoader workers")
+    ap.add_argument("--points", default=None, help="';'-separated labels of POINTS to run (default: all)")
     a = ap.parse_args(argv)
+    points = [p for p in POINTS if a.points is None or p[0] in a.points.split(";")]
     work = Path(a.workdir)
     print(f"# {platform.node()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-          f"python -m benchmarks.training --sets {' '.join(a.sets)} --steps {a.steps} --seeds {a.seeds}")  # fmt: skip
+          f"python -m benchmarks.training --sets {' '.join(a.sets)} --steps {a.steps} --seeds {a.seeds} "
+          f"--workers {a.workers}")  # fmt: skip
     for name in a.sets:
         root = model.dataset(work, name)
         x, y = thumbnails(root)
@@ -113,8 +123,8 @@ def main(argv=None) -> None:
         print("| loader | eff. batch (1 / 10 batches) | loss | gap to uniform |")
         print("|---|---|---|---|")
         gaps, effs = [], []
-        for label, loader, settings in POINTS:
-            batches, m = delivered(root, work, loader, settings, a.steps, a.batch_size)
+        for label, loader, settings in points:
+            batches, m = delivered(root, work, loader, settings, a.steps, a.batch_size, a.workers)
             losses = np.array([train(x, y, batches, s) for s in range(a.seeds)])
             gap = losses - base
             one, ten = m.get("shuffle_effective_batch"), m.get("shuffle_effective_window")

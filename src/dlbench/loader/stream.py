@@ -44,6 +44,7 @@ from .dataset_meta import DatasetMeta, episode_rows, open_meta, resolve_windows
 from .items import BuilderViews, HeldTables, ItemBuilder, data_columns, read_columns
 from .lerobot_args import check_lerobot_args
 from .partition import (
+    MAX_AUTO_SHARDS,
     MIN_PIECE_S,
     Lanes,
     auto_virtual_shards,
@@ -98,12 +99,13 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             holds its episodes at unrelated moments of their tasks; "forward": in reading order (fewer seeks on long
             GOPs, but live episodes move through their tasks side by side and batches hold alike items:
             `partition.shard_order`).
-        pieces: each episode cut into this many pieces (each at least 2 s), the unit a pool keeps live and virtual
-            shards are made of; the pieces of an episode are dealt to different workers (`partition.deal_order`).
-            None: ranks x DataLoader workers, once `use_workers` says how many (dlbench's DataLoader does), so
-            each worker's pool holds a piece of every episode; 1 before that. In random episode order a piece is
-            a stripe (every P-th block of the whole episode, `partition.stripe_pieces`), read forward a
-            contiguous run. More pieces than workers leave each worker's pool less of the dataset.
+        pieces: each episode cut into this many pieces, the unit a pool keeps live and virtual shards are made
+            of; the pieces of an episode are dealt to different workers (`partition.deal_order`). None: ranks x
+            DataLoader workers (while that makes at most 512 pieces), once `use_workers` says how many (dlbench's
+            DataLoader does), so each worker's pool holds a piece of every episode; 1 before that. In random
+            episode order a piece is a stripe (every P-th block of the whole episode, `partition.stripe_pieces`),
+            read forward a contiguous run of at least 2 s. More pieces than workers leave each worker's pool less
+            of the dataset.
         buffer_mb: the most decoded frame data one DataLoader worker's shuffle buffer keeps alive (MB), for large
             items (a sarm item of two 480x640 cameras is 15 MB). Items decoded together (`read_ahead` of them) share
             one block, so this bounds the blocks the buffer holds items of: `max_blocks()`. Per worker, so that a
@@ -277,7 +279,10 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         16 episodes of 480x640, 2 workers: 0.52 of the nominal batch). A loaded state keeps its own pieces."""
         if self._pieces_fixed or self.builder.decoder.fetch or not self.shuffle:
             return
-        want = self.world_size * max(num_workers, 1)
+        # one virtual shard a piece: past MAX_AUTO_SHARDS shards hold several pieces, often of one episode, which
+        # then take several of a pool's slots; with that many episodes a worker's pool cannot hold its share anyway
+        episodes = len(np.unique(self._piece_episode))
+        want = max(1, min(self.world_size * max(num_workers, 1), MAX_AUTO_SHARDS // max(episodes, 1)))
         if want != self.pieces:
             self._cut(self._virtual_shards_arg, want)
 
