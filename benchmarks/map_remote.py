@@ -198,7 +198,7 @@ def _bounds(runs: dict[str, list[dict]], local: float, contenders: dict, a) -> N
         )
 
 
-def main(argv=None) -> None:
+def _args(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", required=True, help="a local synthetic v3.0 dataset (its barcodes are checked)")
     ap.add_argument("--mode", default="single")
@@ -218,7 +218,73 @@ def main(argv=None) -> None:
     ap.add_argument("--in-order", action="store_true", help="every run's DataLoader delivers batches in order")
     ap.add_argument("--lance", help="the dataset's Lance copy (dlbench lance-convert): adds lance_map, local and S3")
     ap.add_argument("--json", help="write every run's figures here")
-    a = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def _stage(work: Path, dataset: str, a, s3_shaped: int, hub_shaped: int) -> dict:
+    """The sources to read (key: (dataset root, endpoint, Lance copy for lance_map)), staged on the servers."""
+    name = Path(dataset).name
+    s3_root, lance_url = f"s3://dlbench-map/{name}", f"s3://dlbench-map/{name}.lance"
+    contenders = {
+        "local": (dataset, None, None),
+        "s3": (s3_root, f"loopback:{s3_shaped}", None),
+        "s3-no-lookahead": (s3_root, f"loopback:{s3_shaped}", None),
+        "s3-bare": (s3_root, "loopback", None),  # no shaping proxy
+        "hub": (f"hf://datasets/dlbench/{name}@v3.0", f"loopback-hub:{hub_shaped}", None),
+    }
+    contenders = {k: v for k, v in contenders.items() if k in a.sources.split(",")}
+    if a.lance:  # lance_map reads Lance copies on local disk or S3 only
+        lance = str(Path(a.lance).absolute())
+        contenders["lance"] = (dataset, None, lance)
+        contenders["s3-lance"] = (s3_root, f"loopback:{s3_shaped}", lance_url)
+        marker = str(work / "lance.json")
+        dlbench("stage", lance, lance_url, "--marker", marker, "--endpoint-url", "loopback", cwd=work, env=_env(work))
+    staged = dict.fromkeys(("s3", "s3-no-lookahead", "s3-bare", "s3-lance"), "loopback") | {"hub": "loopback-hub"}
+    done = set()
+    for key, (root, _, _) in contenders.items():
+        if key in staged and root not in done:
+            done.add(root)
+            marker = str(work / f"{key}.json")
+            dlbench("stage", dataset, root, "--marker", marker, "--endpoint-url", staged[key], cwd=work, env=_env(work))
+    return contenders
+
+
+def _report(runs: dict[str, list[dict]], contenders: dict, a) -> None:
+    """Each source's medians, dlbench_map against lance_map, and the bounds of the remote runs."""
+    print(
+        f"\ndlbench_map (lance, s3-lance: lance_map), mode {a.mode}, batch {a.batch_size}, {a.workers} workers, "
+        f"{a.duration_s:g} s windows, "
+        f"remote +{a.latency_ms:g} ms, {a.bandwidth_mbps:g} Mbit/s; median of {a.repeats}:"
+    )
+    local = statistics.median(r["frames_per_s_node"] for r in runs["local"]) if "local" in runs else None
+    for key, rs in runs.items():
+        med = {k: statistics.median(r[k] for r in rs) if rs[0][k] is not None else None for k in METRICS}
+        share = f"{100 * med['frames_per_s_node'] / local:5.1f}% of local" if local else ""
+        remote = (
+            f"{med['remote_requests_per_kframe']:8.1f} req/kframe {med['remote_mb_per_kframe']:7.2f} MB/kframe "
+            f"amplification {med['remote_read_amplification']:.2f}"
+            if med["remote_requests_per_kframe"] is not None
+            else ""
+        )
+        wrong = sum(r["frames_wrong"] or 0 for r in rs)
+        verified = sum(r["frames_verified"] or 0 for r in rs)
+        cores, meter_cores = (statistics.median(r[k] for r in rs) for k in ("server_cores", "meter_cores"))
+        print(
+            f"  {key:<15} {med['frames_per_s_node']:8.1f} frames/s {share:>16}  {remote}  "
+            f"frames wrong {wrong} of {verified} checked; busy: servers {cores:.2f}, meter {meter_cores:.2f} cores"
+        )
+    for mine, theirs in (("local", "lance"), ("s3", "s3-lance")):
+        if mine in runs and theirs in runs:
+            ratio = statistics.median(r["frames_per_s_node"] for r in runs[mine]) / statistics.median(
+                r["frames_per_s_node"] for r in runs[theirs]
+            )
+            print(f"  dlbench_map over lance_map, {mine}: {ratio:.2f}x")
+    if local:
+        _bounds(runs, local, contenders, a)
+
+
+def main(argv=None) -> None:
+    a = _args(argv)
     dataset = str(Path(a.dataset).absolute())
     work = Path(tempfile.mkdtemp(prefix="dlbench-map-remote-"))
     port, hub_port, s3_shaped, hub_shaped = (_free_port() for _ in range(4))
@@ -235,69 +301,14 @@ def main(argv=None) -> None:
         hub_proxies=[(hub_shaped, *shape)],
     )
     try:
-        name = Path(dataset).name
-        s3_root, lance_url = f"s3://dlbench-map/{name}", f"s3://dlbench-map/{name}.lance"
-        contenders = {  # key: (dataset root, endpoint, Lance copy for lance_map)
-            "local": (dataset, None, None),
-            "s3": (s3_root, f"loopback:{s3_shaped}", None),
-            "s3-no-lookahead": (s3_root, f"loopback:{s3_shaped}", None),
-            "s3-bare": (s3_root, "loopback", None),  # no shaping proxy
-            "hub": (f"hf://datasets/dlbench/{name}@v3.0", f"loopback-hub:{hub_shaped}", None),
-        }
-        contenders = {k: v for k, v in contenders.items() if k in a.sources.split(",")}
-        if a.lance:  # lance_map reads Lance copies on local disk or S3 only
-            lance = str(Path(a.lance).absolute())
-            contenders["lance"] = (dataset, None, lance)
-            contenders["s3-lance"] = (s3_root, f"loopback:{s3_shaped}", lance_url)
-            marker = str(work / "lance.json")
-            dlbench(
-                "stage", lance, lance_url, "--marker", marker, "--endpoint-url", "loopback", cwd=work, env=_env(work)
-            )
-        staged = dict.fromkeys(("s3", "s3-no-lookahead", "s3-bare", "s3-lance"), "loopback") | {"hub": "loopback-hub"}
-        done = set()
-        for key, (root, _, _) in contenders.items():
-            if key in staged and root not in done:
-                done.add(root)
-                marker = str(work / f"{key}.json")
-                dlbench(
-                    "stage", dataset, root, "--marker", marker, "--endpoint-url", staged[key], cwd=work, env=_env(work)
-                )
+        contenders = _stage(work, dataset, a, s3_shaped, hub_shaped)
         runs: dict[str, list[dict]] = {k: [] for k in contenders}
         for r in range(a.repeats):  # interleaved, so drift on a noisy machine hits every source alike
             for key, (root, endpoint, lance) in contenders.items():
                 extra = ["--no-lookahead"] if key.endswith("no-lookahead") else []
                 runs[key].append(_bench(work, root, endpoint, lance, work / f"run{r}-{key}", a, *extra))
                 print(f"{key} run {r}: {json.dumps(runs[key][-1])}", flush=True)
-        print(
-            f"\ndlbench_map (lance, s3-lance: lance_map), mode {a.mode}, batch {a.batch_size}, {a.workers} workers, "
-            f"{a.duration_s:g} s windows, "
-            f"remote +{a.latency_ms:g} ms, {a.bandwidth_mbps:g} Mbit/s; median of {a.repeats}:"
-        )
-        local = statistics.median(r["frames_per_s_node"] for r in runs["local"]) if "local" in runs else None
-        for key, rs in runs.items():
-            med = {k: statistics.median(r[k] for r in rs) if rs[0][k] is not None else None for k in METRICS}
-            share = f"{100 * med['frames_per_s_node'] / local:5.1f}% of local" if local else ""
-            remote = (
-                f"{med['remote_requests_per_kframe']:8.1f} req/kframe {med['remote_mb_per_kframe']:7.2f} MB/kframe "
-                f"amplification {med['remote_read_amplification']:.2f}"
-                if med["remote_requests_per_kframe"] is not None
-                else ""
-            )
-            wrong = sum(r["frames_wrong"] or 0 for r in rs)
-            verified = sum(r["frames_verified"] or 0 for r in rs)
-            cores, meter_cores = (statistics.median(r[k] for r in rs) for k in ("server_cores", "meter_cores"))
-            print(
-                f"  {key:<15} {med['frames_per_s_node']:8.1f} frames/s {share:>16}  {remote}  "
-                f"frames wrong {wrong} of {verified} checked; busy: servers {cores:.2f}, meter {meter_cores:.2f} cores"
-            )
-        for mine, theirs in (("local", "lance"), ("s3", "s3-lance")):
-            if mine in runs and theirs in runs:
-                ratio = statistics.median(r["frames_per_s_node"] for r in runs[mine]) / statistics.median(
-                    r["frames_per_s_node"] for r in runs[theirs]
-                )
-                print(f"  dlbench_map over lance_map, {mine}: {ratio:.2f}x")
-        if local:
-            _bounds(runs, local, contenders, a)
+        _report(runs, contenders, a)
         if a.json:
             Path(a.json).write_text(json.dumps(runs, indent=1))
     finally:

@@ -287,26 +287,17 @@ def shard_order(
 ) -> Iterator[tuple[str, tuple[list[int], int] | int]]:
     """The deterministic event stream of one shard: ("decode", (rows, slot)) and ("emit", row), no I/O.
 
-    Every row of the shard's episodes is decoded once and emitted once. `slot` (0..pool_size-1) is the place in the
-    pool of live episodes the rows' episode holds; an episode that finishes hands its slot to the next one, so a
-    reader with one decoder per (file, slot) reuses it (a seek to the new episode's first keyframe) instead of
-    opening a decoder per episode. The rows of one decode event share one block of decoded frames, which lives until
-    the last of them is emitted; `max_blocks` bounds how many blocks the buffer keeps alive (over it, the oldest
-    block's rows are emitted, in random order, until it is gone). Episodes enter the pool in `entry_groups`
-    order: with `group` > 1, runs of that many consecutive episodes enter one after another.
+    Every row of the shard's episodes is decoded once and emitted once. `slot` (0..pool_size-1): the rows' episode's
+    place in the pool of live episodes, handed to the next episode when it ends, so a reader with a decoder per
+    (file, slot) seeks it instead of opening one per episode. A decode event's rows share one block of frames, alive
+    until the last is emitted; over `max_blocks` live blocks the oldest block's rows are emitted, at random, until
+    it is gone. Episodes enter the pool in `entry_groups` order (`group` consecutive ones one after another).
 
-    `stride` > 1 takes an episode's rows `stride` apart (`episode_blocks`): a block holds rows r, r + stride, ... whose
-    windows share frames when `stride` is the windows' spacing (see `block_frames`), and the items of one episode
-    that meet in a batch are `stride` frames apart instead of neighbours.
-
-    A live episode's blocks are taken in a seeded random order (`forward`: in reading order). In reading order, the
-    live episodes move through their recordings side by side, so a batch holds every episode at about the same
-    moment of its task and consecutive batches hold the same moments: batch means then follow the task's phase, and
-    a batch is worth a few independent items (`bench.checks.effective`). On short GOPs (LeRobot records 2) a block
-    anywhere in an episode costs about what the next one does.
-
-    `stripes` (phase, count), per piece: piece p holds every count[p]-th block of its range from block phase[p]
-    (`stripe_pieces`); None: each piece is all of its range.
+    `stride` > 1: a block holds rows `stride` apart (`episode_blocks`), whose windows share frames at the windows'
+    spacing (`block_frames`). A live episode's blocks are taken in a seeded random order; `forward`: in reading
+    order, where live episodes move through their tasks side by side and batches hold alike moments
+    (`bench.checks.effective`). `stripes` (phase, count) per piece: piece p holds every count[p]-th block of its
+    range from block phase[p] (`stripe_pieces`); None: all of its range.
     """
 
     def blocks_of(ep: int, step: int) -> list[list[int]]:
@@ -317,26 +308,13 @@ def shard_order(
         for ep in episodes:
             for rows in blocks_of(ep, 1 if stripes is None else stride):
                 yield "decode", (rows, 0)
-                for r in rows:
-                    yield "emit", r
+                yield from (("emit", r) for r in rows)
         return
     rng = np.random.default_rng([seed, epoch, shard])
     pending = [ep for g in reversed(entry_groups(episodes, group, rng)) for ep in reversed(g)]  # popped from the end
     live: list[list] = []  # [its blocks still to decode, slot] per live episode
     free_slots = list(range(pool_size - 1, -1, -1))
-    buffer: list[int] = []
-    block_of: dict[int, int] = {}  # row in the buffer -> its decode event
-    left: dict[int, int] = {}  # decode event -> its rows still in the buffer (oldest first)
-
-    def take(j: int) -> int:
-        buffer[j], buffer[-1] = buffer[-1], buffer[j]
-        row = buffer.pop()
-        its_block = block_of.pop(row)
-        left[its_block] -= 1
-        if not left[its_block]:
-            del left[its_block]
-        return row
-
+    buffer = _BlockBuffer()
     # with a block bound, the buffer holds half the items its blocks could: emitted at random, blocks drain unevenly,
     # and the other half absorbs partly drained ones before the oldest must be emptied in a row
     cap = buffer_size if max_blocks is None else max(1, min(buffer_size, max_blocks * read_ahead // 2))
@@ -358,21 +336,47 @@ def shard_order(
         if not blocks:
             free_slots.append(live.pop(k)[1])
         yield "decode", (rows, slot)
-        left[block] = len(rows)
+        buffer.left[block] = len(rows)
         for r in rows:
-            buffer.append(r)
-            block_of[r] = block
-            if len(buffer) >= fill:
-                yield "emit", take(int(rng.integers(len(buffer))))
+            buffer.add(r, block)
+            if len(buffer.rows) >= fill:
+                yield "emit", buffer.take(int(rng.integers(len(buffer.rows))))
                 fill = min(cap, fill + 1)
         block += 1
-        while max_blocks is not None and len(left) > max_blocks:
-            oldest = next(iter(left))
-            members = [j for j, r in enumerate(buffer) if block_of[r] == oldest]
-            yield "emit", take(members[int(rng.integers(len(members)))])
-    rng.shuffle(buffer)
-    for r in buffer:
-        yield "emit", r
+        while max_blocks is not None and len(buffer.left) > max_blocks:
+            members = buffer.oldest_block()
+            yield "emit", buffer.take(members[int(rng.integers(len(members)))])
+    rng.shuffle(buffer.rows)
+    yield from (("emit", r) for r in buffer.rows)
+
+
+class _BlockBuffer:
+    """A shard's shuffle buffer: its rows, and for each decode event (block) how many of its rows it still holds,
+    oldest block first (a block's frames live until its last row leaves)."""
+
+    def __init__(self):
+        self.rows: list[int] = []
+        self.block_of: dict[int, int] = {}  # row in the buffer -> its decode event
+        self.left: dict[int, int] = {}  # decode event -> its rows still in the buffer (oldest first)
+
+    def add(self, row: int, block: int) -> None:
+        self.rows.append(row)
+        self.block_of[row] = block
+
+    def take(self, j: int) -> int:
+        """Remove and return the j-th row (the last takes its place)."""
+        self.rows[j], self.rows[-1] = self.rows[-1], self.rows[j]
+        row = self.rows.pop()
+        block = self.block_of.pop(row)
+        self.left[block] -= 1
+        if not self.left[block]:
+            del self.left[block]
+        return row
+
+    def oldest_block(self) -> list[int]:
+        """The places in `rows` of the oldest block's rows."""
+        oldest = next(iter(self.left))
+        return [j for j, r in enumerate(self.rows) if self.block_of[r] == oldest]
 
 
 def episode_blocks(start: int, end: int, read_ahead: int, stride: int = 1) -> list[list[int]]:
