@@ -46,6 +46,7 @@ POINTS = (
     ("stream read_ahead 1", "dlbench_stream", {"read_ahead": 1}),
     ("stream read_ahead 2", "dlbench_stream", {"read_ahead": 2}),
     ("stream pieces 1", "dlbench_stream", {"pieces": 1}),
+    ("stream gop_run 0", "dlbench_stream", {"gop_run": 0}),  # each block a random jump, on long GOPs too
     ("stream read_ahead 4", "dlbench_stream", {"read_ahead": 4}),
     ("stream read_ahead 8", "dlbench_stream", {"read_ahead": 8}),
     ("stream forward", "dlbench_stream", {"episode_order": "forward"}),

@@ -22,6 +22,7 @@ from dlbench.loader.partition import (
     cut_pieces,
     deal_order,
     episode_blocks,
+    gop_runs,
     interleave,
     rank_shards,
     shard_order,
@@ -48,13 +49,18 @@ class Stream:
     stride: int = 1
     pieces: int = 1  # each episode cut into pieces, the units shards are made of, as the stream does
     striped: bool = False  # pieces as stripes of blocks (`stripe_pieces`), else contiguous of >= 2 frames
+    gop: int = 0  # blocks taken a GOP run at a time (`gop_runs`; the stream does so for single rows, stride 1)
+
+    @property
+    def run_rows(self) -> int:
+        return self.gop if self.stride == 1 and self.striped else 0  # runs come with stripes (random order)
 
     def __post_init__(self):
         lengths = np.asarray(self.lengths, np.int64)
         ep_to = np.cumsum(lengths)
         self.stripes = None
         if self.striped:
-            cut = stripe_pieces(ep_to - lengths, ep_to, self.pieces, self.read_ahead, self.stride)
+            cut = stripe_pieces(ep_to - lengths, ep_to, self.pieces, self.read_ahead, self.stride, self.run_rows)
             self.ep_from, self.ep_to, episode, phase, count, rows = cut
             self.stripes = (phase, count)
         else:
@@ -84,6 +90,7 @@ class Stream:
             self.group,
             self.stride,
             stripes=self.stripes,
+            run_rows=self.run_rows,
         )
         return [value for kind, value in events if kind == "emit"]
 
@@ -137,6 +144,7 @@ def streams(draw, most_episodes: int = 300):
         stride=draw(st.sampled_from([1, 1, 3, 30])),
         pieces=draw(st.sampled_from([1, 1, 2, 3, 8])),
         striped=draw(st.booleans()),
+        gop=draw(st.sampled_from([0, 0, 3, 30])),
     )
 
 
@@ -335,3 +343,21 @@ def test_stripes_split_an_episodes_blocks_and_each_spans_it(length, per_episode,
     assert [len(m) for m in mine] == rows.tolist()
     if stride == 1 and len(blocks) >= 4 * len(pf):
         assert all(min(m) < length / 2 <= max(m) for m in mine)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 500), st.integers(1, 400), st.integers(1, 9), st.integers(0, 40), st.integers(0, 2**16))
+def test_gop_runs_take_each_gop_in_reading_order_once(start, length, read_ahead, gop, seed):
+    """Runs hold an episode's blocks once, in reading order, each run within one GOP from the episode's first
+    keyframe; a live episode's decodes then jump once a run (the blocks of a run follow one another)."""
+    blocks = episode_blocks(start, start + length, read_ahead)
+    runs = gop_runs(blocks, start, gop)
+    assert [b for run in runs for b in run] == blocks
+    if gop:
+        assert all(len({(b[0] - start) // gop for b in run}) == 1 for run in runs)
+    ep_from, ep_to = np.array([start]), np.array([start + length])
+    events = shard_order(ep_from, ep_to, [0], seed, 0, 0, 1, 8, read_ahead, True, None, 1, 1, run_rows=gop)
+    decoded = [rows for kind, rows in ((k, v[0]) for k, v in events if k == "decode")]
+    jumps = sum(1 for a, b in zip(decoded, decoded[1:]) if b[0] != a[-1] + 1)
+    assert sorted(r for rows in decoded for r in rows) == list(range(start, start + length))
+    assert jumps <= (len(runs) - 1 if gop else len(blocks) - 1)

@@ -615,7 +615,7 @@ def _epoch(root, world, workers, state=None, stop=None):
         if state is not None:
             ds.load_state_dict(state)
         loader = DataLoader(ds, batch_size=4, num_workers=workers, multiprocessing_context=start_method())
-        pieces.append(ds.pieces)
+        pieces.append((ds.pieces, ds.gop_run))
         for w in range(max(workers, 1)):
             mine = ds.worker_shards(ds.epoch, max(workers, 1), w)
             reach.append({int(e) for v in mine for e in ds.virtual_shard_episodes(int(v))})
@@ -631,17 +631,19 @@ def _epoch(root, world, workers, state=None, stop=None):
 
 @pytest.mark.parametrize("first, then", [((1, 2), (1, 1)), ((2, 2), (1, 3)), ((1, 1), (2, 2))])
 def test_workers_read_pieces_of_every_episode_and_a_state_keeps_its_pieces(long_episodes, first, then):
-    """Under dlbench's DataLoader each episode is cut into ranks x workers pieces (2 here: 4-5 s, pieces of >= 2 s)
-    and every worker reads a piece of each episode; a state resumed under other ranks and workers keeps the pieces
-    it was cut into, and the epoch still delivers every frame exactly once."""
+    """Under dlbench's DataLoader each episode is cut into ranks x workers pieces and every worker reads a piece of
+    each episode; with 2 workers or more a GOP (30 frames here, blocks of 8) is read at a time. A state resumed
+    under other ranks and workers keeps the pieces and GOP runs it was cut with, and the epoch still delivers every
+    frame exactly once."""
     root = str(long_episodes)
     total = LeRobotStreamingDataset(root).num_frames
     before, state, pieces, reach = _epoch(root, *first, stop=3)
     consumers = first[0] * max(first[1], 1)
-    assert set(pieces) == {consumers}
+    cut = (consumers, 30 if first[1] >= 2 else 0)
+    assert set(pieces) == {cut}
     if consumers == 2:  # as many pieces as workers: each worker holds a piece of all 5 episodes
         assert all(r == set(range(5)) for r in reach), reach
     state = json.loads(json.dumps(state))
     after, _, resumed, _ = _epoch(root, *then, state=state)
-    assert set(resumed) == {consumers}  # the state's pieces, not the new workers'
+    assert set(resumed) == {cut}  # the state's pieces and runs, not the new workers'
     assert sorted(before + after) == list(range(total))

@@ -148,6 +148,25 @@ class DatasetMeta:
     def video_url(self, cam: str, episode: int) -> str:
         return paths.join(self.data_root, self.video_file[cam][episode])
 
+    def keyframe_interval(self, episode: int = 0) -> int:
+        """Frames between keyframes in the first camera's video file of `episode`, read from its MP4 index: the
+        longest gap, the encoder's GOP (episodes restart it, scene cuts add keyframes: shorter gaps); 1 where every
+        frame is one; 0 where it cannot be read (the stream then does not rely on it)."""
+        import fsspec
+
+        from ..format import mp4
+
+        if not self.cameras or not len(self.ep_from):
+            return 0
+        url = self.video_url(self.cameras[0], episode)
+        try:
+            fs, path = fsspec.core.url_to_fs(url)
+            with fs.open(path, "rb") as fh:
+                sync = mp4.read_track(fh, url).sync
+        except (OSError, ValueError, mp4.Unsupported):
+            return 0
+        return 1 if sync is None or len(sync) < 2 else int(np.diff(sync).max())
+
     def data_files(self) -> list[str]:
         """Relative data file paths in (chunk, file) order; reading them in order yields rows in `index` order."""
         return list(dict.fromkeys(self.data_file))

@@ -66,22 +66,35 @@ def cut_pieces(ep_from: np.ndarray, ep_to: np.ndarray, per_episode: int, min_fra
 
 
 def stripe_pieces(
-    ep_from: np.ndarray, ep_to: np.ndarray, per_episode: int, read_ahead: int, stride: int = 1
+    ep_from: np.ndarray, ep_to: np.ndarray, per_episode: int, read_ahead: int, stride: int = 1, run_rows: int = 0
 ) -> tuple[np.ndarray, ...]:
     """Each episode cut into up to `per_episode` stripes: stripe k of P holds every P-th of its blocks
     (`episode_blocks`), starting at block k. For a stream that reads a live episode's blocks in random order (a seek
     each, whatever the cut), so a stripe costs what a contiguous piece does, yet spans the whole episode: workers
     holding different stripes of it see all of its moments, where halves would give one worker its starts and
-    another its ends. Returns (piece_from, piece_to, piece_episode, phase, count, rows): a stripe's rows lie in
-    its episode's range [from, to), `rows` of them."""
+    another its ends. With `run_rows`, stripes are of runs (`gop_runs`), not blocks. Returns (piece_from, piece_to,
+    piece_episode, phase, count, rows): a stripe's rows lie in its episode's range [from, to), `rows` of them."""
     froms, tos, eps, phases, counts, rows = [], [], [], [], [], []
     for ep, (a, b) in enumerate(zip(np.asarray(ep_from, np.int64), np.asarray(ep_to, np.int64))):
-        sizes = [len(block) for block in episode_blocks(int(a), int(b), read_ahead, stride)]
+        units = gop_runs(episode_blocks(int(a), int(b), read_ahead, stride), int(a), run_rows)
+        sizes = [sum(len(block) for block in unit) for unit in units]
         parts = max(1, min(per_episode, len(sizes)))
         for k in range(parts):
             froms.append(a), tos.append(b), eps.append(ep), phases.append(k), counts.append(parts)
             rows.append(sum(sizes[k::parts]))
     return tuple(np.asarray(x, np.int64) for x in (froms, tos, eps, phases, counts, rows))
+
+
+def gop_runs(blocks: list[list[int]], start: int, run_rows: int) -> list[list[list[int]]]:
+    """An episode's blocks (consecutive rows, from `start`, its first keyframe) grouped by the run of `run_rows` rows
+    (its video's GOP) they begin in; 0: each block alone. A stream that takes a run's blocks in reading order seeks
+    once a run: on long GOPs a block taken alone at random costs the decode of the GOP before it."""
+    if run_rows <= 0:
+        return [[b] for b in blocks]
+    runs: dict[int, list[list[int]]] = {}
+    for b in blocks:
+        runs.setdefault((b[0] - start) // run_rows, []).append(b)
+    return list(runs.values())
 
 
 def split_episodes(lengths: np.ndarray, parts: int) -> list[range]:
@@ -284,6 +297,7 @@ def shard_order(
     stride: int = 1,
     forward: bool = False,
     stripes: tuple[np.ndarray, np.ndarray] | None = None,
+    run_rows: int = 0,
 ) -> Iterator[tuple[str, tuple[list[int], int] | int]]:
     """The deterministic event stream of one shard: ("decode", (rows, slot)) and ("emit", row), no I/O.
 
@@ -297,12 +311,16 @@ def shard_order(
     spacing (`block_frames`). A live episode's blocks are taken in a seeded random order; `forward`: in reading
     order, where live episodes move through their tasks side by side and batches hold alike moments
     (`bench.checks.effective`). `stripes` (phase, count) per piece: piece p holds every count[p]-th block of its
-    range from block phase[p] (`stripe_pieces`); None: all of its range.
+    range from block phase[p] (`stripe_pieces`); None: all of its range. `run_rows` > 0 (stride 1, random order):
+    blocks are taken a GOP run at a time (`gop_runs`), the runs in random order.
     """
 
+    def units_of(ep: int, step: int) -> list[list[list[int]]]:
+        units = gop_runs(episode_blocks(int(ep_from[ep]), int(ep_to[ep]), read_ahead, step), int(ep_from[ep]), run_rows)
+        return units if stripes is None else units[int(stripes[0][ep]) :: int(stripes[1][ep])]
+
     def blocks_of(ep: int, step: int) -> list[list[int]]:
-        blocks = episode_blocks(int(ep_from[ep]), int(ep_to[ep]), read_ahead, step)
-        return blocks if stripes is None else blocks[int(stripes[0][ep]) :: int(stripes[1][ep])]
+        return [b for unit in units_of(ep, step) for b in unit]
 
     if not shuffle:
         for ep in episodes:
@@ -326,9 +344,13 @@ def shard_order(
     while pending or live:
         while len(live) < pool_size and pending:
             ep = int(pending.pop())
-            blocks = blocks_of(ep, stride)[::-1]  # popped from the end
-            if not forward:
-                blocks = [blocks[j] for j in rng.permutation(len(blocks))]
+            if run_rows > 0 and not forward:  # runs at random, each in reading order; popped from the end
+                units = units_of(ep, stride)
+                blocks = [b for j in rng.permutation(len(units)) for b in units[j]][::-1]
+            else:
+                blocks = blocks_of(ep, stride)[::-1]  # popped from the end
+                if not forward:
+                    blocks = [blocks[j] for j in rng.permutation(len(blocks))]
             live.append([blocks, free_slots.pop()])
         k = _pick(rng, [sum(len(b) for b in entry[0]) for entry in live])  # odds by rows left: pieces end together
         blocks, slot = live[k]

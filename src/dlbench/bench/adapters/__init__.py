@@ -86,6 +86,7 @@ def make_adapter(run, dmeta: DatasetMeta | None = None, tag_items: bool = False)
             read_ahead=run.read_ahead,
             episode_order=run.episode_order or "random",
             pieces=run.pieces,
+            gop_run=run.gop_run,
             buffer_mb=run.buffer_mb,
             tag_items=tag_items,
             **common,
