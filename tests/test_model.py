@@ -74,12 +74,17 @@ def test_waits_on_storage_are_overlapped_by_more_workers_and_scale_with_latency(
 
 
 def test_streaming_with_fewer_units_than_workers_names_the_episodes():
-    """dlbench_stream deals virtual shards (one per episode); LeRobot's stream one data file per worker."""
+    """dlbench_stream deals pieces of episodes (ranks x workers of each), so every worker has some; fetching whole
+    episodes, one virtual shard per fetch group. LeRobot's stream deals one data file per worker."""
     ours = predict(cost(loader="dlbench_stream"), Node(16), 8, batch_size=16, episodes=3)
-    assert ours.busy_workers == 3 and ours.bound == "episodes"
+    assert ours.busy_workers == 8 and ours.bound != "episodes"
+    fetched = predict(cost(loader="dlbench_stream"), Node(16), 8, batch_size=16, episodes=3, fetch_episodes=1)
+    assert fetched.busy_workers == 3 and fetched.bound == "episodes"
     theirs = predict(cost(loader="lerobot_stream"), Node(16), 4, batch_size=16, episodes=50, data_files=1)
     assert theirs.busy_workers == 1 and theirs.bound == "episodes"
-    two_ranks = predict(cost(loader="dlbench_stream"), Node(16, ranks=2), 2, batch_size=16, ranks=2, episodes=3)
+    two_ranks = predict(
+        cost(loader="dlbench_stream"), Node(16, ranks=2), 2, batch_size=16, ranks=2, episodes=3, fetch_episodes=1
+    )
     assert two_ranks.busy_workers == 1  # rank 1 gets one of the 3 shards: the slowest rank sets the pace
     # one data file over two ranks: `datasets` splits it by rows, so each rank streams it with one busy worker
     split = predict(cost(loader="lerobot_stream"), Node(16, ranks=1), 2, batch_size=16, ranks=2, episodes=50)
@@ -387,12 +392,15 @@ def test_a_streams_workers_idle_only_once_a_run_reaches_the_end_of_their_shards(
 
 
 def test_a_stream_of_five_episodes_on_two_workers_is_predicted_with_one_idle_at_each_passs_end():
-    """5 episodes on 2 workers: 3 and 2 shards, 5/3 workers busy over a run that goes through them many times, and
-    the bound says so; 4 episodes divide: both busy."""
+    """5 episodes fetched whole on 2 workers: 3 and 2 shards, 5/3 workers busy over a run that goes through them
+    many times, and the bound says so; 4 episodes divide: both busy. In pieces (the default) both are busy."""
     c = cost(worker_ms=2, cpu_ms=2, handover_ms=0.001, check_ms=0, loader="dlbench_stream")
 
-    def run(episodes, run_s):
-        return predict(c, Node(64), 2, batch_size=16, episodes=episodes, samples=episodes * 300, run_s=run_s)
+    def run(episodes, run_s, fetch_episodes=1):
+        return predict(c, Node(64), 2, batch_size=16, episodes=episodes, samples=episodes * 300, run_s=run_s,
+                       fetch_episodes=fetch_episodes)  # fmt: skip
+
+    assert run(5, 60.0, fetch_episodes=0).samples_per_s_node == pytest.approx(2 / c.worker_s)
 
     assert run(5, 60.0).samples_per_s_node == pytest.approx(5 / 3 / c.worker_s, rel=0.02)
     assert run(5, 60.0).bound == "episodes"
@@ -401,11 +409,11 @@ def test_a_stream_of_five_episodes_on_two_workers_is_predicted_with_one_idle_at_
 
 
 def test_a_two_host_run_is_predicted_with_its_second_hosts_rank_too():
-    """3 episodes over 2 ranks of 2 workers, a rank a host: rank 0 reads 2 shards, rank 1 one; per node 1.5 workers'
-    worth, where counting the first host alone said 2."""
+    """3 episodes fetched whole over 2 ranks of 2 workers, a rank a host: rank 0 reads 2 shards, rank 1 one; per
+    node 1.5 workers' worth, where counting the first host alone said 2."""
     c = cost(worker_ms=10, cpu_ms=10, handover_ms=0.001, check_ms=0, loader="dlbench_stream")
     run = {"loader": "dlbench_stream", "mode": "single", "batch_size": 16, "num_workers": 2, "decode_device": "cpu",
-           "ranks": 2, "verify": True}  # fmt: skip
+           "ranks": 2, "verify": True, "fetch_episodes": 1}  # fmt: skip
     cal = Calibration("d", "local", "h", 64, 3, 1, None, 1.0, costs=[c])
     two_hosts = predict_run(run, cal, hosts=2)
     assert two_hosts.samples_per_s_node == pytest.approx(1.5 / c.worker_s)

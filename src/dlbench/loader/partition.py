@@ -49,6 +49,16 @@ def auto_virtual_shards(num_episodes: int, group: int = 1) -> int:
     return max(1, min(MAX_AUTO_SHARDS, num_episodes // max(group, 1)))
 
 
+def auto_pieces(num_episodes: int, ranks: int, workers: int, fetching: bool = False) -> int:
+    """The stream's default pieces an episode: one per consumer (ranks x DataLoader workers), while the pieces
+    number at most `MAX_AUTO_SHARDS` (past it shards hold several pieces, often of one episode, which then take
+    several of a pool's slots; with that many episodes no pool holds its share anyway); 1 where episodes are
+    fetched whole."""
+    if fetching:
+        return 1
+    return max(1, min(max(ranks, 1) * max(workers, 1), MAX_AUTO_SHARDS // max(num_episodes, 1)))
+
+
 def cut_pieces(ep_from: np.ndarray, ep_to: np.ndarray, per_episode: int, min_frames: int) -> tuple[np.ndarray, ...]:
     """Each episode cut into up to `per_episode` contiguous pieces of about equal length, none shorter than
     `min_frames` (an episode shorter than two such stays whole): (piece_from, piece_to, piece_episode), in row

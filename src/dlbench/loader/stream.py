@@ -44,9 +44,9 @@ from .dataset_meta import DatasetMeta, episode_rows, open_meta, resolve_windows
 from .items import BuilderViews, HeldTables, ItemBuilder, data_columns, read_columns
 from .lerobot_args import check_lerobot_args
 from .partition import (
-    MAX_AUTO_SHARDS,
     MIN_PIECE_S,
     Lanes,
+    auto_pieces,
     auto_virtual_shards,
     block_frames,
     busy_workers,
@@ -308,10 +308,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             return
         pieces, gop = self.pieces, self.gop_run
         if not self._pieces_fixed:
-            # one virtual shard a piece: past MAX_AUTO_SHARDS, shards hold several pieces, often of one episode,
-            # which then take several of a pool's slots; with that many episodes no pool holds its share anyway
-            episodes = len(np.unique(self._piece_episode))
-            pieces = max(1, min(self.world_size * max(num_workers, 1), MAX_AUTO_SHARDS // max(episodes, 1)))
+            pieces = auto_pieces(len(np.unique(self._piece_episode)), self.world_size, num_workers)
         if not self._gop_fixed:
             gop = self._eligible(None) if num_workers >= 2 else 0
         if (pieces, gop) != (self.pieces, self.gop_run):
@@ -461,7 +458,9 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         return worker_shards(self.rank_shards(epoch), num_workers, worker, self.shuffle)
 
     def busy_workers(self, num_workers: int) -> int:
-        """How many of this rank's `num_workers` DataLoader workers have episodes to read (0 workers: 1 process)."""
+        """How many of this rank's `num_workers` DataLoader workers have episodes to read (0 workers: 1 process), in
+        the layout a DataLoader of that many workers reads (`use_workers`: pieces follow the workers)."""
+        self.use_workers(num_workers)
         return busy_workers(len(self._shards), self.rank, self.world_size, num_workers)
 
     def work_note(self, num_workers: int) -> str:

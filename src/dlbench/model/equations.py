@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..loader.partition import auto_virtual_shards, busy_workers, rank_shard_count
+from ..loader.partition import auto_pieces, auto_virtual_shards, busy_workers, rank_shard_count
 from ..run.loaders import LoaderName
 from .calibration import LoaderCost
 
@@ -94,13 +94,20 @@ def busy(loader: str, workers: int, rank: int, ranks: int, episodes: int, data_f
     """The DataLoader workers of rank `rank` (of `ranks`) that have work (workers 0: the process itself, 1)."""
     base = LoaderName.parse(loader).base
     if base == "dlbench_stream":
-        return busy_workers(auto_virtual_shards(episodes, max(fetch_episodes, 1)), rank, ranks, workers)
+        return busy_workers(stream_shards(episodes, ranks, workers, fetch_episodes), rank, ranks, workers)
     if base == "lerobot_stream":
         # one shard per data file; `datasets` splits ranks by rows where the files do not divide among them, so
         # every rank keeps every shard
         files = max(data_files, 1)
         return busy_workers(files, rank, ranks, workers) if files % ranks == 0 else min(max(workers, 1), files)
     return max(workers, 1)
+
+
+def stream_shards(episodes: int, ranks: int, workers: int, fetch_episodes: int) -> int:
+    """dlbench_stream's virtual shards at its defaults: one a piece, ranks x workers pieces an episode
+    (`partition.auto_pieces`), one a fetch group where episodes are fetched whole."""
+    pieces = auto_pieces(episodes, ranks, workers, fetch_episodes > 0)
+    return auto_virtual_shards(episodes * pieces, max(fetch_episodes, 1))
 
 
 def worker_share(
@@ -156,7 +163,7 @@ def predict(
     every = [busy(cost.loader, w, r, ranks, episodes, data_files, fetch_episodes) for r in range(max(ranks, 1))]
     worker_s = worker_time(cost, node, calibrated_ttfb_ms)
     if LoaderName.parse(cost.loader).base == "dlbench_stream":
-        shards = auto_virtual_shards(episodes, max(fetch_episodes, 1))
+        shards = stream_shards(episodes, ranks, w, fetch_episodes)
         mine = [rank_shard_count(shards, r, ranks) for r in range(max(ranks, 1))]
         busy_share = [worker_share(b, w, m, samples, worker_s, run_s) for b, m in zip(every, mine)]
     else:
