@@ -43,6 +43,7 @@ POINTS = (
     ("stream pool 64", "dlbench_stream", {"pool_size": 64}),
     ("stream buffer_mb 64", "dlbench_stream", {"buffer_mb": 64}),
     ("stream buffer_mb 256", "dlbench_stream", {"buffer_mb": 256}),
+    ("stream buffer_mb 512", "dlbench_stream", {"buffer_mb": 512}),
     ("stream read_ahead 1", "dlbench_stream", {"read_ahead": 1}),
     ("stream read_ahead 2", "dlbench_stream", {"read_ahead": 2}),
     ("stream pieces 1", "dlbench_stream", {"pieces": 1}),
