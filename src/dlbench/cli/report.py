@@ -38,6 +38,24 @@ def _mode_target(text: str) -> tuple[str, float]:
 
 
 def add(sub) -> None:
+    _add_aggregate(sub)
+    p = command(sub, "conversion-table", help="conversion records (convert run --record) -> CSV")
+    p.add_argument("records", nargs="+", help="JSON records of `convert run --record`")
+    p.add_argument("--out", required=True, help="CSV to write")
+    p.set_defaults(func=conversion_table)
+    _add_advise(sub)
+    p = command(sub, "plot", help="summary CSV -> PNG plots")
+    p.add_argument("summary", nargs="?", default=None, help="summary.csv (omit to draw only --conversion)")
+    p.add_argument("--conversion", default=None, help="conversion table CSV: adds conversion.png")
+    p.add_argument("--outdir", required=True, help="directory for the PNG files")
+    p.add_argument(
+        "--thrash-hit-rate-below", type=float, default=None, help="the cache plot's thrash line (default: as aggregate)"
+    )
+    p.add_argument("--thrash-p99-ms-above", type=float, default=None, help="(default: as aggregate)")
+    p.set_defaults(func=plot)
+
+
+def _add_aggregate(sub) -> None:
     from ..config import defaults, schema
 
     p = command(sub, "aggregate", help="rank records -> summary CSV")
@@ -81,11 +99,8 @@ def add(sub) -> None:
     p.add_argument("--predictions", default=None, help="predictions.csv: each run gets its prediction, bound and error")
     p.set_defaults(func=aggregate)
 
-    p = command(sub, "conversion-table", help="conversion records (convert run --record) -> CSV")
-    p.add_argument("records", nargs="+", help="JSON records of `convert run --record`")
-    p.add_argument("--out", required=True, help="CSV to write")
-    p.set_defaults(func=conversion_table)
 
+def _add_advise(sub) -> None:
     p = command(sub, "advise", help="per run: where the time went, its bound, and what would lift it (Markdown)")
     p.add_argument("results", nargs="?", default="results", help="the results directory (summary.csv, calibration/)")
     p.add_argument("--out", default=None, help="write the advice here (default: print it)")
@@ -108,16 +123,6 @@ def add(sub) -> None:
     p.add_argument("--legs", type=int, default=3, help="--verify: legs each side, alternating (default: 3)")
     p.add_argument("--leg-s", type=float, default=4.0, help="--verify: seconds measured per leg (default: 4)")
     p.set_defaults(func=advise)
-
-    p = command(sub, "plot", help="summary CSV -> PNG plots")
-    p.add_argument("summary", nargs="?", default=None, help="summary.csv (omit to draw only --conversion)")
-    p.add_argument("--conversion", default=None, help="conversion table CSV: adds conversion.png")
-    p.add_argument("--outdir", required=True, help="directory for the PNG files")
-    p.add_argument(
-        "--thrash-hit-rate-below", type=float, default=None, help="the cache plot's thrash line (default: as aggregate)"
-    )
-    p.add_argument("--thrash-p99-ms-above", type=float, default=None, help="(default: as aggregate)")
-    p.set_defaults(func=plot)
 
 
 def _thrash(a) -> dict:

@@ -325,16 +325,9 @@ def shard_order(
     blocks are taken a GOP run at a time (`gop_runs`), the runs in random order.
     """
 
-    def units_of(ep: int, step: int) -> list[list[list[int]]]:
-        units = gop_runs(episode_blocks(int(ep_from[ep]), int(ep_to[ep]), read_ahead, step), int(ep_from[ep]), run_rows)
-        return units if stripes is None else units[int(stripes[0][ep]) :: int(stripes[1][ep])]
-
-    def blocks_of(ep: int, step: int) -> list[list[int]]:
-        return [b for unit in units_of(ep, step) for b in unit]
-
     if not shuffle:
         for ep in episodes:
-            for rows in blocks_of(ep, 1 if stripes is None else stride):
+            for rows in piece_blocks(ep_from, ep_to, ep, read_ahead, 1 if stripes is None else stride, stripes):
                 yield "decode", (rows, 0)
                 yield from (("emit", r) for r in rows)
         return
@@ -354,13 +347,8 @@ def shard_order(
     while pending or live:
         while len(live) < pool_size and pending:
             ep = int(pending.pop())
-            if run_rows > 0 and not forward:  # runs at random, each in reading order; popped from the end
-                units = units_of(ep, stride)
-                blocks = [b for j in rng.permutation(len(units)) for b in units[j]][::-1]
-            else:
-                blocks = blocks_of(ep, stride)[::-1]  # popped from the end
-                if not forward:
-                    blocks = [blocks[j] for j in rng.permutation(len(blocks))]
+            order = None if forward else rng
+            blocks = piece_blocks(ep_from, ep_to, ep, read_ahead, stride, stripes, run_rows, order)[::-1]  # popped
             live.append([blocks, free_slots.pop()])
         k = _pick(rng, [sum(len(b) for b in entry[0]) for entry in live])  # odds by rows left: pieces end together
         blocks, slot = live[k]
@@ -380,6 +368,27 @@ def shard_order(
             yield "emit", buffer.take(members[int(rng.integers(len(members)))])
     rng.shuffle(buffer.rows)
     yield from (("emit", r) for r in buffer.rows)
+
+
+def piece_blocks(
+    ep_from: np.ndarray,
+    ep_to: np.ndarray,
+    piece: int,
+    read_ahead: int,
+    stride: int,
+    stripes: tuple[np.ndarray, np.ndarray] | None = None,
+    run_rows: int = 0,
+    rng: np.random.Generator | None = None,
+) -> list[list[int]]:
+    """Piece `piece`'s blocks in the order a stream takes them: its stripe's only (`stripes`), in reading order
+    (`rng` None) or at random, a GOP run at a time where `run_rows` > 0 (`gop_runs`: each run in reading order)."""
+    start = int(ep_from[piece])
+    units = gop_runs(episode_blocks(start, int(ep_to[piece]), read_ahead, stride), start, run_rows)
+    if stripes is not None:
+        units = units[int(stripes[0][piece]) :: int(stripes[1][piece])]
+    if rng is not None:
+        units = [units[j] for j in rng.permutation(len(units))]
+    return [block for unit in units for block in unit]
 
 
 class _BlockBuffer:

@@ -74,6 +74,19 @@ EPISODE_ORDERS = ("random", "forward")  # a live episode's blocks: at random, or
 AUTO_READ_AHEAD = (8, 4, 2)  # the read_ahead values tried, largest first (`auto_read_ahead`)
 
 
+def _check_order_args(counts: dict, gop_run: int | None, episode_order: str, fetch_episodes: int) -> None:
+    """One `UserError` for the first order argument out of range (None: the default; 0 is a mistake, not it)."""
+    for name, value in counts.items():
+        if value is not None and value < 1:
+            raise UserError(f"{name} must be >= 1 (got {value}); leave it out for the default")
+    if gop_run is not None and gop_run < 0:
+        raise UserError(f"gop_run must be >= 0 (got {gop_run}); 0 reads each block at a jump, unset: the GOP")
+    if episode_order not in EPISODE_ORDERS:
+        raise UserError(f"episode_order must be one of {', '.join(EPISODE_ORDERS)} (got {episode_order!r})")
+    if fetch_episodes < 0:
+        raise UserError(f"fetch_episodes must be >= 0 (got {fetch_episodes})")
+
+
 class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
     """Stream a v3.0 dataset in virtual shards dealt to ranks and DataLoader workers, shuffled through an episode
     pool and a buffer; resumable mid-epoch with any ranks and workers (see the module docstring).
@@ -188,17 +201,10 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         data_files_root: str | None = None,
         meta: DatasetMeta | None = None,
     ):
-        counts = dict(pool_size=pool_size, buffer_size=buffer_size, read_ahead=read_ahead,
-                      block_stride=block_stride, virtual_shards=virtual_shards, pieces=pieces)  # fmt: skip
-        for name, value in counts.items():  # None: the default; 0 is not "the default" but a mistake
-            if value is not None and value < 1:
-                raise UserError(f"{name} must be >= 1 (got {value}); leave it out for the default")
-        if gop_run is not None and gop_run < 0:
-            raise UserError(f"gop_run must be >= 0 (got {gop_run}); 0 reads each block at a jump, unset: the GOP")
-        if episode_order not in EPISODE_ORDERS:
-            raise UserError(f"episode_order must be one of {', '.join(EPISODE_ORDERS)} (got {episode_order!r})")
-        if fetch_episodes < 0:
-            raise UserError(f"fetch_episodes must be >= 0 (got {fetch_episodes})")
+        _check_order_args(
+            dict(pool_size=pool_size, buffer_size=buffer_size, read_ahead=read_ahead, block_stride=block_stride,
+                 virtual_shards=virtual_shards, pieces=pieces), gop_run, episode_order, fetch_episodes,
+        )  # fmt: skip
         check_lerobot_args(token=token, depth_output_unit=depth_output_unit, rng=rng)
         self.meta = open_meta(repo_id, root, revision, repo_type, cameras, data_files_root, local_cache, episodes, meta)
         self.episodes, _ = episode_rows(self.meta, episodes, episode_filter)

@@ -36,6 +36,39 @@ PROOF_S = (4.0, 20.0)  # a proof window's shortest and longest duration (s)
 OTHER_LOAD = 0.25  # cores busy with other work while proving, as a share of the host's: the answer says so
 
 
+def _open(root: str, source_spec: dict | None):
+    """The dataset's metadata, its source's settings applied; one `UserError` where it cannot be read."""
+    from ..format.paths import is_remote
+    from ..loader.dataset_meta import DatasetMeta
+    from ..sources import apply_env, check_reachable
+
+    apply_env(source_spec)
+    if is_remote(root):
+        check_reachable(root)
+    try:
+        return DatasetMeta.load(root)
+    except UserError:
+        raise
+    except Exception as e:  # a file that is there but is not a v3.0 dataset's
+        raise UserError(f"{root}: not a readable LeRobot v3.0 dataset ({type(e).__name__}: {e})") from None
+
+
+def _prove_queue(state, queue: list, prove, floor: dict, memory_mb, per_worker: int, deadline: float) -> list:
+    """Prove candidates in turn until the queue or the time budget is spent (one at least); a stream that misses the
+    floor or budget queues its knob moves next (`search.knob_moves`)."""
+    proven = []
+    while queue:
+        c = queue.pop(0)
+        if proven and time.perf_counter() > deadline:
+            state.note(f"time budget spent: {c.key} and {len(queue)} more not proven")
+            break
+        c.measured = prove(c)
+        proven.append(c)
+        if meets(c.measured, floor, memory_mb) and c.loader == "dlbench_stream":
+            queue = knob_moves(c, c.measured, floor, per_worker) + queue
+    return proven
+
+
 def tune(
     root: str,
     out: str | Path,
@@ -57,9 +90,7 @@ def tune(
     result (see the module docstring). A `UserError` for an unreadable dataset or a constraint that cannot be read."""
     from ..config import defaults
     from ..format.paths import is_remote
-    from ..loader.dataset_meta import DatasetMeta
     from ..model.calibration import host_cores
-    from ..sources import apply_env, check_reachable
 
     t0 = time.perf_counter()
     phases: dict[str, float] = {}
@@ -70,15 +101,7 @@ def tune(
     here = host_cores()
     cores = cores or here
     predicted_only = cores != here or nodes != 1
-    apply_env(source_spec)
-    if is_remote(root):
-        check_reachable(root)
-    try:
-        meta = DatasetMeta.load(root)
-    except UserError:
-        raise
-    except Exception as e:  # a file that is there but is not a v3.0 dataset's
-        raise UserError(f"{root}: not a readable LeRobot v3.0 dataset ({type(e).__name__}: {e})") from None
+    meta = _open(root, source_spec)
     dataset = dataset or Path(str(root).rstrip("/").split("@")[0]).name or "dataset"
     phases["open_s"] = time.perf_counter() - t0
     constraints = dict(mode=mode, delta_timestamps=delta_timestamps, batch_size=batch_size, memory_gb=memory_gb,
@@ -118,18 +141,11 @@ def tune(
         # LeRobot's best; best-predicted first
         ours_first = [*best.values(), *(c for c in runners_up if c is not None)]
         queue = sorted(ours_first, key=lambda c: -c.predicted_fps) + list(lerobot_best.values())
-        deadline = t0 + time_budget_s
-        while queue:
-            c = queue.pop(0)
-            if proven and time.perf_counter() > deadline:
-                state.note(f"time budget spent: {c.key} and {len(queue)} more not proven")
-                break
-            c.measured = state.proof(c, lambda c=c: _prove(c, root, mode, delta_timestamps, batch_size,
-                                                           source_spec, work))  # fmt: skip
-            proven.append(c)
-            why = meets(c.measured, floor, memory_mb)
-            if why and c.loader == "dlbench_stream":
-                queue = knob_moves(c, c.measured, floor, per_worker) + queue
+
+        def prove(c: Candidate) -> dict:
+            return state.proof(c, lambda: _prove(c, root, mode, delta_timestamps, batch_size, source_spec, work))
+
+        proven = _prove_queue(state, queue, prove, floor, memory_mb, per_worker, t0 + time_budget_s)
     phases["prove_s"] = time.perf_counter() - t
 
     result = _answer(state, meta, cal, ours, best, lerobot_best, proven, floor, memory_mb, predicted_only,
