@@ -240,9 +240,10 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         self.block_stride = block_stride or window_stride(offsets)
         self.read_ahead = read_ahead or self.auto_read_ahead()
         self._gop_fixed = gop_run is not None  # by the user, or by a loaded state
+        self._gop: int | None = None  # the video's keyframe interval, read once (`_eligible`)
         self.gop_run = self._eligible(gop_run) if gop_run is not None else 0  # by default: `use_workers`
         self.tag_items = tag_items
-        self._virtual_shards_arg, self._pieces_arg, self._cache_arg = virtual_shards, pieces, decoder_cache_size
+        self._virtual_shards_arg, self._cache_arg = virtual_shards, decoder_cache_size
         self._pieces_fixed = pieces is not None  # by the user, or by a loaded state
         self._cut(virtual_shards, pieces)
         self._loaded: tuple | None = None  # the runs of rows whose parquet columns are in memory
@@ -295,14 +296,15 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             return 0
         if asked is not None:
             return asked
-        first = int(self.episodes[0]) if self.episodes is not None and len(self.episodes) else 0
-        gop = self.meta.keyframe_interval(first)
-        return gop if gop > self.read_ahead else 0
+        if self._gop is None:  # one read of an MP4 index (requests, for a remote source): once per dataset
+            first = int(self.episodes[0]) if self.episodes is not None and len(self.episodes) else 0
+            self._gop = self.meta.keyframe_interval(first)
+        return self._gop if self._gop > self.read_ahead else 0
 
     def use_workers(self, num_workers: int) -> None:
         """Called by dlbench's `DataLoader` with its `num_workers` (call it yourself before iterating under another
-        DataLoader). With `pieces` left to its default, each episode is cut into ranks x workers pieces (each at
-        least 2 s) dealt to different workers, so that every worker's pool holds a piece of every episode and each
+        DataLoader). With `pieces` left to its default, each episode is cut into ranks x workers pieces dealt to
+        different workers, so that every worker's pool holds a piece of every episode and each
         batch mixes the whole dataset; in whole episodes each worker's batches draw from its own 1/W of them (on
         16 episodes of 480x640, 2 workers: 0.52 of the nominal batch).
 
