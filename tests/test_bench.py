@@ -7,6 +7,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dlbench.bench.launch import launch, run_rank
 from dlbench.bench.runner import measure_rank
@@ -375,3 +377,36 @@ def test_the_consumers_copies_to_the_gpu_are_measured_per_batch():
     ]
     assert copy_metrics(windows) == pytest.approx({"h2d_ms_per_batch": 2.0, "h2d_gb_per_s": 0.2})
     assert copy_metrics([{"batches": 10}]) == {"h2d_ms_per_batch": None, "h2d_gb_per_s": None}  # no GPU: no copies
+
+
+@given(
+    rates=st.lists(st.floats(min_value=1.0, max_value=1e5), min_size=1, max_size=12),
+    precision=st.floats(min_value=0.0, max_value=0.5),
+    scale=st.floats(min_value=0.01, max_value=100.0),
+)
+def test_windows_stop_only_once_their_median_is_known_to_the_precision(rates, precision, scale):
+    """Never before 3 windows nor with precision 0; where it stops, the median's standard error is within the
+    precision; and the rule reads rates relative to their median (a faster loader stops alike)."""
+    from dlbench.bench.measure import MIN_WINDOWS, median_known
+
+    known = median_known(rates, precision)
+    if len(rates) < MIN_WINDOWS or precision == 0:
+        assert not known
+    if known:
+        se = 1.2533 * np.std(rates, ddof=1) / np.sqrt(len(rates))
+        assert se <= precision * np.median(rates) * (1 + 1e-9)
+    assert median_known([r * scale for r in rates], precision) == known or np.isclose(
+        1.2533 * np.std(rates, ddof=1) / np.sqrt(len(rates)), precision * np.median(rates), rtol=1e-6
+    )
+    if len(rates) >= MIN_WINDOWS and precision > 1e-9:  # (not 0 within rounding: the float mean of equal rates)
+        assert median_known([rates[0]] * len(rates), precision)  # windows that agree: known
+
+
+def test_a_run_with_precision_measures_as_many_windows_as_its_median_needs(v30_h264):
+    """With `precision`, a run stops after 3 windows where they agree, and runs to `repeats` where they cannot
+    (a precision no spread of real windows meets)."""
+    base = dict(root=str(v30_h264), loader="dlbench_map", mode="single", repeats=6, **{**FAST, "duration_s": 0.3})
+    loose = measure_rank(RunSpec(**base, precision=0.5))["metrics"]
+    tight = measure_rank(RunSpec(**base, precision=1e-9))["metrics"]
+    assert loose["repeats"] == 3 and len(loose["windows"]) == 3
+    assert tight["repeats"] == 6

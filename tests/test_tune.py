@@ -80,6 +80,17 @@ def test_tune_proves_its_answer_resumes_and_says_what_it_cannot_meet(v30_h264, t
     again = tune(str(v30_h264), "--out", str(out), "--no-lerobot", "--time-budget-s", "60")
     assert again.returncode == 0 and "resumed" in again.stdout
     assert json.loads(out.with_suffix(".json").read_text())["phases"]["calibrate_s"] < 5
+    # the workflow's calibration of the dataset, given: only the loaders it lacks are calibrated
+    given = json.loads((out.with_suffix(".work") / "calibration.json").read_text())
+    given["costs"] = [c for c in given["costs"] if c["loader"] != "dlbench_stream"]
+    (tmp_path / "given.json").write_text(json.dumps(given))
+    other = tmp_path / "tune" / "given"
+    reused = tune(str(v30_h264), "--out", str(other), "--no-lerobot", "--time-budget-s", "1",
+                  "--calibration", str(tmp_path / "given.json"))  # fmt: skip
+    assert reused.returncode == 0, reused.stderr[-2000:]
+    assert "calibration of dlbench_map from" in reused.stdout and "dlbench_stream calibrated here" in reused.stdout
+    merged = json.loads((other.with_suffix(".work") / "calibration.json").read_text())
+    assert sorted(c["loader"] for c in merged["costs"]) == ["dlbench_map", "dlbench_stream"]
     # a budget no configuration meets: one line naming the nearest
     never = tune(str(v30_h264), "--out", str(out), "--no-lerobot", "--memory-gb", "0.01")
     assert never.returncode == 2 and "no configuration fits within 0.01 GB on this node" in never.stderr

@@ -424,8 +424,11 @@ for _d, _s in TUNED:
 
 
 def tune_inputs(wildcards):
-    """The dataset's validation report, and for a staged source its staging marker."""
+    """The dataset's validation report, for a staged source its staging marker, and the matrix's calibration of the
+    dataset on the source where there is one (the tune calibrates only the loaders it lacks)."""
     inputs = {"valid": f"results/validate/{wildcards.dataset}.json"}
+    if (wildcards.dataset, wildcards.source) in CALIBRATED:
+        inputs["calibration"] = calibration_file(wildcards.dataset, wildcards.source)
     if SOURCES[wildcards.source].stages:
         inputs["staged"] = matrix.staged_marker(wildcards.source, wildcards.dataset)
     return inputs
@@ -435,6 +438,8 @@ def tune_args(wildcards):
     """`dlbench tune`'s constraints from config.yaml's tune: and shuffle_floor:, and the source's S3 settings."""
     t, floor = config["tune"], config["shuffle_floor"]
     args = [f"--mode {t['mode']} --batch-size {t['batch_size']} --time-budget-s {t['time_budget_s']}"]
+    if (wildcards.dataset, wildcards.source) in CALIBRATED:
+        args.append(f"--calibration {calibration_file(wildcards.dataset, wildcards.source)}")
     args += [f"--memory-gb {t['memory_gb']}"] if t["memory_gb"] else []
     args += [f"--floor-{k.replace('_', '-')} {v}" for k, v in sorted(floor.items())]
     return " ".join(args + [endpoint_args(wildcards.source)])

@@ -55,7 +55,7 @@ def _run(row: dict, spec: dict | None = None) -> dict:
     run = {k: row.get(k) for k in RUN_KEYS}
     run["num_workers"] = _workers(row["num_workers"])
     run["step_ms"] = 0 if pd.isna(run.get("step_ms")) else run["step_ms"]
-    timing = {k: (spec or {}).get(k) for k in ("warmup_s", "duration_s", "repeats")}
+    timing = {k: (spec or {}).get(k) for k in ("warmup_s", "duration_s", "repeats", "precision")}
     return {**run, **timing, "verify": True, "fetch_episodes": _int((spec or {}).get("fetch_episodes"), 0)}
 
 

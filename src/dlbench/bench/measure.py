@@ -13,7 +13,7 @@ from ..errors import UserError
 from ..loader.collate import collate
 from ..loader.dataloader import DataLoader
 from ..procstat import MemorySampler, core_wait_seconds, cpu_seconds, host_cpu_seconds
-from ..run.spec import RunSpec
+from ..run.spec import MIN_WINDOWS, RunSpec
 from .checks.effective import BatchMoments
 from .gpu import GpuStep, host_bytes, to_device
 
@@ -340,11 +340,23 @@ def measure_window(
     }
 
 
+def median_known(rates: list[float], precision: float) -> bool:
+    """Whether the median of these window rates is known to `precision` (a share of it): at least MIN_WINDOWS, and
+    the standard error of the median (1.25 sd / sqrt(n), for rates spread about normally) within it. 0: never."""
+    if precision <= 0 or len(rates) < MIN_WINDOWS:
+        return False
+    median = float(np.median(rates))
+    return median > 0 and 1.2533 * float(np.std(rates, ddof=1)) / np.sqrt(len(rates)) <= precision * median
+
+
 def measure(run: RunSpec, batches: Epochs, consumer: torch.device, checks: list, samples_out) -> Window:
-    """`repeats` windows of `duration_s` back to back (their spread is the run's noise)."""
+    """Windows of `duration_s` back to back (their spread is the run's noise): `repeats` of them, or with
+    `precision`, as many as its median needs (`median_known`) up to `repeats`."""
     seen = Window()
     for _ in range(run.repeats):
         seen.windows.append(measure_window(run, batches, consumer, checks, samples_out, seen))
+        if median_known([w["samples"] / w["seconds"] for w in seen.windows], run.precision):
+            break
     return seen
 
 

@@ -25,6 +25,12 @@ def add(sub) -> None:
     p.add_argument("--endpoint-url", default=None, help=ENDPOINT_HELP)
     p.add_argument("--name", default=None, help="the dataset's name in the result (default: from its path)")
     p.add_argument("--source", default="local", help="the source's name in the result")
+    p.add_argument(
+        "--calibration",
+        default=None,
+        help="a calibration of this dataset and source made on this host "
+        "(dlbench calibrate; the workflow's results/calibration/...): used where it covers the loaders",
+    )
     p.add_argument("--out", default=None, help="result path without suffix (default: results/tune/NAME/SOURCE)")
     p.set_defaults(func=tune)
 
@@ -54,7 +60,7 @@ def tune(a) -> None:
         a.dataset, out, mode=a.mode, delta_timestamps=deltas, batch_size=a.batch_size, memory_gb=a.memory_gb,
         floor={k: v for k, v in floor.items() if v is not None}, time_budget_s=a.time_budget_s, cores=a.cores,
         nodes=a.nodes, source_spec=spec_from_endpoint(a.endpoint_url), lerobot=not a.no_lerobot, dataset=name,
-        source=a.source,
+        source=a.source, calibration=a.calibration,
     )  # fmt: skip
     if "winner" in result:
         w = result["winner"]

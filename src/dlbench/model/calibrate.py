@@ -71,7 +71,7 @@ def pass_warmup_s(run: RunSpec) -> float:
     camera), up to the middle of the run's windows, where its cost per sample is the average of theirs."""
     if run.loader_name.kind != "stream" or run.mode == "single":
         return min(run.warmup_s, MAX_WARMUP_S)
-    middle = run.warmup_s + run.duration_s * run.repeats / 2 - PASS["duration_s"] / 2
+    middle = run.warmup_s + runspec.windows_s(run) / 2 - PASS["duration_s"] / 2
     return min(max(run.warmup_s, middle), MAX_STREAM_WARMUP_S)
 
 
@@ -131,7 +131,7 @@ def worker_pass(run: RunSpec, workdir: Path, samples: int, episodes: int) -> tup
         return one_pass(run, workdir, 1, short), short
     m = one_pass(run, workdir, 1, short)
     steady = steady_samples(run, samples / max(episodes, 1))
-    span = run.warmup_s + run.duration_s * run.repeats
+    span = run.warmup_s + runspec.windows_s(run)
     if isinstance(m, str) or m["warmup_samples"] >= steady or samples / m["samples_per_s"] <= span:
         return m, short
     warmup = min(long, max(short, STEADY_MARGIN * steady / m["samples_per_s"]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from ..run.spec import windows_s
 from .calibration import Calibration
 from .equations import BOUNDS, Node, Prediction, predict, saturation, unmeasured
 
@@ -48,7 +49,7 @@ def predict_run(run: dict, cal: Calibration, cores: int | None = None, hosts: in
         data_files=cal.data_files,
         fetch_episodes=run.get("fetch_episodes") or 0,
         calibrated_ttfb_ms=cal.ttfb_ms,
-        run_s=(run.get("warmup_s") or 0) + (run.get("duration_s") or 0) * (run.get("repeats") or 1),
+        run_s=(run.get("warmup_s") or 0) + windows_s(run),
     )
 
 

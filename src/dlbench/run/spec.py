@@ -112,6 +112,7 @@ class RunSpec:
     on_unavailable: str = "skip"
     duration_s: float = 15
     repeats: int = 3
+    precision: float = 0.0  # >0: the windows stop, after 3 at least, once their median rate is known this closely
     warmup_s: float = 3
     num_batches: int | None = None
     # the loaders' settings and the checks
@@ -219,6 +220,19 @@ def run_id(run, axes: tuple[str, ...] = AXES) -> str:
 
 
 # ----------------------------------------------------------------------------------------- the rules of a run
+MIN_WINDOWS = 3  # with `precision`, the fewest windows a run measures: the fewest whose spread says anything
+
+
+def windows_s(run: dict | RunSpec) -> float:
+    """How long a run's windows last as planned: `repeats` of `duration_s`, or with `precision` the MIN_WINDOWS it
+    stops after where they agree (a noisier run measures more, up to `repeats`)."""
+    get = run.get if isinstance(run, dict) else lambda k: getattr(run, k)
+    repeats = get("repeats") or 1
+    if get("precision"):
+        repeats = min(repeats, MIN_WINDOWS)
+    return (get("duration_s") or 0) * repeats
+
+
 def check(run: RunSpec, where: str, label=None) -> None:
     """Check every rule of one resolved run: the workflow calls it for each run of the matrix when it is parsed
     (`snakemake -n` finds every mistake), `make_run` and `dlbench bench-run` for a run given by hand.

@@ -19,6 +19,7 @@ marked predicted, with the command that proves it there.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import time
@@ -85,6 +86,7 @@ def tune(
     lerobot: bool = True,
     dataset: str | None = None,
     source: str = "local",
+    calibration: str | Path | None = None,
 ) -> dict:
     """Tune loading `root` for training with these constraints; writes `out`.json, .md and .png and returns the
     result (see the module docstring). A `UserError` for an unreadable dataset or a constraint that cannot be read."""
@@ -111,8 +113,9 @@ def tune(
     state = _State(work, dataset, root, {k: constraints[k] for k in ("mode", "delta_timestamps", "batch_size")})
 
     t = time.perf_counter()
+    given, missing = _given_calibration(calibration, mode, delta_timestamps, batch_size, lerobot, state)
     cal = state.calibration(lambda: _calibrate(root, dataset, source, source_spec, mode, delta_timestamps,
-                                               batch_size, lerobot, work))  # fmt: skip
+                                               batch_size, missing, work, given))  # fmt: skip
     phases["calibrate_s"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -209,23 +212,55 @@ class _State:
         return measured
 
 
-def _calibrate(root, dataset, source, source_spec, mode, deltas, batch_size, lerobot, work: Path):
-    """Calibrate dlbench's loaders (and LeRobot's, where its environment is there) on `root` in this mode."""
-    from ..bench.launch import needs_peer
-    from ..model.calibrate import calibrate
+def _tuned_loaders(lerobot: bool) -> list[str]:
+    """The loaders a tune calibrates and searches: dlbench's, and LeRobot's where its environment is there."""
     from ..peer import peer_python
+
+    return ["dlbench_map", "dlbench_stream"] + (["lerobot_map", "lerobot_stream"] if lerobot and peer_python() else [])
+
+
+def _given_calibration(path, mode: str, deltas, batch_size: int, lerobot: bool, state: _State):
+    """The calibration at `path` (the workflow's of this dataset and source) if it was made on this host, and the
+    tuned loaders it lacks in this mode at this batch size (only those are calibrated: the rest are the same
+    passes a tune's own would measure, made minutes before). (None, every loader) where there is none to use."""
+    import socket
+
+    from ..model.calibration import Calibration
+
+    loaders = _tuned_loaders(lerobot)
+    if not path or deltas:
+        return None, loaders
+    cal = Calibration.read(path)
+    if cal.host != socket.gethostname():
+        state.note(f"{path} not used: made on {cal.host}")
+        return None, loaders
+    missing = [lo for lo in loaders if not (c := cal.cost(lo, mode)) or c.batch_size != batch_size]
+    kept = [lo for lo in loaders if lo not in missing]
+    state.note(f"calibration of {', '.join(kept) or 'no tuned loader'} from {path}" +
+               (f"; {', '.join(missing)} calibrated here" if missing else ""))  # fmt: skip
+    return cal, missing
+
+
+def _calibrate(root, dataset, source, source_spec, mode, deltas, batch_size, loaders, work: Path, given=None):
+    """Calibrate `loaders` on `root` in this mode; with `given` (a calibration of the others), the two as one."""
+    from ..model.calibrate import calibrate
     from ..run import spec as runspec
 
-    loaders = ["dlbench_map", "dlbench_stream"]
-    if lerobot and peer_python(None) is not None:
-        loaders += ["lerobot_map", "lerobot_stream"]
-    given = {"root": root, "mode": mode, "delta_timestamps": deltas, "batch_size": batch_size,
+    if given is not None and not loaders:
+        given.write(work / "calibration.json")
+        return given
+    given_run = {"root": root, "mode": mode, "delta_timestamps": deltas, "batch_size": batch_size,
              "source_spec": source_spec, "num_workers": 1, "dataset": dataset}  # fmt: skip
     # one worker stands for every worker count but none: a training loop decodes in workers, and the one-process
     # passes would double the calibration's time
-    runs = [runspec.make_run({**given, "loader": lo}, scenario="tune") for lo in loaders]
-    runs = [r for r in runs if not needs_peer(r.loader) or lerobot]
-    return calibrate(runs, dataset, source, work / "calibration.json")
+    runs = [runspec.make_run({**given_run, "loader": lo}, scenario="tune") for lo in loaders]
+    cal = calibrate(runs, dataset, source, work / "calibration.json")
+    if given is None:
+        return cal
+    note = "; ".join(filter(None, [given.note, cal.note]))
+    merged = dataclasses.replace(given, costs=[*given.costs, *cal.costs], note=note)
+    merged.write(work / "calibration.json")
+    return merged
 
 
 def proof_seconds(c: Candidate, batch_size: int) -> float:
