@@ -69,3 +69,20 @@ def test_a_command_needing_the_workflow_extra_names_it(tmp_path, capsys, monkeyp
     err = capsys.readouterr().err
     assert err.startswith("dlbench aggregate: error: needs the pandas package") and "dlbench[workflow]" in err
     assert not (tmp_path / "summary.csv").exists()
+
+
+def test_the_benchmark_suite_lists_every_benchmark_and_runs_one_by_name(capsys):
+    """`python -m benchmarks` names every benchmark module with its goal, each has `main(argv)`; an unknown name is
+    one line."""
+    import importlib
+
+    from benchmarks.__main__ import benchmarks, main
+
+    suite = benchmarks()
+    assert {"frontier", "training", "tune", "model"} <= set(suite) and all(suite.values())
+    for name in suite:
+        assert callable(importlib.import_module(f"benchmarks.{name}").main), name
+    assert main([]) == 0
+    listed = capsys.readouterr().out
+    assert all(name in listed for name in suite)
+    assert main(["nope"]) == 2 and capsys.readouterr().err.count("\n") == 1

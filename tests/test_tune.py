@@ -41,7 +41,7 @@ def test_a_stream_below_the_floor_moves_its_knobs_and_a_proof_qualifies_only_who
     shared = knob_moves(c, {"shuffle_distinct_frames": 0.6}, FLOOR, episodes_per_worker=50)
     assert [m.settings for m in shared] == [
         {"num_workers": 2, "read_ahead": 1},
-        {"num_workers": 2, "pool_size": 32, "buffer_size": 1024},
+        {"num_workers": 2, "pool_size": 50, "buffer_size": 1600},  # the default pool of 32, grown to every piece
     ]
     assert knob_moves(c, {"shuffle_distinct_frames": 1.0}, FLOOR, episodes_per_worker=8) == []
     assert knob_moves(Candidate("dlbench_map", {"num_workers": 2}), {}, FLOOR, 50) == []

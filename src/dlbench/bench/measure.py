@@ -351,11 +351,14 @@ def median_known(rates: list[float], precision: float) -> bool:
 
 def measure(run: RunSpec, batches: Epochs, consumer: torch.device, checks: list, samples_out) -> Window:
     """Windows of `duration_s` back to back (their spread is the run's noise): `repeats` of them, or with
-    `precision`, as many as its median needs (`median_known`) up to `repeats`."""
+    `precision`, as many as its median needs (`median_known`) up to `repeats`. Ranks of one run each measure
+    MIN_WINDOWS instead: a rank that stopped on its own would hand its cores to the others mid-window (on one host,
+    the rank left measured at twice its rate once its peer was done)."""
     seen = Window()
-    for _ in range(run.repeats):
+    planned = min(run.repeats, MIN_WINDOWS) if run.precision and run.ranks > 1 else run.repeats
+    for _ in range(planned):
         seen.windows.append(measure_window(run, batches, consumer, checks, samples_out, seen))
-        if median_known([w["samples"] / w["seconds"] for w in seen.windows], run.precision):
+        if run.ranks == 1 and median_known([w["samples"] / w["seconds"] for w in seen.windows], run.precision):
             break
     return seen
 

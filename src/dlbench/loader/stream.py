@@ -189,7 +189,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         local_cache: bool = False,
         rank: int | None = None,
         world_size: int | None = None,
-        pool_size: int = 16,
+        pool_size: int = 32,
         episode_order: str = "random",
         pieces: int | None = None,
         gop_run: int | None = None,

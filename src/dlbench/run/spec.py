@@ -97,7 +97,7 @@ class RunSpec:
     # processes and windows
     ranks: int = 1
     nodes: int = 1
-    pool_size: int = 16
+    pool_size: int = 32
     buffer_size: int | None = None  # the loader's own default: `shuffle_buffer`
     read_ahead: int | None = None
     episode_order: str | None = None  # dlbench_stream's own default (random) where unset

@@ -20,7 +20,7 @@ from ..model.table import predict_run
 LOADERS = ("dlbench_map", "dlbench_stream")
 # the stream's live episodes per worker, in the order tried: more live episodes mix more of them in a batch, at one
 # decoder set per episode each
-POOLS = (16, 32, 8)
+POOLS = (32, 64, 16)
 ITEMS_PER_LIVE_EPISODE = 32  # a grown pool's shuffle buffer, per live episode
 TRAINING_S = 3600.0  # the run predicted: an hour of training, not a benchmark's window
 
