@@ -264,8 +264,12 @@ def test_lint_is_clean():
 
 @pytest.mark.parametrize(
     "configfiles",
-    [["config.yaml"], ["config/full.yaml"], ["config/realistic.yaml"],
-     ["config/realistic.yaml", "config/lerobot-versions.yaml"]],  # fmt: skip
+    [
+        ["config.yaml"],
+        ["config/full.yaml"],
+        ["config/realistic.yaml"],
+        ["config/realistic.yaml", "config/lerobot-versions.yaml"],
+    ],  # fmt: skip
     ids=["default", "full", "realistic", "realistic+lerobot-versions"],
 )
 def test_the_shipped_configs_plan_every_rule_they_need(tmp_path, configfiles):
