@@ -258,7 +258,9 @@ def _calibrate(root, dataset, source, source_spec, mode, deltas, batch_size, loa
     if given is None:
         return cal
     note = "; ".join(filter(None, [given.note, cal.note]))
-    merged = dataclasses.replace(given, costs=[*given.costs, *cal.costs], note=note)
+    fresh = {(c.loader, c.mode) for c in cal.costs}  # a pair calibrated again (another batch size) replaces the given
+    kept = [c for c in given.costs if (c.loader, c.mode) not in fresh]
+    merged = dataclasses.replace(given, costs=[*kept, *cal.costs], note=note)
     merged.write(work / "calibration.json")
     return merged
 
