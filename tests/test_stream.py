@@ -647,3 +647,15 @@ def test_workers_read_pieces_of_every_episode_and_a_state_keeps_its_pieces(long_
     after, _, resumed, _ = _epoch(root, *then, state=state)
     assert set(resumed) == {cut}  # the state's pieces and runs, not the new workers'
     assert sorted(before + after) == list(range(total))
+
+
+def test_read_ahead_counts_the_episodes_a_worker_can_hold_live_not_the_pool(v30_h264):
+    """A pool larger than the rank's episodes holds only those: its default read_ahead is that of a pool of their
+    number (counting the pool cut 720p blocks to single frames, each a seek). A smaller pool still counts itself."""
+    n = LeRobotStreamingDataset(v30_h264).meta.num_episodes
+    frame = LeRobotStreamingDataset(v30_h264, read_ahead=1).block_bytes(8)
+    buffer_mb = (0.75 * n + 0.5) * frame / 2**20  # 3/4 of n blocks of 8 rows fit, not many more
+    at = {pool: LeRobotStreamingDataset(v30_h264, pool_size=pool, buffer_mb=buffer_mb).read_ahead for pool in (n, 64)}
+    assert at[64] == at[n] == 8
+    assert LeRobotStreamingDataset(v30_h264, pool_size=64, buffer_mb=buffer_mb, world_size=2, rank=0).read_ahead == 8
+    assert LeRobotStreamingDataset(v30_h264, pool_size=n, buffer_mb=buffer_mb / 8).read_ahead < 8

@@ -410,13 +410,17 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         self._iters = 0
 
     def auto_read_ahead(self) -> int:
-        """The default `read_ahead`: the largest of 8, 4, 2, 1 at which `buffer_mb` keeps 3/4 of `pool_size` blocks
-        alive and a block's rows share no frame. Fewer live blocks than live episodes is what makes a stream's
-        batches runs of one episode. Rows whose windows share frames (a block of a multi-frame window) meet in one
-        batch, which then holds those frames twice: on 16 episodes of 480x640 (sarm, 2 workers) read_ahead 2, 4 and
-        8 gave 1.5x, 1.9x and 2.8x the frames/s of 1 at 0.72, 0.65 and 0.58 distinct frames a batch, against 0.95
-        (docs/benchmarks.md); `tune` moves it where a user's floor allows."""
-        want = math.ceil(0.75 * self.pool_size)
+        """The default `read_ahead`: the largest of 8, 4, 2, 1 at which `buffer_mb` keeps 3/4 of a worker's live
+        episodes' blocks alive and a block's rows share no frame. Fewer live blocks than live episodes is what makes
+        a stream's batches runs of one episode. A worker's live episodes: `pool_size`, or the rank's episodes where
+        they are fewer (as many pieces when they follow the workers: `use_workers`); counting the pool there cut a
+        720p worker's blocks to single frames, each a seek in a GOP of 30 (41 against 72 frames/s at pool 32).
+        Rows whose windows share frames (a block of a multi-frame window) meet in one batch, which then holds those
+        frames twice: on 16 episodes of 480x640 (sarm, 2 workers) read_ahead 2, 4 and 8 gave 1.5x, 1.9x and 2.8x
+        the frames/s of 1 at 0.72, 0.65 and 0.58 distinct frames a batch, against 0.95 (docs/benchmarks.md);
+        `tune` moves it where a user's floor allows."""
+        episodes = self.meta.num_episodes if self.episodes is None else len(self.episodes)
+        want = math.ceil(0.75 * min(self.pool_size, math.ceil(episodes / max(1, self.world_size))))
         offsets = {c: self.builder.windows.get(c, [0]) for c in self.meta.cameras}
         for ahead in AUTO_READ_AHEAD:
             shares = any(block_frames(o, ahead, self.block_stride) < ahead * len(o) for o in offsets.values())
