@@ -124,8 +124,9 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             one block, so this bounds the blocks the buffer holds items of: `max_blocks()`. Per worker, so that a
             virtual shard's order does not depend on the number of workers (a rank's bound is W x buffer_mb).
         read_ahead: rows taken from an episode and decoded together (one block of frames); None: the most of 8, 4,
-            2, 1 whose blocks let `buffer_mb` keep at least three quarters of `pool_size` blocks alive
-            (`auto_read_ahead`), so that a batch mixes the live episodes even where items are large.
+            2, 1 whose blocks let `buffer_mb` keep three quarters of the live episodes' blocks alive (`pool_size`, or
+            the rank's episodes where fewer: `auto_read_ahead`), so that a batch mixes the live episodes even where
+            items are large.
         block_stride: how far apart a block's rows are (frames); None: the camera window's spacing
             (`partition.window_stride`: 30 for sarm at 30 fps, 1 for single frames). Rows that far apart share all
             but one of their window's frames, so a block decodes and holds read_ahead + window - 1 frames per camera
