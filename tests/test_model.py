@@ -240,6 +240,30 @@ def test_a_storage_server_on_the_host_takes_its_cpu_out_of_the_cores_term():
     assert shared.samples_per_s_node < alone.samples_per_s_node
 
 
+def test_a_remote_calibration_takes_the_full_width_contention_of_the_local_one_on_the_same_host(tmp_path, capsys):
+    """The local pass measured 0.45 ms a sample on top of its one-worker pass with 4 cores busy; a remote source's
+    one-worker pass (its loopback server's CPU in it) gets the same 0.45 ms on top of its own; a pair the local
+    calibration lacks is left to be measured; a calibration of another host lends nothing, and says so."""
+    import socket
+    from dataclasses import replace
+
+    from dlbench.model.calibrate import cores, usable_contention, with_contention
+    from dlbench.model.calibration import Calibration
+
+    local = replace(cost(worker_ms=1.0), full_cpu_s=1.6e-3, full_cores=4)
+    remote = cost(worker_ms=1.5, other_ms=0.5)
+    lent = with_contention(remote, {(local.loader, local.mode): local})
+    assert lent.full_cpu_s == pytest.approx(remote.cpu_s(1) + 0.45e-3) and lent.full_cores == 4
+    assert "contention from the local calibration" in lent.note
+    assert with_contention(remote, {}) is remote
+    ref = Calibration("d", "local", socket.gethostname(), cores(), 8, 1, None, 1.0, costs=[local])
+    ref.write(tmp_path / "here.json")
+    assert usable_contention(tmp_path / "here.json").costs == [local]
+    replace(ref, host="elsewhere").write(tmp_path / "there.json")
+    assert usable_contention(tmp_path / "there.json") is None
+    assert "made on elsewhere" in capsys.readouterr().out
+
+
 def test_the_cores_bound_divides_by_what_a_sample_costs_with_every_core_busy():
     """A full-width pass that measured 1.6 ms of CPU a sample on 4 cores, where the one-worker pass summed 1.15 ms:
     4 cores give 4 / 1.6 ms; 1 core the one-worker pass's 1 / 1.15 ms; 2 cores a third of the extra on top; 16

@@ -94,6 +94,9 @@ def test_default_dag_end_to_end(tmp_path):
         cal = json.loads((tmp_path / f"results/calibration/synthetic/{source}.json").read_text())
         assert cal["costs"] and all(c["worker_s"] > 0 and c["handover_s"] > 0 for c in cal["costs"]), cal
         assert all(c["repeat_diff"] is not None for c in cal["costs"]), "the one-worker pass is measured twice"
+        # a remote source measures its one-worker passes and takes the full-width one from the local calibration
+        lent = [c for c in cal["costs"] if "contention from the local calibration" in c["note"]]
+        assert len(lent) == (len(cal["costs"]) if source != "local" and cal["cores"] > 1 else 0), cal["costs"]
     # each pair's runs come right after its calibration (job priorities): no other pair is calibrated in between
     calibrated = {s: (tmp_path / f"results/calibration/synthetic/{s}.json").stat().st_mtime for s in calibrated_sources}
     for _, run in cpu.iterrows():

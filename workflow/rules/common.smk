@@ -377,7 +377,24 @@ def calibrate_inputs(wildcards):
         inputs["specs"].append(needs.pop("spec"))
         needs.pop("prewarm", None)
         inputs["needs"] += [v for v in needs.values() if v not in inputs["needs"]]
+    local = contention_source(wildcards.dataset, wildcards.source)
+    if local:
+        inputs["contention"] = calibration_file(wildcards.dataset, local)
     return inputs
+
+
+def contention_source(dataset, source):
+    """For a remote source, the local source whose calibration of the same dataset lends it its full-width passes
+    (`dlbench calibrate --contention`: the decode's contention does not depend on the source); None for a local one."""
+    if config["sources"][source].get("type", "local") == "local":
+        return None
+    return next(
+        (s for d, s in CALIBRATED if d == dataset and config["sources"][s].get("type", "local") == "local"), None
+    )
+
+
+def calibrate_args(wildcards, input):
+    return f"--contention {input.contention}" if "contention" in input.keys() else ""
 
 
 # re-encoded datasets (workflow/rules/encoding.smk)

@@ -22,9 +22,10 @@ rule calibrate:
         loopback=lambda wildcards: loopback_jobs(wildcards.source),
     params:
         specs=lambda wildcards, input: " ".join(f"--spec {s}" for s in input.specs),
+        contention=calibrate_args,
     shell:
         "dlbench -q calibrate {params.specs} --dataset {wildcards.dataset} --source {wildcards.source} "
-        "--out {output} > {log} 2>&1"
+        "{params.contention} --out {output} > {log} 2>&1"
 
 
 rule predictions:

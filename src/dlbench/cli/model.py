@@ -30,6 +30,9 @@ def add(sub) -> None:
     p.add_argument("--dataset", default=None, help="the dataset's name in the record (default: from the root)")
     p.add_argument("--source", default="local", help="the source's name in the record")
     p.add_argument("--out", required=True, help="the calibration record (JSON)")
+    p.add_argument("--contention", default=None, help="a local calibration of the dataset on this host: its "
+                   "full-width passes stand for this source's (a remote source's calibration measures its one-worker "
+                   "passes only)")  # fmt: skip
     p.set_defaults(func=calibrate)
 
     p = command(sub, "predict", help="frames/s per node of configurations, from a calibration, without running them")
@@ -64,7 +67,7 @@ def calibrate(a) -> None:
     else:
         raise UserError("calibrate needs --spec FILE (repeatable) or --root PATH_OR_URL")
     dataset = a.dataset or runs[0].dataset
-    record = measure(runs, dataset, a.source, a.out)
+    record = measure(runs, dataset, a.source, a.out, a.contention)
     say(f"{a.out}: {len(record.costs)} loader x mode pair(s) on {record.cores} cores in {record.seconds:.1f} s")
 
 

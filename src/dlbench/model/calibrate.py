@@ -138,15 +138,21 @@ def worker_pass(run: RunSpec, workdir: Path, samples: int, episodes: int) -> tup
     return one_pass(run, workdir, 1, warmup), warmup
 
 
-def loader_costs(runs: list[RunSpec], workdir: Path, samples: int, episodes: int) -> list[LoaderCost | str]:
+def loader_costs(
+    runs: list[RunSpec], workdir: Path, samples: int, episodes: int, contention: Calibration | None = None
+) -> list[LoaderCost | str]:
     """The passes of each run's loader and mode, as its costs per sample (a string where it could not run): the
-    one-worker pass, and the one-process pass where the run has no workers (`num_workers` 0; nothing else reads it).
+    one-worker pass, the full-width pass unless `contention` (`usable_contention`) has the pair, and the one-process
+    pass where the run has no workers (`num_workers` 0; nothing else reads it).
     Every one-worker pass comes first: its worker forks from this process, which must not hold decoders of a loader
     yet (LeRobot keeps them in one cache per process, which a forked worker would share and break)."""
     passes = [worker_pass(run, workdir, samples, episodes) for run in runs]
     width = cores()
+    known = {(c.loader, c.mode): c for c in contention.costs if c.full_cpu_s is not None} if contention else {}
     fulls = [
-        one_pass(run, workdir, width, full_warmup_s(warmup, width)) if width > 1 and not isinstance(m, str) else None
+        one_pass(run, workdir, width, full_warmup_s(warmup, width))
+        if width > 1 and not isinstance(m, str) and (run.loader, run.mode) not in known
+        else None
         for run, (m, warmup) in zip(runs, passes)
     ]
     # the one-worker pass again, the other passes later: a host's speed moves by 10-20% over minutes, and a single
@@ -163,10 +169,37 @@ def loader_costs(runs: list[RunSpec], workdir: Path, samples: int, episodes: int
         else None
         for run, (m, warmup) in zip(runs, passes)
     ]
-    return [
+    costs = [
         next((p for p in (m, full, solo) if isinstance(p, str)), None) or _cost(run, solo, m, full)
         for run, solo, m, full in zip(runs, solos, forked, fulls)
     ]
+    return [c if isinstance(c, str) or c.full_cpu_s is not None else with_contention(c, known) for c in costs]
+
+
+def usable_contention(path: str | Path | None) -> Calibration | None:
+    """The calibration (`path`, a local source's of the same dataset) whose full-width passes a remote source's
+    calibration reuses, or None where it was made on another host or another number of cores (said in one line)."""
+    if not path:
+        return None
+    ref = Calibration.read(path)
+    if (ref.host, ref.cores) != (socket.gethostname(), cores()):
+        print(f"calibrate: {path} was made on {ref.host} ({ref.cores} cores): full-width passes measured here",
+              flush=True)  # fmt: skip
+        return None
+    return ref
+
+
+def with_contention(cost: LoaderCost, known: dict) -> LoaderCost:
+    """`cost` with the full-width pass's CPU taken from a local calibration of its loader and mode on this host:
+    what a sample costs on top of the one-worker pass with every core busy (shared caches, memory bandwidth, clocks)
+    is the decode's and the hand-over's, which do not depend on where the bytes come from, while the one-worker pass
+    measured here carries the source's own CPU (requests, a loopback server). A pair the reference lacks: unchanged."""
+    ref = known.get((cost.loader, cost.mode))
+    if ref is None:
+        return cost
+    extra = ref.full_cpu_s - ref.cpu_s(1)
+    note = "; ".join(filter(None, [cost.note, "full-width contention from the local calibration"]))
+    return replace(cost, full_cpu_s=cost.cpu_s(1) + extra, full_cores=ref.full_cores, note=note)
 
 
 # a pass's figures per sample (or share of its time), which repeated passes of one loader pool
@@ -298,11 +331,14 @@ def ttfb_ms(dmeta: DatasetMeta, reads: int = 5) -> float | None:
     return float(np.median(times) * 1000)
 
 
-def calibrate(runs: list[RunSpec], dataset: str, source: str, out: str | Path) -> Calibration:
+def calibrate(
+    runs: list[RunSpec], dataset: str, source: str, out: str | Path, contention: str | Path | None = None
+) -> Calibration:
     """Calibrate each (loader, mode) of `runs` (runs of one dataset on one source; the first run of each pair stands
-    for it) and write the record to `out`. The pairs of loaders that run in another environment (LeRobot's, Lance's)
-    are measured by one process there (`dlbench calibrate` again). Loaders that cannot run here are left out and
-    named in the record's note."""
+    for it) and write the record to `out`; with `contention` (a local calibration of the dataset on this host), the
+    full-width passes of the pairs it has are taken from it (`with_contention`). The pairs of loaders that run in
+    another environment (LeRobot's, Lance's) are measured by one process there (`dlbench calibrate` again). Loaders
+    that cannot run here are left out and named in the record's note."""
     from ..format.paths import is_remote
     from ..sources import apply_env, check_reachable
 
@@ -329,11 +365,13 @@ def calibrate(runs: list[RunSpec], dataset: str, source: str, out: str | Path) -
         if needs_peer(run.loader):
             elsewhere.setdefault(run.loader_name.peer or "", []).append(run)
     costs, missing = [], []
+    reference = usable_contention(contention)
     with tempfile.TemporaryDirectory(prefix="dlbench-calibrate-") as tmp:
-        for cost in loader_costs(here, Path(tmp), dmeta.num_frames, dmeta.num_episodes):
+        for cost in loader_costs(here, Path(tmp), dmeta.num_frames, dmeta.num_episodes, reference):
             (missing if isinstance(cost, str) else costs).append(cost)
         for name, group in elsewhere.items():
-            found = _in_peer_env(group, Path(tmp) / f"peer-{name or 'default'}", dataset, source)
+            peer_dir = Path(tmp) / f"peer-{name or 'default'}"
+            found = _in_peer_env(group, peer_dir, dataset, source, contention if reference else None)
             costs += found.costs
             missing += [found.note] if found.note else []
     for problem in missing:
@@ -355,7 +393,9 @@ def calibrate(runs: list[RunSpec], dataset: str, source: str, out: str | Path) -
     return record
 
 
-def _in_peer_env(runs: list[RunSpec], workdir: Path, dataset: str, source: str) -> Calibration:
+def _in_peer_env(
+    runs: list[RunSpec], workdir: Path, dataset: str, source: str, contention: str | Path | None = None
+) -> Calibration:
     """The costs of loaders that run in a peer environment, measured by one `dlbench calibrate` there; a
     calibration with only a note where that environment is missing."""
     name = runs[0].loader_name.peer
@@ -370,6 +410,7 @@ def _in_peer_env(runs: list[RunSpec], workdir: Path, dataset: str, source: str) 
     cmd, env = rank_command(runs[0].loader, runs[0].root)
     out = workdir / "calibration.json"
     args = [*cmd[: cmd.index("bench-rank")], "calibrate", *specs, "--dataset", dataset, "--source", source]
+    args += ["--contention", str(Path(contention).resolve())] if contention else []
     proc = subprocess.run([*args, "--out", str(out)], env=env, capture_output=True, text=True)
     for line in proc.stdout.splitlines():  # its passes, as this process says its own
         if line.startswith("calibrate: "):
