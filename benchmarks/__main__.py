@@ -3,9 +3,11 @@
     python -m benchmarks                  # each benchmark and what it checks (its docstring's first line)
     python -m benchmarks NAME [OPTIONS]   # run one, after a line naming the machine, date and command;
                                           # `python -m benchmarks NAME --help` lists its options
-Sets are made once under each benchmark's --workdir by `benchmarks.model.dataset` (the realistic sets, by name) or
+Every benchmark takes the shared options of `benchmarks.common.parser`: --json FILE (its tables, lines and goals as
+one JSON document, beside the markdown it prints), --workdir where it makes sets, --sets where it reads the suite's.
+Sets are made once under --workdir by `benchmarks.model.dataset` (the realistic sets, by name) or
 `benchmarks.datasets` (the workflow's quick default and config/realistic.yaml's set); runs go through
-`benchmarks.common.bench_run`, the workflow's harness.
+`benchmarks.common.bench_run`, the workflow's harness; each goal is printed as `goal ...: holds` or `misses`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).parent
-SHARED = {"common", "datasets", "defects"}  # what the benchmarks share: not benchmarks themselves
+# what the benchmarks share, not benchmarks themselves (first_batch: what `scale` runs in each loader's environment)
+SHARED = {"common", "datasets", "defects", "first_batch"}
 
 
 def benchmarks() -> dict[str, str]:

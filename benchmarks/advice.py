@@ -14,9 +14,7 @@ rate, the share of that best the prescription recovered and the share of its own
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import os
 import shutil
 import socket
@@ -27,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.common import bench_run, dlbench
+from benchmarks.common import Report, bench_run, dlbench, parser
 from benchmarks.model import dataset as model_set
 from benchmarks.model import held_out
 
@@ -198,8 +196,7 @@ def sweep(work: Path, results: Path, case: str, a) -> dict:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workdir", default="/tmp/dlbench-model", help="keeps the synthesized sets between runs")
+    ap = parser(__doc__)
     ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     ap.add_argument("--legs", type=int, default=3, help="legs per setting, alternating")
     ap.add_argument("--leg-s", type=float, default=3.0, help="seconds measured per leg")
@@ -224,16 +221,18 @@ def main(argv=None) -> None:
                        measured_gain=r.get("measured_gain"), before=r.get("before_frames_per_s_node"),
                        after=r.get("after_frames_per_s_node"), share=r.get("share_of_predicted_gain"))  # fmt: skip
         table.append(row)
-        print(json.dumps(row, default=str), flush=True)
-    print()
-    print(f"{'case':<15}{'before':>8}  {'prescription':<28}{'pred':>6}{'meas':>6}{'after':>8}  {'best':<26}"
-          f"{'best fr/s':>9}{'recov':>7}{'of pred':>8}  verdict")  # fmt: skip
+    report = Report(a, ["case", "before", "prescription", "pred", "meas", "after", "best", "best fr/s", "recovered",
+                        "of pred", "verdict", "sweep"], "advice")  # fmt: skip
     for r in table:
-        before, after = r.get("before", float("nan")), r.get("after", float("nan"))
-        recov = after / r["best_fps"] if after == after else float("nan")
-        print(f"{r['case']:<15}{before:>8.0f}  {r['prescription']:<28}{r.get('predicted_gain', float('nan')):>6.2f}"
-              f"{r.get('measured_gain', float('nan')):>6.2f}{after:>8.0f}  {r['best']:<26}{r['best_fps']:>9.0f}"
-              f"{recov:>7.0%}{r.get('share', float('nan')):>8.0%}  {r['verdict']}")  # fmt: skip
+        after = r.get("after")
+        recov = f"{after / r['best_fps']:.0%}" if after == after and after is not None else None
+        share = r.get("share")
+        report.row(**{"case": r["case"], "before": r.get("before"), "prescription": r["prescription"],
+                      "pred": r.get("predicted_gain"), "meas": r.get("measured_gain"), "after": after,
+                      "best": r["best"], "best fr/s": r["best_fps"], "recovered": recov,
+                      "of pred": f"{share:.0%}" if share == share and share is not None else None,
+                      "verdict": r["verdict"], "sweep": r["sweep"]})  # fmt: skip
+    report.close()
 
 
 if __name__ == "__main__":

@@ -1,12 +1,91 @@
-"""What the benchmark commands share: the `dlbench` command, and one `dlbench bench-run` (the workflow's harness)."""
+"""What the benchmark commands share: their options (`parser`), their output (`Report`: a markdown table as rows
+are measured, goals with whether they hold, and with --json one JSON document), the `dlbench` command, and one
+`dlbench bench-run` (the workflow's harness)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import platform
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+WORKDIR = "/tmp/dlbench-model"
+
+
+def parser(
+    doc: str, sets: list[str] | None = None, choices: list[str] | None = None, workdir: str | bool | None = WORKDIR
+) -> argparse.ArgumentParser:
+    """A benchmark's options, with the ones every benchmark shares: --json (its rows and goals as one JSON
+    document), --workdir where it makes sets (where they are made once and kept; None: a new temporary directory
+    each time; False: it makes none) and, where it reads the suite's sets (`sets`: its default, of `choices`),
+    --sets."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    if workdir is not False:
+        ap.add_argument("--workdir", default=workdir, help="keeps the synthesized sets between runs")
+    ap.add_argument("--json", default=None, metavar="FILE", help="also write the rows and goals here, as JSON")
+    if sets is not None:
+        ap.add_argument("--sets", nargs="+", default=sets, choices=choices, help="the sets to measure")
+    return ap
+
+
+class Report:
+    """What a benchmark prints: its rows as markdown tables (each row printed as it is measured: a run of minutes
+    shows its progress; `table` starts another), lines of its own, and each goal with whether it holds; `close`
+    writes all of it to --json."""
+
+    def __init__(self, args: argparse.Namespace, columns: list[str], name: str = "") -> None:
+        self.json = getattr(args, "json", None)
+        self.tables: list[dict] = []
+        self.goals: list[dict] = []
+        self.lines: list[str] = []
+        self.header = {"benchmark": name, "host": platform.node(), "cores": len(os.sched_getaffinity(0)),
+                       "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}  # fmt: skip
+        self.table(columns)
+
+    def table(self, columns: list[str]) -> None:
+        """Rows from here on go to a new table of these columns."""
+        self.tables.append({"columns": list(columns), "rows": []})
+        self._printed_head = False
+
+    @property
+    def rows(self) -> list[dict]:
+        """The current table's rows."""
+        return self.tables[-1]["rows"]
+
+    def row(self, **values) -> dict:
+        columns = self.tables[-1]["columns"]
+        if not self._printed_head:
+            print("\n| " + " | ".join(columns) + " |\n|" + "---|" * len(columns), flush=True)
+            self._printed_head = True
+        self.rows.append(values)
+        print("| " + " | ".join(_cell(values.get(c)) for c in columns) + " |", flush=True)
+        return values
+
+    def line(self, text: str) -> None:
+        self.lines.append(text)
+        print(text, flush=True)
+
+    def goal(self, what: str, holds: bool, detail: str = "") -> bool:
+        self.goals.append({"goal": what, "holds": bool(holds), "detail": detail})
+        print(f"goal {what}: {'holds' if holds else 'misses'}" + (f" ({detail})" if detail else ""), flush=True)
+        return holds
+
+    def close(self) -> None:
+        if self.json:
+            doc = {**self.header, "tables": self.tables, "goals": self.goals, "lines": self.lines}
+            Path(self.json).write_text(json.dumps(doc, indent=1, default=str) + "\n")
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
+    return str(value)
 
 
 def dlbench(*args: str, cwd: Path | None = None, env: dict | None = None, cpus: int | None = None) -> str:

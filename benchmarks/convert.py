@@ -27,10 +27,7 @@ from dlbench.procstat import MemorySampler
 from dlbench.synth import Camera, SynthConfig, synthesize
 
 from . import datasets
-
-
-def verdict(ok: bool) -> str:
-    return "meets" if ok else "MISSES"
+from .common import Report, parser
 
 
 def timed(cmd: list[str], **kw) -> tuple[float, float]:
@@ -186,15 +183,18 @@ def main(argv=None) -> None:
     lerobot = time_lerobot(src, work, sizes, a.skip_lerobot)
     if lerobot is not None:
         rows.append(("LeRobot 0.6.1 converter", *lerobot))
-    print_table(rows)
-    print_ratios({name: secs for name, secs, _ in rows}, src, work)
+    report = Report(a, ["contender", "seconds", "peak PSS MB"], "convert")
+    for name, secs, mb in rows:
+        report.row(**{"contender": name, "seconds": f"{secs:.2f}", "peak PSS MB": mb or None})  # ffmpeg's: not sampled
+    print_ratios(report, {name: secs for name, secs, _ in rows}, src, work)
     if not a.skip_memory:
-        print_memory_flatness(a.episodes, work)
-    print(f"\nwork directory: {work}")
+        print_memory_flatness(report, a.episodes, work)
+    report.line(f"work directory: {work}")
+    report.close()
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, workdir=None)
     ap.add_argument("--episodes", type=int, default=400)
     ap.add_argument("--cameras", type=int, default=3)
     ap.add_argument("--height", type=int, default=96)
@@ -210,7 +210,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     ap.add_argument("--data-file-size-in-mb", type=float, default=100)
     ap.add_argument("--video-file-size-in-mb", type=float, default=200)
-    ap.add_argument("--workdir", default=None, help="keeps the synthetic source between runs")
     ap.add_argument("--source", default=None, help="convert this v2.1 dataset instead of a synthetic one")
     ap.add_argument(
         "--realistic",
@@ -337,43 +336,35 @@ def time_lerobot(src: Path, work: Path, sizes: list[str], skip: bool) -> tuple[f
     return result
 
 
-def print_table(rows: list[tuple[str, float, float]]) -> None:
-    print(f"\n{'contender':<32} {'seconds':>9} {'peak PSS MB':>12}")
-    for name, secs, mb in rows:
-        print(f"{name:<32} {secs:>9.2f} {f'{mb:.1f}' if mb else '-':>12}")  # PSS of ffmpeg is not sampled
-
-
-def print_ratios(t: dict[str, float], src: Path, work: Path) -> None:
+def print_ratios(report: Report, t: dict[str, float], src: Path, work: Path) -> None:
     """The ratios against this machine's measured ceilings and the other contenders, with the targets met."""
     one, two = t["dlbench convert, 1 worker"], t["dlbench convert, 2 workers"]
     cp_one, cp_two, io_ceiling = copy_scaling(src, work)
     cpu_ceiling = machine_scaling()
-    print(
-        f"\n2 workers vs 1 worker: {one / two:.2f}x faster; this machine's 2-process ceilings measured now: "
+    report.line(
+        f"2 workers vs 1 worker: {one / two:.2f}x faster; this machine's 2-process ceilings measured now: "
         f"copying these files {io_ceiling:.2f}x ({cp_one:.2f} s in one cp, {cp_two:.2f} s in two), pure CPU "
         f"{cpu_ceiling:.2f}x"
     )
-    print(
-        f"  2 workers reach {one / two / io_ceiling:.0%} of the copy ceiling "
-        f"({verdict(one / two >= 0.9 * io_ceiling)} the target >= 90%)"
-    )
+    report.goal("2 workers reach >= 90% of the copy ceiling", one / two >= 0.9 * io_ceiling,
+                f"{one / two / io_ceiling:.0%}")  # fmt: skip
     ratio = two / t["cp -r (I/O floor)"]
-    print(f"dlbench 2 workers vs cp -r: {ratio:.2f}x the cp time ({verdict(ratio <= 2)} the target <= 2x)")
+    report.goal("dlbench 2 workers <= 2x the time of cp -r", ratio <= 2, f"{ratio:.2f}x")
     if "baseline tree, 2 workers" in t:
         base = t["baseline tree, 2 workers"]
-        print(f"dlbench 2 workers vs the baseline tree's: {base / two:.2f}x faster ({base:.2f} s -> {two:.2f} s)")
+        report.line(f"dlbench 2 workers vs the baseline tree's: {base / two:.2f}x faster ({base:.2f} s -> {two:.2f} s)")
     if "LeRobot 0.6.1 converter" in t:
         speedup = t["LeRobot 0.6.1 converter"] / two
-        print(f"dlbench 2 workers vs LeRobot: {speedup:.2f}x faster ({verdict(speedup >= 5)} the target >= 5x)")
+        report.goal("dlbench 2 workers >= 5x faster than LeRobot's converter", speedup >= 5, f"{speedup:.2f}x")
     if "FFmpeg remux (videos), 2 procs" in t:
         ff_one, ff_two = t["FFmpeg remux (videos), 1 proc"], t["FFmpeg remux (videos), 2 procs"]
-        print(
+        report.line(
             f"FFmpeg's C remuxer, videos only: {ff_two / t['cp -r (I/O floor)']:.2f}x the cp time with 2 processes, "
             f"{ff_one / ff_two:.2f}x faster than 1; dlbench 2 workers take {two / ff_two:.2f}x its time"
         )
 
 
-def print_memory_flatness(episodes: int, work: Path) -> None:
+def print_memory_flatness(report: Report, episodes: int, work: Path) -> None:
     """Peak PSS of 1 worker converting `episodes` and 5x as many small episodes: it should stay flat."""
     small = (Camera("observation.images.cam0", 32, 32),)
     peaks = []
@@ -388,10 +379,8 @@ def print_memory_flatness(episodes: int, work: Path) -> None:
             )
         peaks.append(dlbench_convert(s, work / f"mem{n}_v30", 1)[1])
     flat = peaks[1] <= 1.2 * peaks[0] and peaks[1] < 500
-    print(
-        f"peak PSS, 1 worker, {episodes} vs {5 * episodes} small episodes: {peaks[0]:.1f} MB vs "
-        f"{peaks[1]:.1f} MB ({verdict(flat)} the target: < 500 MB and within 20%)"
-    )
+    report.goal(f"peak PSS, 1 worker, flat from {episodes} to {5 * episodes} small episodes (< 500 MB, within 20%)",
+                flat, f"{peaks[0]:.1f} MB vs {peaks[1]:.1f} MB")  # fmt: skip
 
 
 if __name__ == "__main__":

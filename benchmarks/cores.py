@@ -12,22 +12,18 @@ benchmarks.model's (`--held-out N`: its held-out sets, drawn from the calibratio
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
 from pathlib import Path
 
-from benchmarks.common import bench_run, dlbench
+from benchmarks.common import Report, bench_run, dlbench, parser
 from benchmarks.model import SETS, dataset, held_out, window_s
 from dlbench.model.calibration import Calibration
 from dlbench.model.table import predict_run
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workdir", default="/tmp/dlbench-model", help="keeps the synthesized sets between runs")
-    ap.add_argument("--sets", nargs="*", default=["quick"], choices=list(SETS))
+    ap = parser(__doc__, sets=["quick"], choices=list(SETS))
     ap.add_argument("--held-out", type=int, default=0, metavar="N")
     ap.add_argument("--pairs", nargs="+", default=["1:2", "2:1"], help="FROM:TO core counts")
     ap.add_argument("--loaders", nargs="+", default=["dlbench_map", "dlbench_stream"])
@@ -44,8 +40,8 @@ def main(argv=None) -> None:
     work = Path(a.workdir)
     drawn = held_out(a.held_out) if a.held_out else {}
     rows = []
-    print(f"{'set':<20}{'from':>5}{'to':>4}  {'loader':<16}{'mode':<7}{'w':>5}{'measured':>10}{'predicted':>10}"
-          f"{'error':>8}  bound", flush=True)  # fmt: skip
+    report = Report(a, ["set", "from", "to", "loader", "mode", "workers", "measured", "predicted", "error", "bound"],
+                    "cores")  # fmt: skip
     for name in [*a.sets, *drawn]:
         root = dataset(work, name, drawn.get(name))
         cals = {}
@@ -68,19 +64,20 @@ def main(argv=None) -> None:
                         run = {**rec["config"], "num_workers": w if w == "auto" else int(w)}
                         for frm in [p[0] for p in pairs if p[1] == to]:
                             p = predict_run(run, cals[frm], cores=to)
+                            where = {"set": name, "from": frm, "to": to, "loader": loader, "mode": mode,
+                                     "workers": w, "measured": measured}  # fmt: skip
                             if isinstance(p, str):
-                                print(f"{name:<20}{frm:>5}{to:>4}  {loader:<16}{mode:<7}{w:>5}  no prediction: {p}")
+                                report.row(**where, bound=f"no prediction: {p}")
                                 continue
                             err = (p.frames_per_s_node - measured) / measured
                             rows.append((f"{frm}->{to}", err))
-                            print(f"{name:<20}{frm:>5}{to:>4}  {loader:<16}{mode:<7}{w:>5}{measured:>10.0f}"
-                                  f"{p.frames_per_s_node:>10.0f}{err:>+8.0%}  {p.bound}", flush=True)  # fmt: skip
+                            report.row(**where, predicted=p.frames_per_s_node, error=f"{err:+.0%}", bound=p.bound)
     for pair in [*sorted({r[0] for r in rows}), "all"]:
         errs = [abs(e) for p, e in rows if pair in (p, "all")]
         if errs:
-            print(f"{pair}: median |error| {statistics.median(errs):.1%}, largest {max(errs):.1%} over {len(errs)} "
-                  f"runs; over 30%: {sum(e > 0.30 for e in errs)}")  # fmt: skip
-    print(json.dumps({"pairs": a.pairs, "sets": [*a.sets, *drawn]}))
+            report.line(f"{pair}: median |error| {statistics.median(errs):.1%}, largest {max(errs):.1%} over "
+                        f"{len(errs)} runs; over 30%: {sum(e > 0.30 for e in errs)}")  # fmt: skip
+    report.close()
 
 
 if __name__ == "__main__":

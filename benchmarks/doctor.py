@@ -1,6 +1,6 @@
 """`dlbench validate` beside lerobot-lance-doctor (lerobot-lancedb 0.3.1) on every defect of `benchmarks.defects`.
 
-    python -m benchmarks.doctor --dataset V30_DIR [--dataset ANOTHER ...] [--work DIR]
+    python -m benchmarks.doctor --dataset V30_DIR [--dataset ANOTHER ...] [--workdir DIR]
 
 Each defect is made in a fresh copy of each dataset; both tools run on the copy (the doctor in the LeRobot peer
 environment, which `make peer` gives it) and the table says, per defect and tool, whether it was caught, missed,
@@ -11,7 +11,6 @@ of a run).
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import shutil
@@ -20,6 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks.common import Report, parser
 from benchmarks.defects import DEFECTS, make
 from dlbench import peer
 
@@ -105,7 +105,7 @@ def short(text: str) -> str:
     return text if len(text) <= WIDTH else text[: WIDTH - 3] + "..."
 
 
-def compare(dataset: Path, work: Path) -> list[tuple[str, str]]:
+def compare(report: Report, dataset: Path, work: Path) -> list[tuple[str, str]]:
     """Print the table rows of one dataset, the clean copy then every defect; return each row's two verdicts."""
     cases = [(None, "none (the clean copy)")] + [(d, d.what) for d in DEFECTS]
     copies = []
@@ -125,38 +125,33 @@ def compare(dataset: Path, work: Path) -> list[tuple[str, str]]:
         if defect is None:  # the clean copy: nothing to catch
             dv, ov = (CLEAN.get(v, v) for v in (dv, ov))
         name = defect.name if defect else "clean"
-        print(f"| {name} | {what} | {dv} | {short(dline)} | {ov} | {short(oline)} |", flush=True)
+        report.row(**{"dataset": dataset.name, "defect": name, "what": what, "doctor": dv,
+                      "doctor's line": short(dline), "dlbench": ov, "dlbench's line": short(oline)})  # fmt: skip
         rows.append((dv, ov))
     return rows
 
 
-def summary(rows: list[tuple[str, str]]) -> str:
+def summary(report: Report, dataset: Path, rows: list[tuple[str, str]]) -> None:
     """How many defects each tool caught, and the target: dlbench catches all the doctor catches, passes clean."""
     (clean_d, clean_o), defects = rows[0], rows[1:]
     doctor, ours = (sum(r[k] == "caught" for r in defects) for k in (0, 1))
     met = clean_o == "passes" and all(o == "caught" for d, o in defects if d == "caught")
-    return (
-        f"doctor caught {doctor} of {len(defects)}, dlbench validate {ours}; clean copy: doctor {clean_d}, dlbench "
-        f"{clean_o}. Target (dlbench catches every defect the doctor catches, passes the clean copy): "
-        f"{'met' if met else 'NOT met'}"
-    )
+    report.goal(f"{dataset.name}: dlbench catches every defect the doctor catches and passes the clean copy", met,
+                f"doctor caught {doctor} of {len(defects)}, dlbench validate {ours}; clean copy: doctor {clean_d}, "
+                f"dlbench {clean_o}")  # fmt: skip
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(
-        prog="python -m benchmarks.doctor", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    ap = parser(__doc__, workdir=None)
     ap.add_argument("--dataset", type=Path, action="append", required=True, help="a valid v3.0 dataset (repeatable)")
-    ap.add_argument("--work", type=Path, default=None, help="where the copies go (default: a temporary directory)")
     a = ap.parse_args(argv)
     doctor_python()  # fail early without the peer environment
-    work = a.work or Path(tempfile.mkdtemp(prefix="dlbench-doctor-"))
+    work = Path(a.workdir or tempfile.mkdtemp(prefix="dlbench-doctor-"))
+    report = Report(a, ["dataset", "defect", "what", "doctor", "doctor's line", "dlbench", "dlbench's line"], "doctor")
     for dataset in a.dataset:
-        print(f"\n{dataset}\n")
-        print("| defect | what | doctor | doctor's line | dlbench | dlbench's line |")
-        print("|---|---|---|---|---|---|")
-        print("\n" + summary(compare(dataset, work)))
-    if a.work is None:
+        summary(report, dataset, compare(report, dataset, work))
+    report.close()
+    if a.workdir is None:
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -17,22 +17,19 @@ median and largest |error| of each group.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import statistics
 import time
 from pathlib import Path
 
-from benchmarks.common import bench_run, dlbench
+from benchmarks.common import Report, bench_run, dlbench, parser
 from benchmarks.model import SETS, dataset
 from dlbench.model.calibration import Calibration
 from dlbench.model.table import predict_run
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workdir", default="/tmp/dlbench-model", help="keeps the synthesized sets between runs")
-    ap.add_argument("--sets", nargs="+", default=["quick", "realistic"], choices=list(SETS))
+    ap = parser(__doc__, sets=["quick", "realistic"], choices=list(SETS))
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--loaders", nargs="+", default=["dlbench_map", "lerobot_stream"])
     ap.add_argument("--mode", default="single")
@@ -48,6 +45,7 @@ def main(argv=None) -> None:
     groups: dict[str, list[float]] = {"adjacent": [], "across rounds": []}
     spreads = []
     t_start = time.time()
+    report = Report(a, ["set", "loader", "round", "frames_per_s", "error by calibration round"], "drift")
     for name in a.sets:
         root = dataset(work, name)
         cals, runs = [], {loader: [] for loader in a.loaders}  # runs: (round, its config, measured frames/s)
@@ -62,7 +60,6 @@ def main(argv=None) -> None:
                                 **timing)  # fmt: skip
                 measured = rec["metrics"]["frames_per_s_node"]
                 runs[loader].append((k, rec["config"], measured))
-                print(f"{name:<12}{loader:<16}round {k}: {measured:.0f} frames/s", flush=True)
         for loader, measured_runs in runs.items():
             for k, config, measured in measured_runs:
                 cells = []
@@ -74,20 +71,22 @@ def main(argv=None) -> None:
                     err = (p.frames_per_s_node - measured) / measured
                     groups["adjacent" if j == k else "across rounds"].append(abs(err))
                     cells.append(f"{err:+6.0%}{'*' if j == k else ' '}")
-                print(f"{name:<12}{loader:<16}run {k} ({measured:7.0f} frames/s):  {' '.join(cells)}", flush=True)
+                report.row(**{"set": name, "loader": loader, "round": k, "frames_per_s": measured,
+                              "error by calibration round": " ".join(cells)})  # fmt: skip
             rates = [m for *_, m in measured_runs]
             spread = max(rates) / min(rates)
             spreads.append(spread)
-            print(f"{name:<12}{loader:<16}identical runs: {min(rates):.0f} to {max(rates):.0f} frames/s "
-                  f"(x{spread:.2f}): one prediction misses one of them by >= {(spread - 1) / (spread + 1):.0%}",
-                  flush=True)  # fmt: skip
-    print(f"# {a.rounds} rounds, {time.time() - t_start:.0f} s in all; * marks the calibration of the run's round")
+            report.line(f"{name} {loader}: identical runs {min(rates):.0f} to {max(rates):.0f} frames/s "
+                        f"(x{spread:.2f}): one prediction misses one of them by >= "
+                        f"{(spread - 1) / (spread + 1):.0%}")  # fmt: skip
+    report.line(f"{a.rounds} rounds, {time.time() - t_start:.0f} s in all; * marks the calibration of the run's round")
     for group, errs in groups.items():
         if errs:
-            print(f"{group}: median |error| {statistics.median(errs):.1%}, largest {max(errs):.1%} over {len(errs)} "
-                  f"predictions; over 25%: {sum(e > 0.25 for e in errs)}")  # fmt: skip
+            report.line(f"{group}: median |error| {statistics.median(errs):.1%}, largest {max(errs):.1%} over "
+                        f"{len(errs)} predictions; over 25%: {sum(e > 0.25 for e in errs)}")  # fmt: skip
     if spreads:
-        print(f"identical runs: largest over smallest up to x{max(spreads):.2f}")
+        report.line(f"identical runs: largest over smallest up to x{max(spreads):.2f}")
+    report.close()
 
 
 def flag_args(timing: dict) -> list[str]:

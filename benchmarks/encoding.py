@@ -15,7 +15,6 @@ Prints one row per encoding, and writes encodings.csv and encodings.png into the
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
@@ -24,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import bench_run, dlbench
+from benchmarks.common import Report, bench_run, dlbench, parser
 from dlbench.encoding.options import Encoding
 
 DEFAULT_VARIANTS = ["h264:1:20", "h264:1:20:fastdecode", "h264:2:20:fastdecode", "h264:10:23", "hevc:1:24:fast",
@@ -69,8 +68,7 @@ def bench_map(root: Path, out: Path, duration_s: float) -> float:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workdir", default="/tmp/dlbench-model")
+    ap = parser(__doc__)
     ap.add_argument("--root", default=None, help="a v3.0 dataset (default: the realistic set, made once)")
     ap.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS)
     ap.add_argument("--duration-s", type=float, default=3.0)
@@ -88,7 +86,7 @@ def main(argv=None) -> None:
     rows = [out / "source.json"]
     dlbench("encoding", str(root), "--name", "source", "--out", str(rows[0]))
     roots = {"source": root}
-    print(f"{'encoding':<22}{'dlbench frames/s':>17}{'ffmpeg frames/s':>16}{'ratio':>7}", flush=True)
+    report = Report(a, ["encoding", "dlbench frames/s", "ffmpeg frames/s", "ratio"], "encoding")
     for v in a.variants:
         codec, gop, crf, *rest = v.split(":")
         fast = "fastdecode" in rest
@@ -104,7 +102,8 @@ def main(argv=None) -> None:
                 "--workers", "2", "--record", record)  # fmt: skip
         ours = time.perf_counter() - t0
         theirs, frames = plain_ffmpeg_s(root, enc)
-        print(f"{enc.label():<22}{frames / ours:>17.0f}{frames / theirs:>16.0f}{theirs / ours:>7.2f}", flush=True)
+        report.row(**{"encoding": enc.label(), "dlbench frames/s": frames / ours,
+                      "ffmpeg frames/s": frames / theirs, "ratio": theirs / ours})  # fmt: skip
         rows.append(out / f"{name}.json")
         dlbench("encoding", str(dst), "--name", name, "--reference", str(root), "--reencode-record", record,
                 "--out", str(rows[-1]))  # fmt: skip
@@ -115,8 +114,8 @@ def main(argv=None) -> None:
     import pandas as pd
 
     table = pd.read_csv(out / "encodings.csv")
-    print(f"\n{'encoding':<22}{'KB/frame':>9}{'PSNR':>7}{'SSIM':>7}{'random fps':>11}{'in order':>10}"
-          f"{'dlbench_map frames/s':>22}{'vs source':>10}")  # fmt: skip
+    report.table(["encoding", "KB/frame", "PSNR", "SSIM", "random fps", "in order", "dlbench_map frames/s",
+                  "vs source"])  # fmt: skip
     rates = {name: [] for name in roots}
     for k in range(a.rounds):  # every encoding once per round, the source first: alternating, on the same cores
         for name, r in roots.items():
@@ -127,10 +126,12 @@ def main(argv=None) -> None:
         t = table[table["dataset"] == name]
         psnr = f"{t['psnr_db'].mean():.1f}" if t["psnr_db"].notna().any() else "-"
         ssim = f"{t['ssim'].mean():.3f}" if t["ssim"].notna().any() else "-"
-        print(f"{t['label'].iloc[0]:<22}{t['bytes_per_frame'].mean() / 1024:>9.1f}{psnr:>7}{ssim:>7}"
-              f"{t['decode_random_frames_per_s'].mean():>11.0f}{t['decode_in_order_frames_per_s'].mean():>10.0f}"
-              f"{fps:>22.0f}{fps / base:>9.2f}x", flush=True)  # fmt: skip
-    print(f"\n{out / 'encodings.csv'}, {out / 'encodings.png'}")
+        report.row(**{"encoding": t["label"].iloc[0], "KB/frame": f"{t['bytes_per_frame'].mean() / 1024:.1f}",
+                      "PSNR": psnr, "SSIM": ssim, "random fps": t["decode_random_frames_per_s"].mean(),
+                      "in order": t["decode_in_order_frames_per_s"].mean(), "dlbench_map frames/s": fps,
+                      "vs source": f"{fps / base:.2f}x"})  # fmt: skip
+    report.line(f"{out / 'encodings.csv'}, {out / 'encodings.png'}")
+    report.close()
 
 
 if __name__ == "__main__":

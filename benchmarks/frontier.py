@@ -16,19 +16,14 @@ frames over frames held in a batch. `--out DIR` also writes frontier.csv and fro
 
 from __future__ import annotations
 
-import argparse
 import os
-import platform
-import shlex
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks import model
-from benchmarks.common import bench_run
+from benchmarks.common import Report, bench_run, parser
 
 # (label, loader, run settings beside the defaults): the knobs each loader is moved along
 POINTS = (
@@ -96,9 +91,7 @@ def bench(root: Path, loader: str, mode: str, workers: int, settings: dict, a, o
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workdir", default="/tmp/dlbench-model", help="keeps the synthesized sets between runs")
-    ap.add_argument("--sets", nargs="+", default=["realistic16"], choices=list(model.SETS))
+    ap = parser(__doc__, sets=["realistic16"], choices=list(model.SETS))
     ap.add_argument("--modes", default="single,sarm")
     ap.add_argument("--workers", default="2", help="comma-separated worker counts")
     ap.add_argument("--batch-size", type=int, default=16)
@@ -110,12 +103,7 @@ def main(argv=None) -> None:
     ap.add_argument("--out", default=None, help="write frontier.csv and frontier.png in this directory")
     a = ap.parse_args(argv)
     chosen = None if a.points is None else set(a.points.split(","))
-    print(f"# {platform.node()}, {len(os.sched_getaffinity(0))} cores, {time.strftime('%Y-%m-%d')}")
-    print(f"# python -m benchmarks.frontier {shlex.join(argv if argv is not None else sys.argv[1:])}")
-    head = ("set", "mode", "w", "point", "frames/s", "PSS MB", "eff.1", "eff.10", "distinct")
-    widths = ("12s", "6s", ">2s", "22s", ">9s", ">8s", ">7s", ">7s", ">8s")
-    print("# " + " ".join(f"{h:{w}}" for h, w in zip(head, widths)))
-    rows = []
+    report = Report(a, [*COLUMNS, "note"], "frontier")
     for name in a.sets:
         root = model.dataset(Path(a.workdir), name)
         for mode in a.modes.split(","):
@@ -123,30 +111,28 @@ def main(argv=None) -> None:
                 for label, loader, settings in POINTS:
                     if chosen is not None and label not in chosen:
                         continue
+                    where = {"set": name, "mode": mode, "workers": workers, "point": label}
                     held = buffer_gb(root, mode, settings.get("buffer_size", 1000)) if loader == "lerobot_stream" else 0
                     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
                     if held > MEMORY_SHARE * ram:  # LeRobot keeps its buffer's items decoded
-                        print(
-                            f"  {name:12s} {mode:6s} {workers:2d} {label:22s} not run: its buffer would hold "
-                            f"{held:.0f} GB of frames, past {MEMORY_SHARE:.0%} of this machine's {ram:.0f} GB"
-                        )
+                        report.row(**where, note=f"not run: its buffer would hold {held:.0f} GB of frames, past "
+                                   f"{MEMORY_SHARE:.0%} of this machine's {ram:.0f} GB")  # fmt: skip
                         continue
                     with tempfile.TemporaryDirectory() as tmp:
                         m = bench(root, loader, mode, workers, settings, a, Path(tmp))
                     if m is None:
-                        print(f"  {name:12s} {mode:6s} {workers:2d} {label:22s} skipped (no peer environment)")
+                        report.row(**where, note="skipped (no peer environment)")
                         continue
-                    row = dict(zip(COLUMNS, (name, mode, workers, label, m["frames_per_s_node"], m["peak_pss_mb"],
-                                             m.get("shuffle_effective_batch"), m.get("shuffle_effective_window"),
-                                             m.get("shuffle_distinct_frames"))))  # fmt: skip
-                    rows.append(row)
-                    print(f"  {name:12s} {mode:6s} {workers:2d} {label:22s} {row['frames_per_s']:9.1f} "
-                          f"{row['peak_pss_mb']:8.0f} {row['effective_batch']:7.2f} {row['effective_window']:7.2f} "
-                          f"{row['distinct_frames']:8.2f}", flush=True)  # fmt: skip
+                    report.row(**where, frames_per_s=m["frames_per_s_node"], peak_pss_mb=m["peak_pss_mb"],
+                               effective_batch=m.get("shuffle_effective_batch"),
+                               effective_window=m.get("shuffle_effective_window"),
+                               distinct_frames=m.get("shuffle_distinct_frames"))  # fmt: skip
+    rows = [r for r in report.rows if "frames_per_s" in r]
     for line in at_floor(rows):
-        print(line)
+        report.line(line)
     if a.out and rows:
         write(rows, Path(a.out))
+    report.close()
 
 
 def at_floor(rows: list[dict]) -> list[str]:

@@ -13,13 +13,12 @@ would not share, these do: memory bandwidth, the last-level cache, the page cach
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
 from pathlib import Path
 
-from benchmarks.common import dlbench
+from benchmarks.common import Report, dlbench, parser
 from benchmarks.model import SETS, dataset, held_out, window_s
 from dlbench.bench.launch import finish, rank_command
 from dlbench.model.calibration import Calibration
@@ -53,9 +52,7 @@ def two_hosts(spec: runspec.RunSpec, out: Path, per_host: int) -> float:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workdir", default="/tmp/dlbench-model", help="keeps the synthesized sets between runs")
-    ap.add_argument("--sets", nargs="*", default=["quick"], choices=list(SETS))
+    ap = parser(__doc__, sets=["quick"], choices=list(SETS))
     ap.add_argument("--held-out", type=int, default=0, metavar="N")
     ap.add_argument("--cores-per-host", type=int, default=1)
     ap.add_argument("--loaders", nargs="+", default=["dlbench_map", "dlbench_stream"])
@@ -70,7 +67,7 @@ def main(argv=None) -> None:
     work = Path(a.workdir)
     drawn = held_out(a.held_out) if a.held_out else {}
     errors = []
-    print(f"{'set':<20}{'loader':<16}{'mode':<7}{'w':>3}{'measured':>10}{'predicted':>10}{'error':>8}  bound")
+    report = Report(a, ["set", "loader", "mode", "workers", "measured", "predicted", "error", "bound"], "hosts")
     for name in [*a.sets, *drawn]:
         root = dataset(work, name, drawn.get(name))
         path = work / f"model-{name}" / f"calibration-host-{a.cores_per_host}cores.json"
@@ -88,17 +85,18 @@ def main(argv=None) -> None:
                     }, scenario="hosts")  # fmt: skip
                     measured = two_hosts(spec, work / f"model-{name}" / "hosts" / spec.run_id, a.cores_per_host)
                     p = predict_run(spec.to_dict(), cal, hosts=HOSTS)
+                    where = {"set": name, "loader": loader, "mode": mode, "workers": w, "measured": measured}
                     if isinstance(p, str):
-                        print(f"{name:<20}{loader:<16}{mode:<7}{w:>3}{measured:>10.0f}  no prediction: {p}")
+                        report.row(**where, bound=f"no prediction: {p}")
                         continue
                     errors.append((p.frames_per_s_node - measured) / measured)
-                    print(f"{name:<20}{loader:<16}{mode:<7}{w:>3}{measured:>10.0f}{p.frames_per_s_node:>10.0f}"
-                          f"{errors[-1]:>+8.0%}  {p.bound}", flush=True)  # fmt: skip
+                    report.row(**where, predicted=p.frames_per_s_node, error=f"{errors[-1]:+.0%}", bound=p.bound)
     if errors:
         errs = [abs(e) for e in errors]
-        print(f"2 hosts of {a.cores_per_host} core(s) from one's calibration: median |error| "
-              f"{statistics.median(errs):.1%}, largest {max(errs):.1%} over {len(errs)} runs; over 30%: "
-              f"{sum(e > 0.30 for e in errs)}")  # fmt: skip
+        report.line(f"2 hosts of {a.cores_per_host} core(s) from one's calibration: median |error| "
+                    f"{statistics.median(errs):.1%}, largest {max(errs):.1%} over {len(errs)} runs; over 30%: "
+                    f"{sum(e > 0.30 for e in errs)}")  # fmt: skip
+    report.close()
 
 
 if __name__ == "__main__":

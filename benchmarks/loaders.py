@@ -23,7 +23,6 @@ dlbench_stream and dlbench_map for S seconds and prints peak PSS after S/10 and 
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import multiprocessing
 import random
@@ -42,7 +41,7 @@ from dlbench.loader.stream import LeRobotStreamingDataset
 from dlbench.report.aggregate import VERIFIED_STATUSES
 
 from . import datasets
-from .common import bench_run
+from .common import Report, bench_run, parser
 
 LOADER_ORDER = ("dlbench_map", "dlbench_stream", "lerobot_map", "lerobot_stream", "lance_map")
 FFMPEG_LIMIT = "ffmpeg alone, to RGB"
@@ -225,7 +224,7 @@ def bench(root: str, loader: str, mode: str, args, out: Path, duration_s: float)
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, workdir=None)
     ap.add_argument("--dataset", default=None, help="a v3.0 dataset (default: synthesize and convert one)")
     ap.add_argument(
         "--realistic",
@@ -236,7 +235,6 @@ def main(argv=None) -> None:
     ap.add_argument(
         "--episodes", type=int, default=None, help="episodes to synthesize (default: 24 quick, 10 realistic)"
     )
-    ap.add_argument("--workdir", default=None, help="keeps the synthesized dataset between runs")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--duration-s", type=float, default=10.0)
@@ -249,7 +247,8 @@ def main(argv=None) -> None:
     work = Path(a.workdir or tempfile.mkdtemp(prefix="dlbench-perf-loaders-"))
     root = a.dataset or str(datasets.v30(work, a.realistic, a.episodes))
     a.work = work
-    print(f"dataset {root}; batch {a.batch_size}, {a.workers} workers, {a.duration_s:.0f} s windows")
+    report = Report(a, ["mode", "loader", "frames/s", "peak PSS MB"], "loaders")
+    report.line(f"dataset {root}; batch {a.batch_size}, {a.workers} workers, {a.duration_s:.0f} s windows")
     limits = {}
     if a.modes:  # the files decoded start to end: one limit for every mode
         for rgb, name in ((True, FFMPEG_LIMIT), (False, "ffmpeg alone, no RGB")):
@@ -265,36 +264,35 @@ def main(argv=None) -> None:
         for loader in filter(None, a.loaders.split(",")):
             rec = bench(root, loader, mode, a, work / f"{mode}-{loader}", a.duration_s)
             if rec["status"] not in VERIFIED_STATUSES:  # "unverified": measured with --no-verify
-                print(f"  {loader}: {rec['status']} ({rec['reason']})")
+                report.line(f"{mode} {loader}: {rec['status']} ({rec['reason']})")
                 continue
             m = rec["metrics"]
             rows[loader] = (m["frames_per_s_node"], m["peak_pss_mb"])
-        print(f"\nmode {mode}\n{'loader':<32} {'frames/s':>10} {'peak PSS MB':>12}")
         for name, (fps, rss) in rows.items():
-            print(f"{name:<32} {fps:>10.1f} {rss if rss is not None else float('nan'):>12.1f}")
+            report.row(**{"mode": mode, "loader": name, "frames/s": fps, "peak PSS MB": rss})
         f = {k: v[0] for k, v in rows.items()}
         shares = [f"{name} {f[name] / f[FFMPEG_LIMIT]:.0%}" for name in f if name in LOADER_ORDER or "ceiling" in name]
-        print(f"share of the FFmpeg limit ({FFMPEG_LIMIT}): {', '.join(shares)}")
+        report.line(f"{mode}: share of the FFmpeg limit ({FFMPEG_LIMIT}): {', '.join(shares)}")
         for num, den, label, fmt, target in RATIOS:
             if num in f and den in f:
-                verdict = "meets" if f[num] / f[den] >= target else "MISSES"
-                print(f"{num} / {label}: {fmt.format(f[num] / f[den])} ({verdict} the target >= {fmt.format(target)})")
+                report.goal(f"{mode}: {num} / {label} >= {fmt.format(target)}", f[num] / f[den] >= target,
+                            fmt.format(f[num] / f[den]))  # fmt: skip
         for num, den in BOUND_RATIOS:
             if num in f and den in f:
-                print(f"{num} / {den}: {f[num] / f[den]:.2f}x (not a target)")
+                report.line(f"{mode}: {num} / {den}: {f[num] / f[den]:.2f}x (not a target)")
         pss = {k: v[1] for k, v in rows.items() if v[1] is not None}
         if "dlbench_stream" in pss and "lerobot_stream" in pss:
-            ok = "meets" if pss["dlbench_stream"] <= pss["lerobot_stream"] else "MISSES"
-            print(
-                f"peak PSS dlbench_stream / lerobot_stream: {pss['dlbench_stream'] / pss['lerobot_stream']:.2f} "
-                f"({ok} the target <= 1)"
-            )
+            ratio = pss["dlbench_stream"] / pss["lerobot_stream"]
+            report.goal(f"{mode}: peak PSS dlbench_stream / lerobot_stream <= 1", ratio <= 1, f"{ratio:.2f}")
     if a.memory_s > 0:
-        print(f"\nmemory: peak PSS after {a.memory_s / 10:.0f} s and {a.memory_s:.0f} s (mode sarm)")
+        report.line(f"memory: peak PSS after {a.memory_s / 10:.0f} s and {a.memory_s:.0f} s (mode sarm)")
+        report.table(["loader", "short MB", "long MB"])
         for loader in ("dlbench_stream", "dlbench_map"):
             short = bench(root, loader, "sarm", a, work / f"mem-short-{loader}", a.memory_s / 10)
             long = bench(root, loader, "sarm", a, work / f"mem-long-{loader}", a.memory_s)
-            print(f"{loader:<26} {short['metrics']['peak_pss_mb']:>8.1f} MB {long['metrics']['peak_pss_mb']:>8.1f} MB")
+            report.row(**{"loader": loader, "short MB": short["metrics"]["peak_pss_mb"],
+                          "long MB": long["metrics"]["peak_pss_mb"]})  # fmt: skip
+    report.close()
 
 
 if __name__ == "__main__":

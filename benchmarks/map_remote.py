@@ -22,7 +22,6 @@ Runs go through this interpreter: to compare two trees, run it with each on PYTH
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -38,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from benchmarks.common import bench_run, dlbench
+from benchmarks.common import Report, bench_run, dlbench, parser
 from dlbench import loopback
 from dlbench.decode.batch_fetch import BatchFetcher
 from dlbench.loader.dataset_meta import DatasetMeta
@@ -174,11 +173,11 @@ def fetch_cost(root: str, endpoint: str, batches: int | str, batch_size: int | s
     }
 
 
-def _bounds(runs: dict[str, list[dict]], local: float, contenders: dict, a) -> None:
+def _bounds(report: Report, runs: dict[str, list[dict]], local: float, contenders: dict, a) -> None:
     """Per remote source, where its frames/s is bounded on this machine: the cores the loopback storage took from
     the decoders, and the client's own CPU per request (measured alone, `fetch_cost`) at one run's request rate."""
     cores = len(os.sched_getaffinity(0))
-    print(f"\nbounds on these {cores} cores (frames/s as a share of local disk's):")
+    report.line(f"bounds on these {cores} cores (frames/s as a share of local disk's):")
     for key, rs in runs.items():
         root, endpoint, lance = contenders[key]
         if endpoint is None or lance:  # dlbench_map's remote sources only
@@ -187,19 +186,19 @@ def _bounds(runs: dict[str, list[dict]], local: float, contenders: dict, a) -> N
         busy = statistics.median(r["server_cores"] + r["meter_cores"] for r in rs)
         per_frame = statistics.median(r["remote_requests_per_kframe"] for r in rs) / 1000
         client = cost["cpu_ms_per_request"] / 1000 * per_frame * local  # cores at local's frame rate
-        print(
+        report.line(
             f"  {key:<15} storage on these cores: {100 * (1 - busy / cores):5.1f}%;  client fetch alone "
             f"{cost['cpu_ms_per_request']:.2f} ms CPU a request, {cost['wall_ms_per_batch']:.0f} ms a batch, "
             f"{client:.2f} cores at local's rate: {100 * (1 - (busy + client) / cores):5.1f}% with both"
         )
-        print(
+        report.line(
             f"  {key:<15} requests: {cost['floor_requests_per_kframe']:.0f} per 1,000 frames at least, for any reader"
             f" of this layout that fetches only the GOPs a batch needs (one per file and frame, none held)"
         )
 
 
 def _args(argv):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, workdir=False)
     ap.add_argument("--dataset", required=True, help="a local synthetic v3.0 dataset (its barcodes are checked)")
     ap.add_argument("--mode", default="single")
     ap.add_argument("--batch-size", type=int, default=16)
@@ -217,7 +216,6 @@ def _args(argv):
     )
     ap.add_argument("--in-order", action="store_true", help="every run's DataLoader delivers batches in order")
     ap.add_argument("--lance", help="the dataset's Lance copy (dlbench lance-convert): adds lance_map, local and S3")
-    ap.add_argument("--json", help="write every run's figures here")
     return ap.parse_args(argv)
 
 
@@ -249,38 +247,30 @@ def _stage(work: Path, dataset: str, a, s3_shaped: int, hub_shaped: int) -> dict
     return contenders
 
 
-def _report(runs: dict[str, list[dict]], contenders: dict, a) -> None:
+def _report(report: Report, runs: dict[str, list[dict]], contenders: dict, a) -> None:
     """Each source's medians, dlbench_map against lance_map, and the bounds of the remote runs."""
-    print(
-        f"\ndlbench_map (lance, s3-lance: lance_map), mode {a.mode}, batch {a.batch_size}, {a.workers} workers, "
-        f"{a.duration_s:g} s windows, "
-        f"remote +{a.latency_ms:g} ms, {a.bandwidth_mbps:g} Mbit/s; median of {a.repeats}:"
-    )
+    report.line(f"dlbench_map (lance, s3-lance: lance_map), mode {a.mode}, batch {a.batch_size}, {a.workers} "
+                f"workers, {a.duration_s:g} s windows, remote +{a.latency_ms:g} ms, {a.bandwidth_mbps:g} Mbit/s; "
+                f"median of {a.repeats}")  # fmt: skip
     local = statistics.median(r["frames_per_s_node"] for r in runs["local"]) if "local" in runs else None
     for key, rs in runs.items():
         med = {k: statistics.median(r[k] for r in rs) if rs[0][k] is not None else None for k in METRICS}
-        share = f"{100 * med['frames_per_s_node'] / local:5.1f}% of local" if local else ""
-        remote = (
-            f"{med['remote_requests_per_kframe']:8.1f} req/kframe {med['remote_mb_per_kframe']:7.2f} MB/kframe "
-            f"amplification {med['remote_read_amplification']:.2f}"
-            if med["remote_requests_per_kframe"] is not None
-            else ""
-        )
         wrong = sum(r["frames_wrong"] or 0 for r in rs)
         verified = sum(r["frames_verified"] or 0 for r in rs)
         cores, meter_cores = (statistics.median(r[k] for r in rs) for k in ("server_cores", "meter_cores"))
-        print(
-            f"  {key:<15} {med['frames_per_s_node']:8.1f} frames/s {share:>16}  {remote}  "
-            f"frames wrong {wrong} of {verified} checked; busy: servers {cores:.2f}, meter {meter_cores:.2f} cores"
-        )
+        report.row(**{"source": key, "frames/s": med["frames_per_s_node"],
+                      "of local": f"{med['frames_per_s_node'] / local:.1%}" if local else None,
+                      "req/kframe": med["remote_requests_per_kframe"], "MB/kframe": med["remote_mb_per_kframe"],
+                      "amplification": med["remote_read_amplification"], "wrong / checked": f"{wrong} / {verified}",
+                      "server cores": cores, "meter cores": meter_cores})  # fmt: skip
     for mine, theirs in (("local", "lance"), ("s3", "s3-lance")):
         if mine in runs and theirs in runs:
             ratio = statistics.median(r["frames_per_s_node"] for r in runs[mine]) / statistics.median(
                 r["frames_per_s_node"] for r in runs[theirs]
             )
-            print(f"  dlbench_map over lance_map, {mine}: {ratio:.2f}x")
+            report.line(f"dlbench_map over lance_map, {mine}: {ratio:.2f}x")
     if local:
-        _bounds(runs, local, contenders, a)
+        _bounds(report, runs, local, contenders, a)
 
 
 def main(argv=None) -> None:
@@ -308,9 +298,10 @@ def main(argv=None) -> None:
                 extra = ["--no-lookahead"] if key.endswith("no-lookahead") else []
                 runs[key].append(_bench(work, root, endpoint, lance, work / f"run{r}-{key}", a, *extra))
                 print(f"{key} run {r}: {json.dumps(runs[key][-1])}", flush=True)
-        _report(runs, contenders, a)
-        if a.json:
-            Path(a.json).write_text(json.dumps(runs, indent=1))
+        report = Report(a, ["source", "frames/s", "of local", "req/kframe", "MB/kframe", "amplification",
+                            "wrong / checked", "server cores", "meter cores"], "map_remote")  # fmt: skip
+        _report(report, runs, contenders, a)
+        report.close()
     finally:
         loopback.stop(state)
 

@@ -29,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from benchmarks import datasets
-from benchmarks.common import bench_run, dlbench
+from benchmarks.common import Report, bench_run, dlbench, parser
 from dlbench.model.calibration import Calibration
 from dlbench.model.table import predict_run
 from dlbench.synth import Camera, SynthConfig, synthesize
@@ -136,9 +136,7 @@ def dataset(work: Path, name: str, config: SynthConfig | None = None) -> Path:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workdir", default="/tmp/dlbench-model", help="keeps the synthesized sets between runs")
-    ap.add_argument("--sets", nargs="*", default=list(IN_SAMPLE), choices=list(SETS), help="in-sample sets")
+    ap = parser(__doc__, sets=list(IN_SAMPLE), choices=list(SETS))
     ap.add_argument(
         "--held-out",
         type=int,
@@ -159,12 +157,13 @@ def main(argv=None) -> None:
     work = Path(a.workdir)
     work.mkdir(parents=True, exist_ok=True)
     rows = []
-    print(f"{'set':<11}{'loader':<16}{'mode':<7}{'w':>5}{'measured':>10}{'predicted':>10}{'error':>8}  bound")
+    report = Report(a, ["set", "loader", "mode", "workers", "measured", "predicted", "error", "bound", "PSS MB",
+                        "PSS error", "without the full-width pass"], "model")  # fmt: skip
     drawn = held_out(a.held_out) if a.held_out else {}
     for name, c in drawn.items():
         shapes = ", ".join(f"{cam.height}x{cam.width}" for cam in c.cameras)
-        print(f"# held out: {name}: {c.codec} gop {c.gop} crf {c.crf}, {c.fps} fps, {shapes}, {c.episodes} episodes "
-              f"of {c.length_min / c.fps:.0f}-{c.length_max / c.fps:.0f} s, seed {c.seed}", flush=True)  # fmt: skip
+        report.line(f"held out: {name}: {c.codec} gop {c.gop} crf {c.crf}, {c.fps} fps, {shapes}, {c.episodes} "
+                    f"episodes of {c.length_min / c.fps:.0f}-{c.length_max / c.fps:.0f} s, seed {c.seed}")  # fmt: skip
     for k, name in enumerate([*a.sets, *drawn]):
         root = dataset(work, name, drawn.get(name))
         loaders = a.loaders + (["lerobot_map", "lerobot_stream"] if a.peers and k == 0 else [])
@@ -176,8 +175,8 @@ def main(argv=None) -> None:
         cal = Calibration.read(cal_path)
         # the same calibration without its full-width pass: the cores term from the one-worker pass alone
         narrow = replace(cal, costs=[replace(c, full_cpu_s=None, full_cores=0) for c in cal.costs])
-        print(f"# {name}: calibrated {len(cal.costs)} loader x mode pairs in {time.perf_counter() - t0:.0f} s "
-              f"({cal.seconds:.0f} s measuring)", flush=True)  # fmt: skip
+        report.line(f"{name}: calibrated {len(cal.costs)} loader x mode pairs in {time.perf_counter() - t0:.0f} s "
+                    f"({cal.seconds:.0f} s measuring)")  # fmt: skip
         for loader in loaders:
             for mode in a.modes:
                 for w in a.workers:
@@ -190,19 +189,21 @@ def main(argv=None) -> None:
                     run = {**rec["config"], "num_workers": w if w == "auto" else int(w)}
                     p = predict_run(run, cal)
                     measured = rec["metrics"]["frames_per_s_node"]
+                    where = {"set": name, "loader": loader, "mode": mode, "workers": w, "measured": measured}
                     if isinstance(p, str):
-                        print(f"{name:<11}{loader:<16}{mode:<7}{w:>5}{measured:>10.0f}  no prediction: {p}")
+                        report.row(**where, bound=f"no prediction: {p}")
                         continue
                     err = (p.frames_per_s_node - measured) / measured
                     pss = rec["metrics"]["peak_pss_mb"]
                     pss_err = (p.peak_pss_mb - pss) / pss
                     alone = (predict_run(run, narrow).frames_per_s_node - measured) / measured
                     rows.append((name, loader, mode, w, measured, p.frames_per_s_node, err, p.bound, pss_err, alone))
-                    print(f"{name:<11}{loader:<16}{mode:<7}{w:>5}{measured:>10.0f}{p.frames_per_s_node:>10.0f}"
-                          f"{err:>+8.0%}  {p.bound:<15}PSS {pss:>5.0f} MB {pss_err:>+5.0%}  "
-                          f"without the full-width pass {alone:>+5.0%}", flush=True)  # fmt: skip
+                    report.row(**where, **{"predicted": p.frames_per_s_node, "error": f"{err:+.0%}",
+                                           "bound": p.bound, "PSS MB": pss, "PSS error": f"{pss_err:+.0%}",
+                                           "without the full-width pass": f"{alone:+.0%}"})  # fmt: skip
     for group, keep in (("in-sample", lambda r: r[0] not in drawn), ("held-out", lambda r: r[0] in drawn)):
-        summarize(group, [r for r in rows if keep(r)])
+        summarize(report, group, [r for r in rows if keep(r)])
+    report.close()
 
 
 def window_s(cal: Calibration, loader: str, mode: str, workers: str, a: argparse.Namespace) -> float:
@@ -217,18 +218,18 @@ def window_s(cal: Calibration, loader: str, mode: str, workers: str, a: argparse
     return round(min(MAX_RUN_WINDOW_S, max(a.duration_s, RUN_BATCHES * BATCH_SIZE / p.samples_per_s_node)), 1)
 
 
-def summarize(group: str, rows: list[tuple]) -> None:
+def summarize(report: Report, group: str, rows: list[tuple]) -> None:
     """The error lines of one group of runs (in-sample or held-out: never pooled)."""
     errors, pss = [abs(r[6]) for r in rows], [abs(r[8]) for r in rows]
     if errors:
         within, over = sum(e <= 0.10 for e in errors), sum(e > 0.25 for e in errors)
-        print(f"{group}: median |error| {statistics.median(errors):.1%}, largest {max(errors):.1%} over {len(rows)} "
-              f"runs; within 10%: {within}, over 25%: {over}")  # fmt: skip
-        print(f"{group}: peak PSS: median |error| {statistics.median(pss):.1%}, largest {max(pss):.1%}, "
-              f"within 25%: {sum(e <= 0.25 for e in pss)} of {len(pss)}")  # fmt: skip
+        report.line(f"{group}: median |error| {statistics.median(errors):.1%}, largest {max(errors):.1%} over "
+                    f"{len(rows)} runs; within 10%: {within}, over 25%: {over}")  # fmt: skip
+        report.line(f"{group}: peak PSS: median |error| {statistics.median(pss):.1%}, largest {max(pss):.1%}, "
+                    f"within 25%: {sum(e <= 0.25 for e in pss)} of {len(pss)}")  # fmt: skip
         alone = [abs(r[9]) for r in rows]
-        print(f"{group}: without the full-width pass: median |error| {statistics.median(alone):.1%}, largest "
-              f"{max(alone):.1%}")  # fmt: skip
+        report.line(f"{group}: without the full-width pass: median |error| {statistics.median(alone):.1%}, largest "
+                    f"{max(alone):.1%}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -19,8 +19,6 @@ Every decoded frame's barcode is compared with the CPU's decode of the same inde
 
 from __future__ import annotations
 
-import argparse
-import json
 import multiprocessing
 import os
 import random
@@ -33,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks.common import Report, parser
 from dlbench import barcode
 from dlbench.decode.codecs import EXACT_SEEK_CODECS
 
@@ -141,7 +140,12 @@ def wrong(reference: np.ndarray, got: np.ndarray, indices) -> list[tuple[int, li
     return [(int(i), [int(v) for v in g]) for i, r, g in zip(indices, reference, got) if (r != g).any()]
 
 
-def per_file(files: list[tuple[str, str, int]], kinds: list[str], seed: int) -> list[dict]:
+FILE_COLUMNS = ["file", "codec", "frames", "decoder", "seq_fps", "random_ms", "open_ms", "wrong_seq", "wrong_random",
+                "gpu_mb_per_decoder", "error"]  # fmt: skip
+ENGINE_COLUMNS = ["file", "codec", "decoder", "processes", "access", "frames_per_s", "setup_ms", "errors"]
+
+
+def per_file(report: Report, files: list[tuple[str, str, int]], kinds: list[str], seed: int) -> list[dict]:
     rows = []
     for path, codec, n in files:
         ref_fps, reference = sequential(path, "cpu", codec, n)
@@ -163,9 +167,8 @@ def per_file(files: list[tuple[str, str, int]], kinds: list[str], seed: int) -> 
             except Exception as e:  # a decoder that cannot take this codec is a finding, not the end of the run
                 row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
             rows.append(row)
-            print(json.dumps({k: v for k, v in row.items() if not k.startswith("wrong")} | {
-                "wrong_seq": len(row.get("wrong_seq", [])), "wrong_random": len(row.get("wrong_random", []))}),
-                flush=True)  # fmt: skip
+            counts = {"wrong_seq": len(row.get("wrong_seq", [])), "wrong_random": len(row.get("wrong_random", []))}
+            report.row(**{k: v for k, v in row.items() if not k.startswith("wrong")} | counts)
     return rows
 
 
@@ -199,7 +202,7 @@ def _engine_worker(kind, files, phase_s, seed, barrier, queue):
             queue.put((path, access, frames, time.perf_counter() - start, first_open_s, errors))
 
 
-def engines(files: list[tuple[str, str, int]], kind: str, processes: int, phase_s: float) -> list[dict]:
+def engines(report: Report, files: list[tuple[str, str, int]], kind: str, processes: int, phase_s: float) -> list[dict]:
     ctx = multiprocessing.get_context("spawn")
     barrier, queue = ctx.Barrier(processes), ctx.Queue()
     procs = [
@@ -221,13 +224,12 @@ def engines(files: list[tuple[str, str, int]], kind: str, processes: int, phase_
                 "errors": [e for r in mine for e in r[5]][:5],
                 "setup_ms": round(statistics.median(r[4] for r in mine) * 1000, 1),  # device set-up, every file opened
             })  # fmt: skip
-            print(json.dumps(rows[-1]), flush=True)
+            report.row(**rows[-1])
     return rows
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workdir", default="/tmp/dlbench-nvdec")
+    ap = parser(__doc__, workdir="/tmp/dlbench-nvdec")
     ap.add_argument("--sets", nargs="+", default=DEFAULT_SETS, help="codec:HEIGHTxWIDTH")
     ap.add_argument("--engine-sets", nargs="+", default=["h264:480x640", "h264:720x1280", "hevc:720x1280"])
     ap.add_argument("--decoders", default="cpu,beta,ffmpeg")
@@ -235,7 +237,6 @@ def main(argv=None) -> None:
     ap.add_argument("--cpu-processes", type=int, default=os.cpu_count())
     ap.add_argument("--phase-s", type=float, default=2.0)
     ap.add_argument("--skip", default="", help="steps to leave out: files,engines")
-    ap.add_argument("--json", help="write every row here")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     import torchcodec
@@ -243,7 +244,8 @@ def main(argv=None) -> None:
     cuda = torch.cuda.is_available()
     kinds = [k for k in args.decoders.split(",") if k == "cpu" or cuda]
     gpu = torch.cuda.get_device_name() if cuda else "none (CPU rows only)"
-    print(f"torch {torch.__version__}, torchcodec {torchcodec.__version__}, CUDA: {gpu}, {os.cpu_count()} cores")
+    report = Report(args, FILE_COLUMNS, "nvdec")
+    report.line(f"torch {torch.__version__}, torchcodec {torchcodec.__version__}, CUDA: {gpu}, {os.cpu_count()} cores")
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     wanted = (args.sets if "files" not in args.skip else []) + (args.engine_sets if "engines" not in args.skip else [])
@@ -254,18 +256,17 @@ def main(argv=None) -> None:
     for spec, root in roots.items():
         paths = sorted(str(p) for p in root.glob("videos/**/*.mp4"))[:1]
         files[spec] = [(p, spec.split(":")[0], VideoDecoder(p).metadata.num_frames) for p in paths]
-    out = {"torch": torch.__version__, "torchcodec": torchcodec.__version__, "cores": os.cpu_count(), "gpu": gpu}
     if "files" not in args.skip:
-        out["files"] = per_file([f for s in args.sets for f in files[s]], kinds, args.seed)
+        per_file(report, [f for s in args.sets for f in files[s]], kinds, args.seed)
     if "engines" not in args.skip:
         chosen = [files[s][0] for s in args.engine_sets]
-        out["engines"] = engines(chosen, "cpu", args.cpu_processes, args.phase_s)
+        report.table(ENGINE_COLUMNS)
+        engines(report, chosen, "cpu", args.cpu_processes, args.phase_s)
         for kind in kinds:
             if kind != "cpu":
                 for k in map(int, args.processes.split(",")):
-                    out["engines"] += engines(chosen, kind, k, args.phase_s)
-    if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1))
+                    engines(report, chosen, kind, k, args.phase_s)
+    report.close()
 
 
 if __name__ == "__main__":

@@ -14,13 +14,13 @@ It prints the median decoded frames/s of each and the cost of the harness relati
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from dataclasses import replace
 
 import torch
 
+from benchmarks.common import Report, parser
 from dlbench.bench.adapters import make_adapter
 from dlbench.bench.runner import measure_rank
 from dlbench.loader import DataLoader
@@ -62,9 +62,7 @@ def bare(run: RunSpec) -> float:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(
-        prog="python -m benchmarks.overhead", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    ap = parser(__doc__, workdir=False)
     ap.add_argument("--dataset", default="results/datasets/synthetic/v30")
     ap.add_argument("--loaders", nargs="+", default=["dlbench_stream", "dlbench_map"])
     ap.add_argument("--mode", default="single")
@@ -75,11 +73,10 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args(argv)
 
-    print(
-        f"dataset {a.dataset}, mode {a.mode}, batch {a.batch_size}, {a.workers} workers, {a.duration_s:g} s "
-        f"windows, {a.repeats} interleaved repeats; decoded frames/s"
-    )
-    print(f"{'loader':<16}{'bare':>10}{'harness':>10}{'h+verify':>10}{'harness cost':>14}{'with verify':>13}")
+    report = Report(a, ["loader", "bare", "harness", "h+verify", "harness cost", "with verify", "runs"], "overhead")
+    report.line(f"dataset {a.dataset}, mode {a.mode}, batch {a.batch_size}, {a.workers} workers, {a.duration_s:g} s "
+                f"windows, {a.repeats} interleaved repeats; decoded frames/s")  # fmt: skip
+    worst = 0.0
     for loader in a.loaders:
         run = RunSpec(
             root=a.dataset,
@@ -100,14 +97,12 @@ def main(argv=None) -> None:
         med = {k: statistics.median(v) for k, v in figures.items()}
         cost = 1 - med["harness"] / med["bare"]
         cost_v = 1 - med["verify"] / med["bare"]
-        print(
-            f"{loader:<16}{med['bare']:>10.0f}{med['harness']:>10.0f}{med['verify']:>10.0f}{cost:>13.1%}{cost_v:>13.1%}"
-        )
-        print(
-            f"{'':<16}runs: bare {[round(v) for v in figures['bare']]}, harness "
-            f"{[round(v) for v in figures['harness']]}, h+verify {[round(v) for v in figures['verify']]}"
-        )
-    print("target: harness cost < 3% of the bare loop's throughput")
+        worst = max(worst, cost)
+        runs = "; ".join(f"{k} {', '.join(str(round(v)) for v in vs)}" for k, vs in figures.items())
+        report.row(**{"loader": loader, "bare": med["bare"], "harness": med["harness"], "h+verify": med["verify"],
+                      "harness cost": f"{cost:.1%}", "with verify": f"{cost_v:.1%}", "runs": runs})  # fmt: skip
+    report.goal("harness cost < 3% of the bare loop's throughput", worst < 0.03, f"largest {worst:.1%}")
+    report.close()
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ dataset. Goals: flat per-episode cost; the first batch within 5 s of open and >=
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -31,6 +30,7 @@ from pathlib import Path
 
 import yaml
 
+from benchmarks.common import Report, parser
 from dlbench.peer import REPO_ROOT, peer_python
 from dlbench.synth import Camera, SynthConfig, synthesize
 
@@ -126,7 +126,7 @@ def dag_seconds(root: Path, runs: int, work: Path) -> tuple[float, int]:
     return seconds, int(jobs[0][1]) if jobs else 0
 
 
-def print_dag(root: Path, sizes: list[int], work: Path, repeats: int = 3) -> None:
+def print_dag(report: Report, root: Path, sizes: list[int], work: Path, repeats: int = 3) -> None:
     """The median of `repeats` interleaved `snakemake -n` per matrix size (the first call also warms the caches)."""
     times: dict[int, list[float]] = {n: [] for n in sizes}
     jobs = {}
@@ -134,11 +134,12 @@ def print_dag(root: Path, sizes: list[int], work: Path, repeats: int = 3) -> Non
         for n in sizes:
             seconds, jobs[n] = dag_seconds(root, n, work)
             times[n].append(seconds)
-    print(f"\nSnakemake DAG (`snakemake -n`, start-up included, median of {repeats}) on {root}")
-    print(f"{'runs':>6} {'bench jobs':>11} {'seconds':>9} {'ms per run':>11}")
+    report.line(f"Snakemake DAG (`snakemake -n`, start-up included, median of {repeats}) on {root}")
+    report.table(["runs", "bench jobs", "seconds", "ms per run"])
     for n in sizes:
         seconds = statistics.median(times[n])
-        print(f"{n:>6} {jobs[n]:>11} {seconds:>9.2f} {1000 * seconds / n:>11.1f}")
+        report.row(**{"runs": n, "bench jobs": jobs[n], "seconds": f"{seconds:.2f}",
+                      "ms per run": f"{1000 * seconds / n:.1f}"})  # fmt: skip
 
 
 def per_episode_ms(seconds: float, episodes: int) -> str:
@@ -146,9 +147,8 @@ def per_episode_ms(seconds: float, episodes: int) -> str:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, workdir=None)
     ap.add_argument("--episodes", type=int, nargs="+", default=[100, 1000, 10000, 50000])
-    ap.add_argument("--workdir", default=None, help="keeps the tiled datasets between runs")
     ap.add_argument("--workers", type=int, default=2, help="conversion work processes and DataLoader workers")
     ap.add_argument("--skip-lerobot", action="store_true")
     ap.add_argument("--dag-runs", type=int, nargs="*", default=[20, 200, 1000])
@@ -158,67 +158,59 @@ def main(argv=None) -> None:
     work.mkdir(parents=True, exist_ok=True)
     loaders = [x for x in LOADERS if not (a.skip_lerobot and x.startswith("lerobot"))]
     conv, starts, roots = {}, {}, {}
+    report = Report(a, ["episodes", "loader", "progress"], "scale")
     for n in a.episodes:  # each size converted and opened before the next is written: one at a time on disk
-        print(f"{n} episodes", flush=True)
         src = dataset(work, n)
         conv[n], roots[n] = convert(src, work, a.workers)
         for loader in loaders:
             starts[n, loader] = first_batch(loader, roots[n], a.workers, a.timeout_s)
-            print(f"  {loader}: {starts[n, loader]}", flush=True)
-    print_conversion(conv, a.workers)
-    print_start_up(starts, a.episodes, loaders, a.workers)
+            report.row(episodes=n, loader=loader, progress=starts[n, loader])
+    print_conversion(report, conv, a.workers)
+    print_start_up(report, starts, a.episodes, loaders, a.workers)
     if a.dag_runs:
-        print_dag(roots[max(a.episodes)], a.dag_runs, work)
-    print(f"\nwork directory: {work}")
+        print_dag(report, roots[max(a.episodes)], a.dag_runs, work)
+    report.line(f"work directory: {work}")
+    report.close()
 
 
-def print_conversion(conv: dict, workers: int) -> None:
-    print(f"\nconversion ({workers} work processes): seconds (ms per episode), peak PSS MB; files per episode")
-    head = f"{'episodes':>9}" + "".join(
-        f" {s + ' s (ms/ep)':>20} {s + ' MB':>12}" for s in ("plan", "work", "finalize")
-    )
-    print(head + f" {'work files/ep':>14} {'out files/ep':>13}")
+def print_conversion(report: Report, conv: dict, workers: int) -> None:
+    report.line(f"conversion ({workers} work processes): seconds (ms per episode), peak PSS MB; files per episode")
+    stages = ("plan", "work", "finalize")
+    report.table(["episodes", *(f"{s} s (ms/ep)" for s in stages), *(f"{s} MB" for s in stages), "work files/ep",
+                  "out files/ep"])  # fmt: skip
     for n, c in conv.items():
-        cells = "".join(
-            f" {f'{c[s][0]:.1f} ({per_episode_ms(c[s][0], n)})':>20} {c[s][1]:>12.0f}"
-            for s in c
-            if s in ("plan", "work", "finalize")
-        )
-        print(f"{n:>9}{cells} {c['work_files'] / n:>14.2f} {c['out_files'] / n:>13.4f}")
+        cells = {f"{s} s (ms/ep)": f"{c[s][0]:.1f} ({per_episode_ms(c[s][0], n)})" for s in stages if s in c}
+        cells |= {f"{s} MB": c[s][1] for s in stages if s in c}
+        report.row(episodes=n, **cells, **{"work files/ep": f"{c['work_files'] / n:.2f}",
+                                           "out files/ep": f"{c['out_files'] / n:.4f}"})  # fmt: skip
 
 
-def print_start_up(starts: dict, sizes: list[int], loaders: list[str], workers: int) -> None:
-    print(
-        f"\nloader start-up (batch 16, {workers} workers): open s, open to first batch s, PSS once open MB, peak PSS MB"
-    )
-    columns = ("open s", "1st batch s", "open+1st s", "PSS open", "peak PSS")
-    print(f"{'episodes':>9} {'loader':<16} " + " ".join(f"{c:>11}" for c in columns))
+def print_start_up(report: Report, starts: dict, sizes: list[int], loaders: list[str], workers: int) -> None:
+    report.line(f"loader start-up (batch 16, {workers} workers): open s, open to first batch s, PSS once open MB, "
+                "peak PSS MB")  # fmt: skip
+    report.table(["episodes", "loader", "open s", "1st batch s", "open+1st s", "PSS open", "peak PSS", "note"])
     for n in sizes:
         for loader in loaders:
             r = starts[n, loader]
             if isinstance(r, str):
-                print(f"{n:>9} {loader:<16} {r}")
+                report.row(episodes=n, loader=loader, note=r)
                 continue
             total = r["open_s"] + r["first_batch_s"]
-            print(
-                f"{n:>9} {loader:<16} {r['open_s']:>11.2f} {r['first_batch_s']:>11.2f} {total:>11.2f} "
-                f"{r['pss_open_mb']:>11.0f} {r['peak_pss_mb']:>11.0f}"
-            )
+            report.row(**{"episodes": n, "loader": loader, "open s": f"{r['open_s']:.2f}",
+                          "1st batch s": f"{r['first_batch_s']:.2f}", "open+1st s": f"{total:.2f}",
+                          "PSS open": r["pss_open_mb"], "peak PSS": r["peak_pss_mb"]})  # fmt: skip
         for kind in ("map", "stream"):
             ours, theirs = starts.get((n, f"dlbench_{kind}")), starts.get((n, f"lerobot_{kind}"))
             if isinstance(ours, dict):
                 total = ours["open_s"] + ours["first_batch_s"]
-                ok = "meets" if total <= FIRST_BATCH_GOAL_S else "MISSES"
-                line = (
-                    f"{'':>9} {kind}: dlbench's first batch {total:.2f} s after open ({ok} <= {FIRST_BATCH_GOAL_S:g} s)"
-                )
+                report.goal(f"{n} episodes, {kind}: dlbench's first batch <= {FIRST_BATCH_GOAL_S:g} s after open",
+                            total <= FIRST_BATCH_GOAL_S, f"{total:.2f} s")  # fmt: skip
                 if isinstance(theirs, dict):
                     ratio = (theirs["open_s"] + theirs["first_batch_s"]) / total
-                    ok = "meets" if ratio >= VS_LEROBOT_GOAL else "MISSES"
-                    line += f"; {ratio:.1f}x sooner than LeRobot's ({ok} >= {VS_LEROBOT_GOAL:g}x)"
+                    report.goal(f"{n} episodes, {kind}: >= {VS_LEROBOT_GOAL:g}x sooner than LeRobot's",
+                                ratio >= VS_LEROBOT_GOAL, f"{ratio:.1f}x")  # fmt: skip
                 elif isinstance(theirs, str):
-                    line += f"; LeRobot's {theirs}"
-                print(line)
+                    report.line(f"{n} episodes, {kind}: LeRobot's {theirs}")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import subprocess
@@ -20,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.common import Report, parser
 from dlbench.peer import REPO_ROOT
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -76,9 +76,9 @@ def dry_run(jobs: int) -> tuple[float, int]:
         return secs, count
 
 
-def overhead(n: int) -> None:
+def overhead(report: Report, n: int) -> None:
     if shutil.which("sbatch") is None or subprocess.run(["sinfo"], capture_output=True).returncode != 0:
-        print("per-job overhead: skipped (no reachable SLURM cluster; start one with scripts/slurm-up.sh)")
+        report.line("per-job overhead: skipped (no reachable SLURM cluster; start one with scripts/slurm-up.sh)")
         return
     times = []
     for _ in range(n):
@@ -86,7 +86,7 @@ def overhead(n: int) -> None:
         subprocess.run(["sbatch", "--wait", "--quiet", "--wrap", "true", "-o", "/dev/null"], check=True)
         times.append(time.perf_counter() - t0)
     times.sort()
-    print(f"sbatch --wait of an empty job: median {times[len(times) // 2]:.2f} s over {n}")
+    report.line(f"sbatch --wait of an empty job: median {times[len(times) // 2]:.2f} s over {n}")
     with tempfile.TemporaryDirectory() as d:
         (Path(d) / "Snakefile").write_text(
             'rule empty:\n    output: "done"\n    log: "empty.log"\n    shell: "touch {output} 2> {log}"\n'
@@ -121,20 +121,22 @@ def overhead(n: int) -> None:
             )
             times.append(time.perf_counter() - t0)
         times.sort()
-        print(
+        report.line(
             f"one empty Snakemake job through the slurm executor: median {times[len(times) // 2]:.2f} s over {n} "
             f"(Snakemake start-up on both sides, sbatch, status polls)"
         )
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, workdir=False)
     ap.add_argument("--jobs", type=int, default=1000)
     ap.add_argument("--overhead-jobs", type=int, default=3)
     a = ap.parse_args(argv)
+    report = Report(a, [], "slurm")
     secs, count = dry_run(a.jobs)
-    print(f"dry run of {count} bench jobs with profiles/slurm: {secs:.1f} s (target < 15 s)")
-    overhead(a.overhead_jobs)
+    report.goal(f"a dry run of {count} bench jobs with profiles/slurm within 15 s", secs < 15, f"{secs:.1f} s")
+    overhead(report, a.overhead_jobs)
+    report.close()
 
 
 if __name__ == "__main__":

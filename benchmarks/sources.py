@@ -11,7 +11,6 @@ the prewarm check's verdict and cost in seconds against both endpoints.
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 import statistics
@@ -21,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import bench_run
+from benchmarks.common import Report, bench_run, parser
 from dlbench import loopback, prewarm
 from dlbench.sources import LOOPBACK_CREDENTIALS, apply_env
 
@@ -42,7 +41,7 @@ def _bench(url: str, spec: dict | None, out: Path, a) -> float:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, workdir=False)
     ap.add_argument("--dataset", required=True, help="a local v3.0 dataset (e.g. results/datasets/synthetic/v30)")
     ap.add_argument("--mode", default="single")
     ap.add_argument("--batch-size", type=int, default=16)
@@ -90,27 +89,26 @@ def main(argv=None) -> None:
         for r in range(a.repeats):  # interleaved, so drift on a noisy machine hits every contender alike
             for k, (name, (u, spec)) in enumerate(contenders.items()):
                 fps[name].append(_bench(u, spec, home / f"run{r}-{k}", a))
-        print(
-            f"\ndlbench_stream, mode {a.mode}, batch {a.batch_size}, {a.workers} workers, {a.duration_s:g} s "
-            f"windows, median of {a.repeats}:"
-        )
+        report = Report(a, ["source", "frames/s", "of local", "runs"], "sources")
+        report.line(f"dlbench_stream, mode {a.mode}, batch {a.batch_size}, {a.workers} workers, {a.duration_s:g} s "
+                    f"windows, median of {a.repeats}")  # fmt: skip
         local = statistics.median(fps["local disk"])
         for name, values in fps.items():
             med = statistics.median(values)
-            print(
-                f"  {name:<40} {med:8.1f} frames/s  ({100 * med / local:5.1f}% of local)  "
-                f"runs: {', '.join(f'{v:.0f}' for v in values)}"
-            )
-        print(
-            f"\nprewarm check (8 files, 4 MB ranges; warm: TTFB p50 <= {a.ttfb_ms_max:g} ms, >= {a.mbps_min:g} Mbit/s):"
-        )
+            report.row(**{"source": name, "frames/s": med, "of local": f"{med / local:.1%}",
+                          "runs": ", ".join(f"{v:.0f}" for v in values)})  # fmt: skip
+        plain_share = statistics.median(fps["loopback S3"]) / local
+        report.goal("loopback S3 >= 80% of local disk", plain_share >= 0.8, f"{plain_share:.1%}")
+        report.line(f"prewarm check (8 files, 4 MB ranges; warm: TTFB p50 <= {a.ttfb_ms_max:g} ms, "
+                    f">= {a.mbps_min:g} Mbit/s):")  # fmt: skip
         for name, spec in (("loopback S3", plain), ("shaped", shaped)):
             apply_env(spec)
             t0 = time.perf_counter()
-            report = prewarm.check(
+            verdict = prewarm.check(
                 url, files=8, range_mb=4, ttfb_p50_ms_max=a.ttfb_ms_max, throughput_mbps_min=a.mbps_min
             )
-            print(f"  {name:<12} {prewarm.explain(report)}; took {time.perf_counter() - t0:.2f} s")
+            report.line(f"  {name:<12} {prewarm.explain(verdict)}; took {time.perf_counter() - t0:.2f} s")
+        report.close()
     finally:
         loopback.stop(state)
 

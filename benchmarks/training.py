@@ -18,10 +18,7 @@ averages, not which frames exist, so the gap is the order's cost.
 
 from __future__ import annotations
 
-import argparse
 import json
-import platform
-import time
 import zlib
 from pathlib import Path
 
@@ -29,7 +26,7 @@ import numpy as np
 import torch
 
 from benchmarks import model
-from benchmarks.common import bench_run
+from benchmarks.common import Report, bench_run, parser
 
 POINTS = (
     ("map (random access)", "dlbench_map", {}),
@@ -99,9 +96,7 @@ def spearman(a, b) -> float:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workdir", default="/tmp/dlbench-model")
-    ap.add_argument("--sets", nargs="+", default=["realistic16"], choices=sorted(model.SETS))
+    ap = parser(__doc__, sets=["realistic16"], choices=sorted(model.SETS))
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=16)
@@ -110,18 +105,14 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     points = [p for p in POINTS if a.points is None or p[0] in a.points.split(";")]
     work = Path(a.workdir)
-    print(f"# {platform.node()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-          f"python -m benchmarks.training --sets {' '.join(a.sets)} --steps {a.steps} --seeds {a.seeds} "
-          f"--workers {a.workers}")  # fmt: skip
+    report = Report(a, ["set", "loader", "effective_1", "effective_10", "loss", "gap", "gap_sd"], "training")
     for name in a.sets:
         root = model.dataset(work, name)
         x, y = thumbnails(root)
         rng = np.random.default_rng(0)
         uniform = [rng.choice(len(x), a.batch_size, replace=False) for _ in range(a.steps)]
         base = np.array([train(x, y, uniform, s) for s in range(a.seeds)])
-        print(f"\n## {name}: {len(x)} frames; uniform batches: loss {base.mean():.4f} +/- {base.std():.4f}")
-        print("| loader | eff. batch (1 / 10 batches) | loss | gap to uniform |")
-        print("|---|---|---|---|")
+        report.line(f"{name}: {len(x)} frames; uniform batches: loss {base.mean():.4f} +/- {base.std():.4f}")
         gaps, effs = [], []
         for label, loader, settings in points:
             batches, m = delivered(root, work, loader, settings, a.steps, a.batch_size, a.workers)
@@ -130,11 +121,12 @@ def main(argv=None) -> None:
             one, ten = m.get("shuffle_effective_batch"), m.get("shuffle_effective_window")
             gaps.append(gap.mean())
             effs.append(one)
-            print(f"| {label} | {one:.2f} / {ten:.2f} | {losses.mean():.4f} | {gap.mean():+.4f} +/- {gap.std():.4f} |",
-                  flush=True)  # fmt: skip
+            report.row(set=name, loader=label, effective_1=one, effective_10=ten, loss=f"{losses.mean():.4f}",
+                       gap=f"{gap.mean():+.4f}", gap_sd=f"{gap.std():.4f}")  # fmt: skip
         rho = spearman(effs, [-g for g in gaps])
-        print(f"\nSpearman's rho (effective batch size against -gap): {rho:.2f}; "
-              f"{'holds' if rho > 0.7 else 'does not hold'} (> 0.7)")  # fmt: skip
+        report.goal(f"{name}: effective batch size orders the loaders as training's loss gap does (Spearman's "
+                    "rho > 0.7)", rho > 0.7, f"rho {rho:.2f}")  # fmt: skip
+    report.close()
 
 
 if __name__ == "__main__":

@@ -12,9 +12,7 @@ floor (goal: >= 90%), and against LeRobot's defaults at equal or better effectiv
 
 from __future__ import annotations
 
-import argparse
 import json
-import platform
 import shutil
 import subprocess
 import sys
@@ -22,6 +20,7 @@ import time
 from pathlib import Path
 
 from benchmarks import model
+from benchmarks.common import Report, parser
 from dlbench.tune.search import Candidate, meets
 
 SWEEP = (
@@ -40,9 +39,7 @@ def measure(root: Path, work: Path, loader: str, settings: dict, mode: str, batc
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workdir", default="/tmp/dlbench-model")
-    ap.add_argument("--sets", nargs="+", default=["realistic16"], choices=sorted(model.SETS))
+    ap = parser(__doc__, sets=["realistic16"], choices=sorted(model.SETS))
     ap.add_argument("--mode", default="single")
     ap.add_argument("--batch-size", type=int, default=16)
     a = ap.parse_args(argv)
@@ -50,8 +47,9 @@ def main(argv=None) -> None:
     from dlbench.config import defaults
 
     floor = defaults("shuffle_floor")
-    print(f"# {platform.node()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-          f"python -m benchmarks.tune --sets {' '.join(a.sets)} --mode {a.mode}; floor {floor}")  # fmt: skip
+    report = Report(a, ["set", "point", "frames_per_s", "effective_1", "effective_10", "distinct", "pss_mb", "meets"],
+                    "tune")  # fmt: skip
+    report.line(f"floor {floor}")
     for name in a.sets:
         root = model.dataset(work, name)
         out = work / f"tune-{name}-{a.mode}"
@@ -61,24 +59,25 @@ def main(argv=None) -> None:
                                str(a.batch_size), "--out", str(out)], capture_output=True, text=True)  # fmt: skip
         took = time.perf_counter() - t0
         if proc.returncode:
-            print(f"## {name}: tune failed: {proc.stderr.strip()[-500:]}")
+            report.line(f"{name}: tune failed: {proc.stderr.strip()[-500:]}")
             continue
         result = json.loads(out.with_suffix(".json").read_text())
         w = result["winner"]
-        print(f"\n## {name} ({result['episodes']} episodes): tune answered in {took:.0f} s {result['phases']}: "
-              f"{w['loader']} {w['dataset_kwargs']} {w['dataloader_kwargs']['num_workers']} workers, "
-              f"{w['frames_per_s_node']:,.0f} frames/s, effective {w['shuffle_effective_batch']:.2f}")  # fmt: skip
-        print("| point | frames/s | eff. 1 / 10 | distinct | PSS MB | meets the floor |")
-        print("|---|---|---|---|---|---|")
+        report.line(f"{name} ({result['episodes']} episodes): tune answered in {took:.0f} s {result['phases']}: "
+                    f"{w['loader']} {w['dataset_kwargs']} {w['dataloader_kwargs']['num_workers']} workers, "
+                    f"{w['frames_per_s_node']:,.0f} frames/s, effective {w['shuffle_effective_batch']:.2f}"
+                    )  # fmt: skip
+        report.goal(f"{name}: the answer within 5 minutes", took <= 300, f"{took:.0f} s")
         sweep = []
         for loader, settings in SWEEP:
             c = Candidate(loader, settings, predicted_fps=w["frames_per_s_node"])
             m = measure(root, work / f"sweep-{name}", loader, settings, a.mode, a.batch_size, c.predicted_fps)
             why = meets(m, floor, None)
             sweep.append((c.key, m, why))
-            print(f"| {c.key} | {m.get('frames_per_s_node', 0):,.0f} | {m.get('shuffle_effective_batch', 0):.2f} / "
-                  f"{m.get('shuffle_effective_window', 0):.2f} | {m.get('shuffle_distinct_frames', 0):.2f} | "
-                  f"{m.get('peak_pss_mb', 0):,.0f} | {why or 'yes'} |", flush=True)  # fmt: skip
+            report.row(set=name, point=c.key, frames_per_s=m.get("frames_per_s_node"),
+                       effective_1=m.get("shuffle_effective_batch"), effective_10=m.get("shuffle_effective_window"),
+                       distinct=m.get("shuffle_distinct_frames"), pss_mb=m.get("peak_pss_mb"),
+                       meets=why or "yes")  # fmt: skip
         ok = [(k, m) for k, m, why in sweep if not why]
         best = max(ok, key=lambda t: t[1]["frames_per_s_node"], default=None)
         chosen = {"loader": w["loader"], **{k: v for k, v in w["dataset_kwargs"].items()
@@ -88,22 +87,21 @@ def main(argv=None) -> None:
         mine = next((m for k, m, _ in sweep if k == key), None)
         if best and mine:
             share = mine["frames_per_s_node"] / best[1]["frames_per_s_node"]
-            print(
-                f"\ntune's answer measured {mine['frames_per_s_node']:,.0f} frames/s in the sweep, "
-                f"{share:.0%} of the sweep's best at the floor ({best[0]}: "
-                f"{best[1]['frames_per_s_node']:,.0f}); goal >= 90%: {'holds' if share >= 0.9 else 'misses'}"
-            )
+            report.goal(f"{name}: the answer >= 90% of the sweep's best at the floor", share >= 0.9,
+                        f"{mine['frames_per_s_node']:,.0f} frames/s, {share:.0%} of {best[0]}'s "
+                        f"{best[1]['frames_per_s_node']:,.0f}")  # fmt: skip
         lerobot = measure(root, work / f"sweep-{name}", "lerobot_stream",
                           {"num_workers": 2}, a.mode, a.batch_size, 100.0)  # fmt: skip
         if lerobot.get("status") == "ok" and mine:
             ratio = mine["frames_per_s_node"] / lerobot["frames_per_s_node"]
             eq = (mine.get("shuffle_effective_batch") or 0) >= (lerobot.get("shuffle_effective_batch") or 0) - 0.1
-            print(f"LeRobot's stream at its defaults (buffer_size 1000, 2 workers): "
-                  f"{lerobot['frames_per_s_node']:,.0f} frames/s, effective {lerobot['shuffle_effective_batch']:.2f};"
-                  f" tune's answer {ratio:.2f}x {'at equal or better' if eq else 'at LOWER'} effective batch size; "
-                  f"goal >= 1.5x: {'holds' if ratio >= 1.5 and eq else 'misses'}")  # fmt: skip
+            report.goal(f"{name}: >= 1.5x LeRobot's stream at its defaults (buffer_size 1000, 2 workers), at equal "
+                        "or better effective batch size", ratio >= 1.5 and eq,
+                        f"{ratio:.2f}x: {lerobot['frames_per_s_node']:,.0f} frames/s, effective "
+                        f"{lerobot['shuffle_effective_batch']:.2f}{'' if eq else ', tune answer LOWER'}")  # fmt: skip
         else:
-            print(f"LeRobot's stream: {lerobot.get('reason') or lerobot.get('status')}")
+            report.line(f"LeRobot's stream: {lerobot.get('reason') or lerobot.get('status')}")
+    report.close()
 
 
 if __name__ == "__main__":

@@ -11,14 +11,13 @@ of their two spreads (max - min over the repeats).
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import tempfile
 from pathlib import Path
 
 from benchmarks import datasets
-from benchmarks.common import bench_run
+from benchmarks.common import Report, bench_run, parser
 from dlbench.run.loaders import DLBENCH_LOADERS
 
 
@@ -30,13 +29,12 @@ def measure(root: str, a, workers: str, out: Path) -> tuple[float, int]:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, workdir=None)
     ap.add_argument("--dataset", default=None, help="a v3.0 dataset (default: synthesize and convert one)")
     ap.add_argument("--realistic", action="store_true", help="the realistic dataset (480x640 AV1) instead of 96x128")
     ap.add_argument(
         "--episodes", type=int, default=None, help="episodes to synthesize (default: 24 quick, 10 realistic)"
     )
-    ap.add_argument("--workdir", default=None, help="keeps the synthesized dataset between runs")
     ap.add_argument("--loader", default="dlbench_map", choices=DLBENCH_LOADERS)
     ap.add_argument("--mode", default="single")
     ap.add_argument("--batch-size", type=int, default=16)
@@ -48,7 +46,8 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     work = Path(a.workdir or tempfile.mkdtemp(prefix="dlbench-perf-workers-"))
     root = a.dataset or str(datasets.v30(work, a.realistic, a.episodes))
-    print(f"dataset {root}; {a.loader} {a.mode}, batch {a.batch_size}, {cores} cores, {a.duration_s:g} s windows")
+    report = Report(a, ["workers", "median", "min", "max"], "workers")
+    report.line(f"dataset {root}; {a.loader} {a.mode}, batch {a.batch_size}, {cores} cores, {a.duration_s:g} s windows")
 
     names = [str(n) for n in a.counts] + ["auto"]
     runs: dict[str, list[float]] = {n: [] for n in names}
@@ -60,17 +59,15 @@ def main(argv=None) -> None:
             auto_count = used if n == "auto" else auto_count
     med = {n: statistics.median(v) for n, v in runs.items()}
     spread = {n: max(v) - min(v) for n, v in runs.items()}
-    print(f"{'workers':<14}{'median':>10}{'min-max':>18}")
     for n in names:
         label = f"auto (= {auto_count})" if n == "auto" else n
-        print(f"{label:<14}{med[n]:>10.0f}{f'{min(runs[n]):.0f}-{max(runs[n]):.0f}':>18}")
+        report.row(workers=label, median=med[n], min=min(runs[n]), max=max(runs[n]))
     best = max(names[:-1], key=med.get)
     gap, noise = med[best] - med["auto"], max(spread[best], spread["auto"])
-    verdict = "within noise of" if gap <= noise else "BELOW"
-    print(
-        f"best fixed count {best}: {med[best]:.0f}; auto {med['auto']:.0f} ({med['auto'] / med[best]:.2f}x), "
-        f"{verdict} the best (gap {gap:.0f}, noise {noise:.0f} frames/s)"
-    )
+    report.goal("auto within noise of the best fixed count", gap <= noise,
+                f"best {best}: {med[best]:.0f}; auto {med['auto']:.0f} ({med['auto'] / med[best]:.2f}x), gap "
+                f"{gap:.0f}, noise {noise:.0f} frames/s")  # fmt: skip
+    report.close()
 
 
 if __name__ == "__main__":

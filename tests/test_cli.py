@@ -86,3 +86,37 @@ def test_the_benchmark_suite_lists_every_benchmark_and_runs_one_by_name(capsys):
     listed = capsys.readouterr().out
     assert all(name in listed for name in suite)
     assert main(["nope"]) == 2 and capsys.readouterr().err.count("\n") == 1
+
+
+def test_every_benchmark_takes_the_shared_options_and_reports_its_tables_and_goals_as_json(tmp_path, capsys):
+    """Each benchmark's parser is the suite's (--json everywhere); a Report prints markdown rows as they come, a
+    second table under its own head, each goal with holds / misses, and writes all of it to --json."""
+    import importlib
+    import inspect
+    import json
+
+    from benchmarks.__main__ import benchmarks
+    from benchmarks.common import Report, parser
+
+    for name in benchmarks():
+        source = inspect.getsource(importlib.import_module(f"benchmarks.{name}"))
+        assert "parser(__doc__" in source and "argparse.ArgumentParser(" not in source, name
+    a = parser("doc", sets=["quick"], choices=["quick", "realistic16"]).parse_args(["--json", str(tmp_path / "r.json")])
+    assert a.sets == ["quick"] and a.workdir
+    assert not hasattr(parser("doc", workdir=False).parse_args([]), "workdir")
+    report = Report(a, ["set", "frames/s"], "demo")
+    report.row(**{"set": "quick", "frames/s": 1234.5})
+    report.table(["loader", "effective"])
+    report.row(loader="stream", effective=0.8123)
+    assert report.goal("stream at the floor", True, "0.81") and not report.goal("map faster", False)
+    report.close()
+    out = capsys.readouterr().out
+    assert "| quick | 1,234 |" in out and "| stream | 0.81 |" in out and out.count("|---|") == 2
+    assert "goal stream at the floor: holds (0.81)" in out and "goal map faster: misses" in out
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["benchmark"] == "demo" and [t["columns"] for t in doc["tables"]] == [
+        ["set", "frames/s"],
+        ["loader", "effective"],
+    ]
+    assert doc["tables"][1]["rows"] == [{"loader": "stream", "effective": 0.8123}]
+    assert [g["holds"] for g in doc["goals"]] == [True, False]
