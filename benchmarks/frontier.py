@@ -43,6 +43,8 @@ POINTS = (
     ("stream read_ahead 2", "dlbench_stream", {"read_ahead": 2}),
     ("stream pieces 1", "dlbench_stream", {"pieces": 1}),
     ("stream gop_run 0", "dlbench_stream", {"gop_run": 0}),  # each block a random jump, on long GOPs too
+    ("stream gop_run 30", "dlbench_stream", {"gop_run": 30}),  # a GOP of 30 at a time whatever the buffer holds
+    ("stream buffer_mb 512 gop_run 0", "dlbench_stream", {"buffer_mb": 512, "gop_run": 0}),
     ("stream read_ahead 4", "dlbench_stream", {"read_ahead": 4}),
     ("stream read_ahead 8", "dlbench_stream", {"read_ahead": 8}),
     ("stream forward", "dlbench_stream", {"episode_order": "forward"}),

@@ -649,6 +649,24 @@ def test_workers_read_pieces_of_every_episode_and_a_state_keeps_its_pieces(long_
     assert sorted(before + after) == list(range(total))
 
 
+def test_gop_runs_are_taken_by_default_only_where_the_buffer_keeps_enough_of_them_decoded(long_episodes):
+    """With 2 workers a GOP (30 frames) is read at a time where a worker's buffer keeps GOP_RUNS_HELD runs of it
+    decoded; a buffer of a few runs (720p, or a small buffer_mb) reads blocks at random jumps instead, whose batches
+    mix more moments; one worker never runs; an asked gop_run is kept whatever the buffer."""
+    from dlbench.loader.stream import GOP_RUNS_HELD
+
+    root = str(long_episodes)
+    run_mb = 30 * LeRobotStreamingDataset(root, read_ahead=1).block_bytes(1) / 2**20
+
+    def gop(buffer_runs, workers=2, **kw):
+        ds = LeRobotStreamingDataset(root, read_ahead=2, buffer_mb=buffer_runs * run_mb, **kw)
+        ds.use_workers(workers)
+        return ds.gop_run
+
+    assert gop(GOP_RUNS_HELD + 1) == 30 and gop(GOP_RUNS_HELD - 2) == 0
+    assert gop(GOP_RUNS_HELD + 1, workers=1) == 0 and gop(2, gop_run=30) == 30
+
+
 def test_read_ahead_counts_the_episodes_a_worker_can_hold_live_not_the_pool(v30_h264):
     """A pool larger than the rank's episodes holds only those: its default read_ahead is that of a pool of their
     number (counting the pool cut 720p blocks to single frames, each a seek). A smaller pool still counts itself."""

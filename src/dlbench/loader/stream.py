@@ -72,6 +72,10 @@ EPOCH_KEY = "_epoch"  # the epoch it belongs to (persistent DataLoader workers a
 HELD_DATA_MB = 32
 EPISODE_ORDERS = ("random", "forward")  # a live episode's blocks: at random, or in reading order (`shard_order`)
 AUTO_READ_AHEAD = (8, 4, 2)  # the read_ahead values tried, largest first (`auto_read_ahead`)
+# GOP runs by default only where a worker's buffer keeps at least this many runs decoded (`_eligible`): fewer, and
+# ten batches' items come from a few seconds of a few episodes. 2 workers: 23 runs held (3 cameras of 240x320 HEVC,
+# buffer_mb 512) gave 0.41 of the nominal batch over ten batches, 60 (96x128 H.264) 0.64
+GOP_RUNS_HELD = 32
 
 
 def _check_order_args(counts: dict, gop_run: int | None, episode_order: str, fetch_episodes: int) -> None:
@@ -290,9 +294,14 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
 
     def _eligible(self, asked: int | None) -> int:
         """Rows of an episode read forward before the next random jump (`partition.gop_runs`): `asked`, or (None)
-        the video's keyframe interval where it is longer than a block; 0 outside random order of single rows. On
-        720p H.264 with a keyframe every 30 frames a block of 2 rows at random costs the decode of the GOP before
-        it; read a GOP at a time the stream seeks once per GOP (docs/library.md)."""
+        the video's keyframe interval where it is longer than a block and `buffer_mb` keeps GOP_RUNS_HELD runs of
+        it decoded; 0 outside random order of single rows. A block at random costs the decode of the GOP before
+        it; read a GOP at a time the stream seeks once per GOP (docs/library.md), but a run's rows are a second of
+        one episode: a buffer of a few runs hands out batches of a few moments. 2 workers, 16 episodes (`python -m
+        benchmarks frontier`, effective / nominal over one batch / ten): 720p H.264 g=30 (1.6 runs held) 389
+        frames/s at 0.72 / 0.46 with runs, 132 at 0.81 / 0.76 without, map 40; 3 cameras of 240x320 HEVC (5.6
+        runs) 2,164 at 0.79 / 0.34 against 1,409 at 0.87 / 0.58, map 329; 96x128 H.264 (60 runs) 7,878 at 0.91 /
+        0.64 with runs, 5,232 at 0.89 / 0.76 without."""
         if not self.shuffle or self.episode_order != "random" or self.block_stride > 1:
             return 0
         if asked is not None:
@@ -300,7 +309,8 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         if self._gop is None:  # one read of an MP4 index (requests, for a remote source): once per dataset
             first = int(self.episodes[0]) if self.episodes is not None and len(self.episodes) else 0
             self._gop = self.meta.keyframe_interval(first)
-        return self._gop if self._gop > self.read_ahead else 0
+        held = self.max_blocks() * self.read_ahead / max(self._gop, 1)
+        return self._gop if self._gop > self.read_ahead and held >= GOP_RUNS_HELD else 0
 
     def use_workers(self, num_workers: int) -> None:
         """Called by dlbench's `DataLoader` with its `num_workers` (call it yourself before iterating under another
