@@ -228,14 +228,19 @@ def test_decoder_cache_counters_add_up(v30_h264):
 
 
 def test_streaming_decoders_follow_pool_slots_not_episodes(v30_h264_one_file):
-    """Live episodes of one file are read in turn by decoders of their own (none seeks back); an episode that starts
-    takes over the decoder of the one that finished, so a camera's file is opened once per pool slot, not once per
-    episode, and every frame is still the right one after those seeks. A worker reading several virtual shards at
-    once (4 shards of 2 episodes: 2 lanes of 2 slots) keeps the slots' decoders from one shard to the next."""
+    """Read forward, live episodes of one file are read in turn by decoders of their own (none seeks back); an
+    episode that starts takes over the decoder of the one that finished, so a camera's file is opened once per pool
+    slot, not once per episode, and every frame is still the right one after those seeks. A worker reading several
+    virtual shards at once (4 shards of 2 episodes: 2 lanes of 2 slots) keeps the slots' decoders from one shard to
+    the next. In random order every block is a jump: one decoder per file and camera, blocks decoded in file order."""
+    ds = LeRobotStreamingDataset(str(v30_h264_one_file), return_uint8=True, pool_size=3, buffer_size=8)
+    assert sum(1 for item in ds if check_item(ds, item) is None) == ds.meta.num_frames
+    assert ds.cache.stats()["misses"] == len(ds.meta.cameras)
     for shards, lanes, slots in ((1, 1, 3), (4, 2, 4)):
         ds = LeRobotStreamingDataset(
-            str(v30_h264_one_file), return_uint8=True, pool_size=3, buffer_size=8, virtual_shards=shards
-        )
+            str(v30_h264_one_file), return_uint8=True, pool_size=3, buffer_size=8, virtual_shards=shards,
+            episode_order="forward",
+        )  # fmt: skip
         assert {len(set(ds.meta.video_url(c, e) for e in range(len(ds.meta.ep_from)))) for c in ds.meta.cameras} == {1}
         assert ds.lanes.at_once == lanes and ds.lanes.at_once * ds.lanes.pool == slots
         n = 0

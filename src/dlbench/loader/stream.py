@@ -610,7 +610,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
                     continue
                 if fetcher is not None:
                     fetcher.need(ep)
-                cursor = lane * self.lanes.pool + slot if self._slot_cursors else None
+                cursor = lane * self.lanes.pool + slot if self._reads_forward() else None
                 ready.update(zip(rows, self.builder.build_many(rows, cursor)))
                 if fetcher is not None and ends:
                     fetcher.done(ep)
@@ -635,6 +635,13 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             if record:
                 self.delivered.note(epoch, shard, pos)
             yield item
+
+    def _reads_forward(self) -> bool:
+        """Whether a pool slot's next block follows its last one in the file (episodes in reading order, or GOP
+        runs), so that a decoder of its own (`cursor`) decodes on instead of seeking. In random order each block is a
+        jump whatever the decoder: one decoder per file and camera does the same work in less memory (3 cameras of
+        240x320 HEVC, sarm, one worker: 48 decoders open, peak PSS 824 MB, against 3 and 701 MB, both 208 frames/s)."""
+        return self._slot_cursors and (self.episode_order == "forward" or self.gop_run > 0)
 
     def _shard_key(self, shard: int) -> int:
         """The episode a virtual shard starts in: lanes prefer shards of episodes no other lane reads."""
