@@ -216,44 +216,40 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         self.rank, self.world_size = rank_and_world(rank, world_size)
         windows = resolve_windows(mode, delta_timestamps, self.meta)
         self._columns_spec = data_columns(self.meta)
-        # live episodes are read in turn: on the CPU each pool slot gets its own decoder per file (a seek back to a
-        # keyframe costs more than decoding on); NVDEC decoders cost 50-70 ms and GPU memory to create, so there one
-        # per file seeks
+        # a cache size of 0 is set once the worker's pool slots are known (`_cut`)
         decoder = FrameDecoder(
-            self.meta,
-            decode_device,
-            decoder_cache_size or 0,  # the default is set below, once the worker's pool slots are known
-            tolerance_s,
-            decoder_cache_mb=decoder_cache_mb,
+            self.meta, decode_device, decoder_cache_size or 0, tolerance_s,
+            decoder_cache_mb=decoder_cache_mb, fetch=fetch_episodes > 0, spill_dir=spill_dir,
             block_size=int(remote_block_kb * 1024) if remote_block_kb else SEQUENTIAL_BLOCK,
-            fetch=fetch_episodes > 0,
-            spill_dir=spill_dir,
-        )
+        )  # fmt: skip
         self.builder = ItemBuilder(self.meta, windows, {}, decoder, not return_uint8, image_transforms)
         # episodes fetched together enter the pool together: groups change the order only where fetching is on
         self.group = fetch_episodes if self.builder.decoder.fetch else 1
+        # read forward, each pool slot gets its own decoder per file (`_reads_forward`: a seek back to a keyframe
+        # costs more than decoding on); NVDEC decoders cost 50-70 ms and GPU memory to create, so there one per file
         self._slot_cursors = decode_device == "cpu"
-        # in random order a slot's next block is elsewhere in its episode: its last block's frames are not kept (they
-        # would be held outside buffer_mb and the decoder budget, one block a slot)
+        # in random order a slot's last block's frames are not kept (its next is elsewhere; they'd be outside budgets)
         self.builder.decoder.keep_recent = episode_order == "forward"
-        self.seed, self.epoch = seed, 0
-        self._iters = 0  # __iter__ calls since set_epoch: persistent DataLoader workers advance their own epoch
-        self.buffer_mb = buffer_mb
-        self.pool_size, self.buffer_size, self.shuffle = pool_size, buffer_size, shuffle
-        self.episode_order = episode_order
+        # _iters: __iter__ calls since set_epoch (persistent DataLoader workers advance their own epoch)
+        self.seed, self.epoch, self._iters = seed, 0, 0
+        self.pool_size, self.buffer_size, self.buffer_mb, self.shuffle = pool_size, buffer_size, buffer_mb, shuffle
+        self.episode_order, self.tag_items = episode_order, tag_items
         offsets = [o for c in self.meta.cameras for o in windows.get(c, [0])]
         self.block_stride = block_stride or window_stride(offsets)
         self.read_ahead = read_ahead or self.auto_read_ahead()
-        self._gop_fixed = gop_run is not None  # by the user, or by a loaded state
-        self._gop: int | None = None  # the video's keyframe interval, read once (`_eligible`)
-        self.gop_run = self._eligible(gop_run) if gop_run is not None else 0  # by default: `use_workers`
-        self.tag_items = tag_items
-        self._virtual_shards_arg, self._cache_arg = virtual_shards, decoder_cache_size
-        self._pieces_fixed = pieces is not None  # by the user, or by a loaded state
-        self._cut(virtual_shards, pieces)
+        self._plan(gop_run, pieces, virtual_shards, decoder_cache_size)
         self._loaded: tuple | None = None  # the runs of rows whose parquet columns are in memory
         self._tables = HeldTables(HELD_DATA_MB * 2**20)  # across epochs: a small dataset is read once a process
         self.delivered = Delivered()  # what this process delivered of the epoch; what a loaded state skips
+
+    def _plan(self, gop_run: int | None, pieces: int | None, virtual_shards: int | None, cache: int | None) -> None:
+        """GOP runs, pieces and virtual shards as asked, or (None) by default: `use_workers` moves them."""
+        self._gop_fixed = gop_run is not None  # by the user, or by a loaded state
+        self._gop: int | None = None  # the video's keyframe interval, read once (`_eligible`)
+        self.gop_run = self._eligible(gop_run) if gop_run is not None else 0
+        self._virtual_shards_arg, self._cache_arg = virtual_shards, cache
+        self._pieces_fixed = pieces is not None  # by the user, or by a loaded state
+        self._cut(virtual_shards, pieces)
 
     def _cut(self, virtual_shards: int | None, pieces: int | None) -> None:
         """The episodes read (all, or `episodes=`), each cut into pieces (`partition.cut_pieces`), and the pieces

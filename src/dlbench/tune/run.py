@@ -91,7 +91,6 @@ def tune(
     """Tune loading `root` for training with these constraints; writes `out`.json, .md and .png and returns the
     result (see the module docstring). A `UserError` for an unreadable dataset or a constraint that cannot be read."""
     from ..config import defaults
-    from ..format.paths import is_remote
     from ..model.calibration import host_cores
 
     t0 = time.perf_counter()
@@ -119,21 +118,7 @@ def tune(
     phases["calibrate_s"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    remote = is_remote(root)
-    ours = ranked(cal, mode, batch_size, cores, nodes, memory_mb, remote)
-    if not ours:
-        every = ranked(cal, mode, batch_size, cores, nodes, None, remote)
-        if not every:
-            raise UserError(f"no loader could be calibrated on {root}: {cal.note or 'see ' + str(work)}")
-        least = min(every, key=lambda c: c.predicted_pss_mb)
-        raise UserError(
-            f"no configuration fits within {memory_gb:g} GB on this node; the nearest is {least.key}: "
-            f"{least.predicted_pss_mb:,.0f} MB and {least.predicted_fps:,.0f} frames/s by the model; raise --memory-gb"
-        )
-    best = best_per_loader(ours)
-    runners_up = [next((c for c in ours if c.loader == lo and c.key != b.key), None) for lo, b in best.items()]
-    lerobot_best = best_per_loader(ranked(cal, mode, batch_size, cores, nodes, memory_mb, remote,
-                                          loaders=("lerobot_stream", "lerobot_map")))  # fmt: skip
+    ours, best, runners_up, lerobot_best = _search(cal, root, work, constraints, memory_mb)
     phases["search_s"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -157,6 +142,29 @@ def tune(
     result["phases"] = {k: round(v, 1) for k, v in phases.items()}
     _write(out, result, proven)
     return result
+
+
+def _search(cal, root, work: Path, constraints: dict, memory_mb: float | None) -> tuple:
+    """The model's ranking of dlbench's configurations within the memory budget (a `UserError` naming the nearest
+    where none fits), each loader's best and runner-up, and LeRobot's loaders' best."""
+    from ..format.paths import is_remote
+
+    c = constraints
+    args = (cal, c["mode"], c["batch_size"], c["cores"], c["nodes"])
+    ours = ranked(*args, memory_mb, is_remote(root))
+    if not ours:
+        every = ranked(*args, None, is_remote(root))
+        if not every:
+            raise UserError(f"no loader could be calibrated on {root}: {cal.note or 'see ' + str(work)}")
+        least = min(every, key=lambda x: x.predicted_pss_mb)
+        raise UserError(
+            f"no configuration fits within {c['memory_gb']:g} GB on this node; the nearest is {least.key}: "
+            f"{least.predicted_pss_mb:,.0f} MB and {least.predicted_fps:,.0f} frames/s by the model; raise --memory-gb"
+        )
+    best = best_per_loader(ours)
+    runners_up = [next((x for x in ours if x.loader == lo and x.key != b.key), None) for lo, b in best.items()]
+    lerobot_best = best_per_loader(ranked(*args, memory_mb, is_remote(root), loaders=("lerobot_stream", "lerobot_map")))
+    return ours, best, runners_up, lerobot_best
 
 
 class _State:
