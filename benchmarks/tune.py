@@ -26,7 +26,7 @@ from dlbench.tune.search import Candidate, meets
 SWEEP = (
     [("dlbench_map", {"num_workers": w}) for w in (1, 2)]
     + [("dlbench_stream", {"num_workers": w, **k}) for w in (1, 2)
-       for k in ({}, {"read_ahead": 2}, {"read_ahead": 8}, {"pool_size": 32}, {"pieces": 4})]
+       for k in ({}, {"read_ahead": 2}, {"read_ahead": 8}, {"pool_size": 32}, {"pieces": 4}, {"gop_run": 30})]
 )  # fmt: skip
 
 
@@ -81,7 +81,7 @@ def main(argv=None) -> None:
         ok = [(k, m) for k, m, why in sweep if not why]
         best = max(ok, key=lambda t: t[1]["frames_per_s_node"], default=None)
         chosen = {"loader": w["loader"], **{k: v for k, v in w["dataset_kwargs"].items()
-                                            if k in ("pool_size", "read_ahead", "pieces")},
+                                            if k in ("pool_size", "read_ahead", "pieces", "gop_run")},
                   "num_workers": w["dataloader_kwargs"]["num_workers"]}  # fmt: skip
         key = Candidate(chosen.pop("loader"), chosen).key
         mine = next((m for k, m, _ in sweep if k == key), None)

@@ -36,6 +36,42 @@ def test_ranking_puts_the_faster_loader_first_and_leaves_out_what_does_not_fit()
     assert ranked(c, "sarm", 16, 4, 1, None) == []  # nothing calibrated in that mode
 
 
+def test_a_stream_at_the_floor_tries_gop_runs_next_where_they_can_pay():
+    """A stream of 2 workers that met the floor is tried a GOP at a time (the default takes runs only where its buffer
+    keeps 32; a lower floor may allow them), then not again; one worker, AV1's GOP of 2 or map-style: no move. The
+    queue proves the move right after the candidate that met the floor."""
+    from dlbench.tune.run import _prove_queue
+    from dlbench.tune.search import speed_moves
+
+    c = Candidate("dlbench_stream", {"num_workers": 2})
+    assert [m.settings for m in speed_moves(c, 30)] == [{"num_workers": 2, "gop_run": 30}]
+    assert speed_moves(speed_moves(c, 30)[0], 30) == []
+    assert speed_moves(Candidate("dlbench_stream", {"num_workers": 1}), 30) == speed_moves(c, 2) == []
+    assert speed_moves(Candidate("dlbench_map", {"num_workers": 2}), 30) == []
+    ok = {"status": "ok", "frames_wrong": 0, "shuffle_effective_batch": 0.9, "shuffle_effective_window": 0.7,
+          "shuffle_distinct_frames": 1.0, "peak_pss_mb": 900.0}  # fmt: skip
+
+    class State:
+        def note(self, text):
+            pass
+
+    queue = [c, Candidate("dlbench_map", {"num_workers": 2})]
+    proven = _prove_queue(State(), queue, lambda x: ok, FLOOR, None, 16, float("inf"), gop=30)
+    assert [p.key for p in proven] == [
+        "dlbench_stream num_workers=2",
+        "dlbench_stream gop_run=30 num_workers=2",
+        "dlbench_map num_workers=2",
+    ]
+    # the answer's code carries every knob tune moved, so that it measures what tune measured
+    from dlbench.tune.run import _winner
+
+    moved = Candidate("dlbench_stream", {"num_workers": 2, "gop_run": 30, "pool_size": 64, "buffer_size": 2048})
+    moved.measured = ok
+    constraints = {"delta_timestamps": None, "mode": "single", "batch_size": 16}
+    code = _winner(moved, constraints, "/data/v30", predicted=False)["code"]
+    assert all(k in code for k in ("gop_run=30", "pool_size=64", "buffer_size=2048", "num_workers=2"))
+
+
 def test_a_stream_below_the_floor_moves_its_knobs_and_a_proof_qualifies_only_whole():
     c = Candidate("dlbench_stream", {"num_workers": 2})
     shared = knob_moves(c, {"shuffle_distinct_frames": 0.6}, FLOOR, episodes_per_worker=50)

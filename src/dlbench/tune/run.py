@@ -29,7 +29,7 @@ from pathlib import Path
 from .. import atomic
 from ..errors import UserError
 from ..model.equations import BOUNDS
-from .search import Candidate, best_per_loader, knob_moves, meets, ranked
+from .search import Candidate, best_per_loader, knob_moves, meets, ranked, speed_moves
 
 PROOF = dict(repeats=2, warmup_s=2.0, check_frames=16, probe_samples=0)
 MIN_PROOF_BATCHES = 24  # a proof window long enough for the effective batch size over 10 batches to be measured
@@ -54,9 +54,12 @@ def _open(root: str, source_spec: dict | None):
         raise UserError(f"{root}: not a readable LeRobot v3.0 dataset ({type(e).__name__}: {e})") from None
 
 
-def _prove_queue(state, queue: list, prove, floor: dict, memory_mb, per_worker: int, deadline: float) -> list:
+def _prove_queue(
+    state, queue: list, prove, floor: dict, memory_mb, per_worker: int, deadline: float, gop: int = 0
+) -> list:
     """Prove candidates in turn until the queue or the time budget is spent (one at least); a stream that misses the
-    floor or budget queues its knob moves next (`search.knob_moves`)."""
+    floor or budget queues its knob moves next (`search.knob_moves`), one that meets it its speed moves
+    (`search.speed_moves`: GOP runs, `gop` frames)."""
     proven = []
     while queue:
         c = queue.pop(0)
@@ -67,6 +70,8 @@ def _prove_queue(state, queue: list, prove, floor: dict, memory_mb, per_worker: 
         proven.append(c)
         if meets(c.measured, floor, memory_mb) and c.loader == "dlbench_stream":
             queue = knob_moves(c, c.measured, floor, per_worker) + queue
+        else:
+            queue = speed_moves(c, gop) + queue
     return proven
 
 
@@ -133,7 +138,8 @@ def tune(
         def prove(c: Candidate) -> dict:
             return state.proof(c, lambda: _prove(c, root, mode, delta_timestamps, batch_size, source_spec, work))
 
-        proven = _prove_queue(state, queue, prove, floor, memory_mb, per_worker, t0 + time_budget_s)
+        gop = meta.keyframe_interval(0)
+        proven = _prove_queue(state, queue, prove, floor, memory_mb, per_worker, t0 + time_budget_s, gop)
     phases["prove_s"] = time.perf_counter() - t
 
     result = _answer(state, meta, cal, ours, best, lerobot_best, proven, floor, memory_mb, predicted_only,
@@ -380,7 +386,7 @@ def _winner(c: Candidate, constraints: dict, root, predicted: bool) -> dict:
         dataset_kwargs["delta_timestamps"] = constraints["delta_timestamps"]
     else:
         dataset_kwargs["mode"] = constraints["mode"]
-    dataset_kwargs |= {k: v for k, v in c.settings.items() if k in ("pool_size", "read_ahead", "episode_order")}
+    dataset_kwargs |= {k: v for k, v in c.settings.items() if k != "num_workers"}  # every knob tune moved
     workers = c.settings["num_workers"]
     loader_kwargs = {"batch_size": constraints["batch_size"], "num_workers": workers}
     if workers:

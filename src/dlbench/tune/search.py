@@ -114,6 +114,16 @@ def knob_moves(c: Candidate, measured: dict, floor: dict, episodes_per_worker: i
     return moves
 
 
+def speed_moves(c: Candidate, gop: int) -> list[Candidate]:
+    """What to try after a dlbench_stream candidate of 2 workers or more met the floor: its episodes read a GOP at a
+    time (`gop_run`), which the stream's default takes only where a worker's buffer keeps 32 runs (a floor of 0.8 /
+    0.5; docs/library.md) and a lower floor may allow (720p H.264 g=30, 2 workers: 389 frames/s at 0.72 / 0.46
+    against 132 at 0.81 / 0.76). Empty for other loaders, one worker, short GOPs (`gop`: frames), or a move made."""
+    if c.loader != "dlbench_stream" or "gop_run" in c.settings or c.settings.get("num_workers", 0) < 2 or gop < 8:
+        return []
+    return [Candidate(c.loader, {**c.settings, "gop_run": gop}, c.predicted_fps, c.predicted_pss_mb, c.bound)]
+
+
 def meets(measured: dict, floor: dict, memory_mb: float | None) -> str:
     """Why a proven candidate does not qualify ('' where it does): a wrong frame, an unverified run, a measure below
     the floor, or more memory than the budget."""
