@@ -327,8 +327,11 @@ def test_max_requests_per_s_is_honoured_and_429_answers_are_retried(s3, tmp_path
         assert m["remote_requests"] >= refused and m["remote_bytes_read"] > 0 and m["remote_requests_window"] > 0
         assert m["remote_frames"] >= m["samples"] * m["frames_per_sample"]  # the run's: warm-up and windows
         assert m["remote_requests_per_kframe"] == pytest.approx(m["remote_requests"] * 1000 / m["remote_frames"])
-        # a streaming reader decodes whole episodes: it reads about what it needs, not a small fraction nor many times
-        assert 0.3 < m["remote_read_amplification"] < 5, m["remote_read_amplification"]
+        # a streaming reader decodes whole episodes: it reads the staged files at least once over the run and not
+        # many times what an ideal reader fetches (the set is tiny: one decoder a file keeps a file in its read-ahead
+        # block across epochs, where the ideal reader fetches it again each epoch)
+        assert m["remote_bytes_read"] >= 0.3 * s3["staged"]["bytes"], (m["remote_bytes_read"], s3["staged"])
+        assert m["remote_read_amplification"] < 5, m["remote_read_amplification"]
         paced = dlbench(
             *_bench_args(tmp_path / "paced", "dlbench_stream"), "--max-requests-per-s", "15", spec=spec, env=env
         )
