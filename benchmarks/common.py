@@ -5,9 +5,11 @@ are measured, goals with whether they hold, and with --json one JSON document), 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
+import socket
 import subprocess
 import sys
 import time
@@ -28,7 +30,9 @@ def parser(
         ap.add_argument("--workdir", default=workdir, help="keeps the synthesized sets between runs")
     ap.add_argument("--json", default=None, metavar="FILE", help="also write the rows and goals here, as JSON")
     if sets is not None:
-        ap.add_argument("--sets", nargs="+", default=sets, choices=choices, help="the sets to measure")
+        ap.add_argument(
+            "--sets", nargs="*", default=sets, choices=choices, help="the sets to measure (none: --sets alone)"
+        )
     return ap
 
 
@@ -125,3 +129,33 @@ def bench_run(
     --endpoint-url; `cpus`: on that many cores); rank 0's record."""
     dlbench("bench-run", "--out-dir", str(out), *flags(**settings), *extra, cwd=cwd, env=env, cpus=cpus)
     return json.loads((Path(cwd or ".") / out / "rank0of1.json").read_text())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def loopback_s3(work: Path, datasets: dict[str, Path], latency_ms: float, bandwidth_mbps: float = 1000.0):
+    """SeaweedFS on loopback behind a proxy that adds `latency_ms` to each response (a storage bucket seen from
+    compute), with each of `datasets` (URL -> local v3.0 dataset) staged on it; yields the proxy's endpoint URL.
+    The server's credentials are set in this process's environment, so that what it starts reads it too. Stopped on
+    exit; its data and logs stay in `work`."""
+    from dlbench import loopback
+    from dlbench.sources import LOOPBACK_CREDENTIALS
+
+    work = Path(work).absolute()
+    for key, value in LOOPBACK_CREDENTIALS.items():  # the loopback server accepts any key
+        os.environ.setdefault(key, value)
+    port, shaped = free_port(), free_port()
+    state = work / "loopback.json"
+    loopback.start(port, [(shaped, latency_ms, bandwidth_mbps)], state, work / "logs", data_dir=work / "seaweedfs")
+    try:
+        for i, (url, local) in enumerate(datasets.items()):
+            dlbench("stage", str(Path(local).absolute()), url, "--marker", str(work / f"staged{i}.json"),
+                    "--endpoint-url", f"http://127.0.0.1:{port}")  # fmt: skip
+        yield f"http://127.0.0.1:{shaped}"
+    finally:
+        loopback.stop(state)

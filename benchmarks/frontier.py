@@ -45,6 +45,9 @@ POINTS = (
     ("stream gop_run 0", "dlbench_stream", {"gop_run": 0}),  # each block a random jump, on long GOPs too
     ("stream gop_run 30", "dlbench_stream", {"gop_run": 30}),  # a GOP of 30 at a time whatever the buffer holds
     ("stream buffer_mb 512 gop_run 0", "dlbench_stream", {"buffer_mb": 512, "gop_run": 0}),
+    # the next blocks of a virtual shard decoded with the current one: the same order, GOPs shared, more memory
+    ("stream decode_ahead 1", "dlbench_stream", {"decode_ahead": 1}),
+    ("stream decode_ahead 8", "dlbench_stream", {"decode_ahead": 8}),
     ("stream read_ahead 4", "dlbench_stream", {"read_ahead": 4}),
     ("stream read_ahead 8", "dlbench_stream", {"read_ahead": 8}),
     ("stream forward", "dlbench_stream", {"episode_order": "forward"}),

@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from benchmarks.common import Report, bench_run, dlbench, parser
+from benchmarks.common import Report, bench_run, dlbench, free_port, parser
 from dlbench import loopback
 from dlbench.decode.batch_fetch import BatchFetcher
 from dlbench.loader.dataset_meta import DatasetMeta
@@ -51,12 +50,6 @@ METRICS = (
     "frames_wrong",
     "frames_verified",
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env(work: Path) -> dict[str, str]:
@@ -277,7 +270,7 @@ def main(argv=None) -> None:
     a = _args(argv)
     dataset = str(Path(a.dataset).absolute())
     work = Path(tempfile.mkdtemp(prefix="dlbench-map-remote-"))
-    port, hub_port, s3_shaped, hub_shaped = (_free_port() for _ in range(4))
+    port, hub_port, s3_shaped, hub_shaped = (free_port() for _ in range(4))
     os.chdir(work)  # the Hub serves results/sources/ under the working directory, where `stage` links datasets
     state = work / loopback.STATE
     shape = (a.latency_ms, a.bandwidth_mbps)

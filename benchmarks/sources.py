@@ -12,7 +12,6 @@ the prewarm check's verdict and cost in seconds against both endpoints.
 from __future__ import annotations
 
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -20,15 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import Report, bench_run, parser
+from benchmarks.common import Report, bench_run, free_port, parser
 from dlbench import loopback, prewarm
 from dlbench.sources import LOOPBACK_CREDENTIALS, apply_env
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _bench(url: str, spec: dict | None, out: Path, a) -> float:
@@ -55,7 +48,7 @@ def main(argv=None) -> None:
     ap.add_argument("--mbps-min", type=float, default=400.0, help="prewarm threshold (config.yaml's warmed_bucket)")
     a = ap.parse_args(argv)
     home = Path(tempfile.mkdtemp(prefix="dlbench-perf-sources-"))
-    port, shaped_port = _free_port(), _free_port()
+    port, shaped_port = free_port(), free_port()
     state = home / "loopback.json"
     loopback.start(port, [(shaped_port, a.latency_ms, a.bandwidth_mbps)], state, home / "logs", data_dir=home / "data")
     try:

@@ -1,6 +1,7 @@
 """`dlbench tune` against an exhaustive sweep of the same knobs, and against LeRobot's own defaults.
 
     python -m benchmarks.tune [--workdir /tmp/perf] [--sets realistic16 hevc_3cam16] [--mode single]
+                              [--s3 hevc_3cam16 --latency-ms 20] [--scale 10 10000]
 
 For each set (`benchmarks.model.SETS`, synthesized once under --workdir): `dlbench tune` from scratch (its phases
 timed), then, one after another on this machine, every point of the sweep below measured as tune proves (the same
@@ -8,6 +9,9 @@ short bench runs: two windows of at least 24 batches, every frame checked), and 
 (buffer_size 1000, the sweep's best worker count) where the peer environment is there. Printed per set: the answer's
 time and phases, the frames/s its configuration measured in the sweep against the sweep's best that meets the same
 floor (goal: >= 90%), and against LeRobot's defaults at equal or better effective batch size (goal: >= 1.5x).
+`--s3 SET`: the same for SET staged on SeaweedFS on loopback behind a proxy adding `--latency-ms` to each response
+(tune, sweep and LeRobot all read it there). `--scale N...`: tune alone on sets of small frames alike but for their
+number of episodes (goal: its time within 20% from the fewest to the most).
 """
 
 from __future__ import annotations
@@ -17,90 +21,143 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from benchmarks import model
-from benchmarks.common import Report, parser
+from benchmarks.common import Report, loopback_s3, parser
+from dlbench.synth import Camera, SynthConfig
 from dlbench.tune.search import Candidate, meets
 
 SWEEP = (
     [("dlbench_map", {"num_workers": w}) for w in (1, 2)]
     + [("dlbench_stream", {"num_workers": w, **k}) for w in (1, 2)
-       for k in ({}, {"read_ahead": 2}, {"read_ahead": 8}, {"pool_size": 32}, {"pieces": 4}, {"gop_run": 30})]
+       for k in ({}, {"read_ahead": 2}, {"read_ahead": 8}, {"pool_size": 32}, {"pieces": 4}, {"gop_run": 30},
+                 {"decode_ahead": 8})]
 )  # fmt: skip
 
+# the --scale sets: small frames, episodes of 2-3 s; only their number differs
+SCALE = SynthConfig(episodes=10, length_min=60, length_max=90, codec="h264", content="camera",
+                    cameras=(Camera(model.CAM + "front", 96, 128),))  # fmt: skip
 
-def measure(root: Path, work: Path, loader: str, settings: dict, mode: str, batch: int, fps_hint: float) -> dict:
-    """One point, measured as tune proves a candidate (`tune.run._prove`)."""
+
+def measure(root: str, work: Path, loader: str, settings: dict, mode: str, batch: int, fps_hint: float,
+            spec: dict | None = None) -> dict:  # fmt: skip
+    """One point, measured as tune proves a candidate (`tune.run._prove`); `spec`: the source's settings."""
     from dlbench.tune.run import _prove
 
     c = Candidate(loader, settings, predicted_fps=fps_hint)
-    return _prove(c, str(root), mode, None, batch, None, work)
+    return _prove(c, str(root), mode, None, batch, spec, work)
+
+
+def tune(root: str, out: Path, a, report: Report, *extra: str) -> tuple[dict, float] | None:
+    """`dlbench tune` of `root` from scratch (its calibration is timed too), in its own process: its result and wall
+    time, or None where it failed (said)."""
+    shutil.rmtree(out.with_suffix(".work"), ignore_errors=True)
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "dlbench", "tune", root, "--mode", a.mode, "--batch-size",
+                           str(a.batch_size), "--out", str(out), *extra], capture_output=True, text=True)  # fmt: skip
+    took = time.perf_counter() - t0
+    if proc.returncode:
+        report.line(f"{root}: tune failed: {proc.stderr.strip()[-500:]}")
+        return None
+    result = json.loads(out.with_suffix(".json").read_text())
+    w = result["winner"]
+    report.line(f"{root} ({result['episodes']} episodes): tune answered in {took:.0f} s {result['phases']}: "
+                f"{w['loader']} {w['dataset_kwargs']} {w['dataloader_kwargs']['num_workers']} workers, "
+                f"{w['frames_per_s_node']:,.0f} frames/s, effective {w['shuffle_effective_batch']:.2f}")  # fmt: skip
+    return result, took
+
+
+def against_sweep(name: str, root: str, a, work: Path, report: Report, endpoint: str | None = None) -> None:
+    """Tune `root`, then measure every point of the sweep and LeRobot's stream at its defaults the same way, and
+    print the goals: the answer within 5 minutes, >= 90% of the sweep's best at the floor, >= 1.5x LeRobot's."""
+    from dlbench.config import defaults
+    from dlbench.sources import spec_from_endpoint
+
+    floor = defaults("shuffle_floor")
+    tuned = tune(root, work / f"tune-{name}-{a.mode}", a, report, *(["--endpoint-url", endpoint] if endpoint else []))
+    if tuned is None:
+        return
+    result, took = tuned
+    w = result["winner"]
+    report.goal(f"{name}: the answer within 5 minutes", took <= 300, f"{took:.0f} s")
+    spec = spec_from_endpoint(endpoint)
+    sweep = []
+    for loader, settings in SWEEP:
+        c = Candidate(loader, settings, predicted_fps=w["frames_per_s_node"])
+        m = measure(root, work / f"sweep-{name}", loader, settings, a.mode, a.batch_size, c.predicted_fps, spec)
+        why = meets(m, floor, None)
+        sweep.append((c.key, m, why))
+        report.row(set=name, point=c.key, frames_per_s=m.get("frames_per_s_node"),
+                   effective_1=m.get("shuffle_effective_batch"), effective_10=m.get("shuffle_effective_window"),
+                   distinct=m.get("shuffle_distinct_frames"), pss_mb=m.get("peak_pss_mb"),
+                   meets=why or "yes")  # fmt: skip
+    ok = [(k, m) for k, m, why in sweep if not why]
+    best = max(ok, key=lambda t: t[1]["frames_per_s_node"], default=None)
+    chosen = {"loader": w["loader"], **{k: v for k, v in w["dataset_kwargs"].items()
+                                        if k in ("pool_size", "read_ahead", "pieces", "gop_run", "decode_ahead")},
+              "num_workers": w["dataloader_kwargs"]["num_workers"]}  # fmt: skip
+    key = Candidate(chosen.pop("loader"), chosen).key
+    mine = next((m for k, m, _ in sweep if k == key), None)
+    if best and mine:
+        share = mine["frames_per_s_node"] / best[1]["frames_per_s_node"]
+        report.goal(f"{name}: the answer >= 90% of the sweep's best at the floor", share >= 0.9,
+                    f"{mine['frames_per_s_node']:,.0f} frames/s, {share:.0%} of {best[0]}'s "
+                    f"{best[1]['frames_per_s_node']:,.0f}")  # fmt: skip
+    lerobot = measure(root, work / f"sweep-{name}", "lerobot_stream", {"num_workers": 2}, a.mode, a.batch_size,
+                      100.0, spec)  # fmt: skip
+    if lerobot.get("status") == "ok" and mine:
+        ratio = mine["frames_per_s_node"] / lerobot["frames_per_s_node"]
+        eq = (mine.get("shuffle_effective_batch") or 0) >= (lerobot.get("shuffle_effective_batch") or 0) - 0.1
+        report.goal(f"{name}: >= 1.5x LeRobot's stream at its defaults (buffer_size 1000, 2 workers), at equal "
+                    "or better effective batch size", ratio >= 1.5 and eq,
+                    f"{ratio:.2f}x: {lerobot['frames_per_s_node']:,.0f} frames/s, effective "
+                    f"{lerobot['shuffle_effective_batch']:.2f}{'' if eq else ', tune answer LOWER'}")  # fmt: skip
+    else:
+        report.line(f"LeRobot's stream: {lerobot.get('reason') or lerobot.get('status')}")
+
+
+def scaling(a, work: Path, report: Report) -> None:
+    """The same tune on sets alike but for their number of episodes: its time may not grow with the dataset."""
+    took = {}
+    for n in a.scale:
+        config = replace(SCALE, episodes=n)
+        root = model.dataset(work, f"episodes{n}", config)
+        tuned = tune(str(root), work / f"tune-episodes{n}-{a.mode}", a, report)
+        if tuned is not None:
+            took[n] = tuned[1]
+    if len(took) > 1:
+        ratio = max(took.values()) / min(took.values())
+        report.goal(f"tune's time within 20% from {min(took):,} to {max(took):,} episodes", ratio <= 1.2,
+                    ", ".join(f"{n:,} episodes {t:.0f} s" for n, t in took.items()) + f": {ratio:.2f}x")  # fmt: skip
 
 
 def main(argv=None) -> None:
     ap = parser(__doc__, sets=["realistic16"], choices=sorted(model.SETS))
     ap.add_argument("--mode", default="single")
     ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--s3", nargs="*", default=[], choices=sorted(model.SETS), metavar="SET",
+                    help="also these sets read from S3 on loopback, behind --latency-ms")  # fmt: skip
+    ap.add_argument("--latency-ms", type=float, default=20.0, help="added to each response of the S3 server")
+    ap.add_argument("--scale", nargs="*", type=int, default=[], metavar="EPISODES",
+                    help="tune sets of small frames, alike but for these numbers of episodes")  # fmt: skip
     a = ap.parse_args(argv)
-    work = Path(a.workdir)
+    work = Path(a.workdir).absolute()
     from dlbench.config import defaults
 
-    floor = defaults("shuffle_floor")
     report = Report(a, ["set", "point", "frames_per_s", "effective_1", "effective_10", "distinct", "pss_mb", "meets"],
                     "tune")  # fmt: skip
-    report.line(f"floor {floor}")
+    report.line(f"floor {defaults('shuffle_floor')}")
     for name in a.sets:
-        root = model.dataset(work, name)
-        out = work / f"tune-{name}-{a.mode}"
-        shutil.rmtree(out.with_suffix(".work"), ignore_errors=True)  # from scratch: its calibration is timed too
-        t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "dlbench", "tune", str(root), "--mode", a.mode, "--batch-size",
-                               str(a.batch_size), "--out", str(out)], capture_output=True, text=True)  # fmt: skip
-        took = time.perf_counter() - t0
-        if proc.returncode:
-            report.line(f"{name}: tune failed: {proc.stderr.strip()[-500:]}")
-            continue
-        result = json.loads(out.with_suffix(".json").read_text())
-        w = result["winner"]
-        report.line(f"{name} ({result['episodes']} episodes): tune answered in {took:.0f} s {result['phases']}: "
-                    f"{w['loader']} {w['dataset_kwargs']} {w['dataloader_kwargs']['num_workers']} workers, "
-                    f"{w['frames_per_s_node']:,.0f} frames/s, effective {w['shuffle_effective_batch']:.2f}"
-                    )  # fmt: skip
-        report.goal(f"{name}: the answer within 5 minutes", took <= 300, f"{took:.0f} s")
-        sweep = []
-        for loader, settings in SWEEP:
-            c = Candidate(loader, settings, predicted_fps=w["frames_per_s_node"])
-            m = measure(root, work / f"sweep-{name}", loader, settings, a.mode, a.batch_size, c.predicted_fps)
-            why = meets(m, floor, None)
-            sweep.append((c.key, m, why))
-            report.row(set=name, point=c.key, frames_per_s=m.get("frames_per_s_node"),
-                       effective_1=m.get("shuffle_effective_batch"), effective_10=m.get("shuffle_effective_window"),
-                       distinct=m.get("shuffle_distinct_frames"), pss_mb=m.get("peak_pss_mb"),
-                       meets=why or "yes")  # fmt: skip
-        ok = [(k, m) for k, m, why in sweep if not why]
-        best = max(ok, key=lambda t: t[1]["frames_per_s_node"], default=None)
-        chosen = {"loader": w["loader"], **{k: v for k, v in w["dataset_kwargs"].items()
-                                            if k in ("pool_size", "read_ahead", "pieces", "gop_run")},
-                  "num_workers": w["dataloader_kwargs"]["num_workers"]}  # fmt: skip
-        key = Candidate(chosen.pop("loader"), chosen).key
-        mine = next((m for k, m, _ in sweep if k == key), None)
-        if best and mine:
-            share = mine["frames_per_s_node"] / best[1]["frames_per_s_node"]
-            report.goal(f"{name}: the answer >= 90% of the sweep's best at the floor", share >= 0.9,
-                        f"{mine['frames_per_s_node']:,.0f} frames/s, {share:.0%} of {best[0]}'s "
-                        f"{best[1]['frames_per_s_node']:,.0f}")  # fmt: skip
-        lerobot = measure(root, work / f"sweep-{name}", "lerobot_stream",
-                          {"num_workers": 2}, a.mode, a.batch_size, 100.0)  # fmt: skip
-        if lerobot.get("status") == "ok" and mine:
-            ratio = mine["frames_per_s_node"] / lerobot["frames_per_s_node"]
-            eq = (mine.get("shuffle_effective_batch") or 0) >= (lerobot.get("shuffle_effective_batch") or 0) - 0.1
-            report.goal(f"{name}: >= 1.5x LeRobot's stream at its defaults (buffer_size 1000, 2 workers), at equal "
-                        "or better effective batch size", ratio >= 1.5 and eq,
-                        f"{ratio:.2f}x: {lerobot['frames_per_s_node']:,.0f} frames/s, effective "
-                        f"{lerobot['shuffle_effective_batch']:.2f}{'' if eq else ', tune answer LOWER'}")  # fmt: skip
-        else:
-            report.line(f"LeRobot's stream: {lerobot.get('reason') or lerobot.get('status')}")
+        against_sweep(name, str(model.dataset(work, name)), a, work, report)
+    if a.s3:
+        local = {f"s3://dlbench-tune/{name}": model.dataset(work, name) for name in a.s3}
+        with loopback_s3(work / "s3", local, a.latency_ms) as endpoint:
+            for name, url in zip(a.s3, local):
+                against_sweep(f"{name} on S3 +{a.latency_ms:g} ms", url, a, work, report, endpoint)
+    if a.scale:
+        scaling(a, work, report)
     report.close()
 
 

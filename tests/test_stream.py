@@ -121,6 +121,58 @@ def test_resume_with_other_ranks_and_workers_delivers_the_rest_exactly_once(v30_
     assert sum(lengths) == len(after)  # len() after load_state_dict: what each rank still yields
 
 
+@pytest.mark.parametrize("mode", ["single", "sarm"])
+def test_blocks_decoded_ahead_change_when_frames_are_decoded_not_the_order(v30_h264, mode):
+    """`decode_ahead` decodes a virtual shard's next blocks with its current one (fewer, larger requests): every
+    item still comes where the stream puts it, with its own frames."""
+    kw = dict(return_uint8=True, mode=mode, pool_size=3, buffer_size=10, seed=3)
+    streams = {k: LeRobotStreamingDataset(str(v30_h264), decode_ahead=k, **kw) for k in (1, 4)}
+    requests = collections.Counter()
+    for k, ds in streams.items():
+        assert ds.decode_ahead() == k
+
+        def counted(rows, cursor=None, ahead=None, build=ds.builder.build_many, k=k):
+            requests[k] += 1
+            return build(rows, cursor, ahead)
+
+        ds.builder.build_many = counted
+    alone = [int(it["index"]) for it in streams[1]]
+    together = list(streams[4])
+    for item in together:
+        check_item(streams[4], item)
+    assert [int(it["index"]) for it in together] == alone
+    assert sorted(alone) == list(range(streams[1].num_frames))
+    assert requests[4] * 2 < requests[1]
+
+
+def test_blocks_are_decoded_ahead_by_default_where_they_are_jumps_into_long_gops(v30_h264, tmp_path):
+    """H.264 of GOP 30 in random order: DECODE_AHEAD blocks at once; reading forward or a GOP at a time, blocks follow
+    one another and each is decoded as it comes; on GOPs of 2 frames (LeRobot's AV1) a frame costs about what the
+    next does, so nothing is decoded early."""
+    from dlbench.convert.run import run as convert_run
+    from dlbench.loader.stream import DECODE_AHEAD
+
+    from .helpers import synth_cached, tiny_config
+
+    root = str(v30_h264)
+    assert DECODE_AHEAD > 1 and LeRobotStreamingDataset(root, return_uint8=True).decode_ahead() == DECODE_AHEAD
+    assert LeRobotStreamingDataset(root, episode_order="forward").decode_ahead() == 1
+    assert LeRobotStreamingDataset(root, gop_run=30).decode_ahead() == 1
+    assert LeRobotStreamingDataset(root, shuffle=False).decode_ahead() == 1
+    short = synth_cached(tiny_config(episodes=2, length_max=20, gop=2), tmp_path / "v21")
+    short = convert_run(str(short), tmp_path / "v30", workers=1, progress=False)
+    assert LeRobotStreamingDataset(str(short)).decode_ahead() == 1
+
+
+def test_a_stream_decoding_ahead_resumes_with_other_workers_exactly_once(v30_h264):
+    total = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, **RESUME_KW).num_frames
+    before, states, _, _ = run_ranks(str(v30_h264), 1, 2, stops=[4], decode_ahead=3)
+    state = json.loads(json.dumps(LeRobotStreamingDataset.merge_states(states)))
+    after, _, _, _ = run_ranks(str(v30_h264), 2, 1, state=state, decode_ahead=2)
+    assert len(before) > 0 and not set(before) & set(after)
+    assert sorted(before + after) == list(range(total))
+
+
 def test_virtual_shard_order_does_not_depend_on_workers(v30_h264):
     """Each virtual shard's items come in the order of its own stream (positions 0, 1, 2...), the same with 1 and
     3 DataLoader workers and on every run with the same seed and epoch; another epoch reorders them."""
@@ -472,7 +524,9 @@ def test_default_read_ahead_keeps_the_pool_live_within_buffer_mb_and_shares_no_f
     assert apart.read_ahead > 1  # rows 1,000 frames apart share no frame of a 7 s window
 
 
-@pytest.mark.parametrize("key", ["read_ahead", "virtual_shards", "block_stride", "pool_size", "buffer_size"])
+@pytest.mark.parametrize(
+    "key", ["read_ahead", "virtual_shards", "block_stride", "pool_size", "buffer_size", "decode_ahead"]
+)
 def test_zero_counts_are_refused_not_taken_for_the_default(v30_h264, key):
     with pytest.raises(UserError, match=f"{key} must be >= 1 \\(got 0\\)"):
         LeRobotStreamingDataset(str(v30_h264), **{key: 0})

@@ -36,17 +36,22 @@ def test_ranking_puts_the_faster_loader_first_and_leaves_out_what_does_not_fit()
     assert ranked(c, "sarm", 16, 4, 1, None) == []  # nothing calibrated in that mode
 
 
-def test_a_stream_at_the_floor_tries_gop_runs_next_where_they_can_pay():
+def test_a_stream_at_the_floor_tries_gop_runs_and_blocks_decoded_together_next_where_they_can_pay():
     """A stream of 2 workers that met the floor is tried a GOP at a time (the default takes runs only where its buffer
-    keeps 32; a lower floor may allow them), then not again; one worker, AV1's GOP of 2 or map-style: no move. The
-    queue proves the move right after the candidate that met the floor."""
+    keeps 32; a lower floor may allow them) and with 8 blocks decoded together (any workers, random order), then not
+    again; AV1's GOP of 2 or map-style: no move. The queue proves the moves right after the candidate that met the
+    floor."""
     from dlbench.tune.run import _prove_queue
     from dlbench.tune.search import speed_moves
 
     c = Candidate("dlbench_stream", {"num_workers": 2})
-    assert [m.settings for m in speed_moves(c, 30)] == [{"num_workers": 2, "gop_run": 30}]
-    assert speed_moves(speed_moves(c, 30)[0], 30) == []
-    assert speed_moves(Candidate("dlbench_stream", {"num_workers": 1}), 30) == speed_moves(c, 2) == []
+    moves = speed_moves(c, 30)
+    assert [m.settings for m in moves] == [{"num_workers": 2, "gop_run": 30}, {"num_workers": 2, "decode_ahead": 8}]
+    assert speed_moves(moves[0], 30) == speed_moves(moves[1], 30) == []
+    one = Candidate("dlbench_stream", {"num_workers": 1})
+    assert [m.settings for m in speed_moves(one, 30)] == [{"num_workers": 1, "decode_ahead": 8}]
+    assert speed_moves(one, 2) == speed_moves(c, 2) == []
+    assert speed_moves(Candidate("dlbench_stream", {"num_workers": 1, "episode_order": "forward"}), 30) == []
     assert speed_moves(Candidate("dlbench_map", {"num_workers": 2}), 30) == []
     ok = {"status": "ok", "frames_wrong": 0, "shuffle_effective_batch": 0.9, "shuffle_effective_window": 0.7,
           "shuffle_distinct_frames": 1.0, "peak_pss_mb": 900.0}  # fmt: skip
@@ -60,6 +65,7 @@ def test_a_stream_at_the_floor_tries_gop_runs_next_where_they_can_pay():
     assert [p.key for p in proven] == [
         "dlbench_stream num_workers=2",
         "dlbench_stream gop_run=30 num_workers=2",
+        "dlbench_stream decode_ahead=8 num_workers=2",
         "dlbench_map num_workers=2",
     ]
     # the answer's code carries every knob tune moved, so that it measures what tune measured

@@ -104,6 +104,7 @@ class RunSpec:
     pieces: int | None = None
     gop_run: int | None = None
     buffer_mb: float = 128
+    decode_ahead: int | None = None
     max_num_shards: int | None = None
     ray_shuffle: str | None = None  # Ray's own default (none) where unset
     concurrency: int | None = None
@@ -334,7 +335,7 @@ def _check_ray(run: RunSpec, where: str) -> None:
 # settings only dlbench's loaders have (LeRobot's would ignore them, measuring something else than asked)
 DLBENCH_ONLY = ("decoder_cache_size", "decoder_cache_mb", "remote_block_kb")
 # dlbench_stream alone fetches ahead, resumes from a state and decodes blocks of rows
-STREAM_ONLY = ("fetch_episodes", "resume_check", "read_ahead", "episode_order", "pieces", "gop_run")
+STREAM_ONLY = ("fetch_episodes", "resume_check", "read_ahead", "episode_order", "pieces", "gop_run", "decode_ahead")
 RAY_ONLY = ("ray_shuffle", "concurrency", "override_num_blocks", "read_granularity")  # Ray Data's own knobs
 
 

@@ -88,6 +88,7 @@ def make_adapter(run, dmeta: DatasetMeta | None = None, tag_items: bool = False)
             pieces=run.pieces,
             gop_run=run.gop_run,
             buffer_mb=run.buffer_mb,
+            decode_ahead=run.decode_ahead,
             tag_items=tag_items,
             **common,
         )
