@@ -145,23 +145,24 @@ def test_blocks_decoded_ahead_change_when_frames_are_decoded_not_the_order(v30_h
     assert requests[4] * 2 < requests[1]
 
 
-def test_blocks_are_decoded_ahead_by_default_where_they_are_jumps_into_long_gops(v30_h264, tmp_path):
-    """H.264 of GOP 30 in random order: DECODE_AHEAD blocks at once; reading forward or a GOP at a time, blocks follow
-    one another and each is decoded as it comes; on GOPs of 2 frames (LeRobot's AV1) a frame costs about what the
-    next does, so nothing is decoded early."""
+def test_blocks_are_decoded_ahead_by_default_where_windows_reach_over_long_gops(v30_h264, tmp_path):
+    """sarm (8 frames a second apart) on H.264 of GOP 30 in random order: DECODE_AHEAD blocks at once; single frames
+    (they share a GOP only where they land in one), reading forward or a GOP at a time (blocks follow one another):
+    each block as it comes; on GOPs of 2 frames (LeRobot's AV1) a frame costs about what the next does."""
     from dlbench.convert.run import run as convert_run
     from dlbench.loader.stream import DECODE_AHEAD
 
     from .helpers import synth_cached, tiny_config
 
     root = str(v30_h264)
-    assert DECODE_AHEAD > 1 and LeRobotStreamingDataset(root, return_uint8=True).decode_ahead() == DECODE_AHEAD
-    assert LeRobotStreamingDataset(root, episode_order="forward").decode_ahead() == 1
+    assert DECODE_AHEAD > 1 and LeRobotStreamingDataset(root, mode="sarm").decode_ahead() == DECODE_AHEAD
+    assert LeRobotStreamingDataset(root).decode_ahead() == 1
+    assert LeRobotStreamingDataset(root, mode="sarm", episode_order="forward").decode_ahead() == 1
+    assert LeRobotStreamingDataset(root, mode="sarm", shuffle=False).decode_ahead() == 1
     assert LeRobotStreamingDataset(root, gop_run=30).decode_ahead() == 1
-    assert LeRobotStreamingDataset(root, shuffle=False).decode_ahead() == 1
     short = synth_cached(tiny_config(episodes=2, length_max=20, gop=2), tmp_path / "v21")
     short = convert_run(str(short), tmp_path / "v30", workers=1, progress=False)
-    assert LeRobotStreamingDataset(str(short)).decode_ahead() == 1
+    assert LeRobotStreamingDataset(str(short), mode="sarm").decode_ahead() == 1
 
 
 def test_a_stream_decoding_ahead_resumes_with_other_workers_exactly_once(v30_h264):

@@ -45,13 +45,14 @@ def test_a_stream_at_the_floor_tries_gop_runs_and_blocks_decoded_together_next_w
     from dlbench.tune.search import speed_moves
 
     c = Candidate("dlbench_stream", {"num_workers": 2})
-    moves = speed_moves(c, 30)
+    assert [m.settings for m in speed_moves(c, 30)] == [{"num_workers": 2, "gop_run": 30}]  # single frames
+    moves = speed_moves(c, 30, span=210)  # sarm: 8 frames a second apart
     assert [m.settings for m in moves] == [{"num_workers": 2, "gop_run": 30}, {"num_workers": 2, "decode_ahead": 8}]
-    assert speed_moves(moves[0], 30) == speed_moves(moves[1], 30) == []
+    assert speed_moves(moves[0], 30, 210) == speed_moves(moves[1], 30, 210) == []
     one = Candidate("dlbench_stream", {"num_workers": 1})
-    assert [m.settings for m in speed_moves(one, 30)] == [{"num_workers": 1, "decode_ahead": 8}]
-    assert speed_moves(one, 2) == speed_moves(c, 2) == []
-    assert speed_moves(Candidate("dlbench_stream", {"num_workers": 1, "episode_order": "forward"}), 30) == []
+    assert [m.settings for m in speed_moves(one, 30, 210)] == [{"num_workers": 1, "decode_ahead": 8}]
+    assert speed_moves(one, 30) == speed_moves(one, 2, 210) == speed_moves(c, 2) == []
+    assert speed_moves(Candidate("dlbench_stream", {"num_workers": 1, "episode_order": "forward"}), 30, 210) == []
     assert speed_moves(Candidate("dlbench_map", {"num_workers": 2}), 30) == []
     ok = {"status": "ok", "frames_wrong": 0, "shuffle_effective_batch": 0.9, "shuffle_effective_window": 0.7,
           "shuffle_distinct_frames": 1.0, "peak_pss_mb": 900.0}  # fmt: skip
@@ -61,7 +62,7 @@ def test_a_stream_at_the_floor_tries_gop_runs_and_blocks_decoded_together_next_w
             pass
 
     queue = [c, Candidate("dlbench_map", {"num_workers": 2})]
-    proven = _prove_queue(State(), queue, lambda x: ok, FLOOR, None, 16, float("inf"), gop=30)
+    proven = _prove_queue(State(), queue, lambda x: ok, FLOOR, None, 16, float("inf"), gop=30, span=210)
     assert [p.key for p in proven] == [
         "dlbench_stream num_workers=2",
         "dlbench_stream gop_run=30 num_workers=2",

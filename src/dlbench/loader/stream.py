@@ -157,7 +157,8 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             keyframe interval where it is longer than `read_ahead` (read from the MP4's index); else 0.
         decode_ahead: in random order where each block is a jump, this many blocks of a virtual shard decoded
             together: on long GOPs faster at the same order, for the memory of the blocks decoded early (at most
-            decode_ahead - 1 times what the buffer holds). None: 4 on GOPs of 8 frames or more, else 1.
+            decode_ahead - 1 times what the buffer holds). None: 4 where a row's window reaches over several GOPs of
+            8 frames or more (sarm on H.264's or HEVC's GOPs of 30), else 1.
         virtual_shards: how many runs of episodes to cut the dataset into (the unit of dealing and of resuming;
             at most the number of episodes); None: `partition.auto_virtual_shards`, one per episode (per fetch
             group when fetching) up to 512. Fewer than ranks x workers leaves workers without work.
@@ -258,6 +259,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         self.episode_order, self.tag_items, self._ahead_arg = episode_order, tag_items, decode_ahead
         offsets = [o for c in self.meta.cameras for o in windows.get(c, [0])]
         self.block_stride = block_stride or window_stride(offsets)
+        self._window_span = int(max(offsets) - min(offsets))  # frames from a window's first to its last
         self.read_ahead = read_ahead or self.auto_read_ahead()
         self._plan(gop_run, pieces, virtual_shards, decoder_cache_size)
         self._loaded: tuple | None = None  # the runs of rows whose parquet columns are in memory
@@ -669,15 +671,17 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         episode at unrelated moments share the GOPs they decode (a frame costs the decode of its GOP before it), and
         the order items are yielded in does not change. The blocks decoded early are held until their turn, beside
         the buffer: a worker's lanes hold a block each at most (`Lanes.plan`: within `buffer_mb`, or one block where it
-        is larger), so those hold at most (decode_ahead - 1) times that. Unset: `DECODE_AHEAD` on GOPs of 8 frames
-        or more, 1 on shorter ones (a frame there costs about what the next one does). 720p H.264 g=30, sarm, 2
-        workers (`python -m benchmarks frontier`): 118 frames/s at 2.9 GB with 4, 60 at 2.2 GB one by one, map 73
-        at 2.1 GB."""
+        is larger), so those hold at most (decode_ahead - 1) times that. Unset: `DECODE_AHEAD` where a row's window
+        reaches over several GOPs of 8 frames or more (sarm: 8 frames a second apart), so that rows of one episode
+        share nearly every GOP they decode; else 1 (single frames share a GOP only where they land in one).
+        `python -m benchmarks frontier`, 2 workers, 4 against 1: 720p H.264 g=30 sarm 116 frames/s at 3.1 GB
+        against 56 at 2.2 GB (map 71 at 2.1 GB); single frames 149 at 2.4 GB against 132 at 1.2 GB."""
         if self._reads_forward() or self.gop_run or not self.shuffle:
             return 1
         if self._ahead_arg is not None:
             return self._ahead_arg
-        return DECODE_AHEAD if self._keyframe_interval() >= 8 else 1
+        gop = self._keyframe_interval()
+        return DECODE_AHEAD if gop >= 8 and self._window_span >= gop else 1
 
     def _keyframe_interval(self) -> int:
         """The first camera's keyframe interval (frames), read once from an MP4 index (requests, when remote)."""

@@ -55,11 +55,11 @@ def _open(root: str, source_spec: dict | None):
 
 
 def _prove_queue(
-    state, queue: list, prove, floor: dict, memory_mb, per_worker: int, deadline: float, gop: int = 0
+    state, queue: list, prove, floor: dict, memory_mb, per_worker: int, deadline: float, gop: int = 0, span: int = 0
 ) -> list:
     """Prove candidates in turn until the queue or the time budget is spent (one at least); a stream that misses the
     floor or budget queues its knob moves next (`search.knob_moves`), one that meets it its speed moves
-    (`search.speed_moves`: GOP runs, `gop` frames)."""
+    (`search.speed_moves`: GOP runs, `gop` frames; blocks decoded together, for windows of `span` frames)."""
     proven = []
     while queue:
         c = queue.pop(0)
@@ -71,7 +71,7 @@ def _prove_queue(
         if meets(c.measured, floor, memory_mb) and c.loader == "dlbench_stream":
             queue = knob_moves(c, c.measured, floor, per_worker) + queue
         else:
-            queue = speed_moves(c, gop) + queue
+            queue = speed_moves(c, gop, span) + queue
     return proven
 
 
@@ -138,8 +138,8 @@ def tune(
         def prove(c: Candidate) -> dict:
             return state.proof(c, lambda: _prove(c, root, mode, delta_timestamps, batch_size, source_spec, work))
 
-        gop = meta.keyframe_interval(0)
-        proven = _prove_queue(state, queue, prove, floor, memory_mb, per_worker, t0 + time_budget_s, gop)
+        gop, span = meta.keyframe_interval(0), _window_span(mode, delta_timestamps, meta)
+        proven = _prove_queue(state, queue, prove, floor, memory_mb, per_worker, t0 + time_budget_s, gop, span)
     phases["prove_s"] = time.perf_counter() - t
 
     result = _answer(state, meta, cal, ours, best, lerobot_best, proven, floor, memory_mb, predicted_only,
@@ -283,6 +283,14 @@ def proof_seconds(c: Candidate, batch_size: int) -> float:
     """A proof window long enough for MIN_PROOF_BATCHES batches at the predicted rate, within PROOF_S."""
     rate = c.predicted_fps or 1.0
     return min(PROOF_S[1], max(PROOF_S[0], MIN_PROOF_BATCHES * batch_size / rate))
+
+
+def _window_span(mode: str, deltas: dict | None, meta) -> int:
+    """Frames from an item's first camera frame to its last (0 for single frames)."""
+    from ..loader.dataset_meta import resolve_windows
+
+    windows = resolve_windows(mode, deltas, meta)
+    return max((int(w.max() - w.min()) for c, w in windows.items() if c in meta.cameras), default=0)
 
 
 def _prove(c: Candidate, root, mode, deltas, batch_size, source_spec, work: Path) -> dict:

@@ -23,8 +23,9 @@ LOADERS = ("dlbench_map", "dlbench_stream")
 POOLS = (32, 64, 16)
 ITEMS_PER_LIVE_EPISODE = 32  # a grown pool's shuffle buffer, per live episode
 TRAINING_S = 3600.0  # the run predicted: an hour of training, not a benchmark's window
-# the stream's blocks decoded together as a speed move, twice its default on long GOPs: the same order for the memory
-# of the blocks decoded early (720p H.264 g=30, sarm, 2 workers: 196 frames/s at 3.9 GB, 118 at 2.9 GB with 4)
+# the stream's blocks decoded together as a speed move (its default: 4 for windows over long GOPs, else 1): the same
+# order for the memory of the blocks decoded early (720p H.264 g=30, sarm, 2 workers: 196 frames/s at 3.9 GB, 118
+# at 2.9 GB with 4; single frames, 4 against 1: 1.1x for 1.9x the memory)
 DECODE_AHEAD = 8
 
 
@@ -117,18 +118,19 @@ def knob_moves(c: Candidate, measured: dict, floor: dict, episodes_per_worker: i
     return moves
 
 
-def speed_moves(c: Candidate, gop: int) -> list[Candidate]:
+def speed_moves(c: Candidate, gop: int, span: int = 0) -> list[Candidate]:
     """What to try after a dlbench_stream candidate met the floor, on GOPs of 8 frames or more (`gop`): with 2
     workers or more its episodes read a GOP at a time (`gop_run`), which the stream's default takes only where a
     worker's buffer keeps 32 runs (a floor of 0.8 / 0.5; docs/library.md) and a lower floor may allow (720p H.264
-    g=30, 2 workers: 389 frames/s at 0.72 / 0.46 against 132 at 0.81 / 0.76); and `DECODE_AHEAD` blocks decoded
-    together, the same order for more memory (720p sarm, one worker: 83 against 59 frames/s at the default's 4,
-    2.3 against 1.8 GB).
+    g=30, 2 workers: 389 frames/s at 0.72 / 0.46 against 132 at 0.81 / 0.76); and, where a row's window reaches
+    over several GOPs (`span`: frames from its first to its last), `DECODE_AHEAD` blocks decoded together, the
+    same order for more memory (720p sarm, one worker: 83 against 59 frames/s at the default's 4, 2.3 against
+    1.8 GB).
     Empty for other loaders, short GOPs, or once a move is made."""
     if c.loader != "dlbench_stream" or gop < 8 or {"gop_run", "decode_ahead"} & set(c.settings):
         return []
     moves = [{"gop_run": gop}] if c.settings.get("num_workers", 0) >= 2 else []
-    if c.settings.get("episode_order", "random") == "random":
+    if span >= gop and c.settings.get("episode_order", "random") == "random":
         moves.append({"decode_ahead": DECODE_AHEAD})
     return [Candidate(c.loader, {**c.settings, **m}, c.predicted_fps, c.predicted_pss_mb, c.bound) for m in moves]
 
