@@ -153,3 +153,21 @@ def test_tune_of_an_unreadable_dataset_or_a_bad_constraint_is_one_line(tmp_path)
         proc = tune(*args, "--out", str(tmp_path / "t"))
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("dlbench tune: error:")
+
+
+def test_lerobots_loaders_are_tuned_only_on_sources_they_read():
+    """LeRobot 0.6.1 reads local datasets and Hub repos (its stream also storage buckets), not S3: a tune of an S3
+    dataset calibrates and searches dlbench's loaders only, instead of failing on LeRobot's."""
+    from dlbench.peer import peer_python
+    from dlbench.run.spec import lerobot_reads
+    from dlbench.tune.run import _tuned_loaders
+
+    assert lerobot_reads("lerobot_map", "/data/v30") and lerobot_reads("lerobot_map", "hf://datasets/o/n@v3.0")
+    assert lerobot_reads("lerobot_stream", "hf://buckets/o/b/n") and not lerobot_reads(
+        "lerobot_map", "hf://buckets/o/b"
+    )
+    assert not lerobot_reads("lerobot_stream", "s3://bucket/n") and not lerobot_reads("lerobot_map", "s3://bucket/n")
+    assert _tuned_loaders(True, "s3://bucket/n") == ["dlbench_map", "dlbench_stream"]
+    theirs = ["lerobot_map", "lerobot_stream"] if peer_python() else []
+    assert _tuned_loaders(True, "/data/v30") == ["dlbench_map", "dlbench_stream", *theirs]
+    assert _tuned_loaders(False, "/data/v30") == ["dlbench_map", "dlbench_stream"]

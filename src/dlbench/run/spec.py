@@ -265,6 +265,14 @@ def _check_mode(run: RunSpec, label) -> None:
         )
 
 
+def lerobot_reads(loader: str, root: str) -> bool:
+    """Whether LeRobot 0.6.1's `loader` reads the dataset at `root`: local paths and Hub repos; storage buckets too
+    for its stream (which splits by rank with datasets' split_dataset_by_node: bench.adapters.lerobot_buckets)."""
+    root = str(root)
+    bucket = loader == "lerobot_stream" and root.startswith("hf://buckets/")
+    return not is_remote(root) or root.startswith("hf://datasets/") or bucket
+
+
 def _check_lerobot(run: RunSpec, where: str) -> None:
     """What LeRobot 0.6.1's loaders cannot do: decode on a GPU, read other stores (buckets: the stream only), read
     data files apart from the metadata."""
@@ -276,11 +284,8 @@ def _check_lerobot(run: RunSpec, where: str) -> None:
             f"{where}: loader {loader} decodes on the CPU only (LeRobot 0.6.1); use "
             f"decode_device: cpu, or loader dlbench_map / dlbench_stream for cuda"
         )
-    # lerobot_stream splits by rank with datasets' split_dataset_by_node (bench.adapters.lerobot_buckets) and reads
-    # buckets
     root = str(run.root)
-    bucket_ok = loader == "lerobot_stream" and root.startswith("hf://buckets/")
-    if is_remote(root) and not root.startswith("hf://datasets/") and not bucket_ok:
+    if not lerobot_reads(loader, root):
         raise UserError(
             f"{where}: loader {loader} reads local datasets and Hub repos only (lerobot_stream also hf://buckets), "
             f"not {root}; use dlbench_map or dlbench_stream there"

@@ -117,7 +117,7 @@ def tune(
     state = _State(work, dataset, root, {k: constraints[k] for k in ("mode", "delta_timestamps", "batch_size")})
 
     t = time.perf_counter()
-    given, missing = _given_calibration(calibration, mode, delta_timestamps, batch_size, lerobot, state)
+    given, missing = _given_calibration(calibration, mode, delta_timestamps, batch_size, lerobot, root, state)
     cal = state.calibration(lambda: _calibrate(root, dataset, source, source_spec, mode, delta_timestamps,
                                                batch_size, missing, work, given))  # fmt: skip
     phases["calibrate_s"] = time.perf_counter() - t
@@ -226,14 +226,17 @@ class _State:
         return measured
 
 
-def _tuned_loaders(lerobot: bool) -> list[str]:
-    """The loaders a tune calibrates and searches: dlbench's, and LeRobot's where its environment is there."""
+def _tuned_loaders(lerobot: bool, root: str) -> list[str]:
+    """The loaders a tune calibrates and searches: dlbench's, and those of LeRobot's that read `root` where its
+    environment is there (not S3: `run.spec.lerobot_reads`)."""
     from ..peer import peer_python
+    from ..run.spec import lerobot_reads
 
-    return ["dlbench_map", "dlbench_stream"] + (["lerobot_map", "lerobot_stream"] if lerobot and peer_python() else [])
+    theirs = [lo for lo in ("lerobot_map", "lerobot_stream") if lerobot and peer_python() and lerobot_reads(lo, root)]
+    return ["dlbench_map", "dlbench_stream", *theirs]
 
 
-def _given_calibration(path, mode: str, deltas, batch_size: int, lerobot: bool, state: _State):
+def _given_calibration(path, mode: str, deltas, batch_size: int, lerobot: bool, root: str, state: _State):
     """The calibration at `path` (the workflow's of this dataset and source) if it was made on this host, and the
     tuned loaders it lacks in this mode at this batch size (only those are calibrated: the rest are the same
     passes a tune's own would measure, made minutes before). (None, every loader) where there is none to use."""
@@ -241,7 +244,7 @@ def _given_calibration(path, mode: str, deltas, batch_size: int, lerobot: bool, 
 
     from ..model.calibration import Calibration
 
-    loaders = _tuned_loaders(lerobot)
+    loaders = _tuned_loaders(lerobot, root)
     if not path or deltas:
         return None, loaders
     cal = Calibration.read(path)
@@ -379,9 +382,13 @@ def _answer(state, meta, cal, ours, best, lerobot_best, proven, floor, memory_mb
     elif lerobot_best:
         result["lerobot_best"] = {"note": "LeRobot's loaders did not qualify or were not proven within the budget"}
     else:
-        from ..peer import CREATE_COMMAND
+        from ..peer import CREATE_COMMAND, peer_python
 
-        result["lerobot_best"] = {"note": f"LeRobot's environment is not here; create it with {CREATE_COMMAND.strip()}"}
+        result["lerobot_best"] = {
+            "note": f"LeRobot's loaders do not read {root} (local datasets and Hub repos; buckets: its stream)"
+            if peer_python()
+            else f"LeRobot's environment is not here; create it with {CREATE_COMMAND.strip()}"
+        }
     return result
 
 
