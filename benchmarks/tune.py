@@ -73,7 +73,7 @@ def against_sweep(name: str, root: str, a, work: Path, report: Report, endpoint:
     """Tune `root`, then measure every point of the sweep and LeRobot's stream at its defaults the same way, and
     print the goals: the answer within 5 minutes, >= 90% of the sweep's best at the floor, >= 1.5x LeRobot's."""
     from dlbench.config import defaults
-    from dlbench.sources import spec_from_endpoint
+    from dlbench.sources import apply_env, spec_from_endpoint
 
     floor = defaults("shuffle_floor")
     tuned = tune(root, work / f"tune-{name}-{a.mode}", a, report, *(["--endpoint-url", endpoint] if endpoint else []))
@@ -83,6 +83,7 @@ def against_sweep(name: str, root: str, a, work: Path, report: Report, endpoint:
     w = result["winner"]
     report.goal(f"{name}: the answer within 5 minutes", took <= 300, f"{took:.0f} s")
     spec = spec_from_endpoint(endpoint)
+    apply_env(spec)  # this process measures the sweep: it reads the source as tune's own process did
     sweep = []
     for loader, settings in SWEEP:
         c = Candidate(loader, settings, predicted_fps=w["frames_per_s_node"])
@@ -155,7 +156,7 @@ def main(argv=None) -> None:
         local = {f"s3://dlbench-tune/{name}": model.dataset(work, name) for name in a.s3}
         with loopback_s3(work / "s3", local, a.latency_ms) as endpoint:
             for name, url in zip(a.s3, local):
-                against_sweep(f"{name} on S3 +{a.latency_ms:g} ms", url, a, work, report, endpoint)
+                against_sweep(f"{name}-s3-{a.latency_ms:g}ms", url, a, work, report, endpoint)
     if a.scale:
         scaling(a, work, report)
     report.close()

@@ -125,6 +125,7 @@ def test_tune_proves_its_answer_resumes_and_says_what_it_cannot_meet(v30_h264, t
     assert json.loads(out.with_suffix(".json").read_text())["phases"]["calibrate_s"] < 5
     # the workflow's calibration of the dataset, given: only the loaders it lacks are calibrated
     given = json.loads((out.with_suffix(".work") / "calibration.json").read_text())
+    assert all(c["repeat_diff"] is None for c in given["costs"])  # each pass once: the proofs measure the answer
     given["costs"] = [c for c in given["costs"] if c["loader"] != "dlbench_stream"]
     (tmp_path / "given.json").write_text(json.dumps(given))
     other = tmp_path / "tune" / "given"

@@ -33,6 +33,7 @@ def add(sub) -> None:
     p.add_argument("--contention", default=None, help="a local calibration of the dataset on this host: its "
                    "full-width passes stand for this source's (a remote source's calibration measures its one-worker "
                    "passes only)")  # fmt: skip
+    p.add_argument("--once", action="store_true", help="measure each one-worker pass once, not again for drift")
     p.set_defaults(func=calibrate)
 
     p = command(sub, "predict", help="frames/s per node of configurations, from a calibration, without running them")
@@ -67,7 +68,7 @@ def calibrate(a) -> None:
     else:
         raise UserError("calibrate needs --spec FILE (repeatable) or --root PATH_OR_URL")
     dataset = a.dataset or runs[0].dataset
-    record = measure(runs, dataset, a.source, a.out, a.contention)
+    record = measure(runs, dataset, a.source, a.out, a.contention, a.once)
     say(f"{a.out}: {len(record.costs)} loader x mode pair(s) on {record.cores} cores in {record.seconds:.1f} s")
 
 

@@ -139,11 +139,17 @@ def worker_pass(run: RunSpec, workdir: Path, samples: int, episodes: int) -> tup
 
 
 def loader_costs(
-    runs: list[RunSpec], workdir: Path, samples: int, episodes: int, contention: Calibration | None = None
+    runs: list[RunSpec],
+    workdir: Path,
+    samples: int,
+    episodes: int,
+    contention: Calibration | None = None,
+    once: bool = False,
 ) -> list[LoaderCost | str]:
     """The passes of each run's loader and mode, as its costs per sample (a string where it could not run): the
     one-worker pass, the full-width pass unless `contention` (`usable_contention`) has the pair, and the one-process
-    pass where the run has no workers (`num_workers` 0; nothing else reads it).
+    pass where the run has no workers (`num_workers` 0; nothing else reads it). `once`: the one-worker pass is not
+    measured again for drift (`dlbench tune`, which ranks by the calibration and measures what it answers).
     Every one-worker pass comes first: its worker forks from this process, which must not hold decoders of a loader
     yet (LeRobot keeps them in one cache per process, which a forked worker would share and break)."""
     passes = [worker_pass(run, workdir, samples, episodes) for run in runs]
@@ -157,7 +163,7 @@ def loader_costs(
     ]
     # the one-worker pass again, the other passes later: a host's speed moves by 10-20% over minutes, and a single
     # pass that caught it moving would set every prediction of its loader (docs/model.md, "Drift")
-    forked = [repeated(run, workdir, m, warmup) for run, (m, warmup) in zip(runs, passes)]
+    forked = [m if once else repeated(run, workdir, m, warmup) for run, (m, warmup) in zip(runs, passes)]
     for run, m in zip(runs, forked):
         if isinstance(m, dict) and m.get("repeat_diff") is not None:
             how = "the median of three" if m["repeat_passes"] == 3 else "averaged"
@@ -332,11 +338,17 @@ def ttfb_ms(dmeta: DatasetMeta, reads: int = 5) -> float | None:
 
 
 def calibrate(
-    runs: list[RunSpec], dataset: str, source: str, out: str | Path, contention: str | Path | None = None
+    runs: list[RunSpec],
+    dataset: str,
+    source: str,
+    out: str | Path,
+    contention: str | Path | None = None,
+    once: bool = False,
 ) -> Calibration:
     """Calibrate each (loader, mode) of `runs` (runs of one dataset on one source; the first run of each pair stands
     for it) and write the record to `out`; with `contention` (a local calibration of the dataset on this host), the
-    full-width passes of the pairs it has are taken from it (`with_contention`). The pairs of loaders that run in
+    full-width passes of the pairs it has are taken from it (`with_contention`); `once`: no pass measured again for
+    drift (`loader_costs`). The pairs of loaders that run in
     another environment (LeRobot's, Lance's) are measured by one process there (`dlbench calibrate` again). Loaders
     that cannot run here are left out and named in the record's note."""
     from ..format.paths import is_remote
@@ -367,11 +379,11 @@ def calibrate(
     costs, missing = [], []
     reference = usable_contention(contention)
     with tempfile.TemporaryDirectory(prefix="dlbench-calibrate-") as tmp:
-        for cost in loader_costs(here, Path(tmp), dmeta.num_frames, dmeta.num_episodes, reference):
+        for cost in loader_costs(here, Path(tmp), dmeta.num_frames, dmeta.num_episodes, reference, once):
             (missing if isinstance(cost, str) else costs).append(cost)
         for name, group in elsewhere.items():
             peer_dir = Path(tmp) / f"peer-{name or 'default'}"
-            found = _in_peer_env(group, peer_dir, dataset, source, contention if reference else None)
+            found = _in_peer_env(group, peer_dir, dataset, source, contention if reference else None, once)
             costs += found.costs
             missing += [found.note] if found.note else []
     for problem in missing:
@@ -394,7 +406,12 @@ def calibrate(
 
 
 def _in_peer_env(
-    runs: list[RunSpec], workdir: Path, dataset: str, source: str, contention: str | Path | None = None
+    runs: list[RunSpec],
+    workdir: Path,
+    dataset: str,
+    source: str,
+    contention: str | Path | None = None,
+    once: bool = False,
 ) -> Calibration:
     """The costs of loaders that run in a peer environment, measured by one `dlbench calibrate` there; a
     calibration with only a note where that environment is missing."""
@@ -411,6 +428,7 @@ def _in_peer_env(
     out = workdir / "calibration.json"
     args = [*cmd[: cmd.index("bench-rank")], "calibrate", *specs, "--dataset", dataset, "--source", source]
     args += ["--contention", str(Path(contention).resolve())] if contention else []
+    args += ["--once"] if once else []
     proc = subprocess.run([*args, "--out", str(out)], env=env, capture_output=True, text=True)
     for line in proc.stdout.splitlines():  # its passes, as this process says its own
         if line.startswith("calibrate: "):
