@@ -240,15 +240,17 @@ def test_a_hub_source_is_staged_read_and_metered_for_dlbench_and_lerobot(loader,
 
 
 def test_remote_block_kb_sets_the_read_size_of_remote_video(endpoint):
-    """Each loader reads remote video files in its own block size (the streaming loader 4 MB, the map-style one
-    128 KB) unless `remote_block_kb` says otherwise; what the open file handles use."""
+    """Each loader reads remote video files in its own block size (the streaming loader 4 MB reading forward and
+    128 KB in random order, where each block is a jump; the map-style one 128 KB) unless `remote_block_kb` says
+    otherwise; what the open file handles use."""
 
     def block_sizes(ds) -> set[int]:
         next(iter(ds)) if isinstance(ds, LeRobotStreamingDataset) else ds[0]
         return {e.handle.blocksize for e in ds.cache._entries.values()}
 
     root = "hf://datasets/local/several@main"
-    assert block_sizes(LeRobotStreamingDataset(root, return_uint8=True)) == {4 * 2**20}
+    assert block_sizes(LeRobotStreamingDataset(root, return_uint8=True)) == {128 * 2**10}
+    assert block_sizes(LeRobotStreamingDataset(root, return_uint8=True, episode_order="forward")) == {4 * 2**20}
     assert block_sizes(LeRobotMapDataset(root, return_uint8=True)) == {128 * 2**10}
     assert block_sizes(LeRobotStreamingDataset(root, return_uint8=True, remote_block_kb=16384)) == {16 * 2**20}
 
