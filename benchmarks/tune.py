@@ -29,12 +29,16 @@ from benchmarks.common import Report, loopback_s3, parser
 from dlbench.synth import Camera, SynthConfig
 from dlbench.tune.search import Candidate, meets
 
-SWEEP = (
-    [("dlbench_map", {"num_workers": w}) for w in (1, 2)]
-    + [("dlbench_stream", {"num_workers": w, **k}) for w in (1, 2)
-       for k in ({}, {"read_ahead": 2}, {"read_ahead": 8}, {"pool_size": 32}, {"pieces": 4}, {"gop_run": 30},
-                 {"decode_ahead": 8})]
-)  # fmt: skip
+
+def sweep_points(workers: list[int]) -> list[tuple[str, dict]]:
+    """The sweep: dlbench_map, and dlbench_stream at its defaults and each knob tune moves, at these worker counts
+    (tune searches up to the cores, twice them on a remote source)."""
+    knobs = ({}, {"read_ahead": 2}, {"read_ahead": 8}, {"pool_size": 32}, {"pieces": 4}, {"gop_run": 30},
+             {"decode_ahead": 8})  # fmt: skip
+    return [("dlbench_map", {"num_workers": w}) for w in workers] + [
+        ("dlbench_stream", {"num_workers": w, **k}) for w in workers for k in knobs
+    ]
+
 
 # the --scale sets: small frames, episodes of 2-3 s; only their number differs
 SCALE = SynthConfig(episodes=10, length_min=60, length_max=90, codec="h264", content="camera",
@@ -85,7 +89,7 @@ def against_sweep(name: str, root: str, a, work: Path, report: Report, endpoint:
     spec = spec_from_endpoint(endpoint)
     apply_env(spec)  # this process measures the sweep: it reads the source as tune's own process did
     sweep = []
-    for loader, settings in SWEEP:
+    for loader, settings in sweep_points(a.workers):
         c = Candidate(loader, settings, predicted_fps=w["frames_per_s_node"])
         m = measure(root, work / f"sweep-{name}", loader, settings, a.mode, a.batch_size, c.predicted_fps, spec)
         why = meets(m, floor, None)
@@ -138,6 +142,7 @@ def main(argv=None) -> None:
     ap = parser(__doc__, sets=["realistic16"], choices=sorted(model.SETS))
     ap.add_argument("--mode", default="single")
     ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="the sweep's worker counts")
     ap.add_argument("--s3", nargs="*", default=[], choices=sorted(model.SETS), metavar="SET",
                     help="also these sets read from S3 on loopback, behind --latency-ms")  # fmt: skip
     ap.add_argument("--latency-ms", type=float, default=20.0, help="added to each response of the S3 server")
