@@ -192,8 +192,8 @@ def gop_datasets(tmp_path_factory):
 @pytest.mark.timing  # compares measured speeds: `make test` runs it after the parallel tests, alone
 def test_a_run_is_unchanged_against_itself_and_a_long_gop_is_a_map_style_regression(gop_datasets, tmp_path, capsys):
     base = bench(gop_datasets[2], tmp_path / "base" / "runs" / "adhoc" / "r")
-    # a rerun is no fixed point: on a busy 2-core machine one moved by 53% (docs/benchmarks.md, "Catching
-    # regressions"); the same run read as a results directory and as a run directory is
+    # a rerun is no fixed point: on a busy 2-core machine one moved by 53% (docs/compare.md, "Windows
+    # of one run"); the same run read as a results directory and as a run directory is
     table = compare(tmp_path / "base", base)
     metrics = table[table["metric"].isin([m.name for m in METRICS])]
     assert len(metrics) == 7 and set(metrics["verdict"]) == {"within noise"}, metrics.to_string()

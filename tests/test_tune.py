@@ -52,6 +52,8 @@ def test_a_stream_at_the_floor_tries_gop_runs_and_blocks_decoded_together_next_w
     one = Candidate("dlbench_stream", {"num_workers": 1})
     assert [m.settings for m in speed_moves(one, 30, 210)] == [{"num_workers": 1, "decode_ahead": 8}]
     assert speed_moves(one, 30) == speed_moves(one, 2, 210) == speed_moves(c, 2) == []
+    # from remote storage the blocks decoded together share their reads too, whatever the GOP
+    assert [m.settings for m in speed_moves(one, 2, remote=True)] == [{"num_workers": 1, "decode_ahead": 8}]
     assert speed_moves(Candidate("dlbench_stream", {"num_workers": 1, "episode_order": "forward"}), 30, 210) == []
     assert speed_moves(Candidate("dlbench_map", {"num_workers": 2}), 30) == []
     ok = {"status": "ok", "frames_wrong": 0, "shuffle_effective_batch": 0.9, "shuffle_effective_window": 0.7,

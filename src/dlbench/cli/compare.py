@@ -28,7 +28,7 @@ def add(sub) -> None:
         description="Match the runs of BASE and NEW by scenario, dataset, source, loader, mode, batch size, workers, "
         "decode device, step, ranks and nodes; for each metric, the change and a verdict (regression, improvement, "
         "within noise): beyond --threshold and beyond the noise (a permutation test over the windows where a metric "
-        "has them, else the runs' frames/s window spread). docs/benchmarks.md, 'Catching regressions'.",
+        "has them, else the runs' frames/s window spread). docs/compare.md.",
     )
     p.add_argument("base", help="the reference: summary.csv, a results directory, or a run directory")
     p.add_argument("new", help="the candidate, as BASE")

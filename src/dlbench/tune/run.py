@@ -55,11 +55,21 @@ def _open(root: str, source_spec: dict | None):
 
 
 def _prove_queue(
-    state, queue: list, prove, floor: dict, memory_mb, per_worker: int, deadline: float, gop: int = 0, span: int = 0
+    state,
+    queue: list,
+    prove,
+    floor: dict,
+    memory_mb,
+    per_worker: int,
+    deadline: float,
+    gop: int = 0,
+    span: int = 0,
+    remote: bool = False,
 ) -> list:
     """Prove candidates in turn until the queue or the time budget is spent (one at least); a stream that misses the
     floor or budget queues its knob moves next (`search.knob_moves`), one that meets it its speed moves
-    (`search.speed_moves`: GOP runs, `gop` frames; blocks decoded together, for windows of `span` frames)."""
+    (`search.speed_moves`: GOP runs, `gop` frames; blocks decoded together, for windows of `span` frames or a
+    `remote` source)."""
     proven = []
     while queue:
         c = queue.pop(0)
@@ -71,7 +81,7 @@ def _prove_queue(
         if meets(c.measured, floor, memory_mb) and c.loader == "dlbench_stream":
             queue = knob_moves(c, c.measured, floor, per_worker) + queue
         else:
-            queue = speed_moves(c, gop, span) + queue
+            queue = speed_moves(c, gop, span, remote) + queue
     return proven
 
 
@@ -139,7 +149,10 @@ def tune(
             return state.proof(c, lambda: _prove(c, root, mode, delta_timestamps, batch_size, source_spec, work))
 
         gop, span = meta.keyframe_interval(0), _window_span(mode, delta_timestamps, meta)
-        proven = _prove_queue(state, queue, prove, floor, memory_mb, per_worker, t0 + time_budget_s, gop, span)
+        from ..format.paths import is_remote
+
+        deadline = t0 + time_budget_s
+        proven = _prove_queue(state, queue, prove, floor, memory_mb, per_worker, deadline, gop, span, is_remote(root))
     phases["prove_s"] = time.perf_counter() - t
 
     result = _answer(state, meta, cal, ours, best, lerobot_best, proven, floor, memory_mb, predicted_only,
