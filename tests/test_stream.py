@@ -727,6 +727,29 @@ def test_gop_runs_are_taken_by_default_only_where_the_buffer_keeps_enough_of_the
     assert gop(GOP_RUNS_HELD + 1, workers=1) == 0 and gop(2, gop_run=30) == 30
 
 
+def test_gop_runs_are_not_taken_by_default_where_a_decoder_per_slot_would_not_fit(long_episodes, monkeypatch):
+    """Reading forward takes a decoder per pool slot, camera and file, each holding its file's index: where those
+    would pass FORWARD_DECODERS_MB (files of thousands of episodes), blocks are read at random jumps instead."""
+    from dlbench.decode.cache import decoder_bytes
+    from dlbench.loader import stream
+
+    root = str(long_episodes)
+    ds = LeRobotStreamingDataset(root, read_ahead=2, buffer_mb=1024)
+    ds.use_workers(2)
+    assert ds.gop_run == 30
+    h, w = ds.meta.shapes[ds.meta.cameras[0]][:2]
+    per = decoder_bytes(w, h, ds.meta.largest_video_file_frames())
+    assert ds.meta.largest_video_file_frames() == ds.meta.num_frames  # one file per camera
+    slots = len(ds.meta.cameras) * (ds.lanes.at_once * ds.lanes.pool + 2)
+    monkeypatch.setattr(stream, "FORWARD_DECODERS_MB", 0.9 * slots * per / 2**20)
+    small = LeRobotStreamingDataset(root, read_ahead=2, buffer_mb=1024)
+    small.use_workers(2)
+    assert small.gop_run == 0
+    asked = LeRobotStreamingDataset(root, read_ahead=2, buffer_mb=1024, gop_run=30)
+    asked.use_workers(2)
+    assert asked.gop_run == 30  # asked for: kept
+
+
 def test_read_ahead_counts_the_episodes_a_worker_can_hold_live_not_the_pool(v30_h264):
     """A pool larger than the rank's episodes holds only those: its default read_ahead is that of a pool of their
     number (counting the pool cut 720p blocks to single frames, each a seek). A smaller pool still counts itself."""

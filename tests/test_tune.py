@@ -83,12 +83,18 @@ def test_a_stream_at_the_floor_tries_gop_runs_and_blocks_decoded_together_next_w
 
 def test_a_stream_below_the_floor_moves_its_knobs_and_a_proof_qualifies_only_whole():
     c = Candidate("dlbench_stream", {"num_workers": 2})
-    shared = knob_moves(c, {"shuffle_distinct_frames": 0.6}, FLOOR, episodes_per_worker=50)
+    low = {"shuffle_distinct_frames": 0.6, "shuffle_effective_batch": 0.6, "shuffle_effective_window": 0.2}
+    shared = knob_moves(c, low, FLOOR, episodes_per_worker=1000)
+    # the pool grown in one move to what the design effect says clears the floor by 0.1: excess 4 -> 1.5, x 2.67
     assert [m.settings for m in shared] == [
         {"num_workers": 2, "read_ahead": 1},
-        {"num_workers": 2, "pool_size": 50, "buffer_size": 1600},  # the default pool of 32, grown to every piece
+        {"num_workers": 2, "pool_size": 86, "buffer_size": 2752},
     ]
+    capped = knob_moves(c, {"shuffle_effective_window": 0.2}, FLOOR, episodes_per_worker=50)
+    assert [m.settings for m in capped] == [{"num_workers": 2, "pool_size": 50, "buffer_size": 1600}]  # every piece
     assert knob_moves(c, {"shuffle_distinct_frames": 1.0}, FLOOR, episodes_per_worker=8) == []
+    # over the budget at the floor: a bigger pool would add memory, so no move
+    assert knob_moves(c, {"shuffle_effective_window": 0.7, "peak_pss_mb": 9e3}, FLOOR, episodes_per_worker=50) == []
     assert knob_moves(Candidate("dlbench_map", {"num_workers": 2}), {}, FLOOR, 50) == []
     ok = {"status": "ok", "frames_wrong": 0, "shuffle_effective_batch": 0.9, "shuffle_effective_window": 0.7,
           "shuffle_distinct_frames": 1.0, "peak_pss_mb": 900.0}  # fmt: skip
@@ -107,6 +113,30 @@ def tune(*args, timeout=600):
 
 
 @pytest.mark.slow
+def test_a_pool_grown_to_the_floor_is_where_the_next_stream_starts():
+    """Many episodes: the first stream grows its pool in one move, the next starts at that pool (one proof each, not a
+    doubling per proof)."""
+    from dlbench.tune.run import _prove_queue
+
+    def prove(c):
+        wide = c.settings.get("pool_size", 32) >= 80
+        return {"status": "ok", "frames_wrong": 0, "shuffle_effective_batch": 0.9, "peak_pss_mb": 900.0,
+                "shuffle_effective_window": 0.5 if wide else 0.2, "shuffle_distinct_frames": 1.0}  # fmt: skip
+
+    class State:
+        def note(self, text):
+            pass
+
+    queue = [Candidate("dlbench_stream", {"num_workers": 1}), Candidate("dlbench_stream", {"num_workers": 2})]
+    proven = _prove_queue(State(), queue, prove, FLOOR, None, 5000, float("inf"))
+    assert [p.key for p in proven] == [
+        "dlbench_stream num_workers=1",
+        "dlbench_stream buffer_size=2752 num_workers=1 pool_size=86",
+        "dlbench_stream buffer_size=2752 num_workers=2 pool_size=86",
+    ]
+    assert all(not meets(p.measured, FLOOR, None) for p in proven[1:])
+
+
 def test_tune_proves_its_answer_resumes_and_says_what_it_cannot_meet(v30_h264, tmp_path):
     out = tmp_path / "tune" / "h264"
     first = tune(str(v30_h264), "--out", str(out), "--no-lerobot", "--time-budget-s", "60")

@@ -145,6 +145,15 @@ class DatasetMeta:
     def num_frames(self) -> int:
         return int(self.ep_to[-1]) if len(self.ep_to) else 0
 
+    def largest_video_file_frames(self) -> int:
+        """Frames in the longest video file of any camera (v3.0 files hold many episodes one after another): what
+        sizes an open decoder's index of it (`decode.cache.decoder_bytes`)."""
+        most = 0
+        for files in self.video_file.values():
+            _, inverse = np.unique(np.asarray(files), return_inverse=True)
+            most = max(most, int(np.bincount(inverse, weights=self.ep_to - self.ep_from).max(initial=0)))
+        return most
+
     def video_url(self, cam: str, episode: int) -> str:
         return paths.join(self.data_root, self.video_file[cam][episode])
 

@@ -77,6 +77,7 @@ AUTO_READ_AHEAD = (8, 4, 2)  # the read_ahead values tried, largest first (`auto
 # ten batches' items come from a few seconds of a few episodes. 2 workers: 23 runs held (3 cameras of 240x320 HEVC,
 # buffer_mb 512) gave 0.41 of the nominal batch over ten batches, 60 (96x128 H.264) 0.64
 GOP_RUNS_HELD = 32
+FORWARD_DECODERS_MB = 1024  # the most a worker's decoders may hold for GOP runs by default (`_slot_decoders_fit`)
 # blocks of a virtual shard decoded together by default on long GOPs (`decode_ahead`): 8 rows at random moments of
 # one 720p episode (sarm, GOP 30) decode in 0.58x the time one by one at 4, 0.46x at 8; 3 cameras of 240x320 HEVC
 # in 0.29x at 8
@@ -336,7 +337,19 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             return asked
         gop = self._keyframe_interval()
         held = self.max_blocks() * self.read_ahead / max(gop, 1)
-        return gop if gop > self.read_ahead and held >= GOP_RUNS_HELD else 0
+        return gop if gop > self.read_ahead and held >= GOP_RUNS_HELD and self._slot_decoders_fit() else 0
+
+    def _slot_decoders_fit(self) -> bool:
+        """Whether a decoder per pool slot, camera and file (what reading forward takes: `_reads_forward`) stays
+        within FORWARD_DECODERS_MB of a worker's memory. A decoder holds its file's index, and a v3.0 file may hold
+        thousands of episodes: 10,000 episodes of 96x128 in two files, 2 workers of pool 166 with GOP runs held
+        2.9 GB each in decoders, without 0.6 GB, for 3% more frames/s."""
+        from ..decode.cache import decoder_bytes
+
+        height, width = (self.meta.shapes.get(self.meta.cameras[0], (0, 0, 0)) + (0, 0))[:2]
+        per = decoder_bytes(int(width), int(height), self.meta.largest_video_file_frames())
+        slots = len(self.meta.cameras) * (self.lanes.at_once * self.lanes.pool + 2)
+        return slots * per <= FORWARD_DECODERS_MB * 2**20
 
     def use_workers(self, num_workers: int) -> None:
         """Called by dlbench's `DataLoader` with its `num_workers` (call it yourself before iterating under another

@@ -67,20 +67,26 @@ def _prove_queue(
     remote: bool = False,
 ) -> list:
     """Prove candidates in turn until the queue or the time budget is spent (one at least); a stream that misses the
-    floor or budget queues its knob moves next (`search.knob_moves`), one that meets it its speed moves
+    floor or budget queues its knob moves next (`search.knob_moves`; the pool it grew to is where the next stream
+    starts), one that meets it its speed moves
     (`search.speed_moves`: GOP runs, `gop` frames; blocks decoded together, for windows of `span` frames or a
     `remote` source)."""
     proven = []
+    grown: dict = {}  # the pool a stream had to grow to before it met the floor: the next stream starts there
     while queue:
         c = queue.pop(0)
         if proven and time.perf_counter() > deadline:
             state.note(f"time budget spent: {c.key} and {len(queue)} more not proven")
             break
+        if c.loader == "dlbench_stream" and grown and "pool_size" not in c.settings:
+            c = dataclasses.replace(c, settings={**c.settings, **grown}, measured={})
         c.measured = prove(c)
         proven.append(c)
         if meets(c.measured, floor, memory_mb) and c.loader == "dlbench_stream":
             queue = knob_moves(c, c.measured, floor, per_worker) + queue
         else:
+            if c.loader == "dlbench_stream" and "pool_size" in c.settings and not grown:
+                grown = {k: c.settings[k] for k in ("pool_size", "buffer_size") if k in c.settings}
             queue = speed_moves(c, gop, span, remote) + queue
     return proven
 
