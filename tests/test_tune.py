@@ -56,6 +56,12 @@ def test_a_stream_at_the_floor_tries_gop_runs_and_blocks_decoded_together_next_w
     assert [m.settings for m in speed_moves(one, 2, remote=True)] == [{"num_workers": 1, "decode_ahead": 8}]
     assert speed_moves(Candidate("dlbench_stream", {"num_workers": 1, "episode_order": "forward"}), 30, 210) == []
     assert speed_moves(Candidate("dlbench_map", {"num_workers": 2}), 30) == []
+    # a decoder per pool slot over the stream's bound for them (files of thousands of episodes): no GOP runs
+    from dlbench.loader.stream import FORWARD_DECODERS_MB
+
+    heavy = FORWARD_DECODERS_MB / 30  # MB a slot: 34 slots (the default pool of 32, and 2) pass the bound
+    assert [m.settings for m in speed_moves(c, 30, slot_mb=heavy)] == []
+    assert [m.settings for m in speed_moves(c, 30, slot_mb=heavy / 2)] == [{"num_workers": 2, "gop_run": 30}]
     ok = {"status": "ok", "frames_wrong": 0, "shuffle_effective_batch": 0.9, "shuffle_effective_window": 0.7,
           "shuffle_distinct_frames": 1.0, "peak_pss_mb": 900.0}  # fmt: skip
 

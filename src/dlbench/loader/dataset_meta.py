@@ -339,6 +339,13 @@ def episode_rows(
     return [int(e) for e in episodes], np.concatenate(rows) if rows else np.zeros(0, np.int64)
 
 
+def window_span(windows: dict, cameras) -> int:
+    """Frames from a window's first camera frame to its last (0 for single frames): `windows` as `resolve_windows`
+    gives them."""
+    offsets = [int(o) for c in cameras for o in windows.get(c, [0])]
+    return max(offsets) - min(offsets) if offsets else 0
+
+
 def resolve_windows(
     mode: str | None, delta_timestamps: dict[str, list[float]] | None, dmeta: DatasetMeta
 ) -> dict[str, np.ndarray]:

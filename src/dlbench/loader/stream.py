@@ -41,7 +41,7 @@ import torch
 from ..decode.decoder import RANDOM_ACCESS_BLOCK, SEQUENTIAL_BLOCK, FrameDecoder
 from ..errors import UserError
 from ..format.meta import TOLERANCE_S
-from .dataset_meta import DatasetMeta, episode_rows, open_meta, resolve_windows
+from .dataset_meta import DatasetMeta, episode_rows, open_meta, resolve_windows, window_span
 from .items import BuilderViews, HeldTables, ItemBuilder, data_columns, read_columns
 from .lerobot_args import check_lerobot_args
 from .partition import (
@@ -102,6 +102,16 @@ def _remote_block(episode_order: str) -> int:
     128 KB (the map-style loader's) in random order, where each block is a jump whose GOP is all it needs: 480x640
     AV1 from S3 on loopback at +20 ms, 4 workers, 298 frames/s at 76 MB per 1,000 frames against 107 at 1,505."""
     return SEQUENTIAL_BLOCK if episode_order == "forward" else RANDOM_ACCESS_BLOCK
+
+
+def slot_decoders_mb(meta: DatasetMeta) -> float:
+    """The estimated memory (MB) of one pool slot's decoders when a stream reads forward: one per camera, each
+    holding the index of the longest video file (`decode.cache.decoder_bytes`)."""
+    from ..decode.cache import decoder_bytes
+
+    height, width = (tuple(meta.shapes.get(meta.cameras[0], ())) + (0, 0))[:2] if meta.cameras else (0, 0)
+    per = decoder_bytes(int(width), int(height), meta.largest_video_file_frames())
+    return len(meta.cameras) * per / 2**20
 
 
 def _peek_decodes(events: Iterator, peeked: deque, blocks: int) -> list[int]:
@@ -268,7 +278,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         self.episode_order, self.tag_items, self._ahead_arg = episode_order, tag_items, decode_ahead
         offsets = [o for c in self.meta.cameras for o in windows.get(c, [0])]
         self.block_stride = block_stride or window_stride(offsets)
-        self._window_span = int(max(offsets) - min(offsets))  # frames from a window's first to its last
+        self._window_span = window_span(windows, self.meta.cameras)
         self.read_ahead = read_ahead or self.auto_read_ahead()
         self._plan(gop_run, pieces, virtual_shards, decoder_cache_size)
         self._loaded: tuple | None = None  # the runs of rows whose parquet columns are in memory
@@ -342,14 +352,9 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
     def _slot_decoders_fit(self) -> bool:
         """Whether a decoder per pool slot, camera and file (what reading forward takes: `_reads_forward`) stays
         within FORWARD_DECODERS_MB of a worker's memory. A decoder holds its file's index, and a v3.0 file may hold
-        thousands of episodes: 10,000 episodes of 96x128 in two files, 2 workers of pool 166 with GOP runs held
-        2.9 GB each in decoders, without 0.6 GB, for 3% more frames/s."""
-        from ..decode.cache import decoder_bytes
-
-        height, width = (self.meta.shapes.get(self.meta.cameras[0], (0, 0, 0)) + (0, 0))[:2]
-        per = decoder_bytes(int(width), int(height), self.meta.largest_video_file_frames())
-        slots = len(self.meta.cameras) * (self.lanes.at_once * self.lanes.pool + 2)
-        return slots * per <= FORWARD_DECODERS_MB * 2**20
+        thousands of episodes: 10,000 episodes of 96x128 in two files, 2 workers of pool 165: 6.2 GB with GOP runs
+        (2.9 GB a worker in decoders) at 2,705 frames/s, 1.3 GB without at 2,858."""
+        return (self.lanes.at_once * self.lanes.pool + 2) * slot_decoders_mb(self.meta) <= FORWARD_DECODERS_MB
 
     def use_workers(self, num_workers: int) -> None:
         """Called by dlbench's `DataLoader` with its `num_workers` (call it yourself before iterating under another

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from .. import atomic
 from ..errors import UserError
+from ..format.paths import is_remote
 from ..model.equations import BOUNDS
 from .search import Candidate, best_per_loader, knob_moves, meets, ranked, speed_moves
 
@@ -39,7 +40,6 @@ OTHER_LOAD = 0.25  # cores busy with other work while proving, as a share of the
 
 def _open(root: str, source_spec: dict | None):
     """The dataset's metadata, its source's settings applied; one `UserError` where it cannot be read."""
-    from ..format.paths import is_remote
     from ..loader.dataset_meta import DatasetMeta
     from ..sources import apply_env, check_reachable
 
@@ -65,6 +65,7 @@ def _prove_queue(
     gop: int = 0,
     span: int = 0,
     remote: bool = False,
+    slot_mb: float = 0.0,
 ) -> list:
     """Prove candidates in turn until the queue or the time budget is spent (one at least); a stream that misses the
     floor or budget queues its knob moves next (`search.knob_moves`; the pool it grew to is where the next stream
@@ -87,7 +88,7 @@ def _prove_queue(
         else:
             if c.loader == "dlbench_stream" and "pool_size" in c.settings and not grown:
                 grown = {k: c.settings[k] for k in ("pool_size", "buffer_size") if k in c.settings}
-            queue = speed_moves(c, gop, span, remote) + queue
+            queue = speed_moves(c, gop, span, remote, slot_mb) + queue
     return proven
 
 
@@ -112,6 +113,8 @@ def tune(
     """Tune loading `root` for training with these constraints; writes `out`.json, .md and .png and returns the
     result (see the module docstring). A `UserError` for an unreadable dataset or a constraint that cannot be read."""
     from ..config import defaults
+    from ..loader.dataset_meta import resolve_windows, window_span
+    from ..loader.stream import slot_decoders_mb
     from ..model.calibration import host_cores
 
     t0 = time.perf_counter()
@@ -154,11 +157,10 @@ def tune(
         def prove(c: Candidate) -> dict:
             return state.proof(c, lambda: _prove(c, root, mode, delta_timestamps, batch_size, source_spec, work))
 
-        gop, span = meta.keyframe_interval(0), _window_span(mode, delta_timestamps, meta)
-        from ..format.paths import is_remote
-
+        gop, span = meta.keyframe_interval(0), window_span(resolve_windows(mode, delta_timestamps, meta), meta.cameras)
         deadline = t0 + time_budget_s
-        proven = _prove_queue(state, queue, prove, floor, memory_mb, per_worker, deadline, gop, span, is_remote(root))
+        proven = _prove_queue(state, queue, prove, floor, memory_mb, per_worker, deadline, gop, span, is_remote(root),
+                              slot_decoders_mb(meta))  # fmt: skip
     phases["prove_s"] = time.perf_counter() - t
 
     result = _answer(state, meta, cal, ours, best, lerobot_best, proven, floor, memory_mb, predicted_only,
@@ -172,8 +174,6 @@ def tune(
 def _search(cal, root, work: Path, constraints: dict, memory_mb: float | None) -> tuple:
     """The model's ranking of dlbench's configurations within the memory budget (a `UserError` naming the nearest
     where none fits), each loader's best and runner-up, and LeRobot's loaders' best."""
-    from ..format.paths import is_remote
-
     c = constraints
     args = (cal, c["mode"], c["batch_size"], c["cores"], c["nodes"])
     ours = ranked(*args, memory_mb, is_remote(root))
@@ -307,14 +307,6 @@ def proof_seconds(c: Candidate, batch_size: int) -> float:
     """A proof window long enough for MIN_PROOF_BATCHES batches at the predicted rate, within PROOF_S."""
     rate = c.predicted_fps or 1.0
     return min(PROOF_S[1], max(PROOF_S[0], MIN_PROOF_BATCHES * batch_size / rate))
-
-
-def _window_span(mode: str, deltas: dict | None, meta) -> int:
-    """Frames from an item's first camera frame to its last (0 for single frames)."""
-    from ..loader.dataset_meta import resolve_windows
-
-    windows = resolve_windows(mode, deltas, meta)
-    return max((int(w.max() - w.min()) for c, w in windows.items() if c in meta.cameras), default=0)
 
 
 def _prove(c: Candidate, root, mode, deltas, batch_size, source_spec, work: Path) -> dict:

@@ -143,7 +143,7 @@ def below(measured: dict, floor: dict, names=None) -> list[str]:
     return out
 
 
-def speed_moves(c: Candidate, gop: int, span: int = 0, remote: bool = False) -> list[Candidate]:
+def speed_moves(c: Candidate, gop: int, span: int = 0, remote: bool = False, slot_mb: float = 0.0) -> list[Candidate]:
     """What to try after a dlbench_stream candidate met the floor, on GOPs of 8 frames or more (`gop`): with 2
     workers or more its episodes read a GOP at a time (`gop_run`), which the stream's default takes only where a
     worker's buffer keeps 32 runs (a floor of 0.8 / 0.5; docs/library.md) and a lower floor may allow (720p H.264
@@ -153,10 +153,16 @@ def speed_moves(c: Candidate, gop: int, span: int = 0, remote: bool = False) -> 
     1.8 GB).
     On a `remote` source the blocks decoded together also share their reads, whatever the GOP (480x640 AV1 g=2
     from S3 at +20 ms, 4 workers: 418 against 303 frames/s, 7.0 against 3.5 GB). Empty for other loaders, short
-    GOPs on local disk, or once a move is made."""
+    GOPs on local disk, or once a move is made. GOP runs take a decoder per pool slot (`slot_mb` each, estimated:
+    `loader.stream.slot_decoders_mb`): not tried where those pass the stream's own bound for them (10,000 episodes
+    in two files, pool 165: 6.2 GB and 5% slower)."""
+    from ..loader.stream import FORWARD_DECODERS_MB
+
     if c.loader != "dlbench_stream" or {"gop_run", "decode_ahead"} & set(c.settings):
         return []
-    moves = [{"gop_run": gop}] if c.settings.get("num_workers", 0) >= 2 and gop >= 8 else []
+    slots = c.settings.get("pool_size", POOLS[0]) + 2
+    fits = slots * slot_mb <= FORWARD_DECODERS_MB
+    moves = [{"gop_run": gop}] if c.settings.get("num_workers", 0) >= 2 and gop >= 8 and fits else []
     if (remote or gop >= 8 and span >= gop) and c.settings.get("episode_order", "random") == "random":
         moves.append({"decode_ahead": DECODE_AHEAD})
     return [Candidate(c.loader, {**c.settings, **m}, c.predicted_fps, c.predicted_pss_mb, c.bound) for m in moves]
