@@ -394,7 +394,8 @@ def contention_source(dataset, source):
 
 
 def calibrate_args(wildcards, input):
-    return f"--contention {input.contention}" if "contention" in input.keys() else ""
+    once = ["--once"] if config["calibration"]["once"] else []
+    return " ".join(once + ([f"--contention {input.contention}"] if "contention" in input.keys() else []))
 
 
 # re-encoded datasets (workflow/rules/encoding.smk)
