@@ -286,20 +286,18 @@ def test_the_shipped_configs_plan_every_rule_they_need(tmp_path, configfiles):
         assert f"rule {rule}:" in proc.stdout or f"localrule {rule}:" in proc.stdout, rule
 
 
-def test_calibration_once_measures_local_sources_once_and_remote_ones_twice(tmp_path):
-    """config `calibration: {once: true}` passes --once to a local source's calibration only: a remote source's first
-    pass also pays the stream's opening reads at its latency, which the second pass pools away."""
-    config = {**with_buckets(TINY, scenarios=("bucket",)), "calibration": {"once": True}}
+def test_calibration_once_reaches_every_calibration_and_the_default_measures_twice(tmp_path):
+    """config `calibration: {once: true}` passes --once to the calibration of each source; the schema's default does
+    not (each one-worker pass measured again, for drift)."""
     targets = ["results/calibration/synthetic/local.json", "results/calibration/synthetic/bucket.json"]
-    proc = snakemake(tmp_path, config, "-n", "-p", "-c", "1", *targets)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    calls = [line for line in proc.stdout.splitlines() if "dlbench -q calibrate" in line]
-    assert len(calls) == 2, proc.stdout[-3000:]
-    local, remote = sorted(calls, key=lambda line: "--source bucket" in line)
-    assert "--source local" in local and "--once" in local
-    assert "--source bucket" in remote and "--once" not in remote
-    default = snakemake(tmp_path, with_buckets(TINY, scenarios=("bucket",)), "-n", "-p", "-c", "1", targets[0])
-    assert "--once" not in default.stdout  # the schema's default: every pass twice
+    config = with_buckets(TINY, scenarios=("bucket",))
+    for once in (True, False):
+        given = {**config, "calibration": {"once": True}} if once else config
+        proc = snakemake(tmp_path, given, "-n", "-p", "-c", "1", *targets)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        calls = [line for line in proc.stdout.splitlines() if "dlbench -q calibrate" in line]
+        assert len(calls) == 2 and {"--source local" in c for c in calls} == {True, False}, proc.stdout[-3000:]
+        assert all(("--once" in c) == once for c in calls)
 
 
 def test_a_specific_target_plans_only_what_it_needs(tmp_path):

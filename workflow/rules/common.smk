@@ -394,10 +394,7 @@ def contention_source(dataset, source):
 
 
 def calibrate_args(wildcards, input):
-    # a remote source keeps the second pass: its first also pays the stream's opening reads at the source's latency
-    # (a 20 ms bucket, measured once: the stream predicted at a third of what its runs measured)
-    local = config["sources"][wildcards.source].get("type", "local") == "local"
-    once = ["--once"] if config["calibration"]["once"] and local else []
+    once = ["--once"] if config["calibration"]["once"] else []
     return " ".join(once + ([f"--contention {input.contention}"] if "contention" in input.keys() else []))
 
 
