@@ -727,28 +727,6 @@ def test_gop_runs_are_taken_by_default_only_where_the_buffer_keeps_enough_of_the
     assert gop(GOP_RUNS_HELD + 1, workers=1) == 0 and gop(2, gop_run=30) == 30
 
 
-def test_a_calibration_pass_of_one_worker_reads_as_the_runs_workers_do(long_episodes):
-    """The model scales one worker's costs by the run's workers: the pass is given the GOP runs and pieces the run's
-    own workers choose (`use_workers`), which a lone worker would not take; other runs are left as they are."""
-    from dlbench.loader.dataset_meta import DatasetMeta
-    from dlbench.model.calibrate import as_its_workers_read
-    from dlbench.run import spec as runspec
-
-    dmeta = DatasetMeta.load(str(long_episodes))
-
-    def run(**kw):
-        values = {"root": str(long_episodes), "loader": "dlbench_stream", "mode": "single", "read_ahead": 2,
-                  "buffer_mb": 1024, "num_workers": 2, **kw}  # fmt: skip
-        return runspec.make_run(values, scenario="t")
-
-    two = as_its_workers_read(run(), dmeta)
-    assert (two.gop_run, two.pieces) == (30, 2)
-    assert as_its_workers_read(run(num_workers=1), dmeta) == run(num_workers=1)
-    assert as_its_workers_read(run(gop_run=0, pieces=1), dmeta) == run(gop_run=0, pieces=1)  # asked: kept
-    mapped = run(loader="dlbench_map", read_ahead=None, buffer_mb=None)
-    assert as_its_workers_read(mapped, dmeta) == mapped
-
-
 def test_gop_runs_are_not_taken_by_default_where_a_decoder_per_slot_would_not_fit(long_episodes, monkeypatch):
     """Reading forward takes a decoder per pool slot, camera and file, each holding its file's index: where those
     would pass FORWARD_DECODERS_MB (files of thousands of episodes), blocks are read at random jumps instead."""

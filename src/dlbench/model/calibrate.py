@@ -182,23 +182,6 @@ def loader_costs(
     return [c if isinstance(c, str) or c.full_cpu_s is not None else with_contention(c, known) for c in costs]
 
 
-def as_its_workers_read(run: RunSpec, dmeta: DatasetMeta) -> RunSpec:
-    """`run` with what dlbench_stream chooses by its DataLoader workers (GOP runs and pieces, `use_workers`) fixed as
-    the run's own workers choose it, so that a pass of one worker decodes as each of the run's workers does: the
-    model scales one worker's costs by the workers. A 20 ms bucket, 96x128 H.264 g=30: one worker reading blocks
-    at random jumps 190 samples/s, each of 2 workers reading GOP runs 720 (the stream was predicted at a third of
-    its runs). Other loaders, and runs of fewer than 2 workers, as they are."""
-    if run.loader_name.base != "dlbench_stream" or run.num_workers < 2 or run.decode_device != "cpu":
-        return run
-    if run.gop_run is not None and run.pieces is not None:
-        return run
-    from ..bench.adapters import make_adapter
-
-    ds = make_adapter(run, dmeta).dataset
-    ds.use_workers(run.num_workers)
-    return replace(run, gop_run=ds.gop_run, pieces=ds.pieces)
-
-
 def usable_contention(path: str | Path | None) -> Calibration | None:
     """The calibration (`path`, a local source's of the same dataset) whose full-width passes a remote source's
     calibration reuses, or None where it was made on another host or another number of cores (said in one line)."""
@@ -388,7 +371,7 @@ def calibrate(
     for run in runs:  # a pair's run without workers stands for it, if it has one: its one-process pass is measured
         if (run.loader, run.mode) not in pairs or run.num_workers == 0:
             pairs[(run.loader, run.mode)] = run
-    here = [as_its_workers_read(run, dmeta) for run in pairs.values() if not needs_peer(run.loader)]
+    here = [run for run in pairs.values() if not needs_peer(run.loader)]
     elsewhere: dict[str, list[RunSpec]] = {}
     for run in pairs.values():
         if needs_peer(run.loader):
