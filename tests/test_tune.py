@@ -143,6 +143,28 @@ def test_a_pool_grown_to_the_floor_is_where_the_next_stream_starts():
     assert all(not meets(p.measured, FLOOR, None) for p in proven[1:])
 
 
+def test_no_proof_is_started_that_would_end_past_the_time_budget():
+    """Proofs of 0.2 s and 0.3 s left: the second would end past the budget, so the answer comes after the first."""
+    import time
+
+    from dlbench.tune.run import _prove_queue
+
+    notes = []
+
+    class State:
+        def note(self, text):
+            notes.append(text)
+
+    def prove(c):
+        time.sleep(0.2)
+        return {"status": "ok", "frames_wrong": 0}
+
+    queue = [Candidate("dlbench_map", {"num_workers": w}) for w in (1, 2, 3)]
+    proven = _prove_queue(State(), queue, prove, {}, None, 16, time.perf_counter() + 0.3)
+    assert [p.key for p in proven] == ["dlbench_map num_workers=1"]
+    assert "num_workers=2 and 1 more not proven" in notes[0]
+
+
 def test_tune_proves_its_answer_resumes_and_says_what_it_cannot_meet(v30_h264, tmp_path):
     out = tmp_path / "tune" / "h264"
     first = tune(str(v30_h264), "--out", str(out), "--no-lerobot", "--time-budget-s", "60")
