@@ -165,6 +165,8 @@ TINY = {
             "gpu": {"loader": "dlbench_stream", "decode_device": "cuda"},
         },
     },
+    # each one-worker pass measured once: the repeat (for drift) is test_default_dag_end_to_end's to exercise
+    "calibration": {"once": True},
 }
 
 

@@ -223,6 +223,7 @@ def test_compare_to_adds_the_comparison_to_the_workflow(tmp_path):
             "defaults": {"batch_size": 4, "num_workers": 0, "duration_s": 1, "warmup_s": 0.2, "probe_samples": 0},
             "scenarios": {"map": {"loader": "dlbench_map"}},
         },
+        "calibration": {"once": True},
     }
     snakemake = [sys.executable, "-m", "snakemake", "-s", str(Path(__file__).resolve().parents[1] / "Snakefile")]
 

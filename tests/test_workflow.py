@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow  # Snakemake in a subprocess, each parse a few sec
 
 @pytest.mark.slow
 def test_default_dag_end_to_end(tmp_path):
-    config = with_buckets(TINY)
+    config = with_buckets({**TINY, "calibration": {"once": False}})
     dry = snakemake(tmp_path, config, "-n", "-c", "2")
     assert dry.returncode == 0, dry.stderr
     for rule in (
@@ -290,7 +290,7 @@ def test_calibration_once_reaches_every_calibration_and_the_default_measures_twi
     """config `calibration: {once: true}` passes --once to the calibration of each source; the schema's default does
     not (each one-worker pass measured again, for drift)."""
     targets = ["results/calibration/synthetic/local.json", "results/calibration/synthetic/bucket.json"]
-    config = with_buckets(TINY, scenarios=("bucket",))
+    config = {key: value for key, value in with_buckets(TINY, scenarios=("bucket",)).items() if key != "calibration"}
     for once in (True, False):
         given = {**config, "calibration": {"once": True}} if once else config
         proc = snakemake(tmp_path, given, "-n", "-p", "-c", "1", *targets)
@@ -352,6 +352,7 @@ def test_your_own_datasets_through_the_dag(tmp_path, v21_h264, lerobot_recorded_
             },
             "scenarios": {"mine": {"dataset": ["mine21", "recorded"], "loader": ["dlbench_map", "lerobot_map"]}},
         },
+        "calibration": {"once": True},
     }
     (tmp_path / "wd").mkdir()
     proc = snakemake(tmp_path / "wd", config, "-c", "2", "results/summary.csv")
@@ -542,6 +543,7 @@ def test_a_reencoded_dataset_is_benchmarked_beside_its_source_and_its_encoding_m
             "scenarios": {"enc": {"dataset": ["tiny", "tiny_hevc"], "loader": ["dlbench_map"], "num_workers": 0}},
         },
         "advice": {"verify": 1, "legs": 1, "leg_s": 0.5},
+        "calibration": {"once": True},
     }
     proc = snakemake(tmp_path, config, "-c", "2")
     assert proc.returncode == 0, proc.stderr[-3000:]
