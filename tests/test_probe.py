@@ -85,6 +85,39 @@ def test_a_map_run_decoding_a_long_gop_is_prescribed_a_probed_reencoding_and_ver
     assert json.loads((tmp_path / "advice/reencoded/lg_h264g1/meta/info.json").read_text())["total_frames"] == 240
 
 
+def test_tune_reports_reencoding_as_a_lever_with_its_gain_and_cost(long_gop):
+    """On GOP 60 a map worker's random frame costs a seek and ~30 decodes: the probe's GOP-1/2 candidates cut it,
+    the model turns that into each loader's gain, each proven loader's best is scaled by its own, and the encode
+    time is the clip's scaled to the dataset's frames."""
+    from dlbench.tune.reencode import WORTH, lever
+    from dlbench.tune.run import _reencode_lines
+    from dlbench.tune.search import Candidate
+
+    costs = [cost(worker_ms=40.0, loader="dlbench_map", fps=1), cost(worker_ms=20.0, loader="dlbench_stream", fps=1)]
+    cal = Calibration("lg", "local", "h", 2, 2, 1, None, 1.0, costs=costs)
+    proven = []
+    for loader, fps in (("dlbench_map", 50.0), ("dlbench_map", 100.0), ("dlbench_stream", 120.0)):
+        c = Candidate(loader, {"num_workers": 2})
+        c.measured = {"frames_per_s_node": fps}
+        proven.append(c)
+    constraints = {"mode": "single", "batch_size": 16, "cores": 2, "nodes": 1}
+    r = lever(str(long_gop), cal, proven, constraints, None, 240, 96 * 128)
+    assert r["reencode"]["gop"] in (1, 2) and r["psnr_db"] >= probe.MIN_PSNR_DB and r["bytes_vs_source"] > 0
+    src, new = r["random_ms_per_frame"]
+    assert 0 < new < src  # measured, not assumed
+    gain = r["predicted_gain"]
+    assert gain["dlbench_map"] > 1.0 and set(gain) == {"dlbench_map", "dlbench_stream"}
+    assert r["predicted_fps"] == {"dlbench_map": round(100.0 * gain["dlbench_map"]),
+                                  "dlbench_stream": round(120.0 * gain["dlbench_stream"])}  # fmt: skip
+    assert r["answer_fps"] == 120 and r["best_after"] == max(r["predicted_fps"], key=r["predicted_fps"].get)
+    assert r["bigger_lever"] == (max(r["predicted_fps"].values()) >= WORTH * 120)
+    assert r["encode_s_one_process"] >= 0 and r["command"].startswith(f"dlbench reencode {long_gop} ")
+    text = "\n".join(_reencode_lines(r))
+    assert "predicted from a probe, not measured" in text and r["command"] in text
+    # a dataset whose videos the probe cannot read: one note, no figures
+    assert set(lever("/nowhere", cal, proven, constraints, None, 240, 96 * 128)) == {"note"}
+
+
 @pytest.fixture(scope="module")
 def two_cameras_one_episode(tmp_path_factory):
     """One episode of 1.5 s (shorter than the probe's clip), two cameras of other sizes, H.264 GOP 30."""

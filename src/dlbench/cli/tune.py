@@ -22,6 +22,7 @@ def add(sub) -> None:
     p.add_argument("--cores", type=int, default=None, help="cores of the training node, if not this one: predicted")
     p.add_argument("--nodes", type=int, default=1, help="nodes of the training job; other than 1: predicted")
     p.add_argument("--no-lerobot", action="store_true", help="leave LeRobot's loaders out")
+    p.add_argument("--no-reencode", action="store_true", help="leave out the re-encoding probe (local datasets)")
     p.add_argument("--endpoint-url", default=None, help=ENDPOINT_HELP)
     p.add_argument("--name", default=None, help="the dataset's name in the result (default: from its path)")
     p.add_argument("--source", default="local", help="the source's name in the result")
@@ -60,7 +61,7 @@ def tune(a) -> None:
         a.dataset, out, mode=a.mode, delta_timestamps=deltas, batch_size=a.batch_size, memory_gb=a.memory_gb,
         floor={k: v for k, v in floor.items() if v is not None}, time_budget_s=a.time_budget_s, cores=a.cores,
         nodes=a.nodes, source_spec=spec_from_endpoint(a.endpoint_url), lerobot=not a.no_lerobot, dataset=name,
-        source=a.source, calibration=a.calibration,
+        source=a.source, calibration=a.calibration, reencode=not a.no_reencode,
     )  # fmt: skip
     if "winner" in result:
         w = result["winner"]

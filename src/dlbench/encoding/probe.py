@@ -43,6 +43,12 @@ class Probe:
     bytes_vs_source: float  # bytes per frame, against the source's clip
     psnr_db: float  # against the source's decoded frames
     seconds: float  # what probing this candidate took
+    # in reading order (a stream's decode), ms per frame over the clip from a fresh decoder: the source's and this
+    # candidate's; and FFmpeg's time to encode the clip (`clip_frames` frames of this camera)
+    source_order_ms_per_frame: float = 0.0
+    order_ms_per_frame: float = 0.0
+    encode_s: float = 0.0
+    clip_frames: int = 0
 
     @property
     def decode_ratio(self) -> float:
@@ -64,6 +70,20 @@ def random_ms_per_frame(path: str, frames: int, seed: int = 0) -> float:
         decoder.get_frame_at(int(i))
         times.append(time.perf_counter() - t0)
     return float(np.median(times) * 1000)
+
+
+def order_ms_per_frame(path: str, frames: int) -> float:
+    """Milliseconds a frame to decode the first `frames` frames of `path` in order on one FFmpeg thread (a fresh
+    decoder: its opening is counted, as a stream's opening of an episode is)."""
+    import torch
+    from torchcodec.decoders import VideoDecoder
+
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    decoder = VideoDecoder(path, seek_mode="exact", num_ffmpeg_threads=1)
+    n = min(frames, decoder.metadata.num_frames or frames)
+    decoder.get_frames_in_range(0, n)
+    return (time.perf_counter() - t0) * 1000 / max(n, 1)
 
 
 def _ffmpeg(args: list[str], what: str) -> None:
@@ -101,17 +121,21 @@ def probe(
             _ffmpeg(["-i", str(source), "-frames:v", str(clip_frames), *LOSSLESS.ffmpeg_args(track.timescale, 1),
                      str(reference)], rel)  # fmt: skip
             source_bytes = float(track.sizes[:clip_frames].sum())  # decode order: the same frames, near enough
+            source_order = order_ms_per_frame(str(source), clip_frames)
             for k, enc in enumerate(candidates):
                 t0 = time.perf_counter()
                 out = Path(tmp) / f"{cam}.{k}.mp4"
                 _ffmpeg(["-i", str(source), "-frames:v", str(clip_frames), *enc.ffmpeg_args(track.timescale, 1),
                          str(out)], f"{rel} to {enc.label()}")  # fmt: skip
+                encode_s = time.perf_counter() - t0
                 psnr, _ = quality(str(out), str(reference))
                 found.append(Probe(
                     encoding=enc, camera=cam, source_ms_per_frame=source_ms,
                     ms_per_frame=random_ms_per_frame(str(out), clip_frames, seed),
                     bytes_vs_source=out.stat().st_size / source_bytes,
                     psnr_db=psnr, seconds=time.perf_counter() - t0,
+                    source_order_ms_per_frame=source_order, encode_s=encode_s, clip_frames=clip_frames,
+                    order_ms_per_frame=order_ms_per_frame(str(out), clip_frames),
                 ))  # fmt: skip
     return found
 

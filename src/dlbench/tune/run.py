@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import shutil
 import time
 import zlib
@@ -36,6 +37,14 @@ PROOF = dict(repeats=2, warmup_s=2.0, check_frames=16, probe_samples=0)
 MIN_PROOF_BATCHES = 24  # a proof window long enough for the effective batch size over 10 batches to be measured
 PROOF_S = (4.0, 20.0)  # a proof window's shortest and longest duration (s)
 OTHER_LOAD = 0.25  # cores busy with other work while proving, as a share of the host's: the answer says so
+# the re-encoding probe's time per megapixel of a frame of every camera, kept from the proofs' budget (2 cores,
+# 2026-11-30: 2 x 480x640 22 s and 1280x720 31 s with 3 s clips; the clip shrinks for larger frames: `lever`)
+PROBE_S_PER_MPIXEL = 30.0
+
+
+def frame_pixels(meta) -> int:
+    """Pixels of one frame of every camera (a video feature's shape holds its 3 channels, first or last)."""
+    return sum(math.prod(meta.features[c]["shape"]) // 3 for c in meta.cameras)
 
 
 def _open(root: str, source_spec: dict | None):
@@ -115,6 +124,7 @@ def tune(
     dataset: str | None = None,
     source: str = "local",
     calibration: str | Path | None = None,
+    reencode: bool = True,
 ) -> dict:
     """Tune loading `root` for training with these constraints; writes `out`.json, .md and .png and returns the
     result (see the module docstring). A `UserError` for an unreadable dataset or a constraint that cannot be read."""
@@ -153,6 +163,7 @@ def tune(
 
     t = time.perf_counter()
     proven: list[Candidate] = []
+    probing = reencode and not predicted_only and not is_remote(root)  # re-encoding copies a local dataset
     if not predicted_only:
         per_worker = max(1, meta.num_episodes // max(1, best.get("dlbench_stream", ours[0]).settings["num_workers"]))
         # each loader's best and its runner-up (the model's miss is 5-25%: the second may measure faster), then
@@ -164,13 +175,21 @@ def tune(
             return state.proof(c, lambda: _prove(c, root, mode, delta_timestamps, batch_size, source_spec, work))
 
         gop, span = meta.keyframe_interval(0), window_span(resolve_windows(mode, delta_timestamps, meta), meta.cameras)
-        deadline = t0 + time_budget_s
+        # the re-encoding probe runs after the proofs, within the budget too
+        deadline = t0 + time_budget_s - (PROBE_S_PER_MPIXEL * frame_pixels(meta) / 1e6 if probing else 0.0)
         proven = _prove_queue(state, queue, prove, floor, memory_mb, per_worker, deadline, gop, span, is_remote(root),
                               slot_decoders_mb(meta))  # fmt: skip
     phases["prove_s"] = time.perf_counter() - t
 
     result = _answer(state, meta, cal, ours, best, lerobot_best, proven, floor, memory_mb, predicted_only,
                      constraints, root, dataset, source)  # fmt: skip
+    if probing:
+        from .reencode import lever
+
+        t = time.perf_counter()
+        won = [c for c in proven if not meets(c.measured, floor, memory_mb) and c.loader in best]
+        result["reencode"] = lever(str(root), cal, won, constraints, memory_mb, meta.num_frames, frame_pixels(meta))
+        phases["reencode_s"] = time.perf_counter() - t
     phases["total_s"] = time.perf_counter() - t0
     result["phases"] = {k: round(v, 1) for k, v in phases.items()}
     _write(out, result, proven)
@@ -527,11 +546,33 @@ def report(result: dict, plot: str | None = None) -> str:
                      f"{_f(p.get('shuffle_effective_batch'))} / {_f(p.get('shuffle_effective_window'))} | "
                      f"{_f(p.get('shuffle_distinct_frames'))} | {_f(p.get('peak_pss_mb'), 0)} | "
                      f"{'qualifies' if p['qualifies'] else p['why_not']} |")  # fmt: skip
+    lines += _reencode_lines(result.get("reencode"))
     if result["notes"]:
         lines += ["", "Notes: " + "; ".join(result["notes"]) + "."]
     if plot:
         lines += ["", f"![frontier]({plot})"]
     return "\n".join(lines) + "\n"
+
+
+def _reencode_lines(r: dict | None) -> list[str]:
+    """The re-encoding lever (`tune.reencode`), predicted from a probe: what it would give and cost."""
+    if not r:
+        return []
+    if "encoding" not in r:
+        return ["", f"Re-encoding: {r['note']}."]
+    gains = ", ".join(f"{lo} {g:.2f}x" for lo, g in r["predicted_gain"].items())
+    verdict = ""
+    if "best_after" in r:
+        fps = r["predicted_fps"][r["best_after"]]
+        worth = "the bigger lever." if r["bigger_lever"] else "not worth re-encoding for (under 1.2x)."
+        verdict = (f" Re-encoded, the best proven configuration of {r['best_after']} would reach about {fps:,} "
+                   f"frames/s against the answer's {r['answer_fps']:,}: {worth}")  # fmt: skip
+    return ["", "## Re-encoding (predicted from a probe, not measured)", "",
+            f"{r['encoding']}: a random frame {r['random_ms_per_frame'][0]:.2f} -> {r['random_ms_per_frame'][1]:.2f} "
+            f"ms, in order {r['order_ms_per_frame'][0]:.2f} -> {r['order_ms_per_frame'][1]:.2f} ms; "
+            f"{r['bytes_vs_source']:.2f}x the bytes at {r['psnr_db']:.1f} dB PSNR; about "
+            f"{r['encode_s_one_process']:,} s of one FFmpeg process for the whole dataset. Predicted gain: "
+            f"{gains}.{verdict} Prove it: `{r['command']}`"]  # fmt: skip
 
 
 def _f(v, digits: int = 2) -> str:
