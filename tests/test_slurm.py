@@ -282,7 +282,7 @@ def test_a_node_dying_under_a_conversion_worker_then_a_rerun_gives_identical_out
     takeovers = [p for p in leases.glob(f"{unit}.*") if int(p.name.rsplit(".", 2)[1]) > int(gen)]
     assert takeovers, f"nobody took over {held.name} from the dead {node}"
 
-    again = snakemake_slurm(tmp_path, config, env, target)
+    again = snakemake_slurm(tmp_path, config, cluster, target)  # no pause: the rerun only has to finish the units
     assert again.returncode == 0, again.stderr[-4000:]
     assert json.loads((tmp_path / target).read_text())["ok"]
     _same_as_one_worker(tmp_path / "results", tmp_path)

@@ -180,7 +180,8 @@ def test_tune_proves_its_answer_resumes_and_says_what_it_cannot_meet(v30_h264, t
     md = out.with_suffix(".md").read_text()
     assert "## Answer" in md and "```python" in md and out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
     # again: the calibration and the proofs are reused, not measured anew
-    again = tune(str(v30_h264), "--out", str(out), "--no-lerobot", "--time-budget-s", "60")
+    assert "reencode" in result and "Re-encoding" in md  # the probe's lever, beside the answer (test_probe's)
+    again = tune(str(v30_h264), "--out", str(out), "--no-lerobot", "--time-budget-s", "60", "--no-reencode")
     assert again.returncode == 0 and "resumed" in again.stdout
     assert json.loads(out.with_suffix(".json").read_text())["phases"]["calibrate_s"] < 5
     # the workflow's calibration of the dataset, given: only the loaders it lacks are calibrated
@@ -189,7 +190,7 @@ def test_tune_proves_its_answer_resumes_and_says_what_it_cannot_meet(v30_h264, t
     given["costs"] = [c for c in given["costs"] if c["loader"] != "dlbench_stream"]
     (tmp_path / "given.json").write_text(json.dumps(given))
     other = tmp_path / "tune" / "given"
-    reused = tune(str(v30_h264), "--out", str(other), "--no-lerobot", "--time-budget-s", "1",
+    reused = tune(str(v30_h264), "--out", str(other), "--no-lerobot", "--time-budget-s", "1", "--no-reencode",
                   "--calibration", str(tmp_path / "given.json"))  # fmt: skip
     assert reused.returncode == 0, reused.stderr[-2000:]
     assert "calibration of dlbench_map from" in reused.stdout and "dlbench_stream calibrated here" in reused.stdout
