@@ -170,6 +170,12 @@ TINY = {
 }
 
 
+def converted(v30, config: dict = TINY) -> dict:
+    """`config` reading an already converted v3.0 dataset where it is: no synth or conversion jobs before what a
+    test is about (the run ids keep the dataset's name, synthetic)."""
+    return {**config, "datasets": {"synthetic": {"v30": str(v30)}}}
+
+
 def with_buckets(config: dict, scenarios=("bucket", "warm"), on_cold: str = "warn") -> dict:
     """`config` plus two bucket sources on the loopback S3 server (SeaweedFS) and a streaming scenario on each named
     in `scenarios`: `bucket` behind a shaping proxy, `warm` gated on the prewarm check."""

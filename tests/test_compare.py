@@ -213,11 +213,11 @@ def test_a_run_is_unchanged_against_itself_and_a_long_gop_is_a_map_style_regress
 
 
 @pytest.mark.slow
-def test_compare_to_adds_the_comparison_to_the_workflow(tmp_path):
+def test_compare_to_adds_the_comparison_to_the_workflow(tmp_path, v30_h264):
     """The workflow on a one-run matrix, then again with `compare_to` naming a copy of its results: compare.csv (the
     same records: no change) and compare.png, in the report too."""
     config = {
-        "datasets": {"d": {"synth": {"episodes": 4, "length_min": 10, "length_max": 20}}},
+        "datasets": {"d": {"v30": str(v30_h264)}},  # read where it is: no synth or conversion jobs
         "convert": {"scaling_workers": []},
         "bench": {
             "defaults": {"batch_size": 4, "num_workers": 0, "duration_s": 1, "warmup_s": 0.2, "probe_samples": 0},

@@ -17,7 +17,7 @@ import yaml
 
 from dlbench.loopback import routable_address
 
-from .helpers import REPO, SNAKEMAKE, TINY, measuring_windows, tree_bytes, with_buckets
+from .helpers import REPO, SNAKEMAKE, TINY, converted, measuring_windows, tree_bytes, with_buckets
 
 SCRIPTS = REPO / "scripts"
 SUBNET = "10.231.7"  # slurm-up.sh's bridge: the submit host is .1, node K is .1K
@@ -244,9 +244,9 @@ def _same_as_one_worker(results: Path, tmp_path: Path) -> None:
         capture_output=True, text=True,
     )  # fmt: skip
     assert alone.returncode == 0, alone.stderr
-    converted = tree_bytes(results / "datasets/synthetic/v30")
-    converted.pop(".snakemake_timestamp", None)  # Snakemake's mark on a directory output
-    assert converted == tree_bytes(tmp_path / "alone")
+    made = tree_bytes(results / "datasets/synthetic/v30")
+    made.pop(".snakemake_timestamp", None)  # Snakemake's mark on a directory output
+    assert made == tree_bytes(tmp_path / "alone")
 
 
 def test_a_node_dying_under_a_conversion_worker_then_a_rerun_gives_identical_output(cluster, tmp_path):
@@ -288,11 +288,6 @@ def test_a_node_dying_under_a_conversion_worker_then_a_rerun_gives_identical_out
     _same_as_one_worker(tmp_path / "results", tmp_path)
 
 
-def _converted(v30: Path) -> dict:
-    """SLURM_TINY reading an already converted dataset: no synth or conversion jobs before what a test is about."""
-    return {**SLURM_TINY, "datasets": {"synthetic": {"v30": str(v30)}}}
-
-
 def test_ray_data_reads_on_a_ray_cluster_across_both_hosts(cluster, tmp_path, v30_h264):
     """ray_data's 2-node run: its job starts a Ray head on its first node and a worker on the other (srun), each
     rank a driver on that cluster reading its own episodes; every frame right, and no Ray process left after it."""
@@ -302,7 +297,7 @@ def test_ray_data_reads_on_a_ray_cluster_across_both_hosts(cluster, tmp_path, v3
     if peer.peer_python() is None:
         pytest.skip(f"LeRobot peer environment (with Ray Data) missing; create it with {peer.CREATE_COMMAND}")
     ray_run = {"loader": "ray_data", "ranks": 2, "nodes": 2, "num_batches": 2}
-    config = {**_converted(v30_h264), "bench": {**SLURM_TINY["bench"], "scenarios": {"ray_2node": ray_run}}}
+    config = {**converted(v30_h264, SLURM_TINY), "bench": {**SLURM_TINY["bench"], "scenarios": {"ray_2node": ray_run}}}
     run_dir = tmp_path / "results/runs/ray_2node/synthetic-ray_data-single-b4-w1-cpu"
     # the run alone: the summary's calibrations and predictions are test_workflow_end_to_end_on_two_hosts's
     proc = snakemake_slurm(tmp_path, config, cluster, str(run_dir.relative_to(tmp_path)))
@@ -336,7 +331,7 @@ def test_a_node_dying_under_a_bench_run_records_it_failed_and_a_rerun_redoes_onl
     (tmp_path / "profile/config.yaml").write_text(yaml.safe_dump(profile))
     long_run = {"loader": "dlbench_stream", "duration_s": 12, "repeats": 1, "num_batches": 1000000}
     config = {
-        **_converted(v30_h264),
+        **converted(v30_h264, SLURM_TINY),
         "bench": {**SLURM_TINY["bench"], "scenarios": {"mmap_local": {}, "long": long_run}},
     }
     rid = "synthetic-dlbench_stream-single-b4-w1-cpu"
@@ -378,7 +373,7 @@ def test_a_node_that_cannot_reach_the_s3_server_fails_with_one_line(cluster, tmp
     address = routable_address()
     if address is None:
         pytest.skip("the submit host has no default-route address to cut the nodes off from")
-    config = with_buckets(_converted(v30_h264), ("bucket",))
+    config = with_buckets(converted(v30_h264, SLURM_TINY), ("bucket",))
     port = config["sources"]["bucket"]["loopback"]["port"]
     routes = [["ip", "-n", f"dlbench-node{k}", "route", "{}", "default", "via", f"{SUBNET}.1"] for k in (1, 2)]
     for route in routes:  # the nodes still reach the controller on the bridge, but not the submit host's address

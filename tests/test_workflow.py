@@ -13,7 +13,7 @@ import psutil
 import pytest
 import torch
 
-from .helpers import REPO, SNAKEMAKE, TINY, free_port, measuring_windows, snakemake, with_buckets
+from .helpers import REPO, SNAKEMAKE, TINY, converted, free_port, measuring_windows, snakemake, with_buckets
 
 pytestmark = pytest.mark.slow  # Snakemake in a subprocess, each parse a few seconds
 
@@ -157,8 +157,9 @@ def check_two_ranks(run_dir: Path) -> None:
 
 
 @pytest.mark.slow
-def test_killed_bench_job_leaves_no_result_and_rerun_produces_it(tmp_path):
-    config = {**TINY, "bench": {"defaults": {**TINY["bench"]["defaults"], "duration_s": 30}, "scenarios": {"long": {}}}}
+def test_killed_bench_job_leaves_no_result_and_rerun_produces_it(tmp_path, v30_h264):
+    config = {**converted(v30_h264), "bench": {"defaults": {**TINY["bench"]["defaults"], "duration_s": 30},
+                                               "scenarios": {"long": {}}}}  # fmt: skip
     proc = snakemake(tmp_path, config, "-c", "2", "results/validate/synthetic.json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     target = "results/runs/long/synthetic-dlbench_map-single-b4-w1-cpu"
@@ -492,7 +493,7 @@ def with_hf_buckets(config: dict) -> dict:
 
 
 @pytest.mark.slow
-def test_bucket_legs_on_the_loopback_hub_with_lerobot_beside_dlbench(tmp_path):
+def test_bucket_legs_on_the_loopback_hub_with_lerobot_beside_dlbench(tmp_path, v30_h264_one_file):
     """The default config's bucket, warmed-bucket and 2-node legs as HF storage buckets on the loopback Hub: one row
     per loader and leg, LeRobot's streaming loader beside dlbench's, each with its ratio to LeRobot's and its remote
     cost; the warm bucket measured warm."""
@@ -500,7 +501,9 @@ def test_bucket_legs_on_the_loopback_hub_with_lerobot_beside_dlbench(tmp_path):
 
     if peer.peer_python() is None:
         pytest.skip(f"LeRobot peer environment missing; create it with {peer.CREATE_COMMAND}")
-    proc = snakemake(tmp_path, with_hf_buckets(TINY), "-c", "2")
+    # what the legs give: the summary and the remote-cost plot (making the dataset is test_default_dag_end_to_end's)
+    proc = snakemake(tmp_path, with_hf_buckets(converted(v30_h264_one_file)), "-c", "2", "results/summary.csv",
+                     "results/plots/remote_cost.png")  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = pd.read_csv(tmp_path / "results/summary.csv")
     assert sorted(zip(summary["scenario"], summary["loader"])) == [
