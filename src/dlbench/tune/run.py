@@ -187,7 +187,7 @@ def tune(
         from .reencode import lever
 
         t = time.perf_counter()
-        won = [c for c in proven if not meets(c.measured, floor, memory_mb) and c.loader in best]
+        won = _qualified(proven, floor, memory_mb, best)
         result["reencode"] = lever(str(root), cal, won, constraints, memory_mb, meta.num_frames, frame_pixels(meta))
         phases["reencode_s"] = time.perf_counter() - t
     phases["total_s"] = time.perf_counter() - t0
@@ -366,11 +366,16 @@ def _plain(v):
         return v
 
 
+def _qualified(proven: list[Candidate], floor: dict, memory_mb: float | None, ours: dict) -> list[Candidate]:
+    """dlbench's proofs that meet the floor and the memory budget, fastest first: the answer is the first."""
+    found = [c for c in proven if not meets(c.measured, floor, memory_mb) and c.loader in ours]
+    return sorted(found, key=lambda c: -c.measured["frames_per_s_node"])
+
+
 def _answer(state, meta, cal, ours, best, lerobot_best, proven, floor, memory_mb, predicted_only, constraints, root,
             dataset, source) -> dict:  # fmt: skip
     """The result: the winner (proven, or predicted for another node), every proof, LeRobot's best, the notes."""
-    qualified = [c for c in proven if not meets(c.measured, floor, memory_mb) and c.loader in best]
-    qualified.sort(key=lambda c: -c.measured["frames_per_s_node"])
+    qualified = _qualified(proven, floor, memory_mb, best)
     peers = [c for c in proven if c.loader in lerobot_best and not meets(c.measured, floor, memory_mb)]
     peers.sort(key=lambda c: -c.measured["frames_per_s_node"])
     result = {
@@ -556,6 +561,8 @@ def report(result: dict, plot: str | None = None) -> str:
 
 def _reencode_lines(r: dict | None) -> list[str]:
     """The re-encoding lever (`tune.reencode`), predicted from a probe: what it would give and cost."""
+    from .reencode import WORTH
+
     if not r:
         return []
     if "encoding" not in r:
@@ -564,7 +571,7 @@ def _reencode_lines(r: dict | None) -> list[str]:
     verdict = ""
     if "best_after" in r:
         fps = r["predicted_fps"][r["best_after"]]
-        worth = "the bigger lever." if r["bigger_lever"] else "not worth re-encoding for (under 1.2x)."
+        worth = "the bigger lever." if r["bigger_lever"] else f"not worth re-encoding for (under {WORTH:g}x)."
         verdict = (f" Re-encoded, the best proven configuration of {r['best_after']} would reach about {fps:,} "
                    f"frames/s against the answer's {r['answer_fps']:,}: {worth}")  # fmt: skip
     return ["", "## Re-encoding (predicted from a probe, not measured)", "",
