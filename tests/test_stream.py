@@ -513,12 +513,16 @@ def test_blocks_of_rows_a_window_apart_share_their_frames(v30_h264):
 
 def test_default_read_ahead_keeps_the_pool_live_within_buffer_mb_and_shares_no_frame(v30_h264):
     """With read_ahead unset, a stream whose blocks would crowd the buffer takes fewer rows a block, so that 3/4 of
-    its pool's episodes keep a block alive; small items keep 8. Rows of a multi-frame window a spacing apart share
+    its pool's episodes keep a block alive; small items take 2, never more (ten batches then hold a block's alike
+    rows at most twice, whatever the batch size or content). Rows of a multi-frame window a spacing apart share
     frames, which would meet in one batch: one row a block, unless the stride keeps them apart."""
     frame_mb = (64 * 64 * 3 + 64 * 96 * 3) / 2**20
-    assert LeRobotStreamingDataset(str(v30_h264), return_uint8=True).read_ahead == 8
+    assert LeRobotStreamingDataset(str(v30_h264), return_uint8=True).read_ahead == 2
+    assert LeRobotStreamingDataset(str(v30_h264), return_uint8=True, buffer_mb=4096).read_ahead == 2
     tight = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, pool_size=8, buffer_mb=6 * 2 * frame_mb)
     assert tight.read_ahead == 2 and tight.max_blocks() >= 6
+    tighter = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, pool_size=8, buffer_mb=5 * 2 * frame_mb)
+    assert tighter.read_ahead == 1
     assert LeRobotStreamingDataset(str(v30_h264), return_uint8=True, buffer_mb=0.01).read_ahead == 1
     assert LeRobotStreamingDataset(str(v30_h264), return_uint8=True, mode="sarm").read_ahead == 1
     apart = LeRobotStreamingDataset(str(v30_h264), return_uint8=True, mode="sarm", block_stride=1000)
@@ -754,9 +758,9 @@ def test_read_ahead_counts_the_episodes_a_worker_can_hold_live_not_the_pool(v30_
     """A pool larger than the rank's episodes holds only those: its default read_ahead is that of a pool of their
     number (counting the pool cut 720p blocks to single frames, each a seek). A smaller pool still counts itself."""
     n = LeRobotStreamingDataset(v30_h264).meta.num_episodes
-    frame = LeRobotStreamingDataset(v30_h264, read_ahead=1).block_bytes(8)
-    buffer_mb = (0.75 * n + 0.5) * frame / 2**20  # 3/4 of n blocks of 8 rows fit, not many more
+    block = LeRobotStreamingDataset(v30_h264, read_ahead=1).block_bytes(2)
+    buffer_mb = (0.75 * n + 0.5) * block / 2**20  # 3/4 of n blocks of 2 rows fit, not many more
     at = {pool: LeRobotStreamingDataset(v30_h264, pool_size=pool, buffer_mb=buffer_mb).read_ahead for pool in (n, 64)}
-    assert at[64] == at[n] == 8
-    assert LeRobotStreamingDataset(v30_h264, pool_size=64, buffer_mb=buffer_mb, world_size=2, rank=0).read_ahead == 8
-    assert LeRobotStreamingDataset(v30_h264, pool_size=n, buffer_mb=buffer_mb / 8).read_ahead < 8
+    assert at[64] == at[n] == 2
+    assert LeRobotStreamingDataset(v30_h264, pool_size=64, buffer_mb=buffer_mb, world_size=2, rank=0).read_ahead == 2
+    assert LeRobotStreamingDataset(v30_h264, pool_size=n, buffer_mb=buffer_mb / 8).read_ahead == 1

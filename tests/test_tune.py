@@ -45,23 +45,28 @@ def test_a_stream_at_the_floor_tries_gop_runs_and_blocks_decoded_together_next_w
     from dlbench.tune.search import speed_moves
 
     c = Candidate("dlbench_stream", {"num_workers": 2})
-    assert [m.settings for m in speed_moves(c, 30)] == [{"num_workers": 2, "gop_run": 30}]  # single frames
+    # single frames: GOP runs, and more rows a block (the default's 2 holds ten batches at the floor for any content)
+    assert [m.settings for m in speed_moves(c, 30)] == [
+        {"num_workers": 2, "gop_run": 30}, {"num_workers": 2, "read_ahead": 8}]  # fmt: skip
     moves = speed_moves(c, 30, span=210)  # sarm: 8 frames a second apart
     assert [m.settings for m in moves] == [{"num_workers": 2, "gop_run": 30}, {"num_workers": 2, "decode_ahead": 8}]
     assert speed_moves(moves[0], 30, 210) == speed_moves(moves[1], 30, 210) == []
     one = Candidate("dlbench_stream", {"num_workers": 1})
     assert [m.settings for m in speed_moves(one, 30, 210)] == [{"num_workers": 1, "decode_ahead": 8}]
-    assert speed_moves(one, 30) == speed_moves(one, 2, 210) == speed_moves(c, 2) == []
+    assert speed_moves(one, 2, 210) == [] and [m.settings for m in speed_moves(c, 2)] == [
+        {"num_workers": 2, "read_ahead": 8}
+    ]
+    assert speed_moves(speed_moves(one, 30)[0], 30) == []  # once moved, no further move
     # from remote storage the blocks decoded together share their reads too, whatever the GOP
-    assert [m.settings for m in speed_moves(one, 2, remote=True)] == [{"num_workers": 1, "decode_ahead": 8}]
+    assert [m.settings for m in speed_moves(one, 2, 210, remote=True)] == [{"num_workers": 1, "decode_ahead": 8}]
     assert speed_moves(Candidate("dlbench_stream", {"num_workers": 1, "episode_order": "forward"}), 30, 210) == []
     assert speed_moves(Candidate("dlbench_map", {"num_workers": 2}), 30) == []
     # a decoder per pool slot over the stream's bound for them (files of thousands of episodes): no GOP runs
     from dlbench.loader.stream import FORWARD_DECODERS_MB
 
     heavy = FORWARD_DECODERS_MB / 30  # MB a slot: 34 slots (the default pool of 32, and 2) pass the bound
-    assert [m.settings for m in speed_moves(c, 30, slot_mb=heavy)] == []
-    assert [m.settings for m in speed_moves(c, 30, slot_mb=heavy / 2)] == [{"num_workers": 2, "gop_run": 30}]
+    assert [m.settings for m in speed_moves(c, 30, 210, slot_mb=heavy)] == [{"num_workers": 2, "decode_ahead": 8}]
+    assert [m.settings for m in speed_moves(c, 30, 210, slot_mb=heavy / 2)][0] == {"num_workers": 2, "gop_run": 30}
     ok = {"status": "ok", "frames_wrong": 0, "shuffle_effective_batch": 0.9, "shuffle_effective_window": 0.7,
           "shuffle_distinct_frames": 1.0, "peak_pss_mb": 900.0}  # fmt: skip
 
@@ -138,7 +143,9 @@ def test_a_pool_grown_to_the_floor_is_where_the_next_stream_starts():
     assert [p.key for p in proven] == [
         "dlbench_stream num_workers=1",
         "dlbench_stream buffer_size=2752 num_workers=1 pool_size=86",
+        "dlbench_stream buffer_size=2752 num_workers=1 pool_size=86 read_ahead=8",  # its speed move, once it meets
         "dlbench_stream buffer_size=2752 num_workers=2 pool_size=86",
+        "dlbench_stream buffer_size=2752 num_workers=2 pool_size=86 read_ahead=8",
     ]
     assert all(not meets(p.measured, FLOOR, None) for p in proven[1:])
 

@@ -72,7 +72,12 @@ EPOCH_KEY = "_epoch"  # the epoch it belongs to (persistent DataLoader workers a
 # whose tables fit is read once per process, not once per epoch
 HELD_DATA_MB = 32
 EPISODE_ORDERS = ("random", "forward")  # a live episode's blocks: at random, or in reading order (`shard_order`)
-AUTO_READ_AHEAD = (8, 4, 2)  # the read_ahead values tried, largest first (`auto_read_ahead`)
+# the most rows a block takes by default (`auto_read_ahead`): a block's rows are consecutive frames, alike on a still
+# scene, and an item waits in the buffer about as many draws as the buffer holds items, which at real frame sizes
+# is fewer than ten batches draw; so ten batches hold up to all of a block's rows. With 2 they hold a block at most
+# twice: even where its rows are copies, ten batches keep half their nominal size (the floor), whatever the content
+# or batch size. 3 cameras of 240x320 HEVC, 2 workers: 8 rows 0.85 / 0.49 over one / ten batches, 2 rows 0.83 / 0.81
+AUTO_READ_AHEAD = 2
 # GOP runs by default only where a worker's buffer keeps at least this many runs decoded (`_eligible`): fewer, and
 # ten batches' items come from a few seconds of a few episodes. 2 workers: 23 runs held (3 cameras of 240x320 HEVC,
 # buffer_mb 512) gave 0.41 of the nominal batch over ten batches, 60 (96x128 H.264) 0.64
@@ -162,10 +167,12 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             items (a sarm item of two 480x640 cameras is 15 MB). Items decoded together (`read_ahead` of them) share
             one block, so this bounds the blocks the buffer holds items of: `max_blocks()`. Per worker, so that a
             virtual shard's order does not depend on the number of workers (a rank's bound is W x buffer_mb).
-        read_ahead: rows taken from an episode and decoded together (one block of frames); None: the most of 8, 4,
-            2, 1 whose blocks let `buffer_mb` keep three quarters of the live episodes' blocks alive (`pool_size`, or
-            the rank's episodes where fewer: `auto_read_ahead`), so that a batch mixes the live episodes even where
-            items are large.
+        read_ahead: rows taken from an episode and decoded together (one block of frames); None: 2 (ten batches
+            then hold a block's alike rows at most twice: AUTO_READ_AHEAD), or 1 where 2 share a frame or where
+            `buffer_mb` would not keep three quarters of the live episodes' blocks alive (`pool_size`, or the rank's
+            episodes where fewer: `auto_read_ahead`), so that a batch mixes the live episodes even where items are
+            large. More rows a block decode faster on long GOPs at the cost of ten batches' effective size:
+            `dlbench tune` moves it where a user's floor allows.
         block_stride: how far apart a block's rows are (frames); None: the camera window's spacing
             (`partition.window_stride`: 30 for sarm at 30 fps, 1 for single frames). Rows that far apart share all
             but one of their window's frames, so a block decodes and holds read_ahead + window - 1 frames per camera
@@ -465,22 +472,22 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         self._iters = 0
 
     def auto_read_ahead(self) -> int:
-        """The default `read_ahead`: the largest of 8, 4, 2, 1 at which `buffer_mb` keeps 3/4 of a worker's live
-        episodes' blocks alive and a block's rows share no frame. Fewer live blocks than live episodes is what makes
-        a stream's batches runs of one episode. A worker's live episodes: `pool_size`, or the rank's episodes where
-        they are fewer (as many pieces when they follow the workers: `use_workers`); counting the pool there cut a
-        720p worker's blocks to single frames, each a seek in a GOP of 30 (41 against 72 frames/s at pool 32).
-        Rows whose windows share frames (a block of a multi-frame window) meet in one batch, which then holds those
-        frames twice: on 16 episodes of 480x640 (sarm, 2 workers) read_ahead 2, 4 and 8 gave 1.5x, 1.9x and 2.8x
-        the frames/s of 1 at 0.72, 0.65 and 0.58 distinct frames a batch, against 0.95 (docs/benchmarks.md);
-        `tune` moves it where a user's floor allows."""
+        """The default `read_ahead`: AUTO_READ_AHEAD (2), or 1 where two rows a block share a frame or where
+        `buffer_mb` would not keep 3/4 of a worker's live episodes' blocks alive. Fewer live blocks than live
+        episodes is what makes a stream's batches runs of one episode. A worker's live episodes: `pool_size`, or the
+        rank's episodes where they are fewer (as many pieces when they follow the workers: `use_workers`); counting
+        the pool there cut a 720p worker's blocks to single frames, each a seek in a GOP of 30 (41 against 72
+        frames/s at pool 32). Rows whose windows share frames (a block of a multi-frame window) meet in one batch,
+        which then holds those frames twice: on 16 episodes of 480x640 (sarm, 2 workers) read_ahead 2, 4 and 8 gave
+        1.5x, 1.9x and 2.8x the frames/s of 1 at 0.72, 0.65 and 0.58 distinct frames a batch, against 0.95
+        (docs/benchmarks.md); `tune` moves it where a user's floor allows."""
         episodes = self.meta.num_episodes if self.episodes is None else len(self.episodes)
         want = math.ceil(0.75 * min(self.pool_size, math.ceil(episodes / max(1, self.world_size))))
         offsets = {c: self.builder.windows.get(c, [0]) for c in self.meta.cameras}
-        for ahead in AUTO_READ_AHEAD:
-            shares = any(block_frames(o, ahead, self.block_stride) < ahead * len(o) for o in offsets.values())
-            if not shares and self.buffer_mb * 2**20 // self.block_bytes(ahead) >= want:
-                return ahead
+        ahead = AUTO_READ_AHEAD
+        shares = any(block_frames(o, ahead, self.block_stride) < ahead * len(o) for o in offsets.values())
+        if not shares and self.buffer_mb * 2**20 // self.block_bytes(ahead) >= want:
+            return ahead
         return 1
 
     def block_bytes(self, read_ahead: int | None = None) -> int:

@@ -29,6 +29,9 @@ TRAINING_S = 3600.0  # the run predicted: an hour of training, not a benchmark's
 # order for the memory of the blocks decoded early (720p H.264 g=30, sarm, 2 workers: 196 frames/s at 3.9 GB, 118
 # at 2.9 GB with 4; single frames, 4 against 1: 1.1x for 1.9x the memory)
 DECODE_AHEAD = 8
+# rows a block as a speed move on single frames (the default's 2 keeps ten batches at the floor whatever the
+# content; where a block's rows differ, more rows meet it too: 480x640 AV1 g=2, 2 workers, 4 rows 0.82 / 0.58)
+READ_AHEAD = 8
 
 
 @dataclass
@@ -155,14 +158,19 @@ def speed_moves(c: Candidate, gop: int, span: int = 0, remote: bool = False, slo
     from S3 at +20 ms, 4 workers: 418 against 303 frames/s, 7.0 against 3.5 GB). Empty for other loaders, short
     GOPs on local disk, or once a move is made. GOP runs take a decoder per pool slot (`slot_mb` each, estimated:
     `loader.stream.slot_decoders_mb`): not tried where those pass the stream's own bound for them (10,000 episodes
-    in two files, pool 165: 6.2 GB and 5% slower)."""
-    from ..loader.stream import FORWARD_DECODERS_MB
+    in two files, pool 165: 6.2 GB and 5% slower).
+    Single-frame rows (`span` 0) also try `READ_AHEAD` rows a block: fewer seeks and block hand-overs, whose cost to
+    ten batches' effective size depends on how alike a block's rows are, which only the proof measures."""
+    from ..loader.stream import AUTO_READ_AHEAD, FORWARD_DECODERS_MB
 
-    if c.loader != "dlbench_stream" or {"gop_run", "decode_ahead"} & set(c.settings):
+    moved = {"gop_run", "decode_ahead"} & set(c.settings) or c.settings.get("read_ahead", 1) > AUTO_READ_AHEAD
+    if c.loader != "dlbench_stream" or moved:
         return []
     slots = c.settings.get("pool_size", POOLS[0]) + 2
     fits = slots * slot_mb <= FORWARD_DECODERS_MB
     moves = [{"gop_run": gop}] if c.settings.get("num_workers", 0) >= 2 and gop >= 8 and fits else []
+    if span == 0 and "read_ahead" not in c.settings:
+        moves.append({"read_ahead": READ_AHEAD})
     if (remote or gop >= 8 and span >= gop) and c.settings.get("episode_order", "random") == "random":
         moves.append({"decode_ahead": DECODE_AHEAD})
     return [Candidate(c.loader, {**c.settings, **m}, c.predicted_fps, c.predicted_pss_mb, c.bound) for m in moves]
