@@ -25,7 +25,7 @@ SLACK_MB = 32  # the allocator's and FFmpeg's own: what a budget cannot see
 def many_cameras(tmp_path_factory):
     """12 episodes of 6 cameras at 240x320: a pool of 8 live episodes wants 48 decoders (~4 MB each)."""
     home = tmp_path_factory.mktemp("memory")
-    v21 = synth_cached(tiny_config(episodes=12, length_min=24, length_max=32, cameras=CAMERAS), home / "v21")
+    v21 = synth_cached(tiny_config(episodes=12, length_min=12, length_max=16, cameras=CAMERAS), home / "v21")
     return convert_run(str(v21), home / "v30", workers=2, progress=False)
 
 

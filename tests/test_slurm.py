@@ -5,6 +5,7 @@ and what happens when a node dies or cannot reach the server."""
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -273,19 +274,29 @@ def test_a_node_dying_under_a_conversion_worker_then_a_rerun_gives_identical_out
             time.sleep(0.1)
         assert held is not None, f"{node} never held a unit"
         kill_node(node, env)
-        first.communicate(timeout=900)  # requeued and finished, or failed: either way the rerun completes it
+        unit, gen, _ = held.name.rsplit(".", 2)
+        deadline = time.time() + 300
+        while not (takeovers := _takeovers(leases, unit, int(gen))) and time.time() < deadline:
+            time.sleep(0.5)
+        assert takeovers, f"nobody took over {held.name} from the dead {node}"
+        # the rest of the first run (the survivor's units at 2 s a file) is not what is tested: stopped as a user
+        # would (Ctrl-C: Snakemake cancels its jobs), so the rerun also finds units a cancelled job held
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=120)
     finally:
         if first.poll() is None:
             first.kill()
         revive_node(node, env)
-    unit, gen, _ = held.name.rsplit(".", 2)
-    takeovers = [p for p in leases.glob(f"{unit}.*") if int(p.name.rsplit(".", 2)[1]) > int(gen)]
-    assert takeovers, f"nobody took over {held.name} from the dead {node}"
 
     again = snakemake_slurm(tmp_path, config, cluster, target)  # no pause: the rerun only has to finish the units
     assert again.returncode == 0, again.stderr[-4000:]
     assert json.loads((tmp_path / target).read_text())["ok"]
     _same_as_one_worker(tmp_path / "results", tmp_path)
+
+
+def _takeovers(leases: Path, unit: str, gen: int) -> list[Path]:
+    """Leases of `unit` of a later generation than `gen`: another worker took the unit over."""
+    return [p for p in leases.glob(f"{unit}.*") if int(p.name.rsplit(".", 2)[1]) > gen]
 
 
 def test_ray_data_reads_on_a_ray_cluster_across_both_hosts(cluster, tmp_path, v30_h264):
