@@ -5,6 +5,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 CORES ?= all
+# two recipes at once: the LeRobot peer environment (about 100 s, mostly unpacking wheels, one core) is built beside
+# dlbench's own venv and the lint, not after them
+MAKEFLAGS += --jobs=2
 
 .PHONY: run test test-fast lint format install system-deps peer clean
 

@@ -157,7 +157,8 @@ TINY = {
     },
     "convert": {"workers": 2, "episodes_per_batch": 2},
     "bench": {
-        "defaults": {"batch_size": 4, "num_workers": 1, "duration_s": 2, "warmup_s": 0.5, "probe_samples": 4},
+        # windows of 1 s: hundreds of batches of these frames, enough for every figure a test checks
+        "defaults": {"batch_size": 4, "num_workers": 1, "duration_s": 1, "warmup_s": 0.5, "probe_samples": 4},
         "scenarios": {
             "mmap_local": {"mode": ["single", "sarm"]},
             # short windows (1 + 3 x 2 batches): both ranks stay inside their first epoch

@@ -361,16 +361,22 @@ def _kill(pids: list[int], sig: int = signal.SIGTERM) -> None:
             pass
 
 
-def stop(state: str | Path = STATE, timeout_s: float = 30.0) -> None:
+def stop(state: str | Path = STATE, grace_s: float = 2.0) -> None:
     """End the processes recorded in `state` (and nothing else), wait for them to exit (so that their ports and
-    the data directory are free again), then remove it."""
+    the data directory are free again), then remove it. SeaweedFS gets `grace_s` after SIGTERM, then SIGKILL: on
+    SIGTERM its filer waits 15 s for the S3 gateway's own metadata stream to close before it gives up and exits, and
+    nothing is lost by not waiting (an object is in its volume's files before the upload is answered; a server killed
+    so and started again on the same data directory serves every object)."""
     state = Path(state)
     if not state.exists():
         return
     pids = json.loads(state.read_text())["pids"]
     _kill(pids)
-    deadline = time.time() + timeout_s
+    deadline = time.time() + grace_s
     while any(_alive(p) for p in pids) and time.time() < deadline:
         time.sleep(0.1)
     _kill(pids, signal.SIGKILL)
+    deadline = time.time() + 5.0  # a killed process frees its ports once it is gone
+    while any(_alive(p) for p in pids) and time.time() < deadline:
+        time.sleep(0.05)
     state.unlink()
