@@ -388,3 +388,15 @@ def test_a_stopped_server_started_again_on_its_data_serves_every_object(tmp_path
         assert all(fs.cat(f"dlbench/o{i}") == data for i in range(3))
     finally:
         loopback.stop(state)
+
+
+def test_staging_to_an_endpoint_nothing_listens_on_is_one_line_at_once(tmp_path, v30_h264):
+    """Before any upload, the endpoint is tried once (botocore would retry a refused connection for 40 s): one line
+    naming the URL and the endpoint, and no marker."""
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    spec = {"type": "s3", "url": BUCKET_URL, "endpoint_url": endpoint, "loopback": {}}
+    marker = tmp_path / "staged.json"
+    proc = dlbench("stage", str(v30_h264), BUCKET_URL, "--marker", str(marker), spec=spec)
+    assert proc.returncode == 2 and not marker.exists() and "Traceback" not in proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("dlbench stage: error: ") and f"unreachable (cannot connect to {endpoint}" in line
