@@ -172,6 +172,7 @@ def test_no_proof_is_started_that_would_end_past_the_time_budget():
     assert "num_workers=2 and 1 more not proven" in notes[0]
 
 
+@pytest.mark.slow  # a whole tune, about 2 minutes: scheduled with the end-to-end runs, not last
 def test_tune_proves_its_answer_resumes_and_says_what_it_cannot_meet(v30_h264, tmp_path):
     out = tmp_path / "tune" / "h264"
     # a budget about what the calibration takes here: tune still proves its best-predicted candidate before it answers

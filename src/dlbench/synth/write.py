@@ -178,7 +178,10 @@ def synthesize(
         "video_path": paths.V21_VIDEO_PATH,
         "features": _features(cfg),
     }
-    workers = workers or os.cpu_count() or 1
+    # no more processes than cores this process may use (Snakemake's `threads` can exceed them): a spawned worker
+    # costs seconds of imports (torch, torchcodec) before its first episode, which only a core of its own pays back
+    cores = len(os.sched_getaffinity(0))
+    workers = min(workers or cores, cores)
     with atomic.directory(out_dir, replace=overwrite) as tmp:
         jobs = [(cfg, tmp, ep, int(lengths[ep]), int(starts[ep]), int(task_of[ep])) for ep in range(cfg.episodes)]
         if workers > 1 and cfg.episodes > 1:
