@@ -372,11 +372,13 @@ def stop(state: str | Path = STATE, grace_s: float = 2.0) -> None:
         return
     pids = json.loads(state.read_text())["pids"]
     _kill(pids)
-    deadline = time.time() + grace_s
-    while any(_alive(p) for p in pids) and time.time() < deadline:
-        time.sleep(0.1)
+    _wait_gone(pids, grace_s)
     _kill(pids, signal.SIGKILL)
-    deadline = time.time() + 5.0  # a killed process frees its ports once it is gone
+    _wait_gone(pids, 5.0)  # a killed process frees its ports once it is gone
+    state.unlink()
+
+
+def _wait_gone(pids: list[int], seconds: float) -> None:
+    deadline = time.time() + seconds
     while any(_alive(p) for p in pids) and time.time() < deadline:
         time.sleep(0.05)
-    state.unlink()
