@@ -264,6 +264,30 @@ def test_a_remote_calibration_takes_the_full_width_contention_of_the_local_one_o
     assert "made on elsewhere" in capsys.readouterr().out
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    local=costs,
+    remote=costs,
+    full_share=st.floats(0.2, 3.0),
+    cores=st.integers(1, 128),
+    workers=st.integers(0, 64),
+)
+def test_a_lent_contention_never_makes_a_remote_prediction_negative(local, remote, full_share, cores, workers):
+    """Two short passes on a noisy host can measure a full-width pass below the one-worker one (`full_share` < 1)
+    and a remote source's one-worker pass below the local one's. The remote's full-width CPU is still the local
+    one's at least (a source adds CPU, never takes it away), so every prediction of it stays above zero."""
+    from dataclasses import replace
+
+    from dlbench.model.calibrate import with_contention
+
+    local = replace(local, loader=remote.loader, full_cpu_s=local.cpu_s(1) * full_share, full_cores=4)
+    lent = with_contention(remote, {(local.loader, local.mode): local})
+    assert lent.full_cpu_s >= local.full_cpu_s
+    assert lent.full_cpu_s == pytest.approx(local.full_cpu_s + max(0.0, remote.cpu_s(1) - local.cpu_s(1)))
+    p = predict(lent, Node(cores), workers, batch_size=16, episodes=64)
+    assert p.frames_per_s_node > 0 and all(rate >= 0 for rate in p.rates.values())
+
+
 def test_the_cores_bound_divides_by_what_a_sample_costs_with_every_core_busy():
     """A full-width pass that measured 1.6 ms of CPU a sample on 4 cores, where the one-worker pass summed 1.15 ms:
     4 cores give 4 / 1.6 ms; 1 core the one-worker pass's 1 / 1.15 ms; 2 cores a third of the extra on top; 16

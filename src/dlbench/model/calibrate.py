@@ -199,13 +199,16 @@ def with_contention(cost: LoaderCost, known: dict) -> LoaderCost:
     """`cost` with the full-width pass's CPU taken from a local calibration of its loader and mode on this host:
     what a sample costs on top of the one-worker pass with every core busy (shared caches, memory bandwidth, clocks)
     is the decode's and the hand-over's, which do not depend on where the bytes come from, while the one-worker pass
-    measured here carries the source's own CPU (requests, a loopback server). A pair the reference lacks: unchanged."""
+    measured here carries the source's own CPU (requests, a loopback server): the full-width CPU is the local
+    one's plus that. A source reads through more code than the disk, never less: where its one-worker pass measured
+    below the local one's (two short passes on a noisy host), the source adds nothing, rather than a negative cost
+    that would make every prediction of it negative. A pair the reference lacks: unchanged."""
     ref = known.get((cost.loader, cost.mode))
     if ref is None:
         return cost
-    extra = ref.full_cpu_s - ref.cpu_s(1)
+    source_cpu = max(0.0, cost.cpu_s(1) - ref.cpu_s(1))
     note = "; ".join(filter(None, [cost.note, "full-width contention from the local calibration"]))
-    return replace(cost, full_cpu_s=cost.cpu_s(1) + extra, full_cores=ref.full_cores, note=note)
+    return replace(cost, full_cpu_s=ref.full_cpu_s + source_cpu, full_cores=ref.full_cores, note=note)
 
 
 # a pass's figures per sample (or share of its time), which repeated passes of one loader pool
