@@ -5,6 +5,8 @@ import sys
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torchcodec.decoders import VideoDecoder
 
 from dlbench import barcode, synth
@@ -118,6 +120,48 @@ def test_same_seed_same_bytes(tmp_path):
         assert (a / n).read_bytes() == (b / n).read_bytes(), n
     c = synthesize(tiny_config(episodes=3, seed=8, cameras=cfg.cameras), tmp_path / "c", workers=1, progress=False)
     assert (a / paths.EPISODES_JSONL_PATH).read_bytes() != (c / paths.EPISODES_JSONL_PATH).read_bytes()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    workers=st.integers(1, 64),
+    cores=st.integers(1, 64),
+    rest=st.integers(0, 500),
+    episode_s=st.floats(0.01, 60),
+    threads=st.floats(0.5, 8),
+    startup_cpu_s=st.floats(0.1, 30),
+)
+def test_a_pool_is_spawned_only_where_it_pays_and_never_past_the_cores(
+    workers, cores, rest, episode_s, threads, startup_cpu_s
+):
+    """Synth spawns at most min(workers, cores, episodes left) processes, and only where each one's start-up (what
+    this process paid for its imports) is paid back by the episodes it takes off this one; an encoder whose own
+    threads already fill the cores (CPU time = cores x wall time) gains nothing from a pool."""
+    from dlbench.synth.write import pool_size
+
+    n = pool_size(workers, cores, rest, episode_s, episode_s * threads, startup_cpu_s)
+    assert 1 <= n <= max(1, min(workers, cores, rest))
+    if n > 1:
+        assert startup_cpu_s + rest * episode_s / n < rest * episode_s
+        assert ((n - 1) * startup_cpu_s + rest * episode_s * threads) / cores < rest * episode_s
+    if threads >= cores:
+        assert n == 1
+
+
+def test_a_pool_writes_what_one_process_writes(tmp_path, monkeypatch):
+    """The pool path (spawned encoders) gives the same files as one process; the decision is forced here because a
+    tiny set never pays for a pool."""
+    from dlbench.synth import write
+
+    cfg = tiny_config(episodes=3, cameras=(Camera("observation.images.front", 32, 32),))
+    one = synthesize(cfg, tmp_path / "one", workers=1, progress=False)
+    monkeypatch.setattr(write, "pool_size", lambda *a: 2)
+    pooled = synthesize(cfg, tmp_path / "pooled", workers=2, progress=False)
+    names = sorted(p.relative_to(one) for p in one.rglob("*") if p.is_file())
+    assert names == sorted(p.relative_to(pooled) for p in pooled.rglob("*") if p.is_file())
+    for n in names:
+        if n.suffix != ".mp4":
+            assert (one / n).read_bytes() == (pooled / n).read_bytes(), n
 
 
 def test_refuses_non_empty_directory_unless_overwrite(tmp_path):

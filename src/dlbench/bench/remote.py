@@ -18,8 +18,8 @@ import fsspec
 import numpy as np
 
 from ..format import meta, mp4, paths
+from ..loader.columns import read_columns
 from ..loader.dataset_meta import DatasetMeta, resolve_windows
-from ..loader.items import read_columns
 from ..sources import point_hub_clients
 
 S3_ENDPOINT_ENV = "FSSPEC_S3_ENDPOINT_URL"

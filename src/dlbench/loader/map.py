@@ -17,8 +17,9 @@ import torch
 from ..decode.decoder import RANDOM_ACCESS_BLOCK, FrameDecoder
 from ..errors import UserError
 from ..format.meta import TOLERANCE_S
+from .columns import data_columns, read_columns
 from .dataset_meta import DatasetMeta, episode_rows, open_meta, resolve_windows
-from .items import BuilderViews, ItemBuilder, data_columns, read_columns
+from .items import BuilderViews, ItemBuilder
 from .lerobot_args import check_lerobot_args
 
 

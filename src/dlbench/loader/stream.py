@@ -41,8 +41,9 @@ import torch
 from ..decode.decoder import RANDOM_ACCESS_BLOCK, SEQUENTIAL_BLOCK, FrameDecoder
 from ..errors import UserError
 from ..format.meta import TOLERANCE_S
+from .columns import HeldTables, data_columns, read_columns
 from .dataset_meta import DatasetMeta, episode_rows, open_meta, resolve_windows, window_span
-from .items import BuilderViews, HeldTables, ItemBuilder, data_columns, read_columns
+from .items import BuilderViews, ItemBuilder
 from .lerobot_args import check_lerobot_args
 from .partition import (
     MIN_PIECE_S,

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
+import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -178,20 +182,20 @@ def synthesize(
         "video_path": paths.V21_VIDEO_PATH,
         "features": _features(cfg),
     }
-    # no more processes than cores this process may use (Snakemake's `threads` can exceed them): a spawned worker
-    # costs seconds of imports (torch, torchcodec) before its first episode, which only a core of its own pays back
     cores = len(os.sched_getaffinity(0))
-    workers = min(workers or cores, cores)
     with atomic.directory(out_dir, replace=overwrite) as tmp:
         jobs = [(cfg, tmp, ep, int(lengths[ep]), int(starts[ep]), int(task_of[ep])) for ep in range(cfg.episodes)]
-        if workers > 1 and cfg.episodes > 1:
-            # spawn: FFmpeg encoder threads started in this process (the probe) do not survive a fork
-            with ProcessPoolExecutor(
-                min(workers, cfg.episodes), mp_context=multiprocessing.get_context("spawn")
-            ) as pool:
-                stats = list(_progress(pool.map(_episode_job, jobs), cfg.episodes, progress))
-        else:
-            stats = list(_progress(map(_episode_job, jobs), cfg.episodes, progress))
+        startup_cpu_s, t0 = time.process_time(), time.perf_counter()
+        stats = [_episode_job(jobs[0])]
+        first_s, first_cpu_s = time.perf_counter() - t0, time.process_time() - startup_cpu_s
+        encoders = pool_size(workers or cores, cores, len(jobs) - 1, first_s, first_cpu_s, startup_cpu_s)
+        logging.getLogger("dlbench").info(
+            f"synth: first episode in {first_s:.1f} s ({first_cpu_s:.1f} s of CPU) after {startup_cpu_s:.1f} s of "
+            f"CPU starting up: the other {len(jobs) - 1} in {encoders} process(es)"
+        )
+        bar = _progress(cfg.episodes, progress)
+        stats += _encode(jobs[1:], encoders - 1, bar.update)
+        bar.close()
         episodes = [
             {"episode_index": ep, "tasks": [tasks[task_of[ep]]], "length": int(lengths[ep])}
             for ep in range(cfg.episodes)
@@ -201,9 +205,74 @@ def synthesize(
     return out_dir
 
 
-def _progress(it, total, enabled):
-    if not enabled:
-        return it
+def pool_size(workers: int, cores: int, rest: int, episode_s: float, episode_cpu_s: float, startup_cpu_s: float) -> int:
+    """Encoding processes (this one and those it spawns) for the `rest` episodes after the first, which took
+    `episode_s` here and `episode_cpu_s` of CPU (more than its wall time where the encoder runs threads): none past
+    the cores this process may use (Snakemake's `threads` can exceed them), and a pool only where it pays. Each
+    spawned worker first pays what this process paid to get here (`startup_cpu_s`: imports of torch, torchcodec,
+    pyarrow); W encoders then take the rest in the longer of rest x episode / W and what the cores give (every
+    encoder's CPU over them), against rest x episode here (1: here alone)."""
+    w = min(workers, cores, rest)
+    if w < 2:
+        return 1
+    pooled = max(startup_cpu_s + rest * episode_s / w, ((w - 1) * startup_cpu_s + rest * episode_cpu_s) / cores)
+    return w if pooled < rest * episode_s else 1
+
+
+def _encode(jobs: list, spawned: int, done: Callable[[int], object]) -> list:
+    """Each job's stats, in order: this process takes jobs from the end while `spawned` spawned processes take them
+    from the front, each handed its next as it finishes one (so none idles while jobs are left); 0: here alone."""
+    if not spawned:
+        return [(_episode_job(job), done(1))[0] for job in jobs]
+    out: list = [None] * len(jobs)
+    lock, ends, futures, errors = threading.Lock(), [0, len(jobs)], [], []
+
+    def take(front: bool) -> int | None:
+        with lock:
+            if ends[0] >= ends[1]:
+                return None
+            if front:
+                ends[0] += 1
+                return ends[0] - 1
+            ends[1] -= 1
+            return ends[1]
+
+    # spawn: FFmpeg encoder threads started in this process (the first episode's) do not survive a fork
+    with ProcessPoolExecutor(spawned, mp_context=multiprocessing.get_context("spawn")) as executor:
+
+        def hand_out(_=None) -> None:
+            i = take(front=True)
+            if i is None:
+                return
+            try:
+                future = executor.submit(_episode_job, jobs[i])
+            except Exception as e:  # a broken pool: said below, not lost in the executor's thread
+                errors.append(e)
+                return
+            with lock:
+                futures.append((i, future))
+            future.add_done_callback(lambda f: (done(1), hand_out()))
+
+        for _ in range(spawned):
+            hand_out()
+        while (i := take(front=False)) is not None:
+            out[i] = _episode_job(jobs[i])
+            done(1)
+        # every job is taken; wait for those handed out (a callback may still be handing out its last)
+        while not errors:
+            with lock:
+                if len(futures) == ends[0] and all(f.done() for _, f in futures):
+                    break
+            time.sleep(0.05)
+        if errors:
+            raise errors[0]
+        for i, future in futures:
+            out[i] = future.result()
+    return out
+
+
+def _progress(total: int, enabled: bool):
+    """A bar of episodes written (the first already), or a stand-in that counts nothing."""
     from tqdm import tqdm
 
-    return tqdm(it, total=total, desc="synth episodes", unit="ep", mininterval=1.0)
+    return tqdm(total=total, initial=1, desc="synth episodes", unit="ep", mininterval=1.0, disable=not enabled)
