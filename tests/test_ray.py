@@ -1,6 +1,6 @@
 """ray_data: Ray Data's read_lerobot (Ray 2.60) measured by the harness in the peer environment, every delivered
-frame verified: its frame modes, its shuffle knobs, two ranks on one Ray cluster, a loopback S3 server, and the one
-line for each run it cannot do."""
+frame verified: its frame modes, its shuffle knobs, two ranks on one Ray cluster, and the one line for each run it
+cannot do (reading loopback S3: test_sources, on that module's server)."""
 
 import json
 import os
@@ -28,7 +28,9 @@ def _ray_missing() -> str | None:
     return None
 
 
-pytestmark = [*pytestmark, pytest.mark.skipif(_ray_missing() is not None, reason=str(_ray_missing()))]
+# the marks of a test that runs Ray Data: test_sources' reading loopback S3 (on its module's server) takes them too
+RAY_MARKS = [*pytestmark, pytest.mark.skipif(_ray_missing() is not None, reason=str(_ray_missing()))]
+pytestmark = RAY_MARKS
 
 
 def bench(root, out_dir, *args: str, spec: dict | None = None) -> list[dict]:
@@ -40,37 +42,45 @@ def bench(root, out_dir, *args: str, spec: dict | None = None) -> list[dict]:
     return [json.loads((out_dir / f"rank{r}of{world}.json").read_text()) for r in range(world)]
 
 
-def _verified(m: dict, frames_per_sample: int) -> None:
+def verified(m: dict, frames_per_sample: int) -> None:
     assert m["samples"] > 0 and m["frames_per_sample"] == frames_per_sample
     assert m["frames_barcode_checked"] == (m["samples"] + m["warmup_samples"]) * frames_per_sample
     assert m["frames_wrong"] == 0 and m["frames_decode_checked"] > 0
 
 
-@pytest.mark.parametrize("mode, frames_per_sample", [("single", 2), ("sarm", 16)])
-def test_ray_data_delivers_every_frame_right_with_its_memory_counted(v30_h264, tmp_path, mode, frames_per_sample):
-    (rec,) = bench(v30_h264, tmp_path / "run", "--mode", mode)
-    m = rec["metrics"]
-    assert rec["status"] == "ok" and rec["config"]["loader"] == "ray_data"
-    _verified(m, frames_per_sample)
+def _memory_counted(m: dict) -> None:
     # Ray's own processes (GCS, raylet, its workers and their object store pages) are this rank's children
     assert m["peak_pss_workers_mb"] > 100
     assert m["shuffle_effective_batch"] is not None and m["probe_samples_per_s"] is None
+
+
+def test_ray_data_delivers_every_frame_right_with_its_memory_counted(v30_h264, tmp_path):
+    """A window of 16 frames a sample (sarm); single frames are the shuffle test's."""
+    (rec,) = bench(v30_h264, tmp_path / "run", "--mode", "sarm")
+    assert rec["status"] == "ok" and rec["config"]["loader"] == "ray_data"
+    verified(rec["metrics"], 16)
+    _memory_counted(rec["metrics"])
 
 
 def test_a_delta_timestamps_mode_reaches_ray_as_its_delta_timestamps(v30_h264, tmp_path):
     deltas = tmp_path / "deltas.json"
     deltas.write_text(json.dumps({"cameras": [-0.1, 0.0], "action": [0.0, 0.1, 0.2]}))
     (rec,) = bench(v30_h264, tmp_path / "run", "--mode", "chunk", "--delta-timestamps", str(deltas))
-    _verified(rec["metrics"], 4)
+    verified(rec["metrics"], 4)
 
 
 def test_rays_shuffle_knobs_raise_the_effective_batch_over_its_default(v30_h264, tmp_path):
     """Ray's default reads in file order (no shuffle): a batch is a few neighbouring frames. Its block order
-    randomized and a local buffer give training batches nearer independent draws."""
+    randomized and a local buffer give training batches nearer independent draws. Both deliver every frame right
+    (single frames: 2 cameras a sample), with Ray's memory counted."""
     (plain,) = bench(v30_h264, tmp_path / "plain", "--batch-size", "8")
     (shuffled,) = bench(v30_h264, tmp_path / "shuffled", "--batch-size", "8", "--ray-shuffle", "blocks",
                         "--buffer-size", "64")  # fmt: skip
     assert shuffled["config"]["ray_shuffle"] == "blocks" and shuffled["config"]["buffer_size"] == 64
+    for rec in (plain, shuffled):  # single frames, each right, Ray's memory counted
+        assert rec["status"] == "ok" and rec["config"]["mode"] == "single"
+        verified(rec["metrics"], 2)
+        _memory_counted(rec["metrics"])
     low, high = plain["metrics"]["shuffle_effective_batch"], shuffled["metrics"]["shuffle_effective_batch"]
     # one short window's batches: the shuffled read's measure spreads (0.46 of nominal in one fresh clone), the plain
     # read's stays near a few neighbouring frames' (0.15); what must hold is the lift
@@ -84,7 +94,7 @@ def test_two_ranks_read_disjoint_episodes_on_one_ray_cluster(v30_h264, tmp_path)
     episodes = []
     for rec, rows in zip(ranks, seen, strict=True):
         assert rec["status"] == "ok"
-        _verified(rec["metrics"], 2)
+        verified(rec["metrics"], 2)
         episodes.append(_episodes_of(v30_h264, rows))
     assert episodes[0] and episodes[1] and not episodes[0] & episodes[1]
     # the node's Ray processes count once, in its first rank's memory
@@ -97,15 +107,6 @@ def _episodes_of(root, rows) -> set[int]:
 
     meta = DatasetMeta.load(str(root))
     return {int(e) for e in np.searchsorted(meta.ep_to, rows, side="right")}
-
-
-@pytest.mark.server
-def test_ray_data_reads_loopback_s3_every_frame_right(s3, tmp_path):
-    from .helpers import BUCKET_URL
-
-    (rec,) = bench(BUCKET_URL, tmp_path / "run", spec=s3["fast"])
-    _verified(rec["metrics"], 2)
-    assert rec["metrics"]["remote_requests"] > 0  # through the rank's metering proxy
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,15 @@ from .helpers import BUCKET_URL, check_item, dlbench, free_port, isolate_s3_env,
 pytestmark = pytest.mark.server  # the loopback S3 server (SeaweedFS)
 
 
+def _ray_marks(test):
+    """test_ray's marks (peer environment with Ray Data, else skipped saying why), on a test of this module."""
+    from .test_ray import RAY_MARKS
+
+    for mark in RAY_MARKS:
+        test = mark(test)
+    return test
+
+
 def prewarm(spec: dict, out: Path) -> subprocess.CompletedProcess:
     return dlbench(
         "prewarm-check",
@@ -400,3 +409,12 @@ def test_staging_to_an_endpoint_nothing_listens_on_is_one_line_at_once(tmp_path,
     assert proc.returncode == 2 and not marker.exists() and "Traceback" not in proc.stderr
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("dlbench stage: error: ") and f"unreachable (cannot connect to {endpoint}" in line
+
+
+@_ray_marks
+def test_ray_data_reads_loopback_s3_every_frame_right(s3, tmp_path):
+    from .test_ray import bench, verified
+
+    (rec,) = bench(BUCKET_URL, tmp_path / "run", spec=s3["fast"])
+    verified(rec["metrics"], 2)
+    assert rec["metrics"]["remote_requests"] > 0  # through the rank's metering proxy
