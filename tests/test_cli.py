@@ -120,3 +120,23 @@ def test_every_benchmark_takes_the_shared_options_and_reports_its_tables_and_goa
     ]
     assert doc["tables"][1]["rows"] == [{"loader": "stream", "effective": 0.8123}]
     assert [g["holds"] for g in doc["goals"]] == [True, False]
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "dlbench.cli",
+        "dlbench.loader.columns",
+        "dlbench.loader.partition",
+        "dlbench.bench.launch",
+        "dlbench.model.calibrate",
+    ],
+)
+def test_a_module_that_starts_other_processes_or_reads_columns_imports_no_torch(module):
+    """torch costs seconds of CPU to import (3 on a 2-core VM): the command line, the launcher of a bench job's ranks
+    (each rank imports it, in its own process), the calibration's driver and the parquet side of a dataset do not
+    pay it where no loader runs in their process."""
+    import subprocess
+
+    code = f"import sys, {module}; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0, f"{module} imports torch"
