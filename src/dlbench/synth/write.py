@@ -222,9 +222,12 @@ def pool_size(workers: int, cores: int, rest: int, episode_s: float, episode_cpu
 def _encode(jobs: list, spawned: int, done: Callable[[int], object]) -> list:
     """Each job's stats, in order: this process takes jobs from the end while `spawned` spawned processes take them
     from the front, each handed its next as it finishes one (so none idles while jobs are left); 0: here alone."""
-    if not spawned:
-        return [(_episode_job(job), done(1))[0] for job in jobs]
     out: list = [None] * len(jobs)
+    if not spawned:
+        for i, job in enumerate(jobs):
+            out[i] = _episode_job(job)
+            done(1)
+        return out
     lock, ends, futures, errors = threading.Lock(), [0, len(jobs)], [], []
 
     def take(front: bool) -> int | None:
@@ -240,7 +243,7 @@ def _encode(jobs: list, spawned: int, done: Callable[[int], object]) -> list:
     # spawn: FFmpeg encoder threads started in this process (the first episode's) do not survive a fork
     with ProcessPoolExecutor(spawned, mp_context=multiprocessing.get_context("spawn")) as executor:
 
-        def hand_out(_=None) -> None:
+        def hand_out() -> None:
             i = take(front=True)
             if i is None:
                 return
@@ -251,7 +254,11 @@ def _encode(jobs: list, spawned: int, done: Callable[[int], object]) -> list:
                 return
             with lock:
                 futures.append((i, future))
-            future.add_done_callback(lambda f: (done(1), hand_out()))
+            future.add_done_callback(finished)
+
+        def finished(_future) -> None:
+            done(1)
+            hand_out()
 
         for _ in range(spawned):
             hand_out()
