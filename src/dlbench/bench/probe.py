@@ -9,8 +9,10 @@ import numpy as np
 from ..run.spec import RunSpec
 from .adapters import make_adapter
 
-# the probe's most seconds: a stream's shuffle buffer of 720p windows took over 40 s in one process (an H100 node)
-PROBE_MAX_S = 10.0
+# the probe's most seconds. A stream's first items wait for its shuffle buffer to fill (720p windows: over 40 s in one
+# process) and, on remote storage, for every episode of its pool to open (a 20 ms bucket: 10 s for 32 items of a
+# 24-episode set, every bench job of it): a rate over its first 3 s says as much as over 10 of the same opening
+PROBE_MAX_S = 3.0
 
 
 def probe(run: RunSpec, dmeta=None) -> dict:
