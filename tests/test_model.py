@@ -466,3 +466,17 @@ def test_a_two_host_run_is_predicted_with_its_second_hosts_rank_too():
     two_hosts = predict_run(run, cal, hosts=2)
     assert two_hosts.samples_per_s_node == pytest.approx(1.5 / c.worker_s)
     assert predict_run(run, cal, hosts=1).samples_per_s_node == pytest.approx(3 / c.worker_s)
+
+
+def test_a_streams_calibration_passes_plan_their_reading_for_the_runs_workers():
+    """A stream cuts pieces and takes GOP runs by its workers, so each pass plans for the run's (resolved from auto
+    per rank of a node); other loaders plan nothing."""
+    from dataclasses import replace
+
+    from dlbench.model.calibrate import planned_workers
+    from dlbench.run.spec import RunSpec, resolve_workers
+
+    stream = RunSpec(loader="dlbench_stream", num_workers=4)
+    assert planned_workers(stream) == 4
+    assert planned_workers(replace(stream, num_workers="auto", ranks=2, nodes=1)) == resolve_workers("auto", 2)
+    assert planned_workers(replace(stream, loader="dlbench_map")) is None

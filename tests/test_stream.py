@@ -731,6 +731,28 @@ def test_gop_runs_are_taken_by_default_only_where_the_buffer_keeps_enough_of_the
     assert gop(GOP_RUNS_HELD + 1, workers=1) == 0 and gop(2, gop_run=30) == 30
 
 
+def test_a_stream_planned_for_two_workers_keeps_that_plan_under_one_and_reads_every_frame_once(long_episodes):
+    """`plan_for(2)`: the pieces and GOP runs two workers read (a calibration's one-worker pass reads as each worker
+    of the run it stands for), kept when a DataLoader of one worker calls `use_workers(1)`, which alone cuts them
+    back; under that one worker an epoch still delivers every frame once."""
+    from dlbench.loader import DataLoader
+
+    root = str(long_episodes)
+
+    def planned(workers, plan=None):
+        ds = LeRobotStreamingDataset(root, read_ahead=2, buffer_mb=1024, return_uint8=True)
+        if plan:
+            ds.plan_for(plan)
+        ds.use_workers(workers)
+        return ds
+
+    two, one, kept = planned(2), planned(1), planned(1, plan=2)
+    assert (kept.pieces, kept.gop_run) == (two.pieces, two.gop_run) == (2, 30)
+    assert (one.pieces, one.gop_run) == (1, 0)
+    seen = [int(i) for batch in DataLoader(kept, batch_size=8, num_workers=1) for i in batch["index"]]
+    assert sorted(seen) == list(range(kept.meta.num_frames))
+
+
 def test_gop_runs_are_not_taken_by_default_where_a_decoder_per_slot_would_not_fit(long_episodes, monkeypatch):
     """Reading forward takes a decoder per pool slot, camera and file, each holding its file's index: where those
     would pass FORWARD_DECODERS_MB (files of thousands of episodes), blocks are read at random jumps instead."""

@@ -147,6 +147,9 @@ class RunSpec:
     require_warm: str | None = _resolved(None, "a prewarm report (dlbench prewarm-check) that must say warm")
     on_cold: str = _resolved("error", "a cold prewarm report: stop, or measure anyway", ["error", "warn"])
     num_workers_requested: int | str | None = _resolved(None)  # "auto" when the bench job sized the workers
+    # dlbench_stream: pieces and GOP runs planned as for this many DataLoader workers, whatever the DataLoader has (a
+    # calibration pass of one worker reads as each worker of the run it stands for; `LeRobotStreamingDataset.plan_for`)
+    plan_workers: int | None = _resolved(None)
     rank: int = _resolved(0)  # this process's rank: 0 in the spec file, each rank process sets its own
 
     @property

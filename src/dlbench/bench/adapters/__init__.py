@@ -92,6 +92,8 @@ def make_adapter(run, dmeta: DatasetMeta | None = None, tag_items: bool = False)
             tag_items=tag_items,
             **common,
         )
+        if run.plan_workers is not None:
+            ds.plan_for(run.plan_workers)
         return _dlbench_adapter(ds, iterable=True)
     if run.loader in LEROBOT_LOADERS:
         return _lerobot(run, dmeta)
