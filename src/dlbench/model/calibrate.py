@@ -445,8 +445,8 @@ def _in_peer_env(
     args += ["--contention", str(Path(contention).resolve())] if contention else []
     args += ["--once"] if once else []
     proc = subprocess.run([*args, "--out", str(out)], env=env, capture_output=True, text=True)
-    for line in proc.stdout.splitlines():  # its passes, as this process says its own
-        if line.startswith("calibrate: "):
+    for line in proc.stdout.splitlines():  # its passes, as this process says its own (what it left out: below)
+        if line.startswith("calibrate: ") and not line.startswith("calibrate: left out: "):
             print(line, flush=True)
     if proc.returncode:
         last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
