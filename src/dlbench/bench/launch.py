@@ -194,8 +194,7 @@ def run_job(run: RunSpec, out_dir: str | Path) -> dict:
                 raise
             return skip_run(run, out_dir, f"source not reachable from this machine: {e}")
     if run.num_workers == "auto":
-        ranks_here = -(-run.ranks // run.nodes)
-        run = replace(run, num_workers=resolve_workers("auto", ranks_here), num_workers_requested="auto")
+        run = replace(run, num_workers=resolve_workers("auto", run.ranks_per_node), num_workers_requested="auto")
     return launch(run, out_dir)
 
 

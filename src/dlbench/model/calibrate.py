@@ -99,7 +99,7 @@ def planned_workers(run: RunSpec) -> int | None:
     at 25 samples/s a worker against 300 (predictions 95% low)."""
     if run.loader_name.base != "dlbench_stream":
         return None
-    return resolve_workers(run.num_workers, -(-run.ranks // run.nodes))
+    return resolve_workers(run.num_workers, run.ranks_per_node)
 
 
 def one_pass(run: RunSpec, workdir: Path, workers: int, warmup_s: float | None = None) -> dict | str:

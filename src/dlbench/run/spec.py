@@ -157,6 +157,11 @@ class RunSpec:
         return self.ranks
 
     @property
+    def ranks_per_node(self) -> int:
+        """The most ranks one node holds (srun's block distribution fills nodes in order)."""
+        return -(-self.ranks // max(self.nodes, 1))
+
+    @property
     def shuffle_buffer(self) -> int:
         """The stream's shuffle buffer in items: `buffer_size`, else the loader's own default (LeRobot's is 1000;
         a baseline shuffles as its users' does)."""
