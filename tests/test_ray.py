@@ -54,21 +54,6 @@ def _memory_counted(m: dict) -> None:
     assert m["shuffle_effective_batch"] is not None and m["probe_samples_per_s"] is None
 
 
-def test_ray_data_delivers_every_frame_right_with_its_memory_counted(v30_h264, tmp_path):
-    """A window of 16 frames a sample (sarm); single frames are the shuffle test's."""
-    (rec,) = bench(v30_h264, tmp_path / "run", "--mode", "sarm")
-    assert rec["status"] == "ok" and rec["config"]["loader"] == "ray_data"
-    verified(rec["metrics"], 16)
-    _memory_counted(rec["metrics"])
-
-
-def test_a_delta_timestamps_mode_reaches_ray_as_its_delta_timestamps(v30_h264, tmp_path):
-    deltas = tmp_path / "deltas.json"
-    deltas.write_text(json.dumps({"cameras": [-0.1, 0.0], "action": [0.0, 0.1, 0.2]}))
-    (rec,) = bench(v30_h264, tmp_path / "run", "--mode", "chunk", "--delta-timestamps", str(deltas))
-    verified(rec["metrics"], 4)
-
-
 def test_rays_shuffle_knobs_raise_the_effective_batch_over_its_default(v30_h264, tmp_path):
     """Ray's default reads in file order (no shuffle): a batch is a few neighbouring frames. Its block order
     randomized and a local buffer give training batches nearer independent draws. Both deliver every frame right
@@ -88,13 +73,16 @@ def test_rays_shuffle_knobs_raise_the_effective_batch_over_its_default(v30_h264,
 
 
 def test_two_ranks_read_disjoint_episodes_on_one_ray_cluster(v30_h264, tmp_path):
+    """Two ranks on one Ray node, in windows of 16 frames a sample (sarm; single frames are the shuffle test's, a
+    delta_timestamps mode test_sources'): every frame right, each rank its own episodes, Ray's memory counted once."""
     out = tmp_path / "run"
-    ranks = bench(v30_h264, out, "--ranks", "2")
+    ranks = bench(v30_h264, out, "--ranks", "2", "--mode", "sarm")
     seen = [np.load(out / f"rank{r}of2.samples.npy") for r in range(2)]
     episodes = []
     for rec, rows in zip(ranks, seen, strict=True):
-        assert rec["status"] == "ok"
-        verified(rec["metrics"], 2)
+        assert rec["status"] == "ok" and rec["config"]["loader"] == "ray_data" and rec["config"]["mode"] == "sarm"
+        verified(rec["metrics"], 16)
+        assert rec["metrics"]["shuffle_effective_batch"] is not None and rec["metrics"]["probe_samples_per_s"] is None
         episodes.append(_episodes_of(v30_h264, rows))
     assert episodes[0] and episodes[1] and not episodes[0] & episodes[1]
     # the node's Ray processes count once, in its first rank's memory

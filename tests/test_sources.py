@@ -423,6 +423,9 @@ def test_staging_to_an_endpoint_nothing_listens_on_is_one_line_at_once(tmp_path,
 def test_ray_data_reads_loopback_s3_every_frame_right(s3, tmp_path):
     from .test_ray import bench, verified
 
-    (rec,) = bench(BUCKET_URL, tmp_path / "run", spec=s3["fast"])
-    verified(rec["metrics"], 2)
+    # a LeRobot delta_timestamps mode (2 instants of each of 2 cameras): Ray's read_lerobot takes it as its own
+    deltas = tmp_path / "deltas.json"
+    deltas.write_text(json.dumps({"cameras": [-0.1, 0.0], "action": [0.0, 0.1, 0.2]}))
+    (rec,) = bench(BUCKET_URL, tmp_path / "run", "--mode", "chunk", "--delta-timestamps", str(deltas), spec=s3["fast"])
+    verified(rec["metrics"], 4)
     assert rec["metrics"]["remote_requests"] > 0  # through the rank's metering proxy

@@ -503,11 +503,18 @@ def test_bucket_legs_on_the_loopback_hub_with_lerobot_beside_dlbench(tmp_path, v
 
     if peer.peer_python() is None:
         pytest.skip(f"LeRobot peer environment missing; create it with {peer.CREATE_COMMAND}")
-    # what the legs give: the summary and the remote-cost plot (making the dataset is test_default_dag_end_to_end's)
-    proc = snakemake(tmp_path, with_hf_buckets(converted(v30_h264_one_file)), "-c", "2", "results/summary.csv",
-                     "results/plots/remote_cost.png")  # fmt: skip
+    from dlbench.report.aggregate import aggregate
+    from dlbench.report.plots import plot_remote_cost
+
+    # the bench jobs only (`--until bench`): the remote calibrations, summary.csv and the plot rules are
+    # test_default_dag_end_to_end's; here what the legs give is summarised and plotted by the same functions
+    proc = snakemake(tmp_path, with_hf_buckets(converted(v30_h264_one_file)), "-c", "2", "--until", "bench")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = pd.read_csv(tmp_path / "results/summary.csv")
+    assert not (tmp_path / "results/calibration").exists()
+    prewarm = {"warmed_bucket/synthetic": tmp_path / "results/prewarm/warmed_bucket/synthetic.json"}
+    summary = aggregate(sorted((tmp_path / "results/runs").glob("*/*")), None, prewarm=prewarm)
+    (tmp_path / "results/plots").mkdir()
+    plot_remote_cost(summary, tmp_path / "results/plots/remote_cost.png")
     assert sorted(zip(summary["scenario"], summary["loader"])) == [
         (scenario, loader)
         for scenario in ("stream_bucket", "stream_bucket_2node", "stream_warmed_bucket")
