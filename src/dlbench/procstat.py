@@ -113,6 +113,18 @@ def cpu_seconds(pids: list[int]) -> float:
     return total
 
 
+def started_unix(pids: list[int]) -> float | None:
+    """When the last of the processes `pids` started (Unix time; the kernel counts in ticks of 10 ms); None where
+    none is running."""
+    times = []
+    for pid in pids:
+        try:
+            times.append(psutil.Process(pid).create_time())
+        except psutil.Error:
+            pass  # a process that ended
+    return max(times) if times else None
+
+
 def core_wait_seconds(pids: list[int]) -> float | None:
     """Seconds the threads of `pids` have spent ready to run but waiting for a core (the kernel's run delay,
     /proc/PID/task/TID/schedstat): time a host with more free cores would not have spent. None where the kernel

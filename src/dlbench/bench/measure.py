@@ -13,7 +13,7 @@ from ..errors import UserError
 from ..format.paths import is_remote
 from ..loader.collate import collate
 from ..loader.dataloader import DataLoader
-from ..procstat import MemorySampler, core_wait_seconds, cpu_seconds, host_cpu_seconds
+from ..procstat import MemorySampler, core_wait_seconds, cpu_seconds, host_cpu_seconds, started_unix
 from ..run.spec import MIN_WINDOWS, RunSpec
 from .checks.effective import BatchMoments
 from .gpu import GpuStep, host_bytes, to_device
@@ -224,6 +224,7 @@ class Pass:
     pin: bool
     context: str | None  # workers' start: fork, forkserver (a thread ran here) or spawn (CUDA); None: no workers
     first_batch_latency: float
+    workers_start: float | None  # seconds from the loader's start to its last worker's start (None: no workers)
     wallclock: float
     peak_pss_mb: float
     peak_pss_workers_mb: float  # the workers' part of it
@@ -245,25 +246,39 @@ def work_note(adapter, num_workers: int) -> str:
     return adapter.work_note(num_workers) if adapter.work_note else ""
 
 
-def warm_up(run: RunSpec, batches: Epochs, t_start: float, rows: list, checks: list) -> float:
+def warm_up(run: RunSpec, batches: Epochs, t_start: float, rows: list, checks: list) -> tuple[float, float | None]:
     """The first batch, then batches for `warmup_s` more (their samples' `index` into `rows`), each checked as the
     windows' are: the checks' own start (the decode check's first picks copy every frame) is warm-up too. A
-    dlbench_stream from remote storage warms up at least as long again as its first batch took: that batch came
-    from the first of its pool's pieces to open, the rest open after it at that pace (48 pieces from a 20 ms bucket,
-    one worker: 32-48 samples a second for 2.5 s after a first batch of 5.6 s and a warm-up of 1 s, then 400-900),
-    and a window in that opening measures it instead of the reading that follows. (A map-style loader's first batch
-    is its start; LeRobot's stream fills its buffer before it.) Returns the first batch's latency from `t_start`."""
+    dlbench_stream from remote storage warms up at least as long again as its first batch took once its workers
+    were up: that batch came from the first of its pool's pieces to open, the rest open after it at that pace (48
+    pieces from a 20 ms bucket, one worker: 32-48 samples a second for 2.5 s after a first batch of 5.6 s and a
+    warm-up of 1 s, then 400-900), and a window in that opening measures it instead of the reading that follows.
+    The workers' own start is not that opening: from remote storage they start from the fork server (the main
+    process runs the filesystem's I/O thread), whose start imports torch and the decoder in a new interpreter, 3 s
+    of a first batch of 4.5-6 s on a tiny loopback set. (A map-style loader's first batch is its start; LeRobot's
+    stream fills its buffer before it.) Returns the first batch's latency from `t_start` and when the last worker
+    had started (`workers_start_s`)."""
+    t_start_unix = time.time() - (time.perf_counter() - t_start)
     batch = batches.next()[0]
     first_batch_latency = time.perf_counter() - t_start
-    opening = run.loader_name.base == "dlbench_stream" and is_remote(run.root or "")
-    warmup_s = max(run.warmup_s, first_batch_latency) if opening else run.warmup_s
+    started = workers_start_s(batches, t_start_unix)
+    warmup_s = run.warmup_s
+    if run.loader_name.base == "dlbench_stream" and is_remote(run.root or ""):
+        warmup_s = max(warmup_s, first_batch_latency - (started or 0.0))
     while True:
         rows.extend(batch["index"].tolist())
         for check in checks:
             check(batch)
         if time.perf_counter() - t_start - first_batch_latency >= warmup_s:
-            return first_batch_latency
+            return first_batch_latency, started
         batch = batches.next()[0]
+
+
+def workers_start_s(batches: Epochs, t_start_unix: float) -> float | None:
+    """Seconds from the loader's start (`t_start_unix`) to the start of its last worker process; None without
+    workers (the main process reads)."""
+    started = started_unix(batches.worker_pids())
+    return None if started is None else max(0.0, started - t_start_unix)
 
 
 def measure_window(
@@ -386,7 +401,7 @@ def measure_pass(run: RunSpec, adapter, device: torch.device, checks: list, samp
     memory.start()
     try:
         warm_rows: list = []
-        first_batch_latency = warm_up(run, batches, t_start, warm_rows, checks)
+        first_batch_latency, workers_start = warm_up(run, batches, t_start, warm_rows, checks)
         if barrier is not None:
             barrier()
         before = meter.counts() if meter else None
@@ -403,6 +418,7 @@ def measure_pass(run: RunSpec, adapter, device: torch.device, checks: list, samp
         pin,
         context,
         first_batch_latency,
+        workers_start,
         wallclock,
         memory.peak / 2**20,
         memory.peak_children / 2**20,

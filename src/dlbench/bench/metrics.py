@@ -51,6 +51,8 @@ def timing_metrics(measured: Pass, frames_per_item: int) -> dict:
         "frames_per_s_max": float(rates.max()) * frames_per_item,
         "samples_per_s": float(np.median(rates)),
         "first_batch_latency_s": measured.first_batch_latency,
+        # of it, the workers' start (a fork server's own start included); None: no workers
+        "workers_start_s": measured.workers_start,
         # the share of the steady windows the consumer spent blocked on data (at step_ms per batch)
         "data_wait_frac": sum(w["data_wait_s"] for w in windows) / sum(w["seconds"] for w in windows),
         # the consumer's view: time between batches arriving (on the GPU where there is one)
