@@ -108,10 +108,10 @@ def test_cold_verdict_stops_a_warmed_run_and_warn_lets_it_measure(s3, tmp_path):
     # own start (a new interpreter importing torch and the decoder) is part of the first batch's latency
     assert m["worker_start_method"] == "forkserver"
     assert 0 < m["workers_start_s"] < m["first_batch_latency_s"]
-    # from remote storage the warm-up (0 s asked) lasts as long again as the first batch took once the worker was
-    # up: its readers open the rest of their episodes after it, and a window in that opening would measure it
+    # from remote storage the warm-up (0 s asked) lasts as long again as the first batch: its readers open the rest
+    # of their episodes after it, and a window in that opening would measure it
     before_windows = m["wallclock_s"] - (m["window_end_unix"] - m["window_start_unix"])
-    assert before_windows >= 2 * m["first_batch_latency_s"] - m["workers_start_s"] - 0.05
+    assert before_windows >= 1.9 * m["first_batch_latency_s"]
 
 
 def test_streaming_from_loopback_s3_verifies_every_frame(s3, monkeypatch):

@@ -249,22 +249,22 @@ def work_note(adapter, num_workers: int) -> str:
 def warm_up(run: RunSpec, batches: Epochs, t_start: float, rows: list, checks: list) -> tuple[float, float | None]:
     """The first batch, then batches for `warmup_s` more (their samples' `index` into `rows`), each checked as the
     windows' are: the checks' own start (the decode check's first picks copy every frame) is warm-up too. A
-    dlbench_stream from remote storage warms up at least as long again as its first batch took once its workers
-    were up: that batch came from the first of its pool's pieces to open, the rest open after it at that pace (48
-    pieces from a 20 ms bucket, one worker: 32-48 samples a second for 2.5 s after a first batch of 5.6 s and a
-    warm-up of 1 s, then 400-900), and a window in that opening measures it instead of the reading that follows.
-    The workers' own start is not that opening: from remote storage they start from the fork server (the main
-    process runs the filesystem's I/O thread), whose start imports torch and the decoder in a new interpreter, 3 s
-    of a first batch of 4.5-6 s on a tiny loopback set. (A map-style loader's first batch is its start; LeRobot's
-    stream fills its buffer before it.) Returns the first batch's latency from `t_start` and when the last worker
-    had started (`workers_start_s`)."""
+    dlbench_stream from remote storage warms up at least as long again as its first batch took: that batch came
+    from the first of its pool's pieces to open, the rest open after it (48 pieces from a 20 ms bucket, one worker:
+    32-48 samples a second for 2.5 s after a first batch of 5.6 s and a warm-up of 1 s, then 400-900), and a window
+    in that opening measures it instead of the reading that follows. That latency includes the workers' start
+    (`workers_start_s`; from S3 they start from the fork server, whose own start imports torch and the decoder: 2.5 s
+    of a first batch of 6.4 s in the default matrix). A warm-up of the part after it alone (3.4 s on the cold
+    bucket, 3.9 s on S3) left those runs' windows nearer the opening: predictions +194% and +32% in one pipeline,
+    against +100% and +8% with the whole latency. (A map-style loader's first batch is its start; LeRobot's stream
+    fills its buffer before it.) Returns the first batch's latency from `t_start` and its workers' start."""
     t_start_unix = time.time() - (time.perf_counter() - t_start)
     batch = batches.next()[0]
     first_batch_latency = time.perf_counter() - t_start
     started = workers_start_s(batches, t_start_unix)
     warmup_s = run.warmup_s
     if run.loader_name.base == "dlbench_stream" and is_remote(run.root or ""):
-        warmup_s = max(warmup_s, first_batch_latency - (started or 0.0))
+        warmup_s = max(warmup_s, first_batch_latency)
     while True:
         rows.extend(batch["index"].tolist())
         for check in checks:
