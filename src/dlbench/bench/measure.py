@@ -246,31 +246,26 @@ def work_note(adapter, num_workers: int) -> str:
     return adapter.work_note(num_workers) if adapter.work_note else ""
 
 
-def warm_up(run: RunSpec, batches: Epochs, t_start: float, rows: list, checks: list) -> tuple[float, float | None]:
+def warm_up(run: RunSpec, batches: Epochs, t_start: float, rows: list, checks: list) -> float:
     """The first batch, then batches for `warmup_s` more (their samples' `index` into `rows`), each checked as the
     windows' are: the checks' own start (the decode check's first picks copy every frame) is warm-up too. A
     dlbench_stream from remote storage warms up at least as long again as its first batch took: that batch came
     from the first of its pool's pieces to open, the rest open after it (48 pieces from a 20 ms bucket, one worker:
     32-48 samples a second for 2.5 s after a first batch of 5.6 s and a warm-up of 1 s, then 400-900), and a window
-    in that opening measures it instead of the reading that follows. That latency includes the workers' start
-    (`workers_start_s`; from S3 they start from the fork server, whose own start imports torch and the decoder: 2.5 s
-    of a first batch of 6.4 s in the default matrix). A warm-up of the part after it alone (3.4 s on the cold
-    bucket, 3.9 s on S3) left those runs' windows nearer the opening: predictions +194% and +32% in one pipeline,
-    against +100% and +8% with the whole latency. (A map-style loader's first batch is its start; LeRobot's stream
-    fills its buffer before it.) Returns the first batch's latency from `t_start` and its workers' start."""
-    t_start_unix = time.time() - (time.perf_counter() - t_start)
+    in that opening measures it instead of the reading that follows. The whole latency, workers' start included
+    (`workers_start_s`): a warm-up of only its part after that start left the default matrix's 20 ms-bucket and S3
+    windows in their opening. (A map-style loader's first batch is its start; LeRobot's stream fills its buffer
+    before it.) Returns the first batch's latency from `t_start`."""
     batch = batches.next()[0]
     first_batch_latency = time.perf_counter() - t_start
-    started = workers_start_s(batches, t_start_unix)
-    warmup_s = run.warmup_s
-    if run.loader_name.base == "dlbench_stream" and is_remote(run.root or ""):
-        warmup_s = max(warmup_s, first_batch_latency)
+    opening = run.loader_name.base == "dlbench_stream" and is_remote(run.root or "")
+    warmup_s = max(run.warmup_s, first_batch_latency) if opening else run.warmup_s
     while True:
         rows.extend(batch["index"].tolist())
         for check in checks:
             check(batch)
         if time.perf_counter() - t_start - first_batch_latency >= warmup_s:
-            return first_batch_latency, started
+            return first_batch_latency
         batch = batches.next()[0]
 
 
@@ -395,13 +390,15 @@ def measure_pass(run: RunSpec, adapter, device: torch.device, checks: list, samp
     loader = make_dataloader(run, adapter, pin)
     opened = meter.counts() if meter else None  # the main process's reads: the dataset's metadata, its own opening
     t_start = time.perf_counter()  # the workers' start, and their import of the decoder, are on the clock
+    t_start_unix = time.time()
     batches = Epochs(loader, adapter.dataset, run.rank, run.world_size)
     # a few ms per sample: keep it off the measured cores
     memory = MemorySampler(every_s=0.5, also=adapter.memory_roots)
     memory.start()
     try:
         warm_rows: list = []
-        first_batch_latency, workers_start = warm_up(run, batches, t_start, warm_rows, checks)
+        first_batch_latency = warm_up(run, batches, t_start, warm_rows, checks)
+        workers_start = workers_start_s(batches, t_start_unix)
         if barrier is not None:
             barrier()
         before = meter.counts() if meter else None
