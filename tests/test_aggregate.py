@@ -460,3 +460,33 @@ def test_a_run_below_the_shuffle_floor_does_not_pass_and_ratios_say_what_shuffle
     assert not row(frames_floor, "t", "dlbench_stream")["pass"]
     assert row(frames_floor, "t", "dlbench_stream")["notes"].count("distinct frames 0.95 < 0.99") == 1
     assert agg.aggregate(runs, None)["pass"].tolist() == df["pass"].tolist()  # the floor is on by default
+
+
+def test_a_figure_too_short_to_tell_does_not_pass(tmp_path):
+    """A run with too few batches for the ten-batch figure (NaN: not shown) fails the floor and says why."""
+    runs = [write_run(tmp_path, "s", "dlbench_stream", [900.0], effective=0.9, window=float("nan"))]
+    short = row(agg.aggregate(runs, None), "s", "dlbench_stream")
+    assert not short["pass"] and "effective window not shown (too few batches)" in short["notes"]
+
+
+def test_ranks_are_pooled_into_the_global_batch(tmp_path):
+    """Two ranks whose batch means are each off the dataset's in opposite directions: each rank's own figure is
+    low, the global batch (both ranks' batch i together) is worth its nominal size; the summary pools them."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=(60, 3)) / np.sqrt(16)  # a uniform global batch of 16's projected means
+    shift = np.tile([1.0, -1.0, 0.5], (60, 1))
+    run = write_run(tmp_path, "r", "dlbench_stream", [100.0, 100.0], effective=0.1, window=0.05)
+    for rank, sign in enumerate((1, -1)):
+        path = run / f"rank{rank}of2.json"
+        rec = json.loads(path.read_text())
+        rec["metrics"].update(shuffle_batch_means={"numeric": (base + sign * shift).tolist()}, shuffle_batch_size=8)
+        path.write_text(json.dumps(rec))
+    pooled = row(agg.aggregate([run], None), "r", "dlbench_stream")
+    assert pooled["shuffle_effective_batch"] == pytest.approx(1.0, abs=0.35)
+    assert (
+        pooled["shuffle_effective_batch_low"]
+        < pooled["shuffle_effective_batch"]
+        < pooled["shuffle_effective_batch_high"]
+    )

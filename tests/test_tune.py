@@ -105,7 +105,8 @@ def test_a_stream_below_the_floor_moves_its_knobs_and_a_proof_qualifies_only_who
     assert [m.settings for m in capped] == [{"num_workers": 2, "pool_size": 50, "buffer_size": 1600}]  # every piece
     assert knob_moves(c, {"shuffle_distinct_frames": 1.0}, FLOOR, episodes_per_worker=8) == []
     # over the budget at the floor: a bigger pool would add memory, so no move
-    assert knob_moves(c, {"shuffle_effective_window": 0.7, "peak_pss_mb": 9e3}, FLOOR, episodes_per_worker=50) == []
+    above = {"shuffle_effective_batch": 0.9, "shuffle_effective_window": 0.7, "peak_pss_mb": 9e3}
+    assert knob_moves(c, above, FLOOR, episodes_per_worker=50) == []
     assert knob_moves(Candidate("dlbench_map", {"num_workers": 2}), {}, FLOOR, 50) == []
     ok = {"status": "ok", "frames_wrong": 0, "shuffle_effective_batch": 0.9, "shuffle_effective_window": 0.7,
           "shuffle_distinct_frames": 1.0, "peak_pss_mb": 900.0}  # fmt: skip
@@ -114,7 +115,12 @@ def test_a_stream_below_the_floor_moves_its_knobs_and_a_proof_qualifies_only_who
     assert meets(ok, FLOOR, 500.0) == "peak memory 900 MB > 500 MB"
     assert meets({**ok, "frames_wrong": 3}, FLOOR, None) == "3 wrong frames"
     assert meets({"status": "failed", "reason": "boom"}, FLOOR, None) == "boom"
-    assert meets({**ok, "shuffle_effective_window": float("nan")}, FLOOR, None) == ""  # too short to tell
+    # too short to tell is not a pass
+    too_short = meets({**ok, "shuffle_effective_window": float("nan")}, FLOOR, None)
+    assert too_short == "below the floor: effective window not shown (too few batches)"
+    assert meets({**ok, "shuffle_effective_window": 0.297}, {**FLOOR, "effective_window": 0.3}, None).endswith(
+        "effective window 0.297 < 0.3"
+    )  # never "0.30 < 0.3"
 
 
 def tune(*args, timeout=600):

@@ -21,7 +21,6 @@ from ..model.table import predict_run
 from ..report.aggregate import SHUFFLE_MEASURES, shuffle_gap, shuffle_low, shuffle_shortfall
 from ..run.loaders import LoaderName
 from ..run.spec import LEROBOT_STREAM_BUFFER as LEROBOT_BUFFER
-from ..run.spec import RunSpec
 
 RAY_BUFFER = 256  # the local shuffle buffer first prescribed to ray_data (rows), dlbench_stream's own default
 
@@ -313,8 +312,8 @@ def restore_shuffle(row: dict, spec: dict, episodes: int | None) -> Prescription
         if pd.notna(frames) and frames < floor.get("distinct_frames", 0.0) and ahead != 1:
             why = f"{short}: items decoded in one block share frames and meet in a batch; one row a block shares none"
             return Prescription({"read_ahead": 1}, fps, 1.0, why=why, shuffle=True)
-        pool = _int(spec.get("pool_size"), RunSpec.pool_size)
         mine = (episodes or 0) // workers  # the episodes one worker reads: a batch mixes no more
+        pool = _int(spec.get("pool_size"), mine)  # unset: every piece live (random order)
         if mine <= pool:
             return None
         new = min(2 * pool, mine)

@@ -15,7 +15,7 @@ from ..loader.collate import collate
 from ..loader.dataloader import DataLoader
 from ..procstat import MemorySampler, core_wait_seconds, cpu_seconds, host_cpu_seconds, started_unix
 from ..run.spec import MIN_WINDOWS, RunSpec
-from .checks.effective import BatchMoments
+from .checks.effective import BatchMeans
 from .gpu import GpuStep, host_bytes, to_device
 
 LATENCY_PERCENTILES = (50, 95, 99)
@@ -194,7 +194,8 @@ class Window:
     distinct: list = field(default_factory=list)  # distinct episodes per batch (shuffle randomness)
     sizes: list = field(default_factory=list)
     rows: list = field(default_factory=list)  # each batch's global rows (`index`): distinct frames, spread
-    moments: BatchMoments = field(default_factory=BatchMoments)  # each batch's feature means: effective batch size
+    # each batch's mean on the dataset reference's components: effective batch size (`checks.effective`)
+    moments: BatchMeans = field(default_factory=lambda: BatchMeans(None))
     worker_stats: dict = field(default_factory=dict)  # worker id -> its latest decoder cache counters
     # worker id -> [its decode seconds at its first sample in the windows, at its latest, samples since the first,
     # its storage wait seconds at its first sample, at its latest]
@@ -294,11 +295,12 @@ def measure_window(
     # workers hand batches over in turn, so a window of whole rounds (a batch of each) spans whole batches of every
     # worker's work; 3 batches of 2 workers that finish together count one of them twice (+/-30% on slow sets)
     rounds = max(1, len(workers))
+    least = -(-run.min_batches // planned_windows(run)) if run.num_batches is None else 0
     while True:
         now = time.perf_counter()
         if run.num_batches is not None and count >= run.num_batches:
             break
-        if now - w0 >= run.duration_s and count % rounds == 0:
+        if now - w0 >= run.duration_s and count % rounds == 0 and count >= least:
             break
         batch, info = batches.next()
         # `batch` (tensors over ring slots, as the DataLoader hands them) is held until the copy is done
@@ -366,12 +368,19 @@ def median_known(rates: list[float], precision: float) -> bool:
     return median > 0 and 1.2533 * float(np.std(rates, ddof=1)) / np.sqrt(len(rates)) <= precision * median
 
 
-def measure(run: RunSpec, batches: Epochs, consumer: torch.device, checks: list, samples_out) -> Window:
+def planned_windows(run: RunSpec) -> int:
+    """The windows a run measures at least (`measure`): its `repeats`, or MIN_WINDOWS with `precision`."""
+    return max(1, min(run.repeats, MIN_WINDOWS) if run.precision else run.repeats)
+
+
+def measure(
+    run: RunSpec, batches: Epochs, consumer: torch.device, checks: list, samples_out, moments: BatchMeans | None = None
+) -> Window:
     """Windows of `duration_s` back to back (their spread is the run's noise): `repeats` of them, or with
     `precision`, as many as its median needs (`median_known`) up to `repeats`. Ranks of one run each measure
     MIN_WINDOWS instead: a rank that stopped on its own would hand its cores to the others mid-window (on one host,
     the rank left measured at twice its rate once its peer was done)."""
-    seen = Window()
+    seen = Window(moments=moments or BatchMeans(None))
     planned = min(run.repeats, MIN_WINDOWS) if run.precision and run.ranks > 1 else run.repeats
     for _ in range(planned):
         seen.windows.append(measure_window(run, batches, consumer, checks, samples_out, seen))
@@ -380,7 +389,9 @@ def measure(run: RunSpec, batches: Epochs, consumer: torch.device, checks: list,
     return seen
 
 
-def measure_pass(run: RunSpec, adapter, device: torch.device, checks: list, samples_out, barrier, meter) -> Pass:
+def measure_pass(
+    run: RunSpec, adapter, device: torch.device, checks: list, samples_out, barrier, meter, moments=None
+) -> Pass:
     """Build the DataLoader, take the first batch and warm up, wait for every rank, then measure (and read the
     metering proxy's counts, if any, on either side of the windows)."""
     # every batch goes to the GPU where there is one, as training moves it; frames decoded on the CPU travel from
@@ -402,7 +413,7 @@ def measure_pass(run: RunSpec, adapter, device: torch.device, checks: list, samp
         if barrier is not None:
             barrier()
         before = meter.counts() if meter else None
-        seen = measure(run, batches, consumer, checks, samples_out)
+        seen = measure(run, batches, consumer, checks, samples_out, moments)
         remote = (opened, before, meter.counts()) if meter else None
         wallclock = time.perf_counter() - t_start
     finally:  # also on an error: the workers stop before the process exits

@@ -9,12 +9,14 @@ from ..loader.dataset_meta import DatasetMeta, resolve_windows
 from ..run.spec import RunSpec
 from ..validate import is_synthetic
 from . import record as recordmod
-from .checks.effective import WINDOW_BATCHES, distinct_frames
+from .checks.effective import WINDOW_BATCHES, distinct_frames, lowest
 from .checks.frames import BarcodeCheck, DecodeCheck
 from .checks.shuffle import shuffle_score, spread_score
 from .measure import Pass
 from .probe import probe
 from .remote import cost_metrics, needed_bytes
+
+MAX_KEPT_BATCHES = 2000  # each batch's projected mean kept in the record, for pooling the ranks (a few KB each)
 
 
 def frame_checks(run: RunSpec, dmeta: DatasetMeta, device: torch.device) -> tuple:
@@ -175,18 +177,26 @@ def check_metrics(barcodes: BarcodeCheck | None, decoded: DecodeCheck | None) ->
 
 
 def effective_metrics(seen, dmeta: DatasetMeta, run: RunSpec) -> dict:
-    """What the delivered batches are worth to training (`checks.effective`): effective / nominal batch size over
-    one batch and over `WINDOW_BATCHES` consecutive ones (the lower of pixels and numeric features, each also
-    apart), and the share of distinct frames in a batch."""
-    one, window = seen.moments.effective(1), seen.moments.effective(WINDOW_BATCHES)
+    """What the delivered batches are worth to training, against the dataset (`checks.effective`): effective /
+    nominal batch size over one batch and over `WINDOW_BATCHES` consecutive ones (the lower of pixels and numeric
+    features, each also apart) with their 90% intervals, NaN where too few batches to show; each batch's projected
+    mean (`shuffle_batch_means`, for the ranks' global batch: `report.aggregate`); the share of distinct frames."""
+    moments = seen.moments
+    one, window = moments.effective(1), moments.effective(WINDOW_BATCHES)
     windows = resolve_windows(run.mode, run.delta_timestamps, dmeta)
     offsets = {c: [int(o) for o in windows.get(c, [0])] for c in dmeta.cameras}
-    lowest = lambda d: float(np.nanmin(list(d.values()))) if any(v == v for v in d.values()) else float("nan")  # noqa: E731
+    out = {}
+    for name, figures in (("batch", one), ("window", window)):
+        value, low, high = lowest(figures)
+        out.update({f"shuffle_effective_{name}": value, f"shuffle_effective_{name}_low": low,
+                    f"shuffle_effective_{name}_high": high})  # fmt: skip
+        out.update({f"shuffle_effective_{name}_{g}": f[0] for g, f in figures.items()})
+    kept = moments.kept()
     return {
-        "shuffle_effective_batch": lowest(one),
-        "shuffle_effective_window": lowest(window),
-        **{f"shuffle_effective_batch_{g}": v for g, v in one.items()},
-        **{f"shuffle_effective_window_{g}": v for g, v in window.items()},
+        **out,
+        "shuffle_batch_size": moments.full_size(),
+        "shuffle_batch_means": {g: np.round(p[:MAX_KEPT_BATCHES], 5).tolist() for g, p in kept.items()},
+        "shuffle_reference_correction": moments.reference.correction if moments.reference is not None else 0.0,
         "shuffle_distinct_frames": distinct_frames(seen.rows, offsets, dmeta.ep_from, dmeta.ep_to),
     }
 

@@ -63,10 +63,15 @@ def make_record(config: dict, metrics: dict, status: str = "ok", reason: str = "
     }
 
 
+BULKY = ("shuffle_batch_means",)  # in the JSON record only: each batch's projected mean, for pooling the ranks
+
+
 def flatten(record: dict) -> dict:
     flat = {k: v for k, v in record.items() if not isinstance(v, dict)}
     for section in ("config", "versions", "metrics"):
         for k, v in record.get(section, {}).items():
+            if k in BULKY:
+                continue
             flat[f"{section}.{k}"] = json.dumps(v) if isinstance(v, (dict, list)) else v
     return flat
 

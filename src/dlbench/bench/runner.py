@@ -20,9 +20,11 @@ import sys
 import torch
 
 from ..errors import UserError
-from ..loader.dataset_meta import DatasetMeta
+from ..loader.dataset_meta import DatasetMeta, resolve_windows
 from ..run.spec import RunSpec
 from .adapters import make_adapter
+from .checks import reference
+from .checks.effective import BatchMeans, anchors
 from .checks.resume import resume_check
 from .measure import busy_workers, measure_pass, work_note
 from .metrics import frame_checks, rank_record, run_metrics
@@ -48,7 +50,9 @@ def measure_rank(run: RunSpec, samples_out: list | None = None, barrier=None, me
         print(f"note: {note}", file=sys.stderr)
     barcodes, decoded = frame_checks(run, dmeta, device)
     checks = [c for c in (barcodes and barcodes.check, decoded and decoded.offer) if c]
-    measured = measure_pass(run, adapter, device, checks, samples_out, barrier, meter)
+    # what the batches are judged against, read before the loader starts (cached: once per dataset)
+    judged = BatchMeans(reference.reference(dmeta), anchors(resolve_windows(run.mode, run.delta_timestamps, dmeta)))
+    measured = measure_pass(run, adapter, device, checks, samples_out, barrier, meter, judged)
     if sum(w["samples"] for w in measured.seen.windows) == 0:
         raise UserError(
             f"no samples arrived in the {run.duration_s} s window (loader {run.loader}, {run.num_workers} workers); "

@@ -141,6 +141,9 @@ class ItemBuilder(ItemRows):
         image_transforms=None,
     ):
         super().__init__(dmeta, windows, columns, return_float)
+        # frames kept as uint8 by the builder even where floats are asked: a streaming buffer holds its items a
+        # while, a quarter of the bytes, and makes them floats as they leave it (`LeRobotStreamingDataset`)
+        self.hold_uint8 = False
         self.decoder = decoder
         self.image_transforms = image_transforms  # applied to each camera's frames of an item, as LeRobot does
         self.decode_s = 0.0  # time spent decoding in this process (for the fetch/decode split)
@@ -205,7 +208,7 @@ class ItemBuilder(ItemRows):
                 t0 = time.perf_counter()
                 got = self.decoder.decode(self.dmeta.video_url(cam, ep), wanted.ravel(), cursor=cursor, gather=gather)
                 self.decode_s += time.perf_counter() - t0
-                if self.return_float and not defer_float:
+                if self.return_float and not defer_float and not self.hold_uint8:
                     got = got.float() / 255.0
                 split = split_runs(got, len(wanted)) if cam in self.windows else got.unbind(0)
                 for i, f in zip(range(len(rows)) if member is None else member.tolist(), split):

@@ -88,6 +88,7 @@ FORWARD_DECODERS_MB = 1024  # the most a worker's decoders may hold for GOP runs
 # one 720p episode (sarm, GOP 30) decode in 0.58x the time one by one at 4, 0.46x at 8; 3 cameras of 240x320 HEVC
 # in 0.29x at 8
 DECODE_AHEAD = 4
+FORWARD_POOL = 32  # live episodes a worker reads forward by default: each holds a decoder per camera and file
 
 
 def _check_order_args(counts: dict, gop_run: int | None, episode_order: str, fetch_episodes: int) -> None:
@@ -152,7 +153,11 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         shuffle: False streams every virtual shard's episodes in order (still disjoint across ranks and workers).
         rank, world_size: this process's place among the ranks; default from torch.distributed once its process
             group is initialized, then RANK/WORLD_SIZE, then SLURM_PROCID/SLURM_NTASKS, then a single rank.
-        pool_size: live episodes interleaved per DataLoader worker (over the virtual shards it reads at once).
+        pool_size: live episodes interleaved per DataLoader worker (over the virtual shards it reads at once), no
+            more than the blocks `buffer_mb` keeps (`Lanes.plan`). None: in random order every piece of the dataset
+            (so a worker holds every episode it reads live at once and ten batches draw across the dataset: each
+            block is a jump, one decoder per file serves every episode of it); read forward FORWARD_POOL (each
+            slot then has decoders of its own).
         episode_order: "random" (default): a live episode's blocks are read in a seeded random order, so a batch
             holds its episodes at unrelated moments of their tasks; "forward": in reading order (fewer seeks on long
             GOPs, but live episodes move through their tasks side by side and batches hold alike items:
@@ -242,7 +247,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         local_cache: bool = False,
         rank: int | None = None,
         world_size: int | None = None,
-        pool_size: int = 32,
+        pool_size: int | None = None,
         episode_order: str = "random",
         pieces: int | None = None,
         gop_run: int | None = None,
@@ -282,7 +287,10 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         self.builder.decoder.keep_recent = episode_order == "forward"
         # _iters: __iter__ calls since set_epoch (persistent DataLoader workers advance their own epoch)
         self.seed, self.epoch, self._iters = seed, 0, 0
-        self.pool_size, self.buffer_size, self.buffer_mb, self.shuffle = pool_size, buffer_size, buffer_mb, shuffle
+        self._pool_arg, self.buffer_size, self.buffer_mb, self.shuffle = pool_size, buffer_size, buffer_mb, shuffle
+        self.pool_size = pool_size or FORWARD_POOL  # set from the pieces in `_cut` where None and in random order
+        # the buffer keeps uint8 frames, a quarter of float32's bytes, made floats as they leave it (`_shard_stream`)
+        self.builder.hold_uint8 = self._floats_on_yield = self.builder.return_float and image_transforms is None
         self.episode_order, self.tag_items, self._ahead_arg = episode_order, tag_items, decode_ahead
         offsets = [o for c in self.meta.cameras for o in windows.get(c, [0])]
         self.block_stride = block_stride or window_stride(offsets)
@@ -333,6 +341,8 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         eps = [np.unique(self._piece_episode[s]) for s in self._shards]
         self._shard_keys = np.array([int(e[0]) if len(e) == 1 else -1 - i for i, e in enumerate(eps)], np.int64)
         self._episodes_crc = zlib.crc32(chosen.astype("<i8").tobytes())
+        if self._pool_arg is None and self.shuffle and self.episode_order == "random":
+            self.pool_size = len(pf)
         self.lanes = Lanes.plan(
             len(pf), len(self._shards), self.pool_size, self.buffer_size, self.max_blocks(), self.shuffle
         )
@@ -377,14 +387,16 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         worker 241 against 72 but 0.20 over ten batches, under the default floor). A loaded state keeps its own."""
         if self.builder.decoder.fetch or not self.shuffle:
             return
-        pieces, gop = self.pieces, self.gop_run
+        pieces = self.pieces
         if not self._pieces_fixed:
             pieces = auto_pieces(len(np.unique(self._piece_episode)), self.world_size, num_workers)
+        if pieces != self.pieces:  # the lanes of these pieces first: whether GOP runs' decoders fit depends on them
+            self._cut(self._virtual_shards_arg, pieces)
         if not self._gop_fixed:
             gop = self._eligible(None) if num_workers >= 2 else 0
-        if (pieces, gop) != (self.pieces, self.gop_run):
-            self.gop_run = gop
-            self._cut(self._virtual_shards_arg, pieces)
+            if gop != self.gop_run:
+                self.gop_run = gop
+                self._cut(self._virtual_shards_arg, pieces)
 
     def plan_for(self, num_workers: int) -> None:
         """Plan pieces and GOP runs as `use_workers(num_workers)` does and keep that plan under any DataLoader: one
@@ -491,7 +503,8 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         1.5x, 1.9x and 2.8x the frames/s of 1 at 0.72, 0.65 and 0.58 distinct frames a batch, against 0.95
         (docs/benchmarks.md); `tune` moves it where a user's floor allows."""
         episodes = self.meta.num_episodes if self.episodes is None else len(self.episodes)
-        want = math.ceil(0.75 * min(self.pool_size, math.ceil(episodes / max(1, self.world_size))))
+        pool = self._pool_arg or (episodes if self.episode_order == "random" else FORWARD_POOL)
+        want = math.ceil(0.75 * min(pool, math.ceil(episodes / max(1, self.world_size))))
         offsets = {c: self.builder.windows.get(c, [0]) for c in self.meta.cameras}
         ahead = AUTO_READ_AHEAD
         shares = any(block_frames(o, ahead, self.block_stride) < ahead * len(o) for o in offsets.values())
@@ -504,7 +517,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         apart (`partition.block_frames`)."""
         read_ahead = read_ahead or self.read_ahead
         windows, features = self.builder.windows, self.meta.info["features"]
-        size = 4 if self.builder.return_float else 1
+        size = 4 if self.builder.return_float and not self.builder.hold_uint8 else 1
         return max(
             1,
             sum(
@@ -701,6 +714,9 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
                         fetcher.done(ep)
                 continue
             item = ready.pop(value)
+            if self._floats_on_yield and isinstance(item, dict):  # not left to dlbench's collate: made here
+                for cam in self.meta.cameras:
+                    item[cam] = item[cam].float() / 255.0
             if self.tag_items:
                 item[SHARD_KEY], item[POS_KEY], item[EPOCH_KEY] = shard, pos, epoch
             pos += 1

@@ -37,10 +37,12 @@ from .calibration import Calibration, LoaderCost, host_cores
 
 # the calibration passes: a short window after the run's own warm-up (a stream's cost per sample depends on how far
 # into its episodes it is), the run's checks, nothing else; `solo` in one process, `worker` with one DataLoader worker
+FORWARD_POOL = 32  # = loader.stream.FORWARD_POOL (not imported: this module stays torch-free)
 PASS = dict(
     duration_s=1.5,
     repeats=1,
     num_batches=None,
+    min_batches=0,  # a pass measures speed; its batches are not judged
     probe_samples=0,
     step_ms=0,
     ranks=1,
@@ -80,7 +82,9 @@ def steady_samples(run: RunSpec, episode_samples: float) -> float:
     of their positions in episodes, and so the cost per sample, holds: dlbench_stream's pool of readers, an episode
     each; LeRobot's one shard at a time, behind its shuffle buffer."""
     if run.loader_name.base == "dlbench_stream":
-        return run.pool_size * episode_samples
+        # unset in random order every piece is live from the start; the readers' mix settles as the 32 of the
+        # forward default's would (an upper bound: the warm-up it sizes is capped, MAX_STREAM_WARMUP_S)
+        return (run.pool_size or FORWARD_POOL) * episode_samples
     return episode_samples + run.shuffle_buffer
 
 

@@ -53,7 +53,9 @@ import numpy as np
 import pandas as pd
 
 from .. import atomic
+from .. import floor as shortfalls
 from ..bench import record as recordmod
+from ..bench.checks.effective import WINDOW_BATCHES, effective_ratio, lowest, pooled
 from ..config import defaults, schema
 from ..errors import UserError
 from ..model.equations import BOUNDS
@@ -291,7 +293,15 @@ SPLIT_COLUMNS = ("split_fetch_ms", "split_decode_ms", "split_assembly_ms", "spli
 def _measured(ok: list[dict], nodes: int) -> dict:
     """A run's measured columns from its rank records; per-node figures over `nodes` hosts."""
     m = pd.DataFrame([r["metrics"] for r in ok]).drop(
-        columns=["image_shape", "worker_start_method", "windows", "consumer_device", "work_note"], errors="ignore"
+        columns=[
+            "image_shape",
+            "worker_start_method",
+            "windows",
+            "consumer_device",
+            "work_note",
+            "shuffle_batch_means",
+        ],
+        errors="ignore",
     )
     m = m.apply(pd.to_numeric, errors="coerce")  # None (a loader without cache counters) -> NaN
     samples = _window_totals(ok)
@@ -322,6 +332,7 @@ def _measured(ok: list[dict], nodes: int) -> dict:
         "latency_p99_ms": m["latency_p99_ms"].max(),
         "peak_pss_mb": m["peak_pss_mb"].max(),
         **{f"shuffle_{name}": col(f"shuffle_{name}").mean() for name in SHUFFLE_MEASURES + SHUFFLE_DIAGNOSTICS},
+        **_pooled_effective(ok),
         "cache_hit_rate": m["cache_hit_rate"].mean(),
         "frames_verified": int(m["frames_verified"].sum()),
         "frames_wrong": int(m["frames_wrong"].sum()),
@@ -351,6 +362,23 @@ def _measured(ok: list[dict], nodes: int) -> dict:
         "window_start_unix": min(r["metrics"].get("window_start_unix", float("nan")) for r in ok),
         "window_end_unix": max(r["metrics"].get("window_end_unix", float("nan")) for r in ok),
     }
+
+
+def _pooled_effective(ok: list[dict]) -> dict:
+    """Effective / nominal batch size of the global batch (every rank's batch i together, `checks.effective`),
+    with its interval; a single rank's own figures; NaN where a rank kept no batch means (or too few batches)."""
+    names = [f"shuffle_effective_{w}{end}" for w in ("batch", "window") for end in ("", "_low", "_high")]
+    if len(ok) == 1 or not all(r["metrics"].get("shuffle_batch_means") for r in ok):
+        values = lambda n: [v for r in ok if (v := r["metrics"].get(n)) is not None and v == v]  # noqa: E731
+        return {n: float(np.mean(values(n))) if values(n) else float("nan") for n in names}
+    sizes = [int(r["metrics"].get("shuffle_batch_size") or 0) for r in ok]
+    means = pooled([r["metrics"]["shuffle_batch_means"] for r in ok], sizes)
+    correction = float(ok[0]["metrics"].get("shuffle_reference_correction") or 0.0)
+    out = {}
+    for w, window in (("batch", 1), ("window", WINDOW_BATCHES)):
+        figure = lowest({g: effective_ratio(p, sum(sizes), window, correction) for g, p in means.items()})
+        out.update(dict(zip([f"shuffle_effective_{w}{end}" for end in ("", "_low", "_high")], figure)))
+    return out
 
 
 def _slowest(ok: list[dict]) -> dict:
@@ -454,14 +482,9 @@ def shuffle_gap(faster: pd.Series | dict, other: pd.Series | dict) -> str:
 
 
 def shuffle_low(row: pd.Series | dict, floor: dict) -> str:
-    """The shuffle measures of a run below their floor, e.g. "effective batch 0.11 < 0.5"; '' where none is (or
-    none was measured)."""
-    low = []
-    for name in SHUFFLE_MEASURES:
-        value, least = row.get(f"shuffle_{name}"), floor.get(name) or 0.0
-        if value is not None and not pd.isna(value) and least and value < least:
-            low.append(f"{name.replace('_', ' ')} {value:.2f} < {least:g}")
-    return ", ".join(low)
+    """The shuffle measures of a run below their floor or not shown, e.g. "effective batch 0.11 < 0.5"
+    (`dlbench.floor`); '' where every one reaches it."""
+    return shortfalls.describe(shortfalls.short(row, floor))
 
 
 def shuffle_shortfall(row: pd.Series | dict, floor: dict) -> str:

@@ -97,7 +97,7 @@ class RunSpec:
     # processes and windows
     ranks: int = 1
     nodes: int = 1
-    pool_size: int = 32
+    pool_size: int | None = None  # dlbench_stream's own default where unset
     buffer_size: int | None = None  # the loader's own default: `shuffle_buffer`
     read_ahead: int | None = None
     episode_order: str | None = None  # dlbench_stream's own default (random) where unset
@@ -116,6 +116,7 @@ class RunSpec:
     precision: float = 0.0  # >0: the windows stop, after 3 at least, once their median rate is known this closely
     warmup_s: float = 3
     num_batches: int | None = None
+    min_batches: int = 48  # batches the windows take at least, together: the effective batch size's figures
     # the loaders' settings and the checks
     decoder_cache_size: int | None = None
     decoder_cache_mb: float | None = None

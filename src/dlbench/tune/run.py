@@ -34,8 +34,9 @@ from ..model.equations import BOUNDS
 from .search import Candidate, best_per_loader, knob_moves, meets, ranked, speed_moves
 
 PROOF = dict(repeats=2, warmup_s=2.0, check_frames=16, probe_samples=0)
-MIN_PROOF_BATCHES = 24  # a proof window long enough for the effective batch size over 10 batches to be measured
-PROOF_S = (4.0, 20.0)  # a proof window's shortest and longest duration (s)
+# batches a proof takes at least, over its windows: the effective batch size over 10 batches is shown from 40
+MIN_PROOF_BATCHES = 48
+PROOF_S = 4.0  # a proof window's shortest duration (s); it runs on until its share of MIN_PROOF_BATCHES
 OTHER_LOAD = 0.25  # cores busy with other work while proving, as a share of the host's: the answer says so
 # the re-encoding probe's time per megapixel of a frame of every camera, kept from the proofs' budget (2 cores,
 # 2026-11-30: 2 x 480x640 22 s and 1280x720 31 s with 3 s clips; the clip shrinks for larger frames: `lever`)
@@ -328,12 +329,6 @@ def _calibrate(root, dataset, source, source_spec, mode, deltas, batch_size, loa
     return merged
 
 
-def proof_seconds(c: Candidate, batch_size: int) -> float:
-    """A proof window long enough for MIN_PROOF_BATCHES batches at the predicted rate, within PROOF_S."""
-    rate = c.predicted_fps or 1.0
-    return min(PROOF_S[1], max(PROOF_S[0], MIN_PROOF_BATCHES * batch_size / rate))
-
-
 def _prove(c: Candidate, root, mode, deltas, batch_size, source_spec, work: Path) -> dict:
     """One short bench run of the candidate here: summary.csv's row of it (frames/s, effective batch size, memory,
     frames checked), or {status, reason} where it could not run."""
@@ -342,13 +337,17 @@ def _prove(c: Candidate, root, mode, deltas, batch_size, source_spec, work: Path
     from ..run import spec as runspec
 
     values = {"root": root, "loader": c.loader, "mode": mode, "delta_timestamps": deltas, "batch_size": batch_size,
-              "source_spec": source_spec, "duration_s": proof_seconds(c, batch_size), **PROOF,
+              "source_spec": source_spec, "duration_s": PROOF_S, "min_batches": MIN_PROOF_BATCHES, **PROOF,
               **c.settings}  # fmt: skip
     out = work / "proofs" / f"{zlib.crc32(c.key.encode()):08x}"
     shutil.rmtree(out, ignore_errors=True)
     try:
         run = runspec.make_run(values, scenario="tune")
-        print(f"tune: proving {c.key} ({values['duration_s']:.0f} s x {PROOF['repeats']} windows)", flush=True)
+        print(
+            f"tune: proving {c.key} ({PROOF['repeats']} windows of {PROOF_S:.0f} s, {MIN_PROOF_BATCHES} batches at "
+            f"least)",
+            flush=True,
+        )
         launch(run, out)
         row = aggregate([out], None).iloc[0].to_dict()
     except UserError as e:

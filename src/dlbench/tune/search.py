@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from .. import floor as shortfalls
 from ..model.calibration import Calibration
 from ..model.table import predict_run
 
@@ -108,7 +109,7 @@ def knob_moves(c: Candidate, measured: dict, floor: dict, episodes_per_worker: i
     moves = []
     if below(measured, floor, ("distinct_frames",)) and c.settings.get("read_ahead") != 1:
         moves.append(Candidate(c.loader, {**c.settings, "read_ahead": 1}, c.predicted_fps, c.predicted_pss_mb, c.bound))
-    pool = c.settings.get("pool_size", POOLS[0])
+    pool = c.settings.get("pool_size") or episodes_per_worker  # unset: every piece live
     if pool < episodes_per_worker and below(measured, floor, ("effective_batch", "effective_window")):
         bigger = min(pool_needed(pool, measured, floor), episodes_per_worker)
         # the buffer grows with the pool: a batch draws from the items of every live episode (500 episodes, 2
@@ -128,22 +129,17 @@ def pool_needed(pool: int, measured: dict, floor: dict) -> int:
     0.12, 0.23, 0.29, 0.56, an excess times the pool of 235, 214, 313 and 202. The margin covers that spread, so the
     pool is grown in one proof, not in a doubling per proof."""
     grow = 2.0
-    for name in below(measured, floor, ("effective_batch", "effective_window")):
-        e, target = measured[f"shuffle_{name}"], min(0.95, floor[name] + FLOOR_MARGIN)
-        if e > 0:
+    for _, e, least in shortfalls.short(measured, floor, ("effective_batch", "effective_window")):
+        target = min(0.95, least + FLOOR_MARGIN)
+        if e:  # not shown (None): the run was too short to tell, grown by the least
             grow = max(grow, (1 / e - 1) / (1 / target - 1))
     return int(math.ceil(pool * grow))
 
 
 def below(measured: dict, floor: dict, names=None) -> list[str]:
-    """The shuffle measures (of `names`, or every one the floor sets) measured below the floor; one too short to
-    tell (nan) is not."""
-    out = []
-    for name in names or floor:
-        least, value = floor.get(name), measured.get(f"shuffle_{name}")
-        if least and value is not None and value == value and value < least:
-            out.append(name)
-    return out
+    """The shuffle measures (of `names`, or every one the floor sets) below the floor or not shown
+    (`dlbench.floor`: a figure too short to tell does not pass)."""
+    return [name for name, _, _ in shortfalls.short(measured, floor, names)]
 
 
 def speed_moves(c: Candidate, gop: int, span: int = 0, remote: bool = False, slot_mb: float = 0.0) -> list[Candidate]:
@@ -183,9 +179,8 @@ def meets(measured: dict, floor: dict, memory_mb: float | None) -> str:
         return measured.get("reason") or measured.get("status") or "did not run"
     if measured.get("frames_wrong"):
         return f"{measured['frames_wrong']} wrong frames"
-    low = [f"{n.replace('_', ' ')} {measured[f'shuffle_{n}']:.2f} < {floor[n]:g}" for n in below(measured, floor)]
-    if low:
-        return "below the floor: " + ", ".join(low)
+    if low := shortfalls.describe(shortfalls.short(measured, floor)):
+        return "below the floor: " + low
     if memory_mb is not None and measured.get("peak_pss_mb", 0) > memory_mb:
         return f"peak memory {measured['peak_pss_mb']:,.0f} MB > {memory_mb:,.0f} MB"
     return ""

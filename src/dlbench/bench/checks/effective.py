@@ -1,24 +1,29 @@
-"""Effective batch size: how many independent samples a loader's batches are worth to training, measured on what it
-delivered.
+"""Effective batch size: how many independent samples of the dataset a loader's batches are worth to training,
+judged against the dataset itself (`checks.reference`), not against what the run happened to deliver.
 
-Kish's design effect, per feature: a batch of B items drawn independently and uniformly has a mean whose variance is
-the items' variance over B. Items that are alike (neighbouring frames, one episode's frames at one moment of the
-task, windows that share frames) make batch means vary more, as if the batch held fewer items. So
+Kish's design effect: the mean of B items drawn independently and uniformly from the dataset differs from the
+dataset's mean by a variance of the items' variance over B. Items that are alike (neighbouring frames, one
+episode's frames, windows sharing frames) or drawn from part of the dataset only (a stream holding a few episodes)
+make batch means stray further, as if the batch held fewer items. On each of the reference's leading components c
+(standardized features projected and whitened, `Reference.project`: unit variance for one item), with p_ic the
+component of batch i's mean:
 
-    effective batch size = sum_d 1 / sum_d (var(batch means)_d / var(items)_d)
+    effective batch size = 1 / (mean_c mean_i p_ic^2 - 1 / n_ref)
 
-over standardized features d (each feature's variance over every delivered item; features that do not vary are
-left out), and the same over the mean of K consecutive batches: what an optimizer's momentum averages
-(`WINDOW_BATCHES`; an average over K batches of independent items is worth K x B). Both are reported over the
-nominal size (B, K x B): 1 for uniform independent draws, less where the loader's order makes items alike.
+the second term being the reference's own sampling error (n_ref items; none where it holds the whole dataset).
+The same over the mean of K consecutive batches is what an optimizer's momentum averages (`WINDOW_BATCHES`): an
+average of K batches of independent items is worth K x B. Both are reported over the nominal size (B, K x B): 1
+for uniform independent draws, less where the loader's order makes items alike or leaves part of the dataset out.
 
-Features are what training sees: a small grey thumbnail of every frame of every camera (strided pixels, as the
-barcode reader samples them) and the numeric features (state, action), kept apart: the reported value is the lower
-of the two groups. Only each batch's mean is kept (a few KB), never the frames.
+Features are what training sees (`item_features`): each camera's frame as an 8 x 8 grey thumbnail of area means
+(the synthetic barcodes left out: their check bits change every frame) and every numeric feature; a window's
+item is judged by its anchor (the frame and row nearest its own time). Pixels and numeric features are kept
+apart: the reported value is the lower of the two groups. Leading components only (`reference.VAR_SHARE` of the
+variance): sensor noise and flicker change every frame and would make neighbours look independent.
 
-The estimate needs batches: fewer than `MIN_BATCHES` (or K + `MIN_BATCHES` for the window) give NaN. Its noise at N
-batches is about sqrt(2 / N) of the value for one feature, less over many; a uniform sampler measures about 1 +/- 0.2
-over 40 batches.
+A figure needs batches: fewer than `MIN_SPANS` disjoint spans (of 1 or K batches) give NaN ("not shown"), and
+each figure comes with its 90% interval from the spread over disjoint spans. Ranks are pooled into the global
+batch (`pooled`): rank r's batch i and the other ranks' batch i are one optimizer step.
 
 `distinct_frames` is the batch's distinct frames over the frames its items hold: windows of rows a window's spacing
 apart share all but one of their frames, which training then sees twice in one step.
@@ -27,99 +32,161 @@ apart share all but one of their frames, which training then sees twice in one s
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 WINDOW_BATCHES = 10  # consecutive batches over which the window measure is taken (an optimizer's momentum horizon)
-MIN_BATCHES = 8  # fewer batches than this (beyond the window) give no estimate
-WINDOW_SPANS = 3  # ... and fewer than this many windows' worth of batches none over a window
-THUMB = 8  # a thumbnail of THUMB x THUMB grey pixels per frame
+# disjoint spans a figure needs, over one batch and over WINDOW_BATCHES: fewer and it is not shown
+MIN_SPANS = {1: 16, WINDOW_BATCHES: 4}
+Z90 = 1.645  # a two-sided 90% interval
+MAX_RATIO = 4.0  # batches closer to the dataset's mean than independent draws (without replacement): shown as this
+THUMB = 8  # a thumbnail of THUMB x THUMB grey area means per frame
+SAMPLES_PER_CELL = 16  # a thumbnail cell averages at least this many pixels on a side (strided beyond that)
+BARCODE_MARGIN_PX = 2  # the barcode's edges smear under lossy codecs
 # integer and bookkeeping columns: not features a model learns from
 NOT_FEATURES = ("index", "episode_index", "frame_index", "task_index", "timestamp")
 
 
-def thumbnails(frames: torch.Tensor) -> np.ndarray:
-    """(B, ..., C, H, W) frames (any dtype) -> (B, frames x THUMB^2) grey pixels sampled on a strided grid."""
+def min_batches(window: int) -> int:
+    """The batches a figure over `window` consecutive batches needs to be shown."""
+    return MIN_SPANS.get(window, MIN_SPANS[WINDOW_BATCHES]) * window
+
+
+def anchors(windows: dict) -> dict[str, int]:
+    """Per windowed key (`resolve_windows`: frame offsets), the index of its anchor: the offset nearest 0, the
+    earlier of two as near."""
+    return {k: int(np.argmin(np.abs(np.asarray(v, np.int64)))) for k, v in windows.items() if len(v)}
+
+
+def thumbnails(frames, barcode_px: int = 0) -> np.ndarray:
+    """(B, C, H, W) frames (uint8 0..255 or floating 0..1) -> (B, THUMB^2) grey area means in 0..1; the top-left
+    `barcode_px` square (a synthetic barcode, with its margin) left out of the means (a cell inside it reads 0)."""
+    import torch  # here: the report's side reads this module's figures without torch
+
     h, w = frames.shape[-2], frames.shape[-1]
-    ys = torch.linspace(h / (2 * THUMB), h - h / (2 * THUMB), THUMB).long().clamp(0, h - 1)
-    xs = torch.linspace(w / (2 * THUMB), w - w / (2 * THUMB), THUMB).long().clamp(0, w - 1)
-    grid = frames.index_select(-2, ys.to(frames.device)).index_select(-1, xs.to(frames.device))
-    grey = grid.float().mean(dim=-3)  # over channels
-    return grey.reshape(frames.shape[0], -1).cpu().numpy().astype(np.float64)
+    step = max(1, min(h, w) // (THUMB * SAMPLES_PER_CELL))  # every pixel of 480x640 costs ~10 ms a batch
+    sub = frames[..., ::step, ::step]
+    grey = sub.float().mean(dim=-3)
+    if not frames.is_floating_point():
+        grey = grey / 255.0
+    keep = torch.ones(grey.shape[-2:], device=grey.device)
+    if barcode_px:
+        edge = -(-barcode_px // step)
+        keep[:edge, :edge] = 0.0
+    pool = torch.nn.functional.adaptive_avg_pool2d
+    total = pool((grey * keep)[:, None], THUMB)[:, 0]
+    share = pool(keep[None, None], THUMB)[0, 0]
+    cells = torch.where(share > 0, total / share.clamp_min(1e-9), torch.zeros_like(total))
+    return cells.reshape(frames.shape[0], -1).cpu().numpy().astype(np.float64)
 
 
-def batch_features(batch: dict) -> dict[str, np.ndarray]:
-    """The batch's features by group: 'pixels' (every camera's frames as thumbnails) and 'numeric' (floating
-    features such as observation.state and action); a group the batch lacks is absent."""
-    pixels, numeric = [], []
+def item_features(
+    batch: dict, anchors: dict[str, int] | None = None, barcode_px: dict[str, int] | None = None
+) -> dict[str, dict[str, np.ndarray]]:
+    """The batch's features by group and key: 'pixels' (each camera's anchor frame as a thumbnail) and 'numeric'
+    (every numeric feature at the anchor row, bookkeeping and pads left out), each (B, D). `anchors`: per windowed
+    key, the index of its anchor in the window's axis (1); `barcode_px`: per camera, the barcode square to leave
+    out. A group the batch lacks is absent."""
+    import torch
+
+    anchors, barcode_px = anchors or {}, barcode_px or {}
+    out: dict[str, dict[str, np.ndarray]] = {}
     for key, value in batch.items():
-        if not isinstance(value, torch.Tensor) or key in NOT_FEATURES or key.endswith("_is_pad"):
+        if not isinstance(value, torch.Tensor) or key in NOT_FEATURES or key.endswith("_is_pad") or key[0] == "_":
+            continue
+        if value.dtype == torch.bool or value.ndim == 0:
             continue
         if value.ndim >= 4:  # (B, C, H, W) or (B, T, C, H, W): frames
-            pixels.append(thumbnails(value))
-        elif value.ndim in (2, 3) and value.is_floating_point():
-            numeric.append(value.reshape(value.shape[0], -1).cpu().numpy().astype(np.float64))
-    out = {}
-    if pixels:
-        out["pixels"] = np.concatenate(pixels, axis=1)
-    if numeric:
-        out["numeric"] = np.concatenate(numeric, axis=1)
+            frames = value[:, anchors.get(key, 0)] if value.ndim == 5 else value
+            out.setdefault("pixels", {})[key] = thumbnails(frames, barcode_px.get(key, 0))
+        else:
+            if key in anchors and value.ndim >= 2:  # (B, T, ...) of a windowed key: its anchor row
+                value = value[:, anchors[key]]
+            x = value.reshape(value.shape[0], -1).cpu().double().numpy()
+            out.setdefault("numeric", {})[key] = x
     return out
 
 
-class BatchMoments:
-    """Running sums over every item and each batch's mean, per feature group: all the measure needs."""
+class BatchMeans:
+    """Each batch's mean projected on the reference's components (a few numbers a batch): all the measure needs."""
 
-    def __init__(self):
-        self.n = 0
-        self.sums: dict[str, np.ndarray] = {}
-        self.squares: dict[str, np.ndarray] = {}
+    def __init__(self, reference, anchors: dict[str, int] | None = None):
+        self.reference = reference
+        self.anchors = anchors or {}
         self.means: dict[str, list[np.ndarray]] = {}
         self.sizes: list[int] = []
 
     def add(self, batch: dict) -> None:
-        feats = batch_features(batch)
-        if not feats:
+        if self.reference is None:
             return
-        size = next(iter(feats.values())).shape[0]
-        self.sizes.append(size)
-        self.n += size
-        for group, x in feats.items():
-            if group in self.sums and self.sums[group].shape != x.shape[1:]:
-                continue  # a batch of another shape (should not happen within one run): left out of its group
-            self.sums[group] = self.sums.get(group, 0.0) + x.sum(axis=0)
-            self.squares[group] = self.squares.get(group, 0.0) + (x * x).sum(axis=0)
-            self.means.setdefault(group, []).append(x.mean(axis=0))
+        feats = item_features(batch, self.anchors, self.reference.barcode_px)
+        projected = self.reference.project(feats)
+        if not projected:
+            return
+        self.sizes.append(next(iter(projected.values())).shape[0])
+        for group, p in projected.items():
+            self.means.setdefault(group, []).append(p.mean(axis=0))
 
-    def effective(self, window: int = 1) -> dict[str, float]:
-        """Effective / nominal batch size per group over the mean of `window` consecutive batches (module
-        docstring); NaN where too few batches, or no feature varies."""
-        out = {}
-        full = int(np.median(self.sizes)) if self.sizes else 0
-        for group, means in self.means.items():
-            keep = [m for m, s in zip(means, self.sizes) if s == full]  # a last short batch would weigh otherwise
-            out[group] = effective_ratio(
-                np.asarray(keep), self.sums[group] / self.n, self.squares[group] / self.n, full, window
-            )
-        return out
+    def kept(self) -> dict[str, np.ndarray]:
+        """Per group, the (N, k) means of the full-size batches (a last short batch would weigh otherwise)."""
+        full = self.full_size()
+        return {
+            g: np.asarray([m for m, s in zip(means, self.sizes) if s == full])
+            for g, means in self.means.items()
+            if len(means) == len(self.sizes)
+        }
+
+    def full_size(self) -> int:
+        return int(np.median(self.sizes)) if self.sizes else 0
+
+    def effective(self, window: int = 1) -> dict[str, tuple[float, float, float]]:
+        """(value, low, high) effective / nominal batch size per group over `window` consecutive batches."""
+        c = self.reference.correction if self.reference is not None else 0.0
+        return {g: effective_ratio(p, self.full_size(), window, c) for g, p in self.kept().items()}
 
 
-def effective_ratio(means: np.ndarray, mu: np.ndarray, second: np.ndarray, size: int, window: int = 1) -> float:
-    """Effective / nominal size of `window` consecutive batches of `size` items, from each batch's feature means
-    (N, D), and the items' mean `mu` and mean square `second` (D,). NaN with fewer than MIN_BATCHES windows."""
-    if len(means) < max(window + MIN_BATCHES - 1, WINDOW_SPANS * window if window > 1 else 0) or size < 1:
-        return float("nan")
-    var = second - mu * mu
-    varying = var > 1e-9 * max(1.0, float(np.max(np.abs(second))))
-    if not varying.any():
-        return float("nan")
-    if window > 1:  # the mean of each run of `window` consecutive batches (sliding)
+def effective_ratio(means: np.ndarray, size: int, window: int = 1, correction: float = 0.0) -> tuple:
+    """(value, low, high): effective / nominal size of `window` consecutive batches of `size` items, from each
+    batch's mean projected on the reference's whitened components (N, k), with its 90% interval; NaNs with fewer
+    than `min_batches(window)` batches. `correction`: the reference mean's own variance (1 / n_ref)."""
+    nan = (float("nan"),) * 3
+    means = np.asarray(means, np.float64)
+    if means.ndim != 2 or size < 1 or len(means) < min_batches(window) or means.shape[1] == 0:
+        return nan
+    spans = len(means) // window
+    disjoint = means[: spans * window].reshape(spans, window, -1).mean(axis=1)
+    if window > 1:  # the point estimate over every run of `window` consecutive batches (sliding)
         cum = np.cumsum(np.vstack([np.zeros(means.shape[1]), means]), axis=0)
-        means = (cum[window:] - cum[:-window]) / window
-    spread = np.mean((means[:, varying] - mu[varying]) ** 2, axis=0)
-    relative = float(np.sum(spread / var[varying]))
-    if relative <= 0:
-        return float("nan")
-    return float(varying.sum() / relative / (size * window))
+        sliding = (cum[window:] - cum[:-window]) / window
+    else:
+        sliding = means
+    excess = float(np.mean(sliding**2)) - correction
+    spread = float(np.std(np.mean(disjoint**2, axis=1), ddof=1)) / np.sqrt(spans)
+    nominal = size * window
+
+    def ratio(x: float) -> float:
+        return MAX_RATIO if x <= 1.0 / (MAX_RATIO * nominal) else 1.0 / (nominal * x)
+
+    return ratio(excess), ratio(excess + Z90 * spread), ratio(excess - Z90 * spread)
+
+
+def pooled(per_rank: list[dict[str, list]], sizes: list[int]) -> dict[str, np.ndarray]:
+    """The global batches' projected means from each rank's (`BatchMeans.kept`, as lists), rank r's batch i with
+    the other ranks' batch i: the size-weighted mean over ranks, over the batches every rank has."""
+    groups = set.intersection(*(set(r) for r in per_rank)) if per_rank else set()
+    out = {}
+    for g in groups:
+        arrays = [np.asarray(r[g], np.float64) for r in per_rank]
+        n = min(len(a) for a in arrays)
+        if n == 0 or len({a.shape[1] for a in arrays}) != 1:
+            continue
+        weights = np.asarray(sizes, np.float64) / sum(sizes)
+        out[g] = sum(w * a[:n] for w, a in zip(weights, arrays))
+    return out
+
+
+def lowest(figures: dict[str, tuple]) -> tuple:
+    """The (value, low, high) of the group with the lowest value; NaNs where no group has a figure."""
+    shown = [f for f in figures.values() if f[0] == f[0]]
+    return min(shown, key=lambda f: f[0]) if shown else (float("nan"),) * 3
 
 
 def distinct_frames(batches: list[np.ndarray], offsets: dict[str, list[int]], ep_from, ep_to) -> float:
