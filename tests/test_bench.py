@@ -315,8 +315,43 @@ def test_resume_check_interrupts_an_epoch_and_resumes_it_with_one_worker_more(v3
     dmeta = DatasetMeta.load(str(v30_h264))
     metrics, problem = resume_check.resume_check(replace(run_, num_workers=0), dmeta)
     assert metrics["resume_exact"] is False and "arrived more than once" in problem
+    # and the run it belongs to fails, whatever its speed
+    from dlbench.bench.metrics import rank_record
+
+    assert rank_record(run_, {**m, "frames_verified": 4}, None, problem)["status"] == "failed"
     with pytest.raises(UserError, match="dlbench_stream only"):
         make_run({"root": str(v30_h264), "loader": "dlbench_map", "resume_check": True, **FAST})
+
+
+def test_resume_check_of_two_ranks_counts_the_pieces_their_workers_read(v30_h264):
+    """Two ranks of 2 workers each: the workers' plan cuts every episode into 4 pieces, so a rank's rows are pieces
+    of episodes, not whole ones; each rank's resume check expects exactly its own rows and finds them."""
+    from dlbench.bench.checks import resume as resume_check
+    from dlbench.loader.dataset_meta import DatasetMeta
+
+    dmeta = DatasetMeta.load(str(v30_h264))
+    run_ = make_run({"root": str(v30_h264), "loader": "dlbench_stream", "resume_check": True,
+                     **{**FAST, "num_workers": 2}, "buffer_size": 8, "ranks": 2})  # fmt: skip
+    checked = []
+    for rank in (0, 1):
+        metrics, problem = resume_check.resume_check(replace(run_, rank=rank), dmeta)
+        assert problem == "" and metrics["resume_exact"] is True
+        checked.append(metrics["resume_checked_samples"])
+    assert sum(checked) == dmeta.num_frames
+
+
+def test_state_dict_under_workers_without_tagged_items_says_what_it_needs(v30_h264):
+    """Under DataLoader workers the items are yielded in other processes: without tag_items and observe, a state
+    would record nothing delivered; it says so instead."""
+    from dlbench.loader.stream import LeRobotStreamingDataset
+
+    ds = LeRobotStreamingDataset(root=str(v30_h264))
+    ds.use_workers(2)
+    with pytest.raises(UserError, match="tag_items=True and observe"):
+        ds.state_dict()
+    tagged = LeRobotStreamingDataset(root=str(v30_h264), tag_items=True)
+    tagged.use_workers(2)
+    assert tagged.state_dict()["delivered"] == {}
 
 
 def test_a_stream_of_fewer_shards_than_workers_says_which_idle():

@@ -249,4 +249,6 @@ def rank_record(run: RunSpec, metrics: dict, decoded: DecodeCheck | None, resume
         reason = "; ".join(r for r in (f"unverified: {why}", resume_problem) if r)
         return recordmod.make_record(run.record(), metrics, status="unverified", reason=reason)
     wrong = f"wrong frames: {'; '.join(decoded.problems)}" if decoded is not None and decoded.problems else ""
-    return recordmod.make_record(run.record(), metrics, reason="; ".join(r for r in (wrong, resume_problem) if r))
+    reason = "; ".join(r for r in (wrong, resume_problem) if r)
+    # a resume that loses or repeats frames is a failed run, whatever its speed
+    return recordmod.make_record(run.record(), metrics, status="failed" if resume_problem else "ok", reason=reason)

@@ -300,6 +300,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         self._loaded: tuple | None = None  # the runs of rows whose parquet columns are in memory
         self._tables = HeldTables(HELD_DATA_MB * 2**20)  # across epochs: a small dataset is read once a process
         self.delivered = Delivered()  # what this process delivered of the epoch; what a loaded state skips
+        self._workers = 0  # the DataLoader workers `use_workers` was told of
 
     def _plan(self, gop_run: int | None, pieces: int | None, virtual_shards: int | None, cache: int | None) -> None:
         """GOP runs, pieces and virtual shards as asked, or (None) by default: `use_workers` moves them."""
@@ -385,6 +386,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         live episode's items within one GOP for several batches, and consecutive batches from other workers' pools
         dilute that (720p H.264, GOP 30: 2 workers 362 against 132 frames/s at the same effective batch size; one
         worker 241 against 72 but 0.20 over ten batches, under the default floor). A loaded state keeps its own."""
+        self._workers = num_workers
         if self.builder.decoder.fetch or not self.shuffle:
             return
         pieces = self.pieces
@@ -457,6 +459,12 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         Where torch.distributed's process group is initialized and matches this dataset's rank and world size,
         every rank must call it at the same point (it gathers the ranks' counts) and each gets the global state;
         otherwise combine the ranks' states with `merge_states`."""
+        if self._workers and not self.tag_items:
+            # the workers yield in their own processes: only `observe` of tagged items tells this one what arrived
+            raise UserError(
+                f"state_dict() under {self._workers} DataLoader workers needs tag_items=True and observe(batch) "
+                "for each batch taken; without them it would record nothing delivered"
+            )
         state = self.delivered.state(self._identity(), self.rank, self.world_size)
         dist = torch.distributed
         if (

@@ -173,10 +173,15 @@ def load(path: Path) -> Reference:
     return Reference(meta["n"], meta["population"], groups, meta["barcode_px"])
 
 
+def path_of(dmeta, directory: Path | None = None) -> Path:
+    """Where the dataset's reference is kept."""
+    return (directory or cache_dir()) / f"{cache_key(dmeta)}.npz"
+
+
 def reference(dmeta, directory: Path | None = None) -> Reference:
     """The dataset's reference from the cache, built (once, under a lock) where the cache lacks it."""
     directory = directory or cache_dir()
-    path = directory / f"{cache_key(dmeta)}.npz"
+    path = path_of(dmeta, directory)
     if path.exists():
         try:
             return load(path)

@@ -18,10 +18,11 @@ from .frames import BarcodeCheck
 
 
 def rank_rows(ds, epoch: int) -> np.ndarray:
-    """The rows a streaming dataset's rank yields in `epoch` (its virtual shards' episodes)."""
-    ep_from, ep_to = ds.meta.ep_from, ds.meta.ep_to
-    eps = [e for v in ds.rank_shards(epoch) for e in ds.virtual_shard_episodes(int(v))]
-    return np.concatenate([np.arange(ep_from[e], ep_to[e]) for e in eps] or [np.zeros(0, np.int64)])
+    """The rows a streaming dataset's rank yields in `epoch`: every row its virtual shards' event streams decode
+    (pieces of episodes, as the workers' plan cuts them), read off the order without decoding."""
+    rows = [r for v in ds.rank_shards(epoch) for kind, value in ds.shard_events(int(v), epoch) if kind == "decode"
+            for r in value[0]]  # fmt: skip
+    return np.asarray(rows, np.int64)
 
 
 def few(rows: list[int], most: int = 8) -> str:
@@ -49,6 +50,7 @@ def resume_check(run: RunSpec, dmeta: DatasetMeta) -> tuple[dict, str]:
         # returning drops the DataLoader: its workers stop, and the batches they had made undelivered are lost
 
     first = make_adapter(run, dmeta, tag_items=True)
+    first.dataset.use_workers(run.num_workers)  # the plan the DataLoader makes: its pieces are the rank's rows
     expected = rank_rows(first.dataset, first.dataset.epoch)
     batches = -(-len(first.dataset) // run.batch_size)
     stop = int(np.random.default_rng([run.seed, run.rank]).integers(1, max(2, batches)))
