@@ -119,6 +119,9 @@ def test_a_stream_below_the_shuffle_floor_is_told_first_how_to_restore_it():
     assert not any(p.shuffle for p in fine)
     every = prescribe(low, c, spec={"pool_size": 64})  # each worker's 50 episodes already live: nothing to raise
     assert not any(p.shuffle for p in every)
+    # the default pool (unset) has every piece live: what bounds the live episodes is the blocks buffer_mb keeps
+    default = prescribe(low, c, spec={})
+    assert default[0].shuffle and default[0].change == {"buffer_mb": 1024.0} and "every piece is live" in default[0].why
     text = advise(pd.DataFrame([low]), {("d", "local"): c}, specs={("s", low["run_id"]): {"pool_size": 2}})
     assert "below it (effective batch 0.10 < 0.5, effective window 0.10 < 0.3), so the run does not pass" in text
     assert "`pool_size: 4`" in text

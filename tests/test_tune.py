@@ -93,16 +93,21 @@ def test_a_stream_at_the_floor_tries_gop_runs_and_blocks_decoded_together_next_w
 
 
 def test_a_stream_below_the_floor_moves_its_knobs_and_a_proof_qualifies_only_whole():
-    c = Candidate("dlbench_stream", {"num_workers": 2})
     low = {"shuffle_distinct_frames": 0.6, "shuffle_effective_batch": 0.6, "shuffle_effective_window": 0.2}
+    # the default pool has every piece live: what bounds the live episodes is the blocks of buffer_mb
+    default = knob_moves(Candidate("dlbench_stream", {"num_workers": 2}), low, FLOOR, episodes_per_worker=1000)
+    assert [m.settings for m in default] == [{"num_workers": 2, "read_ahead": 1}, {"num_workers": 2, "buffer_mb": 1024}]
+    c = Candidate("dlbench_stream", {"num_workers": 2, "pool_size": 32})
     shared = knob_moves(c, low, FLOOR, episodes_per_worker=1000)
     # the pool grown in one move to what the design effect says clears the floor by 0.1: excess 4 -> 1.5, x 2.67
     assert [m.settings for m in shared] == [
-        {"num_workers": 2, "read_ahead": 1},
+        {"num_workers": 2, "pool_size": 32, "read_ahead": 1},
         {"num_workers": 2, "pool_size": 86, "buffer_size": 2752},
     ]
     capped = knob_moves(c, {"shuffle_effective_window": 0.2}, FLOOR, episodes_per_worker=50)
     assert [m.settings for m in capped] == [{"num_workers": 2, "pool_size": 50, "buffer_size": 1600}]  # every piece
+    # a figure not shown (too short a proof) says nothing of which knob to move
+    assert knob_moves(c, {"shuffle_effective_batch": 0.9}, FLOOR, episodes_per_worker=50) == []
     assert knob_moves(c, {"shuffle_distinct_frames": 1.0}, FLOOR, episodes_per_worker=8) == []
     # over the budget at the floor: a bigger pool would add memory, so no move
     above = {"shuffle_effective_batch": 0.9, "shuffle_effective_window": 0.7, "peak_pss_mb": 9e3}

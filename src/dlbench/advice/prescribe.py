@@ -313,7 +313,14 @@ def restore_shuffle(row: dict, spec: dict, episodes: int | None) -> Prescription
             why = f"{short}: items decoded in one block share frames and meet in a batch; one row a block shares none"
             return Prescription({"read_ahead": 1}, fps, 1.0, why=why, shuffle=True)
         mine = (episodes or 0) // workers  # the episodes one worker reads: a batch mixes no more
-        pool = _int(spec.get("pool_size"), mine)  # unset: every piece live (random order)
+        if spec.get("pool_size") is None:  # every piece live already: the blocks buffer_mb keeps bound the lanes
+            mb = float(spec.get("buffer_mb") or 512)  # unset: at most 512 (`loader.stream.BUFFER_MB_RANGE`)
+            if 2 * mb * 2**20 * workers > host_memory_bytes() / 2:
+                return None
+            why = (f"{short}: every piece is live, but a worker keeps only the blocks {mb:g} MB of buffer holds; "
+                   f"{2 * mb:g} MB keeps twice as many episodes in play")  # fmt: skip
+            return Prescription({"buffer_mb": 2 * mb}, fps, 1.0, why=why, shuffle=True)
+        pool = _int(spec.get("pool_size"), mine)
         if mine <= pool:
             return None
         new = min(2 * pool, mine)

@@ -103,7 +103,7 @@ class RunSpec:
     episode_order: str | None = None  # dlbench_stream's own default (random) where unset
     pieces: int | None = None
     gop_run: int | None = None
-    buffer_mb: float = 128
+    buffer_mb: float | None = None  # dlbench_stream's own default where unset
     decode_ahead: int | None = None
     max_num_shards: int | None = None
     ray_shuffle: str | None = None  # Ray's own default (none) where unset

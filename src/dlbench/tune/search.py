@@ -23,6 +23,7 @@ LOADERS = ("dlbench_map", "dlbench_stream")
 # the stream's live episodes per worker, in the order tried: more live episodes mix more of them in a batch, at one
 # decoder set per episode each
 POOLS = (32, 64, 16)
+BUFFER_MB = 512  # the most dlbench_stream's default buffer_mb takes (`loader.stream.BUFFER_MB_RANGE`)
 ITEMS_PER_LIVE_EPISODE = 32  # a grown pool's shuffle buffer, per live episode
 FLOOR_MARGIN = 0.1  # a grown pool aims this far above the floor (`pool_needed`)
 TRAINING_S = 3600.0  # the run predicted: an hour of training, not a benchmark's window
@@ -102,11 +103,16 @@ def best_per_loader(candidates: list[Candidate]) -> dict[str, Candidate]:
 def knob_moves(c: Candidate, measured: dict, floor: dict, episodes_per_worker: int) -> list[Candidate]:
     """What to try after a dlbench_stream candidate measured below the floor: one row a block where its batches
     repeat frames (distinct frames low), more live episodes where its batches are worth few items (`pool_needed`, up
-    to the episodes a worker reads). Empty for other loaders, over the memory budget alone (a move would add memory),
+    to the episodes a worker reads; with the default pool, every piece, twice the `buffer_mb` whose blocks bound the
+    lanes). Empty for other loaders, over the memory budget alone (a move would add memory),
     or where no move is left."""
     if c.loader != "dlbench_stream":
         return []
     moves = []
+
+    def below(m, f, names):  # measured below: a figure not shown says nothing of which knob to move
+        return [n for n, v, _ in shortfalls.short(m, f, names) if v is not None]
+
     if below(measured, floor, ("distinct_frames",)) and c.settings.get("read_ahead") != 1:
         moves.append(Candidate(c.loader, {**c.settings, "read_ahead": 1}, c.predicted_fps, c.predicted_pss_mb, c.bound))
     pool = c.settings.get("pool_size") or episodes_per_worker  # unset: every piece live
@@ -116,6 +122,10 @@ def knob_moves(c: Candidate, measured: dict, floor: dict, episodes_per_worker: i
         # workers: pool 64 alone 0.64 of nominal, with 2,048 items 0.69; pool 128 with 4,096 items 0.86)
         grown = {"pool_size": bigger, "buffer_size": ITEMS_PER_LIVE_EPISODE * bigger}
         moves.append(Candidate(c.loader, {**c.settings, **grown}, c.predicted_fps, c.predicted_pss_mb, c.bound))
+    elif "pool_size" not in c.settings and below(measured, floor, ("effective_batch", "effective_window")):
+        # every piece is live by default: the lanes are bounded by the blocks buffer_mb keeps, so more buffer
+        mb = 2 * c.settings.get("buffer_mb", BUFFER_MB)  # unset: the most the default takes
+        moves.append(Candidate(c.loader, {**c.settings, "buffer_mb": mb}, c.predicted_fps, c.predicted_pss_mb, c.bound))
     return moves
 
 
