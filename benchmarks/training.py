@@ -32,6 +32,8 @@ POINTS = (
     ("map (random access)", "dlbench_map", {}),
     ("stream, forward (reading order)", "dlbench_stream", {"pool_size": 8, "episode_order": "forward"}),
     ("stream, default", "dlbench_stream", {}),
+    # the defaults before the floor was judged against the dataset: 32 live episodes, 128 MB counted in float32
+    ("stream, 32 live (before)", "dlbench_stream", {"pool_size": 32, "buffer_mb": 32}),
     # more rows a block: faster on long GOPs, a block's alike rows meet more often in ten batches
     ("stream, 4 rows a block", "dlbench_stream", {"read_ahead": 4}),
     ("stream, pool 4", "dlbench_stream", {"pool_size": 4}),
@@ -115,7 +117,7 @@ def main(argv=None) -> None:
         uniform = [rng.choice(len(x), a.batch_size, replace=False) for _ in range(a.steps)]
         base = np.array([train(x, y, uniform, s) for s in range(a.seeds)])
         report.line(f"{name}: {len(x)} frames; uniform batches: loss {base.mean():.4f} +/- {base.std():.4f}")
-        gaps, effs = [], []
+        gaps, effs, tens = [], [], []
         for label, loader, settings in points:
             batches, m = delivered(root, work, loader, settings, a.steps, a.batch_size, a.workers)
             losses = np.array([train(x, y, batches, s) for s in range(a.seeds)])
@@ -123,11 +125,12 @@ def main(argv=None) -> None:
             one, ten = m.get("shuffle_effective_batch"), m.get("shuffle_effective_window")
             gaps.append(gap.mean())
             effs.append(one)
+            tens.append(ten)
             report.row(set=name, loader=label, effective_1=one, effective_10=ten, loss=f"{losses.mean():.4f}",
                        gap=f"{gap.mean():+.4f}", gap_sd=f"{gap.std():.4f}")  # fmt: skip
-        rho = spearman(effs, [-g for g in gaps])
-        report.goal(f"{name}: effective batch size orders the loaders as training's loss gap does (Spearman's "
-                    "rho > 0.7)", rho > 0.7, f"rho {rho:.2f}")  # fmt: skip
+        rho, rho10 = spearman(effs, [-g for g in gaps]), spearman(tens, [-g for g in gaps])
+        goal = f"{name}: effective batch size (one batch, and ten) orders the loaders as training's loss gap does"
+        report.goal(f"{goal} (Spearman's rho > 0.7)", min(rho, rho10) > 0.7, f"rho {rho:.2f}, over ten {rho10:.2f}")
     report.close()
 
 

@@ -137,11 +137,11 @@ def tune(*args, timeout=600):
 @pytest.mark.slow
 def test_a_pool_grown_to_the_floor_is_where_the_next_stream_starts():
     """Many episodes: the first stream grows its pool in one move, the next starts at that pool (one proof each, not a
-    doubling per proof)."""
+    doubling per proof); with the default pool (every piece live) the move is one of buffer_mb, made once."""
     from dlbench.tune.run import _prove_queue
 
     def prove(c):
-        wide = c.settings.get("pool_size", 32) >= 80
+        wide = c.settings.get("pool_size", 32) >= 80 or c.settings.get("buffer_mb", 0) >= 1024
         return {"status": "ok", "frames_wrong": 0, "shuffle_effective_batch": 0.9, "peak_pss_mb": 900.0,
                 "shuffle_effective_window": 0.5 if wide else 0.2, "shuffle_distinct_frames": 1.0}  # fmt: skip
 
@@ -153,6 +153,22 @@ def test_a_pool_grown_to_the_floor_is_where_the_next_stream_starts():
     proven = _prove_queue(State(), queue, prove, FLOOR, None, 5000, float("inf"))
     assert [p.key for p in proven] == [
         "dlbench_stream num_workers=1",
+        "dlbench_stream buffer_mb=1024 num_workers=1",
+        "dlbench_stream buffer_mb=1024 num_workers=1 read_ahead=8",
+        "dlbench_stream buffer_mb=1024 num_workers=2",
+        "dlbench_stream buffer_mb=1024 num_workers=2 read_ahead=8",
+    ]
+    stuck = lambda c: {**prove(c), "shuffle_effective_window": 0.2}  # noqa: E731
+    never = _prove_queue(State(), [Candidate("dlbench_stream", {"num_workers": 1})], stuck, FLOOR, None, 5000, 1e9)
+    assert len(never) == 2  # a buffer that did not help is not doubled again
+    # an explicit pool grows in one move, and the next stream at its default starts there
+    queue = [
+        Candidate("dlbench_stream", {"num_workers": 1, "pool_size": 32}),
+        Candidate("dlbench_stream", {"num_workers": 2}),
+    ]
+    proven = _prove_queue(State(), queue, prove, FLOOR, None, 5000, float("inf"))
+    assert [p.key for p in proven] == [
+        "dlbench_stream num_workers=1 pool_size=32",
         "dlbench_stream buffer_size=2752 num_workers=1 pool_size=86",
         "dlbench_stream buffer_size=2752 num_workers=1 pool_size=86 read_ahead=8",  # its speed move, once it meets
         "dlbench_stream buffer_size=2752 num_workers=2 pool_size=86",

@@ -93,7 +93,7 @@ def _prove_queue(
         if proven and time.perf_counter() + expected > deadline:
             state.note(f"time budget spent: {c.key} and {len(queue)} more not proven (a proof takes {expected:.0f} s)")
             break
-        if c.loader == "dlbench_stream" and grown and "pool_size" not in c.settings:
+        if c.loader == "dlbench_stream" and grown and not {"pool_size", "buffer_mb"} & set(c.settings):
             c = dataclasses.replace(c, settings={**c.settings, **grown}, measured={})
         t = time.perf_counter()
         c.measured = prove(c)
@@ -102,8 +102,8 @@ def _prove_queue(
         if meets(c.measured, floor, memory_mb) and c.loader == "dlbench_stream":
             queue = knob_moves(c, c.measured, floor, per_worker) + queue
         else:
-            if c.loader == "dlbench_stream" and "pool_size" in c.settings and not grown:
-                grown = {k: c.settings[k] for k in ("pool_size", "buffer_size") if k in c.settings}
+            if c.loader == "dlbench_stream" and {"pool_size", "buffer_mb"} & set(c.settings) and not grown:
+                grown = {k: c.settings[k] for k in ("pool_size", "buffer_size", "buffer_mb") if k in c.settings}
             queue = speed_moves(c, gop, span, remote, slot_mb) + queue
     return proven
 

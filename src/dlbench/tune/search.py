@@ -122,7 +122,9 @@ def knob_moves(c: Candidate, measured: dict, floor: dict, episodes_per_worker: i
         # workers: pool 64 alone 0.64 of nominal, with 2,048 items 0.69; pool 128 with 4,096 items 0.86)
         grown = {"pool_size": bigger, "buffer_size": ITEMS_PER_LIVE_EPISODE * bigger}
         moves.append(Candidate(c.loader, {**c.settings, **grown}, c.predicted_fps, c.predicted_pss_mb, c.bound))
-    elif "pool_size" not in c.settings and below(measured, floor, ("effective_batch", "effective_window")):
+    elif not {"pool_size", "buffer_mb"} & set(c.settings) and below(
+        measured, floor, ("effective_batch", "effective_window")
+    ):
         # every piece is live by default: the lanes are bounded by the blocks buffer_mb keeps, so more buffer
         mb = 2 * c.settings.get("buffer_mb", BUFFER_MB)  # unset: the most the default takes
         moves.append(Candidate(c.loader, {**c.settings, "buffer_mb": mb}, c.predicted_fps, c.predicted_pss_mb, c.bound))
