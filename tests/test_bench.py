@@ -279,7 +279,8 @@ def _same_length_other_content(video, out):
 def test_a_training_step_is_held_and_the_data_wait_measured(v30_h264):
     """With num_workers=0 the consumer waits for every batch it decodes itself; with 2 workers and a step far longer
     than a batch takes, the workers keep ahead and the consumer hardly waits."""
-    base = dict(root=str(v30_h264), loader="dlbench_map", verify=False, **{**FAST, "duration_s": 1.5})
+    # windows of their 1.5 s only (min_batches 0): the step, not the effective batch size, is what is measured
+    base = dict(root=str(v30_h264), loader="dlbench_map", verify=False, **{**FAST, "duration_s": 1.5, "min_batches": 0})
     free = measure_rank(RunSpec(**base))["metrics"]
     # decoding in the consumer's own process is waiting; the rest is the consumer's own work per batch (its
     # effective-batch thumbnails, its records), which a loaded machine stretches (0.80 measured under the suite)

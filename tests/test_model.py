@@ -1,6 +1,7 @@
 """dlbench.model: the equations (pure, over many shapes), the calibration record, and a real calibration."""
 
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -155,7 +156,6 @@ def test_the_what_if_table_answers_for_another_node():
 def test_an_unreachable_dataset_is_calibrated_as_such_or_stops_with_one_line(tmp_path):
     """A dataset that cannot be read from here (a closed port) with on_unreachable: skip gets a calibration that says
     why, so its runs' predictions say it too; without skip, one line naming the URL."""
-    from dataclasses import replace
 
     from dlbench.model.calibrate import calibrate
     from dlbench.run.spec import make_run
@@ -245,7 +245,6 @@ def test_a_remote_calibration_takes_the_full_width_contention_of_the_local_one_o
     one-worker pass (its loopback server's CPU in it) gets the same 0.45 ms on top of its own; a pair the local
     calibration lacks is left to be measured; a calibration of another host lends nothing, and says so."""
     import socket
-    from dataclasses import replace
 
     from dlbench.model.calibrate import cores, usable_contention, with_contention
     from dlbench.model.calibration import Calibration
@@ -276,7 +275,6 @@ def test_a_lent_contention_never_makes_a_remote_prediction_negative(local, remot
     """Two short passes on a noisy host can measure a full-width pass below the one-worker one (`full_share` < 1)
     and a remote source's one-worker pass below the local one's. The remote's full-width CPU is still the local
     one's at least (a source adds CPU, never takes it away), so every prediction of it stays above zero."""
-    from dataclasses import replace
 
     from dlbench.model.calibrate import with_contention
 
@@ -293,7 +291,6 @@ def test_the_cores_bound_divides_by_what_a_sample_costs_with_every_core_busy():
     4 cores give 4 / 1.6 ms; 1 core the one-worker pass's 1 / 1.15 ms; 2 cores a third of the extra on top; 16
     cores (past the width measured) the 4-core figure. Re-encoding that saves decode CPU saves it at full width too;
     a run that checks no frames saves the checks there."""
-    from dataclasses import replace
 
     c = replace(cost(worker_ms=1.0), full_cpu_s=1.6e-3, full_cores=4)
     rate = {n: predict(c, Node(n), n, batch_size=16, episodes=100).rates["cores"] for n in (1, 2, 4, 16)}
@@ -306,7 +303,6 @@ def test_the_cores_bound_divides_by_what_a_sample_costs_with_every_core_busy():
 def test_remote_reads_are_a_cost_per_frame_plus_each_readers_opening_spread_over_its_frames():
     """A pass of few frames weighs its opening reads heavily; a long run with more workers spreads them thinner:
     the main process's opening once a rank (metadata; LeRobot's map-style download), one more per reading process."""
-    from dataclasses import replace
 
     from dlbench.model.calibrate import remote_cost
     from dlbench.model.equations import remote_per_kframe
@@ -331,7 +327,7 @@ def test_remote_reads_are_a_cost_per_frame_plus_each_readers_opening_spread_over
 
 
 def test_a_stream_of_windows_is_calibrated_halfway_through_the_runs_windows():
-    from dlbench.model.calibrate import MAX_STREAM_WARMUP_S, pass_warmup_s, steady_samples
+    from dlbench.model.calibrate import FORWARD_POOL, MAX_STREAM_WARMUP_S, pass_warmup_s, steady_samples
     from dlbench.run.spec import RunSpec
 
     def run(loader, mode, duration_s=3.0, repeats=2):
@@ -344,14 +340,14 @@ def test_a_stream_of_windows_is_calibrated_halfway_through_the_runs_windows():
     assert pass_warmup_s(run("dlbench_stream", "sarm", duration_s=60)) == MAX_STREAM_WARMUP_S
     assert pass_warmup_s(run("dlbench_stream", "sarm", duration_s=1, repeats=1)) == 1.0  # never under the run's
     # that long only where the readers are still in their first episodes after the run's warm-up: an episode each
-    assert steady_samples(run("dlbench_stream", "sarm"), 100) == 100 * RunSpec.pool_size
+    assert steady_samples(run("dlbench_stream", "sarm"), 100) == 100 * FORWARD_POOL  # unset: as the forward pool's
+    assert steady_samples(replace(run("dlbench_stream", "sarm"), pool_size=8), 100) == 100 * 8
     assert steady_samples(run("lerobot_stream", "sarm"), 100) == 100 + 1000  # one shard, its own default buffer
 
 
 def test_each_worker_past_the_first_adds_its_own_pages_not_the_pages_forked_workers_share():
     """PSS splits the pages forked workers share among them, so their sum is what the one-worker pass measured;
     each further worker adds its USS. Without a USS (an older record) a worker's PSS stands in."""
-    from dataclasses import replace
 
     c = replace(cost(), main_pss_mb=200.0, worker_pss_mb=150.0, worker_uss_mb=60.0)
 
@@ -471,7 +467,6 @@ def test_a_two_host_run_is_predicted_with_its_second_hosts_rank_too():
 def test_a_streams_calibration_passes_plan_their_reading_for_the_runs_workers():
     """A stream cuts pieces and takes GOP runs by its workers, so each pass plans for the run's (resolved from auto
     per rank of a node); other loaders plan nothing."""
-    from dataclasses import replace
 
     from dlbench.model.calibrate import planned_workers
     from dlbench.run.spec import RunSpec, resolve_workers
