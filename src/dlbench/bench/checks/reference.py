@@ -30,7 +30,7 @@ from .effective import BARCODE_MARGIN_PX, item_features
 REFERENCE_ITEMS = 1024  # rows sampled: the correction 1 / n is 0.1 of a uniform batch of 16 over ten batches' 1/160
 VAR_SHARE = 0.9  # the leading components kept hold this share of the standardized features' variance
 ITEMS_PER_COMPONENT = 16
-VERSION = 2  # of the features and the sample: a change makes new cache files
+VERSION = 3  # of the features and the sample: a change makes new cache files
 READ_BATCH = 32
 
 
