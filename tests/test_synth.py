@@ -3,6 +3,7 @@ import os
 import sys
 
 import numpy as np
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
@@ -104,8 +105,30 @@ def test_camera_content_reads_back_and_costs_real_bytes(tmp_path):
     assert frames[:, 32:, :].std() > 20  # not flat
 
 
+def test_phases_content_shows_one_task_whose_look_follows_the_episodes_time(tmp_path):
+    """content="phases": episodes of different lengths show the same scene at the same share of their time (a
+    task's phases), unlike "camera", whose episodes are scenes of their own; the state follows the phase too; every
+    barcode reads back."""
+    cams = (Camera("observation.images.front", 96, 128),)
+    cfg = tiny_config(episodes=3, length_min=20, length_max=40, cameras=cams, content="phases", state_dim=4)
+    root = synthesize(cfg, tmp_path / "p", workers=1, progress=False)
+    check_v21(root, cfg)
+    far = lambda a, b: np.abs(a[64:].astype(int) - b[64:]).mean()  # noqa: E731 (below the barcode)
+    short, long = (render_frames(cams[0], 0, e, n, content="phases", seed=cfg.seed) for e, n in ((0, 20), (1, 39)))
+    other = render_frames(cams[0], 0, 1, 39, content="camera", seed=cfg.seed)
+    own = render_frames(cams[0], 0, 0, 20, content="camera", seed=cfg.seed)
+    # the same phase (the end, the start) alike across episodes, scenes of their own far apart, phases apart too
+    assert far(short[-1], long[-1]) < far(own[-1], other[-1]) / 3 and far(short[0], long[0]) < 10
+    assert far(short[0], short[-1]) > far(short[-1], long[-1])
+    states = pd.concat(pd.read_parquet(f) for f in sorted((root / "data").rglob("*.parquet")))
+    ends = states.groupby("episode_index")["observation.state"].last()
+    starts = states.groupby("episode_index")["observation.state"].first()
+    spread = lambda col: np.stack(col.to_numpy()).std(axis=0).mean()  # noqa: E731
+    assert spread(ends) < 0.2 and np.abs(np.stack(ends) - np.stack(starts)).mean() > spread(ends)
+
+
 def test_unknown_content_is_refused(tmp_path):
-    with pytest.raises(UserError, match=r"content 'video' is unknown; choose one of \['stripes', 'camera'\]"):
+    with pytest.raises(UserError, match=r"content 'video' is unknown; choose one of \['stripes', 'camera', 'phases'\]"):
         synthesize(tiny_config(content="video"), tmp_path / "x", progress=False)
     assert not (tmp_path / "x").exists()
 

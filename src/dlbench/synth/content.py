@@ -23,9 +23,12 @@ def render_frames(
 ) -> np.ndarray:
     """(T, H, W, 3) uint8: the `content` (see CONTENTS), `noise` (fixed per pixel, seeded by episode and camera),
     plus the barcode. "stripes" is moving colour stripes (so the encoder has some work); it ignores `seed`.
-    "camera" is a workspace scene (see `_render_camera`), seeded by `seed`, episode and camera."""
-    if content == "camera":
-        return _render_camera(cam, camera_index, episode, length, noise, seed)
+    "camera" is a workspace scene (see `_render_camera`), seeded by `seed`, episode and camera; "phases" is one
+    scene for every episode, whose frame at time t shows the task's phase t / length (as the phases of one task
+    look alike across its episodes), seeded by `seed` and camera, with the sensor noise and a small pan each
+    episode's own."""
+    if content in ("camera", "phases"):
+        return _render_camera(cam, camera_index, episode, length, noise, seed, phases=content == "phases")
     if content != "stripes":
         raise ValueError(f"unknown content {content!r}; choose one of {list(CONTENTS)}")
     t = np.arange(length, dtype=np.float32)[:, None, None]
@@ -322,9 +325,27 @@ def _draw_scene(rng: np.random.Generator, h: int, w: int, length: int) -> _Scene
     return _Scene(background, (my, mx), pan_y, pan_x, objects, base, links, gripper, flicker, pool, offsets)
 
 
-def _render_camera(cam: Camera, camera_index: int, episode: int, length: int, noise: int, seed: int) -> np.ndarray:
-    """(T, H, W, 3) uint8: a scene drawn once (see `_draw_scene`) painted frame by frame, plus `noise` and barcodes."""
-    scene = _draw_scene(np.random.default_rng([seed, episode, camera_index, 0xCA3E]), cam.height, cam.width, length)
+PHASE_FRAMES = 600  # "phases": the shared scene's frames, which an episode of any length samples in its own time
+
+
+def _render_camera(
+    cam: Camera, camera_index: int, episode: int, length: int, noise: int, seed: int, phases: bool = False
+) -> np.ndarray:
+    """(T, H, W, 3) uint8: a scene drawn once (see `_draw_scene`) painted frame by frame, plus `noise` and barcodes.
+    `phases`: one scene of PHASE_FRAMES for every episode (its seed leaves the episode out), frame i of an episode
+    painting the scene's frame at the same share of its time; the episode's own sensor noise and pan offsets."""
+    if phases:
+        scene = _draw_scene(np.random.default_rng([seed, camera_index, 0xFA5E]), cam.height, cam.width, PHASE_FRAMES)
+        own = _draw_scene(np.random.default_rng([seed, episode, camera_index, 0xCA3E]), cam.height, cam.width, length)
+        at = np.round(np.arange(length) * (PHASE_FRAMES - 1) / max(length - 1, 1)).astype(int)
+        scene = _Scene(
+            **{**scene.__dict__, "pan_y": scene.pan_y[at], "pan_x": scene.pan_x[at], "flicker": own.flicker,
+               "noise_pool": own.noise_pool, "noise_offsets": own.noise_offsets,
+               "objects": [(p, m, t[at], l[at]) for p, m, t, l in scene.objects],
+               "links": [(p, h, w, a[at]) for p, h, w, a in scene.links]}
+        )  # fmt: skip
+    else:
+        scene = _draw_scene(np.random.default_rng([seed, episode, camera_index, 0xCA3E]), cam.height, cam.width, length)
     fixed = _pixel_noise(episode, camera_index, noise, (cam.height, cam.width, 3)) if noise else None
     frames = np.empty((length, cam.height, cam.width, 3), np.uint8)
     for i in range(length):

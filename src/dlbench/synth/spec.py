@@ -14,7 +14,7 @@ from ..format import paths
 # what the frames show (besides the barcode): "stripes" (smooth moving colour stripes: cheap to encode, ~4 KB per
 # frame at 480x640 in av1 crf 30) or "camera" (a textured workspace with moving objects, camera pan, flicker and
 # sensor noise: ~35 KB per frame there, about what a real robot camera costs)
-CONTENTS = ("stripes", "camera")
+CONTENTS = ("stripes", "camera", "phases")
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import pyarrow as pa
 from .. import atomic
 from ..errors import UserError, needs_extra
 from ..format import meta, paths
-from .content import render_frames
+from .content import PHASE_FRAMES, render_frames
 from .encode import check_encoder, encode_video
 from .spec import CODECS, SynthConfig, camera_keys, episode_lengths
 
@@ -106,6 +106,10 @@ def _write_episode(cfg: SynthConfig, root: Path, episode: int, length: int, star
     """Write one episode's parquet and videos; return its stats (JSON-ready)."""
     rng = np.random.default_rng([cfg.seed, episode])
     state = np.cumsum(rng.normal(0, 0.05, size=(length, cfg.state_dim)), axis=0).astype(np.float32)
+    if cfg.content == "phases":  # the task's one trajectory over the phase, each episode a little off it
+        shared = np.random.default_rng([cfg.seed, 0x57A7E]).normal(0, 0.05, size=(PHASE_FRAMES, cfg.state_dim))
+        at = np.round(np.arange(length) * (PHASE_FRAMES - 1) / max(length - 1, 1)).astype(int)
+        state = (np.cumsum(shared, axis=0)[at] + 0.1 * state / max(np.abs(state).max(), 1e-9)).astype(np.float32)
     action = (
         np.roll(state, -1, axis=0)[:, : cfg.action_dim]
         if cfg.action_dim <= cfg.state_dim
