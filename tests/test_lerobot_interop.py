@@ -3,6 +3,8 @@
 import inspect
 import json
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -13,6 +15,7 @@ from dlbench import peer
 from dlbench.bench.adapters import lerobot_delta_timestamps
 from dlbench.format import meta
 from dlbench.loader import LeRobotMapDataset
+from dlbench.tune import trainer
 from dlbench.validate import validate
 
 from .helpers import RECORDED_CAMERAS, peer_tier
@@ -272,3 +275,80 @@ def test_lerobots_loaders_split_their_time_and_say_which_workers_idle(v30_h264_o
     assert split == pytest.approx(wall, rel=1e-6) or split > wall  # a wall time past the worker's share: items ran long
     if loader == "lerobot_stream":
         assert m["busy_workers"] == 1 and "1 of 2 DataLoader workers have data to read" in m["work_note"]
+
+
+# `dlbench tune --policy / --config-path` (tune/trainer.py): what LeRobot's training reads off a policy's config
+@pytest.mark.parametrize("policy", ["act", "diffusion", "smolvla", "pi0"])
+def test_a_policys_window_is_lerobots_own_on_the_dataset(policy, v30_h264):
+    from dlbench.loader.dataset_meta import DatasetMeta
+
+    meta = DatasetMeta.load(str(v30_h264))
+    ours, cfg = trainer.policy_window(policy, meta)
+    theirs = json.loads(peer.run_peer("lerobot_policy", policy, "--root", str(v30_h264)).stdout.splitlines()[-1])
+    assert set(ours) == set(theirs["delta_timestamps"])
+    assert all(np.allclose(ours[k], theirs["delta_timestamps"][k], rtol=0, atol=1e-12) for k in ours)
+    assert "action" in ours and cfg["policy"] == policy
+
+
+def test_an_unknown_policy_or_a_config_that_is_not_lerobots_is_one_line(v30_h264, tmp_path):
+    (tmp_path / "train_config.json").write_text(json.dumps({"batch_size": 8}))
+    config = str(tmp_path / "train_config.json")
+    for args, says in ((["--policy", "nope"], "not one of LeRobot's: act"),
+                       (["--config-path", config], "not a lerobot-train config")):  # fmt: skip
+        proc = subprocess.run([sys.executable, "-m", "dlbench", "tune", str(v30_h264), "--out", str(tmp_path / "t"),
+                               *args], capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+        assert len(proc.stderr.strip().splitlines()) == 1 and says in proc.stderr, proc.stderr
+
+
+def write_train_config(path, root, policy="act", batch_size=8, num_workers=2, **policy_kwargs) -> None:
+    """A train_config.json as lerobot-train writes it (TrainPipelineConfig._save_pretrained), in the peer."""
+    code = (
+        "import sys, json\nfrom pathlib import Path\n"
+        "from lerobot.configs.train import TrainPipelineConfig\nfrom lerobot.configs.default import DatasetConfig\n"
+        "from lerobot.policies.factory import make_policy_config\n"
+        "a = json.loads(sys.argv[1])\n"
+        "cfg = TrainPipelineConfig(dataset=DatasetConfig(repo_id='local/d', root=a['root']), "
+        "policy=make_policy_config(a['policy'], push_to_hub=False, **a['kw']), batch_size=a['b'], num_workers=a['w'])\n"
+        "cfg._save_pretrained(Path(a['out']))\n"
+    )
+    args = {"root": str(root), "policy": policy, "kw": policy_kwargs, "b": batch_size, "w": num_workers, "out": path}
+    subprocess.run([str(peer.require_peer()), "-c", code, json.dumps(args)], check=True, capture_output=True,
+                   timeout=300, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})  # fmt: skip
+
+
+def test_a_saved_train_config_says_the_policy_batch_and_workers(v30_h264, tmp_path):
+    write_train_config(str(tmp_path), v30_h264, "act", 4, 3, chunk_size=10, n_action_steps=10)
+    t = trainer.train_config(str(tmp_path / "train_config.json"))
+    assert (t["policy"], t["batch_size"], t["num_workers"], t["root"]) == ("act", 4, 3, str(v30_h264))
+    assert t["action_delta_indices"] == list(range(10)) and t["streaming"] is False
+
+
+@pytest.mark.slow  # a whole tune, about 2 minutes
+def test_tune_from_a_train_config_answers_in_au_with_lerobots_flags(v30_h264, tmp_path):
+    """`dlbench tune --config-path train_config.json --step-ms 80 --gpus 40`: the policy's window, batch size and
+    workers come from the config; every proof carries AU and GPUs fed; the answer's AU is measured again with the
+    step held (one rank at 80 / 40 ms, the node's GPUs' load) near the AU stated; the screen shows the code, the
+    swap into lerobot-train and LeRobot's best as lerobot-train flags."""
+    write_train_config(str(tmp_path / "cfg"), v30_h264, "act", 4, 1, chunk_size=10, n_action_steps=10)
+    out = tmp_path / "tune" / "h264"
+    proc = subprocess.run(
+        [sys.executable, "-m", "dlbench", "tune", "--config-path", str(tmp_path / "cfg" / "train_config.json"),
+         "--step-ms", "80", "--gpus", "40", "--out", str(out), "--time-budget-s", "40", "--no-reencode"],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.with_suffix(".json").read_text())
+    c = result["constraints"]
+    assert (c["policy"], c["batch_size"], c["step_ms"], c["gpus"]) == ("act", 4, 80, 40)
+    assert c["delta_timestamps"]["action"] == pytest.approx([i / 30 for i in range(10)])
+    assert c["memory_gb"] > 0 and any("half of this host's RAM" in n for n in result["notes"])
+    assert any("LeRobot's map-style dataset with 1 worker(s)" in n for n in result["notes"])
+    proven = [p for p in result["proofs"] if p.get("samples_per_s_node")]
+    assert proven and all(0 < p["au"] <= 1 and p["gpus_fed"] >= 0 for p in proven)
+    w = result["winner"]
+    assert 0 < w["au"] <= 1 and w["au_measured"] is not None and abs(w["au"] - w["au_measured"]) < 0.25, w
+    assert "functools.partial(LeRobot" in w["lerobot_swap"] and "--policy.type=act --batch_size=4" in w["lerobot_flags"]
+    assert "answer:" in proc.stdout and "AU" in proc.stdout and "lerobot-train" in proc.stdout
+    if "lerobot_train" in result.get("lerobot_best", {}):
+        assert result["lerobot_best"]["lerobot_train"].startswith("lerobot-train --dataset.repo_id=local/dataset")

@@ -459,5 +459,7 @@ def tune_args(wildcards):
     if (wildcards.dataset, wildcards.source) in CALIBRATED:
         args.append(f"--calibration {calibration_file(wildcards.dataset, wildcards.source)}")
     args += [f"--memory-gb {t['memory_gb']}"] if t["memory_gb"] else []
+    args += [f"--policy {t['policy']}"] if t["policy"] else []
+    args += [f"--step-ms {t['step_ms']} --gpus {t['gpus']}"] if t["step_ms"] else []
     args += [f"--floor-{k.replace('_', '-')} {v}" for k, v in sorted(floor.items())]
     return " ".join(args + [endpoint_args(wildcards.source)])

@@ -22,6 +22,7 @@ def _camera(spec: str):
 
 def add(sub) -> None:
     from ..config import synth_defaults
+    from ..synth.spec import CONTENTS
 
     sd = synth_defaults()
     p = command(sub, "synth", help="write a synthetic LeRobot v2.1 dataset with barcoded video")
@@ -42,8 +43,9 @@ def add(sub) -> None:
     p.add_argument(
         "--content",
         default=sd["content"],
-        choices=["stripes", "camera"],
-        help="stripes: quick flat content; camera: texture, motion and sensor noise (default: %(default)s)",
+        choices=list(CONTENTS),
+        help="stripes: quick flat content; camera: texture, motion and sensor noise, a scene per episode; phases: "
+        "camera-like, one task whose look follows the episode's time (default: %(default)s)",
     )
     p.add_argument("--gop", type=int, default=None, help="keyframe interval (default: 30; av1: 2)")
     p.add_argument("--crf", type=int, default=None, help="(default: per codec: h264 23, hevc 28, av1 30)")

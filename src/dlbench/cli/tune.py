@@ -10,11 +10,22 @@ from .common import ENDPOINT_HELP, command, say
 
 def add(sub) -> None:
     p = command(sub, "tune", help="the fastest loader configuration for a dataset that meets your constraints, proven")
-    p.add_argument("dataset", help="the v3.0 dataset: a local path or a URL (s3://, hf://datasets/ORG/NAME@REV)")
-    p.add_argument("--mode", default="single", help="frame mode (single, sarm, ...) unless --delta-timestamps")
-    p.add_argument("--delta-timestamps", default=None, help="LeRobot delta_timestamps as JSON")
-    p.add_argument("--batch-size", type=int, default=16, help="the training's batch size")
-    p.add_argument("--memory-gb", type=float, default=None, help="peak memory of the loading processes (default: none)")
+    p.add_argument(
+        "dataset",
+        nargs="?",
+        help="the v3.0 dataset: a local path, a Hub repo id (ORG/NAME), or a URL (s3://, hf://datasets/ORG/NAME@REV); "
+        "default: the one --config-path trains on",
+    )
+    p.add_argument("--policy", default=None, help="LeRobot policy type (act, diffusion, smolvla, pi0, ...): its window")
+    p.add_argument("--config-path", default=None, help="a train_config.json lerobot-train wrote: policy, batch, ...")
+    p.add_argument("--step-ms", type=float, default=None, help="the policy's training step (ms): the verdict in AU")
+    p.add_argument("--gpus", type=int, default=1, help="GPUs a node, one rank each (default: %(default)s)")
+    p.add_argument("--mode", default="single", help="frame mode (single, sarm, ...) without a policy")
+    p.add_argument("--delta-timestamps", default=None, help="LeRobot delta_timestamps as JSON, without a policy")
+    p.add_argument("--batch-size", type=int, default=None, help="the training's batch size (default: 16)")
+    p.add_argument(
+        "--memory-gb", type=float, default=None, help="peak memory of the loading processes (default: half the RAM)"
+    )
     p.add_argument("--floor-effective-batch", type=float, default=None, help="effective batch, one batch")
     p.add_argument("--floor-effective-window", type=float, default=None, help="...over 10 consecutive batches")
     p.add_argument("--floor-distinct-frames", type=float, default=None, help="distinct frames over frames in a batch")
@@ -41,8 +52,28 @@ def tune(a) -> None:
 
     from ..sources import spec_from_endpoint
     from ..tune.run import tune as run_tune
+    from ..tune.trainer import dataset_url, train_config
 
-    deltas = None
+    deltas, notes = None, []
+    if a.config_path:  # what lerobot-train was told, unless given here too
+        t = train_config(a.config_path)
+        a.policy = a.policy or t["policy"]
+        a.batch_size = a.batch_size or t["batch_size"]
+        a.dataset = a.dataset or t.get("root") or t["repo_id"]
+        if t.get("episodes"):
+            notes.append(f"the config trains on {len(t['episodes'])} episodes; the proofs read every episode")
+        if t.get("image_transforms"):
+            notes.append("the config's image transforms are on: their CPU is not in the proofs")
+        notes.append(f"the config's loader: LeRobot's {'stream' if t.get('streaming') else 'map-style dataset'} "
+                     f"with {t['num_workers']} worker(s)")  # fmt: skip
+    if not a.dataset:
+        raise UserError("give the dataset (a path, a Hub repo id or a URL) or --config-path")
+    a.dataset = dataset_url(a.dataset)
+    a.batch_size = a.batch_size or 16
+    if a.step_ms is not None and a.step_ms <= 0:
+        raise UserError(f"--step-ms must be > 0 (got {a.step_ms:g})")
+    if a.gpus < 1:
+        raise UserError(f"--gpus must be >= 1 (got {a.gpus})")
     if a.delta_timestamps:
         try:
             deltas = json.loads(a.delta_timestamps)
@@ -61,12 +92,33 @@ def tune(a) -> None:
         a.dataset, out, mode=a.mode, delta_timestamps=deltas, batch_size=a.batch_size, memory_gb=a.memory_gb,
         floor={k: v for k, v in floor.items() if v is not None}, time_budget_s=a.time_budget_s, cores=a.cores,
         nodes=a.nodes, source_spec=spec_from_endpoint(a.endpoint_url), lerobot=not a.no_lerobot, dataset=name,
-        source=a.source, calibration=a.calibration, reencode=not a.no_reencode,
+        source=a.source, calibration=a.calibration, reencode=not a.no_reencode, policy=a.policy, step_ms=a.step_ms,
+        gpus=a.gpus, notes=notes,
     )  # fmt: skip
-    if "winner" in result:
-        w = result["winner"]
-        how = "predicted" if w["predicted"] else "measured"
-        say(f"{out}.md: {w['loader']} {result['winner']['dataloader_kwargs']}: {w['frames_per_s_node']:,.0f} "
-            f"frames/s per node ({how}) in {result['phases']['total_s']:.0f} s")  # fmt: skip
-    else:
+    if "winner" not in result:
         raise UserError(f"{result['unmet']} ({out}.md)")
+    print(answer_screen(result), flush=True)
+    say(f"{out}.md: the answer and every proof, in {result['phases']['total_s']:.0f} s")
+
+
+def answer_screen(result: dict) -> str:
+    """The answer on one screen: the figures, the code, LeRobot's best and its lerobot-train flags."""
+    w, c = result["winner"], result["constraints"]
+    how = "predicted for that node" if w["predicted"] else "measured"
+    lines = [f"answer: {w['loader']} with {w['settings']}: {w['frames_per_s_node']:,.0f} frames/s a node ({how}), "
+             f"peak {w['peak_pss_mb']:,.0f} MB"]  # fmt: skip
+    if not w["predicted"]:
+        lines[0] += f", effective batch {w['shuffle_effective_batch']:.2f} / {w['shuffle_effective_window']:.2f}"
+    if w.get("au") is not None:
+        measured = w.get("au_measured")
+        lines.append(f"at a {c['step_ms']:g} ms step: AU {w['au']:.0%} on {c['gpus']} GPU(s)"
+                     + (f", {measured:.0%} measured with the step held" if measured is not None else "")
+                     + f"; it feeds {w['gpus_fed']} GPU(s) a node at >= 90% AU")  # fmt: skip
+    lines += ["", w["code"].rstrip(), "", "# or in lerobot-train:", w["lerobot_swap"].rstrip(),
+              f"# and run: lerobot-train ... {w['lerobot_flags']}"]  # fmt: skip
+    lb = result.get("lerobot_best", {})
+    if "lerobot_train" in lb:
+        gain = result.get("switching_gain")
+        lines += ["", f"LeRobot's best: {lb['frames_per_s_node']:,.0f} frames/s"
+                  + (f" (dlbench {gain:.2f}x)" if gain else "") + f": {lb['lerobot_train']}"]  # fmt: skip
+    return "\n".join(lines)

@@ -341,7 +341,7 @@ def _render_camera(
         scene = _Scene(
             **{**scene.__dict__, "pan_y": scene.pan_y[at], "pan_x": scene.pan_x[at], "flicker": own.flicker,
                "noise_pool": own.noise_pool, "noise_offsets": own.noise_offsets,
-               "objects": [(p, m, t[at], l[at]) for p, m, t, l in scene.objects],
+               "objects": [(p, m, top[at], left[at]) for p, m, top, left in scene.objects],
                "links": [(p, h, w, a[at]) for p, h, w, a in scene.links]}
         )  # fmt: skip
     else:

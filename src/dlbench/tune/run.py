@@ -31,6 +31,7 @@ from .. import atomic
 from ..errors import UserError
 from ..format.paths import is_remote
 from ..model.equations import BOUNDS
+from . import trainer
 from .search import Candidate, best_per_loader, knob_moves, meets, ranked, speed_moves
 
 PROOF = dict(repeats=2, warmup_s=2.0, check_frames=16, probe_samples=0)
@@ -126,6 +127,10 @@ def tune(
     source: str = "local",
     calibration: str | Path | None = None,
     reencode: bool = True,
+    policy: str | None = None,
+    step_ms: float | None = None,
+    gpus: int = 1,
+    notes: list[str] | None = None,
 ) -> dict:
     """Tune loading `root` for training with these constraints; writes `out`.json, .md and .png and returns the
     result (see the module docstring). A `UserError` for an unreadable dataset or a constraint that cannot be read."""
@@ -139,18 +144,30 @@ def tune(
     out = Path(out)
     work = out.with_suffix(".work")  # calibration and proofs kept between an interrupted tune and the next
     floor = {**defaults("shuffle_floor"), **(floor or {})}
-    memory_mb = memory_gb * 1024 if memory_gb else None
     here = host_cores()
     cores = cores or here
     predicted_only = cores != here or nodes != 1
     meta = _open(root, source_spec)
     dataset = dataset or Path(str(root).rstrip("/").split("@")[0]).name or "dataset"
+    memory_note = ""
+    if policy:  # the window LeRobot's training takes for this policy, on this dataset
+        if delta_timestamps:
+            raise UserError("give --policy or --delta-timestamps, not both: the policy's config decides the window")
+        delta_timestamps, _ = trainer.policy_window(policy, meta)
+    if memory_gb is None:
+        memory_gb = trainer.default_memory_gb()
+        memory_note = f"memory budget {memory_gb:g} GB: half of this host's RAM (--memory-gb to change)"
+    memory_mb = memory_gb * 1024
     phases["open_s"] = time.perf_counter() - t0
     constraints = dict(mode=mode, delta_timestamps=delta_timestamps, batch_size=batch_size, memory_gb=memory_gb,
-                       floor=floor, time_budget_s=time_budget_s, cores=cores, nodes=nodes)  # fmt: skip
+                       floor=floor, time_budget_s=time_budget_s, cores=cores, nodes=nodes, policy=policy,
+                       step_ms=step_ms, gpus=gpus)  # fmt: skip
     # what the measurements depend on: floor, memory and budget only judge them, so a tune under other constraints
     # reuses the calibration and the proofs of this dataset, mode and batch size on this host
     state = _State(work, dataset, root, {k: constraints[k] for k in ("mode", "delta_timestamps", "batch_size")})
+    for line in [memory_note, *(notes or [])]:
+        if line:
+            state.note(line)
 
     t = time.perf_counter()
     given, missing = _given_calibration(calibration, mode, delta_timestamps, batch_size, lerobot, root, state)
@@ -184,6 +201,10 @@ def tune(
 
     result = _answer(state, meta, cal, ours, best, lerobot_best, proven, floor, memory_mb, predicted_only,
                      constraints, root, dataset, source)  # fmt: skip
+    if step_ms and "winner" in result and not predicted_only:
+        t = time.perf_counter()
+        result["winner"] |= _confirm_au(state, result["winner"], proven, constraints, root, source_spec, work)
+        phases["confirm_s"] = time.perf_counter() - t
     if probing:
         from .reencode import lever
 
@@ -329,7 +350,7 @@ def _calibrate(root, dataset, source, source_spec, mode, deltas, batch_size, loa
     return merged
 
 
-def _prove(c: Candidate, root, mode, deltas, batch_size, source_spec, work: Path) -> dict:
+def _prove(c: Candidate, root, mode, deltas, batch_size, source_spec, work: Path, step_ms: int = 0) -> dict:
     """One short bench run of the candidate here: summary.csv's row of it (frames/s, effective batch size, memory,
     frames checked), or {status, reason} where it could not run."""
     from ..bench.launch import launch
@@ -338,14 +359,14 @@ def _prove(c: Candidate, root, mode, deltas, batch_size, source_spec, work: Path
 
     values = {"root": root, "loader": c.loader, "mode": mode, "delta_timestamps": deltas, "batch_size": batch_size,
               "source_spec": source_spec, "duration_s": PROOF_S, "min_batches": MIN_PROOF_BATCHES, **PROOF,
-              **c.settings}  # fmt: skip
-    out = work / "proofs" / f"{zlib.crc32(c.key.encode()):08x}"
+              **c.settings, "step_ms": step_ms}  # fmt: skip
+    out = work / "proofs" / f"{zlib.crc32(f'{c.key} step_ms={step_ms}'.encode()):08x}"
     shutil.rmtree(out, ignore_errors=True)
     try:
         run = runspec.make_run(values, scenario="tune")
         print(
-            f"tune: proving {c.key} ({PROOF['repeats']} windows of {PROOF_S:.0f} s, {MIN_PROOF_BATCHES} batches at "
-            f"least)",
+            f"tune: proving {c.key}{f' at a {step_ms} ms step' if step_ms else ''} ({PROOF['repeats']} windows of "
+            f"{PROOF_S:.0f} s, {MIN_PROOF_BATCHES} batches at least)",
             flush=True,
         )
         launch(run, out)
@@ -354,7 +375,8 @@ def _prove(c: Candidate, root, mode, deltas, batch_size, source_spec, work: Path
         return {"status": "failed", "reason": str(e)}
     keep = ("status", "reason", "frames_per_s_node", "frames_per_s_min", "frames_per_s_max", "peak_pss_mb",
             "frames_verified", "frames_wrong", "shuffle_effective_batch", "shuffle_effective_window",
-            "shuffle_distinct_frames", "other_cpu_ms_per_sample", "samples_per_s_node", "latency_p99_ms")  # fmt: skip
+            "shuffle_distinct_frames", "other_cpu_ms_per_sample", "samples_per_s_node", "latency_p99_ms",
+            "data_wait_frac")  # fmt: skip
     return {k: _plain(row.get(k)) for k in keep}
 
 
@@ -365,16 +387,48 @@ def _plain(v):
         return v
 
 
-def _qualified(proven: list[Candidate], floor: dict, memory_mb: float | None, ours: dict) -> list[Candidate]:
-    """dlbench's proofs that meet the floor and the memory budget, fastest first: the answer is the first."""
+def _qualified(
+    proven: list[Candidate], floor: dict, memory_mb: float | None, ours: dict, constraints: dict | None = None
+) -> list[Candidate]:
+    """dlbench's proofs that meet the floor and the memory budget, the answer first: with a step time, the cheapest
+    (fewest workers, then least memory) of those that keep the node's GPUs at AU_TARGET, then the rest fastest
+    first; without one, fastest first."""
     found = [c for c in proven if not meets(c.measured, floor, memory_mb) and c.loader in ours]
-    return sorted(found, key=lambda c: -c.measured["frames_per_s_node"])
+    found.sort(key=lambda c: -c.measured["frames_per_s_node"])
+    step = (constraints or {}).get("step_ms")
+    if not step:
+        return found
+    feeds = [c for c in found if _au(c.measured, constraints) >= trainer.AU_TARGET]
+    feeds.sort(key=lambda c: (c.settings.get("num_workers", 0), c.measured.get("peak_pss_mb") or 0.0))
+    return feeds + [c for c in found if c not in feeds]
+
+
+def _au(measured: dict, constraints: dict, gpus: int | None = None) -> float:
+    """AU of the node's GPUs (`gpus`, else the constraint's) at the constraint's step, from a proof's samples/s."""
+    return trainer.utilization(measured.get("samples_per_s_node") or 0.0, constraints["batch_size"],
+                               constraints["step_ms"], gpus or constraints["gpus"])  # fmt: skip
+
+
+def _confirm_au(state, winner: dict, proven: list[Candidate], constraints: dict, root, source_spec, work) -> dict:
+    """The winner run once more with the training step held (`step_ms` over the GPUs: one rank consuming as fast as
+    the node's GPUs together, the same load on its cores): AU measured, 1 less the share of time the consumer waited
+    for a batch, beside the AU stated from its proof."""
+    c = next(c for c in proven if c.loader == winner["loader"] and c.settings == winner["settings"])
+    step = max(1, round(constraints["step_ms"] / constraints["gpus"]))
+    m = state.proof(
+        Candidate(c.loader, {**c.settings, "step_ms": step}),
+        lambda: _prove(c, root, constraints["mode"], constraints["delta_timestamps"], constraints["batch_size"],
+                       source_spec, work, step_ms=step),
+    )  # fmt: skip
+    if m.get("status") not in (None, "ok") or m.get("data_wait_frac") is None:
+        return {"au_measured": None, "au_measured_note": m.get("reason", "the confirming run gave no data wait")}
+    return {"au_measured": 1.0 - m["data_wait_frac"], "au_confirm_step_ms": step}
 
 
 def _answer(state, meta, cal, ours, best, lerobot_best, proven, floor, memory_mb, predicted_only, constraints, root,
             dataset, source) -> dict:  # fmt: skip
     """The result: the winner (proven, or predicted for another node), every proof, LeRobot's best, the notes."""
-    qualified = _qualified(proven, floor, memory_mb, best)
+    qualified = _qualified(proven, floor, memory_mb, best, constraints)
     peers = [c for c in proven if c.loader in lerobot_best and not meets(c.measured, floor, memory_mb)]
     peers.sort(key=lambda c: -c.measured["frames_per_s_node"])
     result = {
@@ -395,6 +449,7 @@ def _answer(state, meta, cal, ours, best, lerobot_best, proven, floor, memory_mb
                 "qualifies": not meets(c.measured, floor, memory_mb),
                 "why_not": meets(c.measured, floor, memory_mb),
                 **c.measured,
+                **_au_figures(c.measured, constraints),
             }
             for c in proven
         ],  # fmt: skip
@@ -407,7 +462,7 @@ def _answer(state, meta, cal, ours, best, lerobot_best, proven, floor, memory_mb
         result["prove_there"] = f"{cmd} (on that node, or its tune target with snakemake --profile profiles/slurm)"
     elif qualified:
         top = qualified[0]
-        result["winner"] = _winner(top, constraints, root, predicted=False)
+        result["winner"] = _winner(top, constraints, root, predicted=False) | _au_figures(top.measured, constraints)
         result["trust"] = _trust(top, cal.cores)
     else:
         nearest = max(proven, key=lambda c: c.measured.get("shuffle_effective_batch") or 0.0, default=None)
@@ -418,7 +473,9 @@ def _answer(state, meta, cal, ours, best, lerobot_best, proven, floor, memory_mb
         result["unmet"] = f"no configuration reaches {what} on this node{near}"
     if peers:
         p = peers[0]
-        result["lerobot_best"] = {"loader": p.loader, "settings": p.settings, **p.measured}
+        result["lerobot_best"] = {"loader": p.loader, "settings": p.settings, **p.measured,
+                                  **_au_figures(p.measured, constraints),
+                                  "lerobot_train": lerobot_train_command(p, constraints, root)}  # fmt: skip
         if "winner" in result and not predicted_only:
             result["switching_gain"] = result["winner"]["frames_per_s_node"] / p.measured["frames_per_s_node"]
     elif lerobot_best:
@@ -434,6 +491,32 @@ def _answer(state, meta, cal, ours, best, lerobot_best, proven, floor, memory_mb
     return result
 
 
+def _au_figures(measured: dict, constraints: dict) -> dict:
+    """AU of the node's GPUs at the step time and the most GPUs kept at AU_TARGET, from a proof (none without a
+    step time or a rate)."""
+    if not constraints.get("step_ms") or not measured.get("samples_per_s_node"):
+        return {}
+    rate = measured["samples_per_s_node"]
+    return {"au": _au(measured, constraints),
+            "gpus_fed": trainer.gpus_fed(rate, constraints["batch_size"], constraints["step_ms"])}  # fmt: skip
+
+
+def lerobot_train_command(c: Candidate, constraints: dict, root) -> str:
+    """The lerobot-train flags of a LeRobot loader's proof: its dataset, policy, batch and workers, streaming for
+    its stream; a setting lerobot-train has no flag for is named after it."""
+    url = str(root)
+    repo = url.removeprefix("hf://datasets/").split("@")[0] if url.startswith("hf://datasets/") else None
+    flags = [f"--dataset.repo_id={repo}"] if repo else ["--dataset.repo_id=local/dataset", f"--dataset.root={url}"]
+    if constraints.get("policy"):
+        flags.append(f"--policy.type={constraints['policy']}")
+    flags += [f"--batch_size={constraints['batch_size']}", f"--num_workers={c.settings.get('num_workers', 0)}"]
+    if c.loader == "lerobot_stream":
+        flags.append("--dataset.streaming=true")
+    extra = {k: v for k, v in c.settings.items() if k != "num_workers"}
+    tail = f"   # {extra}: not lerobot-train flags (StreamingLeRobotDataset's arguments, in code)" if extra else ""
+    return "lerobot-train " + " ".join(flags) + tail
+
+
 def _winner(c: Candidate, constraints: dict, root, predicted: bool) -> dict:
     """The winning candidate in the user's terms: the dataset class and its keyword arguments, the DataLoader's,
     the figures (measured, or predicted), what bounds it, and the code to paste."""
@@ -446,17 +529,30 @@ def _winner(c: Candidate, constraints: dict, root, predicted: bool) -> dict:
     dataset_kwargs |= {k: v for k, v in c.settings.items() if k != "num_workers"}  # every knob tune moved
     workers = c.settings["num_workers"]
     loader_kwargs = {"batch_size": constraints["batch_size"], "num_workers": workers}
-    if workers:
-        loader_kwargs |= {"persistent_workers": True, "prefetch_factor": 2}
+    if workers:  # what the proof's DataLoader ran with (`bench.measure.make_dataloader`; RunSpec's defaults)
+        loader_kwargs |= {"persistent_workers": True, "prefetch_factor": 2, "in_order": False}
     if cls == "LeRobotMapDataset":
         loader_kwargs["shuffle"] = True
     args = ", ".join(f"{k}={v!r}" for k, v in dataset_kwargs.items())
-    largs = ", ".join(f"{k}={v!r}" for k, v in loader_kwargs.items())
-    code = (f"from dlbench.loader import DataLoader, {cls}\n\n"
+    # pinned where there is a GPU, as the proof copies batches to it
+    largs = ", ".join(f"{k}={v!r}" for k, v in loader_kwargs.items()) + ", pin_memory=torch.cuda.is_available()"
+    code = (f"import torch\nfrom dlbench.loader import DataLoader, {cls}\n\n"
             f"dataset = {cls}({args})\n"
             f"loader = DataLoader(dataset, {largs})\n")  # fmt: skip
     if cls == "LeRobotStreamingDataset":
         code += "# each epoch: dataset.set_epoch(epoch) before iterating\n"
+    # into LeRobot's own training: its factory builds the class with LeRobot's arguments, the tuned ones bound first
+    factory_name = "StreamingLeRobotDataset" if cls == "LeRobotStreamingDataset" else "LeRobotDataset"
+    tuned = ", ".join(f"{k}={v!r}" for k, v in c.settings.items() if k != "num_workers")
+    swap = (
+        f"import functools, lerobot.datasets.factory as factory\nfrom dlbench.loader import {cls}\n"
+        f"factory.{factory_name} = functools.partial({cls}{', ' + tuned if tuned else ''})  # before train(cfg)\n"
+    )
+    flags = f"--batch_size={constraints['batch_size']} --num_workers={workers}"
+    if constraints.get("policy"):
+        flags = f"--policy.type={constraints['policy']} " + flags
+    if cls == "LeRobotStreamingDataset":
+        flags += " --dataset.streaming=true"
     figures = (
         {"frames_per_s_node": c.predicted_fps, "peak_pss_mb": c.predicted_pss_mb}
         if predicted
@@ -484,6 +580,9 @@ def _winner(c: Candidate, constraints: dict, root, predicted: bool) -> dict:
         "bound": c.bound,
         "bound_means": BOUNDS.get(c.bound, ""),
         "code": code,
+        "settings": c.settings,
+        "lerobot_swap": swap,
+        "lerobot_flags": flags,
     }
 
 
@@ -515,8 +614,10 @@ def _write(out: Path, result: dict, proven: list[Candidate]) -> None:
 def report(result: dict, plot: str | None = None) -> str:
     """The tune's answer as markdown."""
     c = result["constraints"]
+    window = f"policy {c['policy']}'s window" if c.get("policy") else (c["delta_timestamps"] or f"mode {c['mode']}")
+    step = f", a {c['step_ms']:g} ms step on {c['gpus']} GPU(s) a node" if c.get("step_ms") else ""
     lines = [f"# Tune: {result['dataset']} ({result['episodes']} episodes, {result['frames']:,} frames)", "",
-             f"Mode {c['delta_timestamps'] or c['mode']}, batch {c['batch_size']}, floor {c['floor']}, "
+             f"{str(window)[:200]}, batch {c['batch_size']}{step}, floor {c['floor']}, "
              f"memory {str(c['memory_gb']) + ' GB' if c['memory_gb'] else 'unbounded'}, {c['cores']} cores x "
              f"{c['nodes']} node(s). Phases (s): {result.get('phases', {})}.", ""]  # fmt: skip
     if "winner" in result:
@@ -526,12 +627,19 @@ def report(result: dict, plot: str | None = None) -> str:
                   f"{w['loader']}: {w['frames_per_s_node']:,.0f} frames/s per node ({how}; the model predicted "
                   f"{w['predicted_frames_per_s_node']:,.0f}), peak memory {w['peak_pss_mb']:,.0f} MB, "
                   f"bound by {w['bound']}: {w['bound_means']}.", ""]  # fmt: skip
+        if w.get("au") is not None:
+            measured = w.get("au_measured")
+            held = f" (measured {measured:.0%} with the step held)" if measured is not None else ""
+            lines += [f"At a {c['step_ms']:g} ms step: AU {w['au']:.0%} on {c['gpus']} GPU(s){held}; it keeps "
+                      f"{w['gpus_fed']} GPU(s) of this node at >= {trainer.AU_TARGET:.0%} AU.", ""]  # fmt: skip
         if not w["predicted"]:
             lines += [f"Effective / nominal batch size {w['shuffle_effective_batch']:.2f} over one batch, "
                       f"{_f(w['shuffle_effective_window'])} over 10; distinct frames "
                       f"{_f(w['shuffle_distinct_frames'])}; {w['frames_verified']} frames checked, "
                       f"{w['frames_wrong']} wrong. Trust: {result.get('trust', '')}.", ""]  # fmt: skip
-        lines += ["```python", w["code"].rstrip(), "```", ""]
+        lines += ["```python", w["code"].rstrip(), "```", "",
+                  "In LeRobot's own training (it keeps torch's DataLoader: spawned workers, its prefetch):", "",
+                  "```python", w["lerobot_swap"].rstrip(), "```", "", f"with `{w['lerobot_flags']}`.", ""]  # fmt: skip
         if result.get("prove_there"):
             lines += [f"Prove it there: `{result['prove_there']}`", ""]
     else:
@@ -539,16 +647,19 @@ def report(result: dict, plot: str | None = None) -> str:
     lb = result.get("lerobot_best", {})
     if "frames_per_s_node" in lb:
         gain = result.get("switching_gain")
+        au = f", AU {lb['au']:.0%}" if lb.get("au") is not None else ""
+        adds = f"; switching adds {gain:.2f}x." if gain else "."
         lines += [f"LeRobot's best here: {lb['loader']} {lb['settings']}: {lb['frames_per_s_node']:,.0f} frames/s"
-                  + (f"; switching adds {gain:.2f}x." if gain else "."), ""]  # fmt: skip
+                  f"{au}{adds}", "", f"`{lb['lerobot_train']}`", ""]  # fmt: skip
     elif lb.get("note"):
         lines += [f"LeRobot: {lb['note'].rstrip('.')}.", ""]
-    lines += ["## Proofs", "", "| candidate | predicted | measured | eff. batch 1 / 10 | distinct | PSS MB | verdict |",
-              "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += ["## Proofs", "", "| candidate | predicted | measured | eff. batch 1 / 10 | distinct | PSS MB | AU, GPUs "
+              "fed | verdict |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for p in result["proofs"]:
+        au = f"{p['au']:.0%}, {p['gpus_fed']}" if p.get("au") is not None else "-"
         lines.append(f"| {p['candidate']} | {p['predicted_fps']:,.0f} | {_f(p.get('frames_per_s_node'), 0)} | "
                      f"{_f(p.get('shuffle_effective_batch'))} / {_f(p.get('shuffle_effective_window'))} | "
-                     f"{_f(p.get('shuffle_distinct_frames'))} | {_f(p.get('peak_pss_mb'), 0)} | "
+                     f"{_f(p.get('shuffle_distinct_frames'))} | {_f(p.get('peak_pss_mb'), 0)} | {au} | "
                      f"{'qualifies' if p['qualifies'] else p['why_not']} |")  # fmt: skip
     lines += _reencode_lines(result.get("reencode"))
     if result["notes"]:

@@ -1,0 +1,107 @@
+"""The trainer's terms: what a LeRobot training run asks of its data, and whether its GPUs would wait for it.
+
+- `policy_window`: a policy's `delta_timestamps` on a dataset as LeRobot 0.6.1's `lerobot-train` resolves them:
+  the policy's config at its defaults, read in the peer environment (`peer/lerobot_policy.py`), and
+  `resolve_delta_timestamps`'s rule applied to this dataset's features and fps here, so that a dataset in a bucket
+  or on the Hub resolves as a local one does (`tests/test_tune.py` holds it to LeRobot's own on a local set).
+- `train_config`: what a saved `train_config.json` (as `lerobot-train` writes it) says about loading: the batch
+  size, workers, episodes, streaming, image transforms, and the policy's windows; read by LeRobot's own
+  `TrainPipelineConfig.from_pretrained`.
+- Accelerator utilization (AU), MLPerf Storage's and DLIO's measure: the share of its step time a GPU computes
+  rather than waits for data. A node whose loading delivers R samples/s, shared by G GPUs that each take a batch of
+  B every `step_ms`, hands each GPU a batch every G B / R seconds (its cores are the limit: the loading of G ranks
+  shares them), so AU = min(1, step / (G B / R)); `gpus_fed` is the most G at AU >= AU_TARGET.
+- `default_memory_gb`: the loading's memory budget where none is given, a stated share of this host's RAM (half,
+  as tf.data's autotuner takes by default).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+
+from ..errors import UserError
+
+AU_TARGET = 0.9  # MLPerf Storage's bar: a storage system passes while it keeps accelerators 90% busy
+MEMORY_SHARE = 0.5  # of this host's RAM, the loading's budget by default
+REWARD, ACTION, OBS_PREFIX = "next.reward", "action", "observation."  # LeRobot's keys (lerobot.utils.constants)
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w.-]+)?$")
+
+
+def dataset_url(dataset: str) -> str:
+    """A Hub repo id (ORG/NAME, optionally @REVISION) as the URL dlbench reads (hf://datasets/ORG/NAME@REV); a
+    path or URL unchanged. An existing local directory of that name wins."""
+    if HUB_ID.match(dataset) and not os.path.exists(dataset):
+        return f"hf://datasets/{dataset}"
+    return dataset
+
+
+def _peer_json(*args: str) -> dict:
+    """One JSON line from `peer/lerobot_policy.py`; its one-line refusal (an unknown policy type) as a UserError."""
+    from ..peer import run_peer
+
+    try:
+        out = run_peer("lerobot_policy", *args, timeout=300)
+    except UserError as e:
+        lines = [ln for ln in str(e).splitlines() if ln.strip() and not ln.startswith(("WARNING", "Traceback"))]
+        raise UserError(lines[-1] if lines else str(e)) from None
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def windows_from_indices(cfg: dict, features, fps: float) -> dict[str, list[float]] | None:
+    """`lerobot.datasets.factory.resolve_delta_timestamps` on `features` (names) at `fps`: the reward, the action
+    and every observation key get their delta indices over fps; None where none applies."""
+    out: dict[str, list[float]] = {}
+    for key in features:
+        if key == REWARD and cfg.get("reward_delta_indices") is not None:
+            out[key] = [i / fps for i in cfg["reward_delta_indices"]]
+        if key == ACTION and cfg.get("action_delta_indices") is not None:
+            out[key] = [i / fps for i in cfg["action_delta_indices"]]
+        if key.startswith(OBS_PREFIX) and cfg.get("observation_delta_indices") is not None:
+            out[key] = [i / fps for i in cfg["observation_delta_indices"]]
+    return out or None
+
+
+def policy_window(policy: str, meta) -> tuple[dict | None, dict]:
+    """(delta_timestamps, the policy's config as the peer read it) of LeRobot policy type `policy` on `meta`."""
+    cfg = _peer_json(policy)
+    return windows_from_indices(cfg, meta.features, meta.fps), cfg
+
+
+def train_config(path: str) -> dict:
+    """What `path` (a train_config.json, or the directory holding one) asks of loading: batch_size, num_workers,
+    prefetch_factor, persistent_workers, the dataset's repo_id / root / episodes / streaming / image transforms,
+    and the policy's type and delta indices."""
+    if not os.path.exists(path):
+        raise UserError(f"--config-path {path}: not found; give the train_config.json lerobot-train wrote")
+    return _peer_json("--config-path", os.path.abspath(path))
+
+
+def default_memory_gb() -> float:
+    """MEMORY_SHARE of this host's RAM (the job's cgroup limit where it is lower), in GB."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        if limit.isdigit():
+            total = min(total, int(limit))
+    except OSError:
+        pass
+    return round(MEMORY_SHARE * total / 2**30, 1)
+
+
+def utilization(samples_per_s_node: float, batch_size: int, step_ms: float, gpus: int = 1) -> float:
+    """AU of `gpus` GPUs of a node that delivers `samples_per_s_node`, each taking a batch every `step_ms`."""
+    if not samples_per_s_node or samples_per_s_node != samples_per_s_node:
+        return 0.0
+    per_batch_s = gpus * batch_size / samples_per_s_node
+    return min(1.0, step_ms / 1000.0 / per_batch_s)
+
+
+def gpus_fed(samples_per_s_node: float, batch_size: int, step_ms: float, target: float = AU_TARGET) -> int:
+    """The most GPUs of a node kept at AU >= `target` by its loading's `samples_per_s_node`."""
+    if not samples_per_s_node or samples_per_s_node != samples_per_s_node:
+        return 0
+    return max(0, math.floor(samples_per_s_node * step_ms / 1000.0 / (target * batch_size) + 1e-9))

@@ -1,0 +1,56 @@
+"""`dlbench tune` in the trainer's terms: AU and GPUs fed from a rate, a Hub repo id as the dataset, the
+lerobot-train flags of LeRobot's best (the policy's window and a train_config.json against LeRobot's own: in
+test_lerobot_interop.py)."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dlbench.tune import trainer
+from dlbench.tune.run import lerobot_train_command
+from dlbench.tune.search import Candidate
+
+pytestmark = pytest.mark.unit
+
+
+@given(rate=st.floats(1.0, 1e5), batch=st.integers(1, 256), step=st.floats(1.0, 2000.0), gpus=st.integers(1, 16))
+def test_au_is_the_step_over_the_time_a_gpus_batch_takes_and_gpus_fed_keep_90_percent(rate, batch, step, gpus):
+    au = trainer.utilization(rate, batch, step, gpus)
+    assert 0 < au <= 1
+    assert au == pytest.approx(min(1.0, step / 1000 / (gpus * batch / rate)))
+    fed = trainer.gpus_fed(rate, batch, step)
+    assert trainer.utilization(rate, batch, step, max(fed, 1)) >= 0.9 - 1e-6 or fed == 0
+    assert trainer.utilization(rate, batch, step, fed + 1) < 0.9 + 1e-6  # one more GPU falls below the bar
+
+
+def test_a_node_that_delivers_nothing_feeds_no_gpu_and_a_hub_id_is_read_from_the_hub(tmp_path, monkeypatch):
+    assert trainer.utilization(0.0, 8, 80) == 0 and trainer.gpus_fed(float("nan"), 8, 80) == 0
+    # 400 samples/s, batches of 8 every 80 ms: one GPU takes 100 samples/s, so 3 GPUs at >= 90% (4 at exactly 100%)
+    assert trainer.gpus_fed(400, 8, 80) == 4 and trainer.gpus_fed(350, 8, 80) == 3
+    assert trainer.dataset_url("lerobot/pusht") == "hf://datasets/lerobot/pusht"
+    assert trainer.dataset_url("lerobot/pusht@v3.0") == "hf://datasets/lerobot/pusht@v3.0"
+    assert trainer.dataset_url("s3://b/d") == "s3://b/d" and trainer.dataset_url("/data/d") == "/data/d"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "org" / "name").mkdir(parents=True)
+    assert trainer.dataset_url("org/name") == "org/name"  # a local directory of that name wins
+    assert 0 < trainer.default_memory_gb() < 4096
+
+
+def test_lerobots_best_comes_as_lerobot_train_flags_and_what_has_no_flag_is_named():
+    c = {"batch_size": 8, "policy": "act"}
+    local = lerobot_train_command(Candidate("lerobot_map", {"num_workers": 2}), c, "/data/set")
+    assert local == ("lerobot-train --dataset.repo_id=local/dataset --dataset.root=/data/set --policy.type=act "
+                     "--batch_size=8 --num_workers=2")  # fmt: skip
+    hub = lerobot_train_command(Candidate("lerobot_stream", {"num_workers": 1, "buffer_size": 4000}), c,
+                                "hf://datasets/org/name@v3.0")  # fmt: skip
+    assert hub.startswith("lerobot-train --dataset.repo_id=org/name --policy.type=act --batch_size=8 --num_workers=1 "
+                          "--dataset.streaming=true")  # fmt: skip
+    assert "{'buffer_size': 4000}: not lerobot-train flags" in hub
+
+
+def test_the_window_rule_gives_observations_actions_and_rewards_their_own_offsets():
+    cfg = {"observation_delta_indices": [-1, 0], "action_delta_indices": [0, 1, 2], "reward_delta_indices": None}
+    feats = ["observation.state", "observation.images.front", "action", "next.reward", "timestamp"]
+    got = trainer.windows_from_indices(cfg, feats, 10)
+    assert got == {"observation.state": [-0.1, 0.0], "observation.images.front": [-0.1, 0.0], "action": [0, 0.1, 0.2]}
+    assert trainer.windows_from_indices({"action_delta_indices": None}, feats, 10) is None
