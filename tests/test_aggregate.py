@@ -453,6 +453,10 @@ def test_a_run_below_the_shuffle_floor_does_not_pass_and_ratios_say_what_shuffle
     assert not low["pass"] and fine["pass"]  # both beat the 120 target
     assert "shuffles below the floor (effective batch 0.11 < 0.5, effective window 0.02 < 0.3" in low["notes"]
     assert low["ratio_to_baseline"] == 9.0
+    # in what training gets, the faster stream that shuffles less is 900 x 0.11 over 100 x 0.9: 1.1x, not 9x
+    assert low["effective_frames_per_s_node"] == pytest.approx(99.0)
+    assert low["effective_ratio_to_baseline"] == pytest.approx(1.1)
+    assert fine["effective_ratio_to_baseline"] == pytest.approx(900 * 0.85 / 90)
     assert low["baseline_shuffle"] == "effective batch 0.11 against 0.90, effective window 0.02 against 0.50"
     assert "shuffle against its baseline" in low["notes"] and not fine["baseline_shuffle"]
     assert fine["shuffle_effective_window"] == pytest.approx(0.45) and fine["shuffle_distinct_frames"] == 0.95

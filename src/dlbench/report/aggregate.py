@@ -12,6 +12,8 @@ over ranks), `frames_per_s_min` and `frames_per_s_max` the spread. Derived colum
 - `ratio_to_baseline`: frames/s per node over that of the baseline loader on the same dataset, source, mode, step
   and world size (`baseline_run` names the run compared with); by default LeRobot's loader of the run's own
   kind, so map-style runs are compared with lerobot_map and streaming runs with lerobot_stream;
+  `effective_frames_per_s_node` (frames/s x effective / nominal batch size over one batch, at most 1: what
+  training gets) and `effective_ratio_to_baseline` (the same over the baseline run's);
 - `shuffle_effective_batch`, `shuffle_effective_window`: effective / nominal batch size over one batch and over 10
   consecutive batches (Kish's design effect on the delivered frames' thumbnails and numeric features, the lower of
   the two; `bench.checks.effective`), `shuffle_distinct_frames` (distinct frames over frames held in a batch); the
@@ -418,6 +420,10 @@ def derive(df: pd.DataFrame, baseline: str, thrash: dict) -> pd.DataFrame:
     ok = df["status"].isin(VERIFIED_STATUSES)
     df["scaling_efficiency"] = _scaling_efficiency(df, ok)
     df["ratio_to_baseline"], df["baseline_run"] = zip(*_baseline_ratios(df, ok, baseline)) if len(df) else ((), ())
+    # what training gets: frames/s at the batch size the order is worth (a loader that shuffles less gets less)
+    eff = df["shuffle_effective_batch"].map(worth) if "shuffle_effective_batch" in df else float("nan")
+    df["effective_frames_per_s_node"] = (df["frames_per_s_node"] * eff).round(1)
+    df["effective_ratio_to_baseline"] = _effective_ratios(df)
     df["baseline_shuffle"] = _baseline_shuffle(df)
     df["decoder_thrash"] = (
         ok & (df["cache_hit_rate"] < thrash["hit_rate_below"]) & (df["latency_p99_ms"] > thrash["p99_ms_above"])
@@ -452,6 +458,16 @@ def _baseline_ratios(df: pd.DataFrame, ok: pd.Series, baseline: str) -> list[tup
         else:
             ratio = round(row["frames_per_s_node"] / base["frames_per_s_node"].iloc[0], 4)
             out.append((ratio, f"{base['scenario'].iloc[0]}/{base['run_id'].iloc[0]}"))
+    return out
+
+
+def _effective_ratios(df: pd.DataFrame) -> list[float]:
+    """effective_frames_per_s_node over that of the run `baseline_run` names (NaN where either is unknown)."""
+    by_run = {f"{r['scenario']}/{r['run_id']}": r["effective_frames_per_s_node"] for _, r in df.iterrows()}
+    out = []
+    for _, row in df.iterrows():
+        base = by_run.get(row["baseline_run"], float("nan"))
+        out.append(round(row["effective_frames_per_s_node"] / base, 4) if base and base == base else float("nan"))
     return out
 
 
