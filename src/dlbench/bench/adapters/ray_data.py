@@ -7,10 +7,10 @@ source (`RayBatches`) in place of the DataLoader, and the harness measures it as
 batches the consumer receives, every frame checked, memory with Ray's processes (its object store is their shared
 memory) counted.
 
-What a run sets, in Ray's terms: `concurrency` (read tasks at once; unset: `num_workers` where above 0, else Ray's
-own), `override_num_blocks`, `read_granularity`, `ray_shuffle` (none: Ray's default order; blocks:
-`randomize_block_order`; global: `random_shuffle`) and `buffer_size` (`local_shuffle_buffer_size`; unset: none, as
-in Ray). Everything else is Ray's default.
+What a run sets, in Ray's terms: `concurrency` (read tasks at once; unset: Ray's own autoscaling, whatever
+`num_workers` says, which is a DataLoader's), `override_num_blocks`, `read_granularity`, `ray_shuffle` (none:
+Ray's default order; blocks: `randomize_block_order`; global: `random_shuffle`) and `buffer_size`
+(`local_shuffle_buffer_size`; unset: none, as in Ray). Everything else is Ray's default.
 
 A run of one rank starts a Ray instance of its own on the cores this process may use. A run of several ranks reads
 on the cluster its job started (`RAY_ADDRESS_ENV`: the head on the job's first node, the others joined), each rank
@@ -178,9 +178,8 @@ class RayBatches:
         import ray.data
 
         run = self.run
-        workers = run.num_workers if isinstance(run.num_workers, int) else 0
-        concurrency = run.concurrency or workers or None
-        knobs = dict(concurrency=concurrency, override_num_blocks=run.override_num_blocks)
+        # unset: Ray's own autoscaling of read tasks (num_workers is a DataLoader's; Ray has none)
+        knobs = dict(concurrency=run.concurrency or None, override_num_blocks=run.override_num_blocks)
         if run.read_granularity:
             knobs["read_granularity"] = run.read_granularity
         ds = ray.data.read_lerobot(
