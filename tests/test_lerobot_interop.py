@@ -310,7 +310,7 @@ def write_train_config(path, root, policy="act", batch_size=8, num_workers=2, **
         "a = json.loads(sys.argv[1])\n"
         "cfg = TrainPipelineConfig(dataset=DatasetConfig(repo_id='local/d', root=a['root']), "
         "policy=make_policy_config(a['policy'], push_to_hub=False, **a['kw']), batch_size=a['b'], num_workers=a['w'])\n"
-        "cfg._save_pretrained(Path(a['out']))\n"
+        "Path(a['out']).mkdir(parents=True, exist_ok=True)\ncfg._save_pretrained(Path(a['out']))\n"
     )
     args = {"root": str(root), "policy": policy, "kw": policy_kwargs, "b": batch_size, "w": num_workers, "out": path}
     subprocess.run([str(peer.require_peer()), "-c", code, json.dumps(args)], check=True, capture_output=True,

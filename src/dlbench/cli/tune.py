@@ -54,10 +54,11 @@ def tune(a) -> None:
     from ..tune.run import tune as run_tune
     from ..tune.trainer import dataset_url, train_config
 
-    deltas, notes = None, []
+    deltas, notes, policy_config = None, [], None
     if a.config_path:  # what lerobot-train was told, unless given here too
         t = train_config(a.config_path)
-        a.policy = a.policy or t["policy"]
+        if not a.policy:  # the config's policy with its own fields: its window, not the type's default one
+            a.policy, policy_config = t["policy"], t
         a.batch_size = a.batch_size or t["batch_size"]
         a.dataset = a.dataset or t.get("root") or t["repo_id"]
         if t.get("episodes"):
@@ -93,7 +94,7 @@ def tune(a) -> None:
         floor={k: v for k, v in floor.items() if v is not None}, time_budget_s=a.time_budget_s, cores=a.cores,
         nodes=a.nodes, source_spec=spec_from_endpoint(a.endpoint_url), lerobot=not a.no_lerobot, dataset=name,
         source=a.source, calibration=a.calibration, reencode=not a.no_reencode, policy=a.policy, step_ms=a.step_ms,
-        gpus=a.gpus, notes=notes,
+        gpus=a.gpus, notes=notes, policy_config=policy_config,
     )  # fmt: skip
     if "winner" not in result:
         raise UserError(f"{result['unmet']} ({out}.md)")

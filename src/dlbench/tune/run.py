@@ -131,9 +131,12 @@ def tune(
     step_ms: float | None = None,
     gpus: int = 1,
     notes: list[str] | None = None,
+    policy_config: dict | None = None,
 ) -> dict:
     """Tune loading `root` for training with these constraints; writes `out`.json, .md and .png and returns the
-    result (see the module docstring). A `UserError` for an unreadable dataset or a constraint that cannot be read."""
+    result (see the module docstring). `policy`: a LeRobot policy type whose window (at its defaults) is taken;
+    `policy_config`: a saved config's delta indices (`trainer.train_config`), taken in its place. A `UserError`
+    for an unreadable dataset or a constraint that cannot be read."""
     from ..config import defaults
     from ..loader.dataset_meta import resolve_windows, window_span
     from ..loader.stream import slot_decoders_mb
@@ -150,10 +153,13 @@ def tune(
     meta = _open(root, source_spec)
     dataset = dataset or Path(str(root).rstrip("/").split("@")[0]).name or "dataset"
     memory_note = ""
-    if policy:  # the window LeRobot's training takes for this policy, on this dataset
+    if policy or policy_config:  # the window LeRobot's training takes for this policy, on this dataset
         if delta_timestamps:
             raise UserError("give --policy or --delta-timestamps, not both: the policy's config decides the window")
-        delta_timestamps, _ = trainer.policy_window(policy, meta)
+        if policy_config:  # a saved config's own (its chunk_size, n_obs_steps...), not the type's defaults
+            delta_timestamps = trainer.windows_from_indices(policy_config, meta.features, meta.fps)
+        else:
+            delta_timestamps, _ = trainer.policy_window(policy, meta)
     if memory_gb is None:
         memory_gb = trainer.default_memory_gb()
         memory_note = f"memory budget {memory_gb:g} GB: half of this host's RAM (--memory-gb to change)"
