@@ -731,6 +731,53 @@ def test_gop_runs_are_taken_by_default_only_where_the_buffer_keeps_enough_of_the
     assert gop(GOP_RUNS_HELD + 1, workers=1) == 0 and gop(2, gop_run=30) == 30
 
 
+@pytest.fixture(scope="module")
+def regular_gops(tmp_path_factory):
+    """5 episodes of 4-5 s (10 fps) of camera content at 240x320, H.264 with a keyframe every 30 frames exactly
+    (the barcodes of smaller frames make x264 add scene cuts)."""
+    from dlbench.convert.run import run as convert_run
+    from dlbench.synth import Camera
+
+    from .helpers import synth_cached, tiny_config
+
+    cam = (Camera("observation.images.front", 240, 320),)
+    cfg = tiny_config(episodes=5, length_min=40, length_max=50, fps=10, content="camera", cameras=cam)
+    v21 = synth_cached(cfg, tmp_path_factory.mktemp("regular") / "v21")
+    return convert_run(str(v21), tmp_path_factory.mktemp("regularv30") / "v30", workers=1, progress=False)
+
+
+def test_on_long_gops_a_default_block_spreads_its_rows_over_one_gop_and_an_epoch_reads_every_frame_once(
+    regular_gops, long_episodes
+):
+    """Where GOP runs would not be kept decoded (a buffer of a few runs: 720p, or a small buffer_mb), a default
+    block is 6 rows 5 apart inside one GOP of 30 (one GOP decoded for 6 of its frames, not half a GOP for each of 2
+    consecutive rows); every block's rows lie in one GOP and an epoch under 2 workers delivers every frame once.
+    With a buffer that keeps GOP runs, read_ahead / gop_run asked, or keyframes off a fixed grid (scene cuts), blocks
+    are as before."""
+    from dlbench.loader import DataLoader
+    from dlbench.loader.stream import GOP_RUNS_HELD
+
+    irregular = LeRobotStreamingDataset(str(long_episodes), buffer_mb=1)
+    assert irregular.meta.keyframe_interval(0) == 30 and irregular.meta.regular_gop(0) == 0
+    assert (irregular.read_ahead, irregular.block_stride) in ((2, 1), (1, 1))
+    root = str(regular_gops)
+    run_mb = 30 * LeRobotStreamingDataset(root, read_ahead=1).block_bytes(1) / 2**20
+    small = LeRobotStreamingDataset(root, buffer_mb=4 * run_mb, return_uint8=True)
+    assert (small.read_ahead, small.block_stride, small.gop_run) == (6, 5, 0)
+    big = LeRobotStreamingDataset(root, buffer_mb=(GOP_RUNS_HELD + 2) * run_mb)
+    assert (big.read_ahead, big.block_stride) == (2, 1)
+    for asked in ({"read_ahead": 2}, {"gop_run": 0}):
+        assert LeRobotStreamingDataset(root, buffer_mb=4 * run_mb, **asked).block_stride == 1
+    small.use_workers(2)
+    ep_from = small.meta.ep_from
+    for w in range(2):
+        for rows, _ in small.worker_decodes(0, 2, w):
+            start = ep_from[np.searchsorted(ep_from, rows[0], side="right") - 1]
+            assert len({(r - start) // 30 for r in rows}) == 1 and np.all(np.diff(rows) == 5), rows
+    seen = [int(i) for batch in DataLoader(small, batch_size=8, num_workers=2) for i in batch["index"]]
+    assert sorted(seen) == list(range(small.meta.num_frames))
+
+
 def test_a_stream_planned_for_two_workers_keeps_that_plan_under_one_and_reads_every_frame_once(long_episodes):
     """`plan_for(2)`: the pieces and GOP runs two workers read (a calibration's one-worker pass reads as each worker
     of the run it stands for), kept when a DataLoader of one worker calls `use_workers(1)`, which alone cuts them

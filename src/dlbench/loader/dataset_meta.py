@@ -161,20 +161,43 @@ class DatasetMeta:
         """Frames between keyframes in the first camera's video file of `episode`, read from its MP4 index: the
         longest gap, the encoder's GOP (episodes restart it, scene cuts add keyframes: shorter gaps); 1 where every
         frame is one; 0 where it cannot be read (the stream then does not rely on it)."""
+        sync = self._sync(episode)
+        if sync is False:
+            return 0
+        return 1 if sync is None or len(sync) < 2 else int(np.diff(sync).max())
+
+    def regular_gop(self, episode: int = 0) -> int:
+        """The keyframe interval where `episode`'s keyframes in the first camera's file fall exactly every that many
+        frames from its first frame (a fixed GOP, as LeRobot's encoders write without scene cuts); else 0 (scene
+        cuts, an encoder's adaptive GOP, an unreadable index)."""
+        gop, sync = self.keyframe_interval(episode), self._sync(episode)
+        if gop < 2 or sync is None or sync is False:
+            return 0
+        cam = self.cameras[0]
+        start = int(round(self.video_from[cam][episode] * self.fps))
+        length = int(self.ep_to[episode] - self.ep_from[episode])
+        mine = sync[(sync >= start) & (sync < start + length)] - start
+        return gop if np.array_equal(mine, np.arange(0, length, gop)) else 0
+
+    def _sync(self, episode: int):
+        """The 0-based keyframes of the first camera's file of `episode` (None: every frame; False: unreadable),
+        read once a file."""
         import fsspec
 
         from ..format import mp4
 
         if not self.cameras or not len(self.ep_from):
-            return 0
+            return False
         url = self.video_url(self.cameras[0], episode)
-        try:
-            fs, path = fsspec.core.url_to_fs(url)
-            with fs.open(path, "rb") as fh:
-                sync = mp4.read_track(fh, url).sync
-        except (OSError, ValueError, mp4.Unsupported):
-            return 0
-        return 1 if sync is None or len(sync) < 2 else int(np.diff(sync).max())
+        cache = self.__dict__.setdefault("_sync_cache", {})
+        if url not in cache:
+            try:
+                fs, path = fsspec.core.url_to_fs(url)
+                with fs.open(path, "rb") as fh:
+                    cache[url] = mp4.read_track(fh, url).sync
+            except (OSError, ValueError, mp4.Unsupported):
+                cache[url] = False
+        return cache[url]
 
     def data_files(self) -> list[str]:
         """Relative data file paths in (chunk, file) order; reading them in order yields rows in `index` order."""

@@ -83,6 +83,15 @@ AUTO_READ_AHEAD = 2
 # ten batches' items come from a few seconds of a few episodes. 2 workers: 23 runs held (3 cameras of 240x320 HEVC,
 # buffer_mb 512) gave 0.41 of the nominal batch over ten batches, 60 (96x128 H.264) 0.64
 GOP_RUNS_HELD = 32
+# on a GOP longer than STRIPE_MIN_GOP that GOP runs cannot take (the buffer keeps fewer than GOP_RUNS_HELD), a block
+# by default is about STRIPE_ROWS rows spread over one GOP, `GOP // rows` apart (`_stripes`): one decode of a GOP for
+# several frames of it, where 2 consecutive rows at a random moment cost the decode of half a GOP each. 16 episodes of
+# 720p H.264 g=30, 1 / 2 workers (effective / nominal over one batch / ten, against the dataset): 6 rows 5 apart 50 /
+# 99 frames/s at 1.00 / 0.58 and 0.88 / 0.77; 2 consecutive rows 33 / 63 at 0.98 / 1.32 and 0.90 / 0.82; 10 rows 3
+# apart 69 / 119 at 0.88 / 0.42 and 0.77 / 0.64; map 17 / 36
+STRIPE_ROWS = 6
+STRIPE_MIN_GOP = 16
+STRIPE_MIN_GAP = 3  # frames between a block's rows at least: nearer, they are as alike as consecutive ones
 FORWARD_DECODERS_MB = 1024  # the most a worker's decoders may hold for GOP runs by default (`_slot_decoders_fit`)
 # blocks of a virtual shard decoded together by default on long GOPs (`decode_ahead`): 8 rows at random moments of
 # one 720p episode (sarm, GOP 30) decode in 0.58x the time one by one at 4, 0.46x at 8; 3 cameras of 240x320 HEVC
@@ -302,6 +311,9 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         self.tag_items, self._ahead_arg = tag_items, decode_ahead
         self._window_span = window_span(windows, self.meta.cameras)
         self.read_ahead = read_ahead or self.auto_read_ahead()
+        self._gop = None  # the video's keyframe interval, read once (`_keyframe_interval`)
+        if read_ahead is None and block_stride is None and gop_run is None:
+            self._stripes_of_gops()
         self._plan(gop_run, pieces, virtual_shards, decoder_cache_size)
         self._loaded: tuple | None = None  # the runs of rows whose parquet columns are in memory
         self._tables = HeldTables(HELD_DATA_MB * 2**20)  # across epochs: a small dataset is read once a process
@@ -311,7 +323,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
     def _plan(self, gop_run: int | None, pieces: int | None, virtual_shards: int | None, cache: int | None) -> None:
         """GOP runs, pieces and virtual shards as asked, or (None) by default: `use_workers` moves them."""
         self._gop_fixed = gop_run is not None  # by the user, or by a loaded state
-        self._gop: int | None = None  # the video's keyframe interval, read once (`_keyframe_interval`)
+        self._gop: int | None = getattr(self, "_gop", None)  # the video's keyframe interval, read once
         self.gop_run = self._eligible(gop_run) if gop_run is not None else 0
         self._virtual_shards_arg, self._cache_arg = virtual_shards, cache
         self._pieces_fixed = pieces is not None  # by the user, or by a loaded state
@@ -519,6 +531,29 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         low, high = BUFFER_MB_RANGE
         return float(min(high, max(low, math.ceil(LANES_HELD * self.block_bytes(ahead) / 2**20))))
 
+    def _stripes_of_gops(self) -> None:
+        """The default block on long GOPs (STRIPE_ROWS): in random order of single frames, where GOP runs would not
+        be taken (the buffer keeps fewer than GOP_RUNS_HELD of them), the first episode's keyframes fall every GOP
+        frames (`DatasetMeta.regular_gop`; x265's scene cuts do not) and the interval has a divisor near
+        STRIPE_ROWS leaving rows STRIPE_MIN_GAP or more apart, a block is that many rows spread evenly over one GOP
+        (an episode starts on a keyframe, so block k of a phase lies in GOP k). Left as it is elsewhere."""
+        if not self.shuffle or self.episode_order != "random" or self._window_span or self.block_stride > 1:
+            return
+        if self.builder.decoder.fetch or self.read_ahead < AUTO_READ_AHEAD:
+            return
+        first = int(self.episodes[0]) if self.episodes is not None and len(self.episodes) else 0
+        gop = self.meta.regular_gop(first)  # a stripe lies in one GOP only where keyframes fall every gop frames
+        if gop < STRIPE_MIN_GOP or self.max_blocks() * self.read_ahead / gop >= GOP_RUNS_HELD:
+            return
+        rows = [k for k in range(2, gop) if gop % k == 0 and gop // k >= STRIPE_MIN_GAP]
+        if not rows:
+            return
+        k = min(rows, key=lambda r: (abs(r - STRIPE_ROWS), r))
+        old = (self.read_ahead, self.block_stride)
+        self.read_ahead, self.block_stride = k, gop // k
+        if self.max_blocks() < self._live_wanted():  # the buffer would keep too few of its live episodes' blocks
+            self.read_ahead, self.block_stride = old
+
     def auto_read_ahead(self) -> int:
         """The default `read_ahead`: AUTO_READ_AHEAD (2), or 1 where two rows a block share a frame or where
         `buffer_mb` would not keep 3/4 of a worker's live episodes' blocks alive. Fewer live blocks than live
@@ -529,18 +564,22 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         which then holds those frames twice: on 16 episodes of 480x640 (sarm, 2 workers) read_ahead 2, 4 and 8 gave
         1.5x, 1.9x and 2.8x the frames/s of 1 at 0.72, 0.65 and 0.58 distinct frames a batch, against 0.95
         (docs/benchmarks.md); `tune` moves it where a user's floor allows."""
-        episodes = self.meta.num_episodes if self.episodes is None else len(self.episodes)
-        # unset, the pool is every piece, bounded by the blocks themselves (a lane holds one); the rule keeps a
-        # working set of FORWARD_POOL episodes' blocks: 500 episodes of 2 x 240x320, 2 workers, every piece live,
-        # read_ahead 2 gave 667 frames/s at 0.91 / 0.82 against the dataset, 1 gave 523 at 0.98 / 1.13 (map 516)
-        pool = self._pool_arg or FORWARD_POOL
-        want = math.ceil(0.75 * min(pool, math.ceil(episodes / max(1, self.world_size))))
+        want = self._live_wanted()
         offsets = {c: self.builder.windows.get(c, [0]) for c in self.meta.cameras}
         ahead = AUTO_READ_AHEAD
         shares = any(block_frames(o, ahead, self.block_stride) < ahead * len(o) for o in offsets.values())
         if not shares and self.buffer_mb * 2**20 // self.block_bytes(ahead) >= want:
             return ahead
         return 1
+
+    def _live_wanted(self) -> int:
+        """The blocks a worker's buffer should keep alive: 3/4 of its live episodes'. Unset, the pool is every
+        piece, bounded by the blocks themselves (a lane holds one); the rule keeps a working set of FORWARD_POOL
+        episodes' blocks: 500 episodes of 2 x 240x320, 2 workers, every piece live, read_ahead 2 gave 667 frames/s
+        at 0.91 / 0.82 against the dataset, 1 gave 523 at 0.98 / 1.13 (map 516)."""
+        episodes = self.meta.num_episodes if self.episodes is None else len(self.episodes)
+        pool = self._pool_arg or FORWARD_POOL
+        return math.ceil(0.75 * min(pool, math.ceil(episodes / max(1, self.world_size))))
 
     def block_bytes(self, read_ahead: int | None = None) -> int:
         """Bytes of decoded frames in one block: each camera's distinct frames of `read_ahead` rows `block_stride`
