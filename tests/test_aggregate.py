@@ -494,3 +494,24 @@ def test_ranks_are_pooled_into_the_global_batch(tmp_path):
         < pooled["shuffle_effective_batch"]
         < pooled["shuffle_effective_batch_high"]
     )
+
+
+def test_the_headline_table_has_a_row_a_run_rounded_with_its_verdict_and_first_reason(summary, tmp_path):
+    """summary.md: one row a run in eleven columns, numbers rounded (no float's tail), a pass, a failure's first
+    reason (a "; " inside parentheses kept in its note), a skipped run's reason once."""
+    import re
+
+    from dlbench.report import headline
+
+    headline.write(summary, tmp_path / "summary.md")
+    text = (tmp_path / "summary.md").read_text()
+    rows = [ln for ln in text.splitlines() if ln.startswith("| ") and not ln.startswith("| run ")]
+    assert len(rows) == len(summary) and all(ln.count(" | ") == len(headline.COLUMNS) - 1 for ln in rows)
+    assert not re.search(r"\d\.\d{3,}", text)  # rounded
+    stream = next(ln for ln in rows if ln.startswith("| stream_local | dlbench_stream | ") and "| single |" in ln)
+    assert "| pass |" in stream
+    sarm = next(ln for ln in rows if ln.startswith("| stream_local | dlbench_stream |") and "| sarm |" in ln)
+    assert "| fail: below target (200 < 320" in sarm
+    gpu = next(ln for ln in rows if ln.startswith("| gpu |"))
+    assert "skipped: " in gpu and "skipped: skipped" not in gpu and "no CUDA device" in gpu
+    assert headline.first_reason("a (x; y); b") == "a (x; y)" and headline.first_reason("") == ""

@@ -26,7 +26,9 @@ rule aggregate:
         prewarm=prewarm_reports(),
         predictions="results/predictions.csv",
     output:
-        report("results/summary.csv", caption="../report/summary.rst", category="Tables"),
+        csv=report("results/summary.csv", caption="../report/summary.rst", category="Tables"),
+        # the headline table beside it: a row a run, a newcomer's first read (report/headline.py)
+        md="results/summary.md",
     log:
         "results/logs/aggregate.log",
     conda:
@@ -34,7 +36,7 @@ rule aggregate:
     params:
         args=aggregate_args(),
     shell:
-        "dlbench -q aggregate {input.runs} --out {output} {params.args} --predictions {input.predictions} "
+        "dlbench -q aggregate {input.runs} --out {output.csv} {params.args} --predictions {input.predictions} "
         "> {log} 2>&1"
 
 

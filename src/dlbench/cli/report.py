@@ -60,7 +60,7 @@ def _add_aggregate(sub) -> None:
 
     p = command(sub, "aggregate", help="rank records -> summary CSV")
     p.add_argument("runs", nargs="+", help="run directories (with run.json) or rank record JSON files")
-    p.add_argument("--out", required=True, help="summary CSV to write")
+    p.add_argument("--out", required=True, help="summary CSV to write (and its headline table, .md, beside it)")
     p.add_argument(
         "--target",
         action="append",
@@ -143,6 +143,12 @@ def aggregate(a) -> None:
         prewarm=dict(a.prewarm),
         predictions=a.predictions,
     )
+    if str(a.out).endswith(".csv"):  # the headline table beside it (report/headline.py)
+        from pathlib import Path
+
+        from ..report import headline
+
+        headline.write(df, Path(a.out).with_suffix(".md"))
     say(f"wrote {a.out} ({len(df)} runs, {int(df['pass'].sum())} pass their target)")
 
 

@@ -1,0 +1,87 @@
+"""summary.md: the runs of summary.csv in one short table a newcomer reads first (summary.csv stays the raw export).
+
+One row a run, rounded: what ran (scenario, loader, source, mode, workers), how fast (decoded frames/s per node, with
+its windows' spread), how well shuffled (effective / nominal batch size over one batch and ten, against the
+dataset), what training gets (effective frames/s), in how much memory (peak PSS), the verdict with its first reason,
+and how far the model's prediction was off.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from .. import atomic
+
+COLUMNS = ("run", "loader", "source", "mode", "workers", "frames/s", "effective 1 / 10", "effective frames/s",
+           "peak MB", "verdict", "predicted")  # fmt: skip
+
+
+def _num(v, digits: int = 0) -> str:
+    return "-" if v is None or pd.isna(v) else f"{float(v):,.{digits}f}"
+
+
+REASON_CHARS = 90  # a verdict's reason, cut to this (summary.csv's notes hold it whole)
+
+
+def first_reason(notes: str) -> str:
+    """The first of summary.csv's "; "-separated notes (a "; " inside parentheses belongs to its note)."""
+    depth = 0
+    for i, ch in enumerate(notes):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and notes.startswith("; ", i):
+            return notes[:i]
+    return notes
+
+
+def _verdict(row: pd.Series) -> str:
+    """pass, or fail / skipped / failed with the first reason summary.csv's notes give."""
+    status = str(row.get("status"))
+    reason = first_reason(str(row.get("notes") or "") if not pd.isna(row.get("notes")) else "")
+    reason = reason.removeprefix(f"{status}: ")
+    if len(reason) > REASON_CHARS:
+        reason = reason[: REASON_CHARS - 3].rstrip() + "..."
+    if status not in ("ok", "unverified"):
+        return f"{status}: {reason}".rstrip(": ")
+    return "pass" if bool(row.get("pass")) else f"fail: {reason}".rstrip(": ")
+
+
+def headline(df: pd.DataFrame) -> str:
+    """The table as markdown, runs in summary.csv's order."""
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for _, r in df.iterrows():
+        spread = ""
+        if not pd.isna(r.get("frames_per_s_min")) and not pd.isna(r.get("frames_per_s_max")):
+            spread = f" ({_num(r['frames_per_s_min'])}-{_num(r['frames_per_s_max'])})"
+        err = r.get("prediction_error")
+        cells = [
+            r["scenario"],
+            r["loader"],
+            r.get("source", ""),
+            r["mode"],
+            str(r.get("num_workers", "")),
+            _num(r.get("frames_per_s_node")) + spread,
+            f"{_num(r.get('shuffle_effective_batch'), 2)} / {_num(r.get('shuffle_effective_window'), 2)}",
+            _num(r.get("effective_frames_per_s_node")),
+            _num(r.get("peak_pss_mb")),
+            _verdict(r).replace("|", "/"),
+            "-" if err is None or pd.isna(err) else f"{float(err):+.0%}",
+        ]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    passed = int(df["pass"].sum()) if "pass" in df else 0
+    head = [
+        "# Summary",
+        "",
+        f"{len(df)} runs, {passed} pass. Frames/s: decoded frames a second per node, the median window (the windows'"
+        " range); effective 1 / 10: what a batch and ten in a row are worth against the dataset, over their nominal"
+        " size (1: uniform draws); effective frames/s: frames/s x the first; predicted: the model's error, (predicted"
+        " - measured) / measured. Every column of summary.csv: docs/configuration.md.",
+        "",
+    ]
+    return "\n".join(head + lines) + "\n"
+
+
+def write(df: pd.DataFrame, out: str | Path) -> None:
+    with atomic.file(out) as tmp:
+        Path(tmp).write_text(headline(df))
