@@ -140,3 +140,18 @@ def test_a_module_that_starts_other_processes_or_reads_columns_imports_no_torch(
 
     code = f"import sys, {module}; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0, f"{module} imports torch"
+
+
+def test_help_lists_the_users_commands_first_and_the_workflows_steps_apart():
+    """`dlbench --help`: tune, bench-run, validate, ... first; under a heading the steps Snakemake runs; every
+    command still listed once and still parsed."""
+    from dlbench.cli import USER_COMMANDS
+
+    text = build_parser().format_help()
+    listed = [ln.split()[0] for ln in text.splitlines() if ln.startswith("    ") and not ln.startswith("     ")]
+    heading = text.index("the workflow's steps")
+    assert listed[: len(USER_COMMANDS)] == list(USER_COMMANDS)
+    assert all(text.index(f"    {name} ") < heading for name in USER_COMMANDS)
+    assert text.index("    aggregate ") > heading and text.index("    calibrate ") > heading
+    assert len(listed) == len(set(listed))
+    assert build_parser().parse_args(["aggregate", "x", "--out", "s.csv"]).command == "aggregate"

@@ -11,8 +11,10 @@ from ..errors import WORKFLOW_EXTRA, UserError, needs_extra
 from . import bench, compare, convert, encoding, lance, model, report, sources, synth, tune, validate
 from .common import Help, log
 
-# as `dlbench --help` lists them
+# the modules whose commands the parser holds
 COMMANDS = (synth, convert, encoding, lance, validate, bench, model, tune, sources, report, compare)
+# what a user runs, listed first by `dlbench --help` in this order; the rest are the workflow's steps, listed apart
+USER_COMMANDS = ("tune", "bench-run", "validate", "convert", "reencode", "predict", "compare", "advise", "synth")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,10 +25,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars or per-unit lines")
     parser.add_argument("--version", action="version", version=f"dlbench {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="one step; COMMAND --help")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="COMMAND --help for its flags")
     for module in COMMANDS:
         module.add(sub)
+    _two_layers(sub)
     return parser
+
+
+def _two_layers(sub) -> None:
+    """List the user's commands first (USER_COMMANDS' order), then under a heading the workflow's steps."""
+    entries = {a.dest: a for a in sub._choices_actions}  # argparse keeps the listed entries here, in order
+    mine = [entries[name] for name in USER_COMMANDS if name in entries]
+    steps = [a for name, a in entries.items() if name not in USER_COMMANDS]
+    heading = type(sub)._ChoicesPseudoAction("", [], "-- the workflow's steps (Snakemake runs them) --")
+    sub._choices_actions[:] = [*mine, heading, *steps]
 
 
 def _log_to_stdout() -> None:
