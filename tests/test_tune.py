@@ -271,3 +271,20 @@ def test_lerobots_loaders_are_tuned_only_on_sources_they_read():
     theirs = ["lerobot_map", "lerobot_stream"] if peer_python() else []
     assert _tuned_loaders(True, "/data/v30") == ["dlbench_map", "dlbench_stream", *theirs]
     assert _tuned_loaders(False, "/data/v30") == ["dlbench_map", "dlbench_stream"]
+
+
+def test_stored_proofs_are_kept_only_for_the_same_dataset_content_and_code(tmp_path, monkeypatch):
+    """An interrupted tune's proofs are reused by the next tune of the same dataset, content and code; a dataset
+    rewritten at the same path (another info.json) or another version of the code sets them aside."""
+    from dlbench.tune import run
+
+    def state(content):
+        return run._State(tmp_path / "work", "d", "/data/d", {"mode": "single", "batch_size": 16}, content)
+
+    first = state("aaaa")
+    first.proof(Candidate("dlbench_map", {"num_workers": 1}), lambda: {"frames_per_s_node": 100.0})
+    assert state("aaaa").data["proofs"]  # the same: resumed
+    assert not state("bbbb").data["proofs"]  # another content: measured anew
+    state("aaaa").proof(Candidate("dlbench_map", {"num_workers": 1}), lambda: {"frames_per_s_node": 100.0})
+    monkeypatch.setattr(run, "code_digest", lambda: "another")
+    assert not state("aaaa").data["proofs"]  # another code: measured anew

@@ -170,7 +170,8 @@ def tune(
                        step_ms=step_ms, gpus=gpus)  # fmt: skip
     # what the measurements depend on: floor, memory and budget only judge them, so a tune under other constraints
     # reuses the calibration and the proofs of this dataset, mode and batch size on this host
-    state = _State(work, dataset, root, {k: constraints[k] for k in ("mode", "delta_timestamps", "batch_size")})
+    state = _State(work, dataset, root, {k: constraints[k] for k in ("mode", "delta_timestamps", "batch_size")},
+                   content_digest(meta))  # fmt: skip
     for line in [memory_note, *(notes or [])]:
         if line:
             state.note(line)
@@ -245,17 +246,32 @@ def _search(cal, root, work: Path, constraints: dict, memory_mb: float | None) -
     return ours, best, runners_up, lerobot_best
 
 
+def code_digest() -> str:
+    """A digest of the code a proof's figures depend on: the loaders, the decoder, the harness and the model."""
+    from .. import bench, decode, loader, model
+
+    files = sorted(f for pkg in (bench, decode, loader, model) for f in Path(pkg.__file__).parent.rglob("*.py"))
+    return f"{zlib.crc32(b''.join(f.read_bytes() for f in files)):08x}"
+
+
+def content_digest(meta) -> str:
+    """A digest of the dataset as its metadata describes it (info.json: its features, frames, files), so that a
+    dataset rewritten at the same path is measured anew."""
+    return f"{zlib.crc32(json.dumps(meta.info, sort_keys=True, default=str).encode()):08x}"
+
+
 class _State:
     """What a tune has measured so far, in its work directory: the calibration and each completed proof, keyed by
-    the dataset, what the measures depend on (mode, batch size) and this host. A state of another dataset, mode or
-    host is set aside."""
+    the dataset (its path and its content), what the measures depend on (mode, batch size), this host and the code's
+    version. A state of another dataset, content, mode, host or code is set aside."""
 
-    def __init__(self, work: Path, dataset: str, root: str, constraints: dict):
+    def __init__(self, work: Path, dataset: str, root: str, constraints: dict, content: str = ""):
         import socket
 
         self.work = work
         self.notes: list[str] = []
-        key = {"dataset": dataset, "root": str(root), "host": socket.gethostname(), **constraints}
+        key = {"dataset": dataset, "root": str(root), "content": content, "code": code_digest(),
+               "host": socket.gethostname(), **constraints}  # fmt: skip
         self.path = work / "state.json"
         self.data = {"key": key, "proofs": {}}
         if self.path.exists():
