@@ -288,3 +288,32 @@ def test_stored_proofs_are_kept_only_for_the_same_dataset_content_and_code(tmp_p
     state("aaaa").proof(Candidate("dlbench_map", {"num_workers": 1}), lambda: {"frames_per_s_node": 100.0})
     monkeypatch.setattr(run, "code_digest", lambda: "another")
     assert not state("aaaa").data["proofs"]  # another code: measured anew
+
+
+def test_a_proof_over_the_memory_budget_alone_is_followed_by_a_smaller_configuration():
+    """A stream of 2 workers that meets the floor in 856 MB against a 700 MB budget: a worker fewer and half its
+    buffer are proven next, and the smaller that fits qualifies; a map loader of one worker has no smaller move."""
+    import time
+
+    from dlbench.tune.run import _prove_queue
+    from dlbench.tune.search import memory_moves
+
+    class State:
+        def note(self, text):
+            pass
+
+    ok = {"status": "ok", "frames_wrong": 0, "shuffle_effective_batch": 0.9, "shuffle_effective_window": 0.7,
+          "shuffle_distinct_frames": 1.0}  # fmt: skip
+
+    def prove(c):
+        mb = 300 * c.settings["num_workers"] + c.settings.get("buffer_mb", 512) / 2
+        return {**ok, "peak_pss_mb": mb, "frames_per_s_node": 100.0 * c.settings["num_workers"]}
+
+    queue = [Candidate("dlbench_stream", {"num_workers": 2})]
+    proven = _prove_queue(State(), queue, prove, FLOOR, 700.0, 16, time.perf_counter() + 60)
+    keys = [p.key for p in proven]
+    assert keys[:2] == ["dlbench_stream num_workers=2", "dlbench_stream num_workers=1"]
+    assert "dlbench_stream buffer_mb=256.0 num_workers=2" in keys  # 728 MB: still over, its own moves next
+    assert not meets(proven[1].measured, FLOOR, 700.0)  # 556 MB: the smaller one qualifies
+    assert [m.settings for m in memory_moves(Candidate("dlbench_map", {"num_workers": 1}), 100.0)] == []
+    assert len(keys) == len(set(keys))

@@ -32,7 +32,7 @@ from ..errors import UserError
 from ..format.paths import is_remote
 from ..model.equations import BOUNDS
 from . import trainer
-from .search import Candidate, best_per_loader, knob_moves, meets, ranked, speed_moves
+from .search import Candidate, best_per_loader, knob_moves, meets, memory_moves, ranked, speed_moves
 
 PROOF = dict(repeats=2, warmup_s=2.0, check_frames=16, probe_samples=0)
 # batches a proof takes at least, over its windows: the effective batch size over 10 batches is shown from 40
@@ -79,8 +79,9 @@ def _prove_queue(
     slot_mb: float = 0.0,
 ) -> list:
     """Prove candidates in turn until the queue is spent or the next proof would end past `deadline` (one at least,
-    proofs taking about as long as those before); a stream that misses the
-    floor or budget queues its knob moves next (`search.knob_moves`; the pool it grew to is where the next stream
+    proofs taking about as long as those before); a proof over the memory budget alone queues a smaller
+    configuration next (`search.memory_moves`: a worker fewer, half a stream's buffer); a stream that misses the
+    floor queues its knob moves next (`search.knob_moves`; the pool it grew to is where the next stream
     starts), one that meets it its speed moves
     (`search.speed_moves`: GOP runs, `gop` frames; blocks decoded together, for windows of `span` frames or a
     `remote` source)."""
@@ -100,7 +101,10 @@ def _prove_queue(
         c.measured = prove(c)
         took.append(time.perf_counter() - t)
         proven.append(c)
-        if meets(c.measured, floor, memory_mb) and c.loader == "dlbench_stream":
+        why = meets(c.measured, floor, memory_mb)
+        if why.startswith("peak memory") and c.loader in ("dlbench_map", "dlbench_stream"):
+            queue = [m for m in memory_moves(c, memory_mb) if m.key not in {p.key for p in proven}] + queue
+        elif why and c.loader == "dlbench_stream":
             queue = knob_moves(c, c.measured, floor, per_worker) + queue
         else:
             if c.loader == "dlbench_stream" and {"pool_size", "buffer_mb"} & set(c.settings) and not grown:

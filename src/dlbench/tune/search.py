@@ -131,6 +131,21 @@ def knob_moves(c: Candidate, measured: dict, floor: dict, episodes_per_worker: i
     return moves
 
 
+def memory_moves(c: Candidate, memory_mb: float) -> list[Candidate]:
+    """What to try after a proof that qualified but for memory: one DataLoader worker fewer (each holds its own
+    decoders and frames) and, for a stream, half its buffer (unset: half the most the default takes); nothing below
+    one worker or a 64 MB buffer."""
+    moves = []
+    workers = c.settings.get("num_workers", 0)
+    if workers > 1:
+        moves.append({"num_workers": workers - 1})
+    if c.loader == "dlbench_stream":
+        mb = c.settings.get("buffer_mb") or BUFFER_MB
+        if mb / 2 >= 64:
+            moves.append({"buffer_mb": mb / 2})
+    return [Candidate(c.loader, {**c.settings, **m}, c.predicted_fps, c.predicted_pss_mb, c.bound) for m in moves]
+
+
 def pool_needed(pool: int, measured: dict, floor: dict) -> int:
     """The pool of live episodes a stream needs for its effective batch sizes to clear the floor by `FLOOR_MARGIN`,
     from what a pool of `pool` measured; at least twice `pool`.
