@@ -11,7 +11,9 @@ time and phases, the frames/s its configuration measured in the sweep against th
 floor (goal: >= 90%), and against LeRobot's defaults at equal or better effective batch size (goal: >= 1.5x).
 `--s3 SET`: the same for SET staged on SeaweedFS on loopback behind a proxy adding `--latency-ms` to each response
 (tune, sweep and LeRobot all read it there). `--scale N...`: tune alone on sets of small frames alike but for their
-number of episodes (goal: its time within 20% from the fewest to the most).
+number of episodes (goal: its time within 20% from the fewest to the most). `--policy TYPE --step-ms MS [--gpus G]`:
+tune in the trainer's terms; printed per set, the answer's AU as stated (from its proof) against AU measured with
+the step held (goal: within 10 points); `--no-sweep` stops there.
 """
 
 from __future__ import annotations
@@ -61,7 +63,10 @@ def tune(root: str, out: Path, a, report: Report, *extra: str) -> tuple[dict, fl
     time, or None where it failed (said)."""
     shutil.rmtree(out.with_suffix(".work"), ignore_errors=True)
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "dlbench", "tune", root, "--mode", a.mode, "--batch-size",
+    trainer = ["--policy", a.policy] if a.policy else ["--mode", a.mode]
+    if a.step_ms:
+        trainer += ["--step-ms", str(a.step_ms), "--gpus", str(a.gpus)]
+    proc = subprocess.run([sys.executable, "-m", "dlbench", "tune", root, *trainer, "--batch-size",
                            str(a.batch_size), "--out", str(out), *extra], capture_output=True, text=True)  # fmt: skip
     took = time.perf_counter() - t0
     if proc.returncode:
@@ -89,6 +94,14 @@ def against_sweep(name: str, root: str, a, work: Path, report: Report, endpoint:
     result, took = tuned
     w = result["winner"]
     report.goal(f"{name}: the answer within 5 minutes", took <= 300, f"{took:.0f} s")
+    if a.step_ms:
+        stated, measured = w.get("au"), w.get("au_measured")
+        report.goal(f"{name}: AU stated within 10 points of AU measured with the step held",
+                    stated is not None and measured is not None and abs(stated - measured) <= 0.10,
+                    f"stated {stated or 0:.0%}, measured {measured or 0:.0%}, at {a.step_ms:g} ms on {a.gpus} "
+                    f"GPU(s); {w.get('gpus_fed')} GPUs fed at 90%")  # fmt: skip
+    if a.no_sweep:
+        return
     spec = spec_from_endpoint(endpoint)
     apply_env(spec)  # this process measures the sweep: it reads the source as tune's own process did
     chosen = {"loader": w["loader"], **{k: v for k, v in w["dataset_kwargs"].items()
@@ -154,6 +167,10 @@ def main(argv=None) -> None:
     ap.add_argument("--s3", nargs="*", default=[], choices=sorted(model.SETS), metavar="SET",
                     help="also these sets read from S3 on loopback, behind --latency-ms")  # fmt: skip
     ap.add_argument("--latency-ms", type=float, default=20.0, help="added to each response of the S3 server")
+    ap.add_argument("--policy", default=None, help="a LeRobot policy type: its window, in place of --mode")
+    ap.add_argument("--step-ms", type=float, default=None, help="the training step: the answer in AU")
+    ap.add_argument("--gpus", type=int, default=1, help="GPUs a node the step feeds")
+    ap.add_argument("--no-sweep", action="store_true", help="tune alone (its AU checked), no sweep")
     ap.add_argument("--scale", nargs="*", type=int, default=[], metavar="EPISODES",
                     help="tune sets of small frames, alike but for these numbers of episodes")  # fmt: skip
     a = ap.parse_args(argv)
