@@ -28,6 +28,7 @@ import zlib
 from pathlib import Path
 
 from .. import atomic
+from ..cli.common import say
 from ..errors import UserError
 from ..format.paths import is_remote
 from ..model.equations import BOUNDS
@@ -97,6 +98,10 @@ def _prove_queue(
             break
         if c.loader == "dlbench_stream" and grown and not {"pool_size", "buffer_mb"} & set(c.settings):
             c = dataclasses.replace(c, settings={**c.settings, **grown}, measured={})
+        left = deadline - time.perf_counter()
+        if took:  # where the budget stands: the user's ETA
+            say(f"tune: proof {len(proven) + 1}: {left:.0f} s of the budget left, {expected:.0f} s a proof so far, "
+                f"{len(queue) + 1} queued")  # fmt: skip
         t = time.perf_counter()
         c.measured = prove(c)
         took.append(time.perf_counter() - t)
@@ -292,7 +297,7 @@ class _State:
         work.mkdir(parents=True, exist_ok=True)
 
     def note(self, line: str) -> None:
-        print(f"tune: {line}", flush=True)
+        say(f"tune: {line}")
         self.notes.append(line)
 
     def save(self) -> None:
@@ -390,10 +395,9 @@ def _prove(c: Candidate, root, mode, deltas, batch_size, source_spec, work: Path
     shutil.rmtree(out, ignore_errors=True)
     try:
         run = runspec.make_run(values, scenario="tune")
-        print(
+        say(
             f"tune: proving {c.key}{f' at a {step_ms} ms step' if step_ms else ''} ({PROOF['repeats']} windows of "
-            f"{PROOF_S:.0f} s, {MIN_PROOF_BATCHES} batches at least)",
-            flush=True,
+            f"{PROOF_S:.0f} s, {MIN_PROOF_BATCHES} batches at least)"
         )
         launch(run, out)
         row = aggregate([out], None).iloc[0].to_dict()
