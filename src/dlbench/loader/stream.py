@@ -311,7 +311,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         self.tag_items, self._ahead_arg = tag_items, decode_ahead
         self._window_span = window_span(windows, self.meta.cameras)
         self.read_ahead = read_ahead or self.auto_read_ahead()
-        self._gop = None  # the video's keyframe interval, read once (`_keyframe_interval`)
+        self._gop: int | None = None  # the video's keyframe interval, read once (`_keyframe_interval`)
         if read_ahead is None and block_stride is None and gop_run is None:
             self._stripes_of_gops()
         self._plan(gop_run, pieces, virtual_shards, decoder_cache_size)
@@ -323,7 +323,6 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
     def _plan(self, gop_run: int | None, pieces: int | None, virtual_shards: int | None, cache: int | None) -> None:
         """GOP runs, pieces and virtual shards as asked, or (None) by default: `use_workers` moves them."""
         self._gop_fixed = gop_run is not None  # by the user, or by a loaded state
-        self._gop: int | None = getattr(self, "_gop", None)  # the video's keyframe interval, read once
         self.gop_run = self._eligible(gop_run) if gop_run is not None else 0
         self._virtual_shards_arg, self._cache_arg = virtual_shards, cache
         self._pieces_fixed = pieces is not None  # by the user, or by a loaded state

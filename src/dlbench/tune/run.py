@@ -108,7 +108,7 @@ def _prove_queue(
         proven.append(c)
         why = meets(c.measured, floor, memory_mb)
         if why.startswith("peak memory") and c.loader in ("dlbench_map", "dlbench_stream"):
-            queue = [m for m in memory_moves(c, memory_mb) if m.key not in {p.key for p in proven}] + queue
+            queue = [m for m in memory_moves(c) if m.key not in {p.key for p in proven}] + queue
         elif why and c.loader == "dlbench_stream":
             queue = knob_moves(c, c.measured, floor, per_worker) + queue
         else:

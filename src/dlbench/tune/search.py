@@ -131,7 +131,7 @@ def knob_moves(c: Candidate, measured: dict, floor: dict, episodes_per_worker: i
     return moves
 
 
-def memory_moves(c: Candidate, memory_mb: float) -> list[Candidate]:
+def memory_moves(c: Candidate) -> list[Candidate]:
     """What to try after a proof that qualified but for memory: one DataLoader worker fewer (each holds its own
     decoders and frames) and, for a stream, half its buffer (unset: half the most the default takes); nothing below
     one worker or a 64 MB buffer."""
