@@ -833,3 +833,24 @@ def test_read_ahead_counts_the_episodes_a_worker_can_hold_live_not_the_pool(v30_
     assert at[64] == at[n] == 2
     assert LeRobotStreamingDataset(v30_h264, pool_size=64, buffer_mb=buffer_mb, world_size=2, rank=0).read_ahead == 2
     assert LeRobotStreamingDataset(v30_h264, pool_size=n, buffer_mb=buffer_mb / 8).read_ahead == 1
+
+
+@pytest.mark.parametrize("order", ["forward", "random"])
+def test_windows_reach_into_the_pieces_other_workers_read(long_episodes, order):
+    """Under 2 workers each episode is cut into pieces read by different workers; a row's window (sarm: 8 steps 1 s
+    apart) reaches into the other pieces of its episode, so a worker holds its episodes' whole tables: every row is
+    delivered once, each with its window, the frames those of the map loader."""
+    from dlbench.loader import DataLoader, LeRobotMapDataset
+
+    root = str(long_episodes)
+    ds = LeRobotStreamingDataset(root, mode="sarm", episode_order=order, return_uint8=True, seed=1)
+    loader = DataLoader(ds, batch_size=4, num_workers=2, multiprocessing_context=start_method())
+    assert ds.pieces == 2
+    ref = LeRobotMapDataset(root, mode="sarm", return_uint8=True)
+    cam = ref.meta.cameras[0]
+    seen = []
+    for batch in loader:
+        seen += batch["index"].tolist()
+        for i, idx in enumerate(batch["index"].tolist()[:1]):
+            assert torch.equal(batch[cam][i], ref[idx][cam])
+    assert sorted(seen) == list(range(ds.num_frames))

@@ -833,8 +833,12 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
     def _load_shards(self, shards: list[int]) -> None:
         """Read the parquet columns of these virtual shards' rows only (each data file once; files outside them are
         not read). All of a pass's shards at once: items of one shard may be batched with the next one's."""
+        # whole episodes: a piece read forward is a contiguous part of its episode, and a row's window reaches into
+        # the parts other workers read
+        first, last = self.meta.ep_from, self.meta.ep_to
         spans = sorted(
-            (int(self._piece_from[self._shards[v][0]]), int(self._piece_to[self._shards[v][-1]])) for v in shards
+            (int(first[self._piece_episode[self._shards[v][0]]]), int(last[self._piece_episode[self._shards[v][-1]]]))
+            for v in shards
         )
         runs: list[list[int]] = []
         for a, b in spans:  # merge touching spans
