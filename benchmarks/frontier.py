@@ -54,6 +54,8 @@ POINTS = (
     ("stream read_ahead 4", "dlbench_stream", {"read_ahead": 4}),
     ("stream read_ahead 8", "dlbench_stream", {"read_ahead": 8}),
     ("stream forward", "dlbench_stream", {"episode_order": "forward"}),
+    ("stream forward pool 64", "dlbench_stream", {"episode_order": "forward", "pool_size": 64}),
+    ("stream forward pool 128", "dlbench_stream", {"episode_order": "forward", "pool_size": 128}),
     ("lerobot map", "lerobot_map", {}),
     ("lerobot buffer 256", "lerobot_stream", {"buffer_size": 256}),
     ("lerobot buffer 1000", "lerobot_stream", {}),

@@ -361,3 +361,29 @@ def test_gop_runs_take_each_gop_in_reading_order_once(start, length, read_ahead,
     jumps = sum(1 for a, b in zip(decoded, decoded[1:]) if b[0] != a[-1] + 1)
     assert sorted(r for rows in decoded for r in rows) == list(range(start, start + length))
     assert jumps <= (len(runs) - 1 if gop else len(blocks) - 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(lanes=st.integers(2, 120), per=st.integers(1, 6), seed=st.integers(0, 2**16))
+def test_a_lane_just_read_waits_its_spread_before_it_is_read_again(lanes, per, seed):
+    """Every item is yielded once, and between two items of one stream there are at least `spread` items of others
+    while enough streams are live (`SPREAD_PICKS`, `SPREAD_SHARE`): a block's rows do not share a batch."""
+    from dlbench.loader.partition import SPREAD_PICKS, SPREAD_SHARE
+
+    def stream(s, lane):
+        return iter([(s, i) for i in range(per)])
+
+    out = list(
+        interleave([partial(stream, s) for s in range(lanes)], lanes, np.random.default_rng(seed), [per] * lanes)
+    )
+    assert sorted(out) == [(s, i) for s in range(lanes) for i in range(per)]
+    spread = min(SPREAD_PICKS, lanes // SPREAD_SHARE)
+    done = collections.Counter()
+    last: dict[int, int] = {}
+    for pos, (s, _) in enumerate(out):
+        if s in last:
+            assert pos - last[s] > spread, (s, last[s], pos)
+        last[s] = pos
+        done[s] += 1
+        if done[s] == per:  # a stream ends: fewer live, a shorter spread from here
+            break
