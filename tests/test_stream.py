@@ -854,3 +854,36 @@ def test_windows_reach_into_the_pieces_other_workers_read(long_episodes, order):
         for i, idx in enumerate(batch["index"].tolist()[:1]):
             assert torch.equal(batch[cam][i], ref[idx][cam])
     assert sorted(seen) == list(range(ds.num_frames))
+
+
+def test_windows_read_forward_by_default_where_enough_episodes_are_live(long_episodes, monkeypatch):
+    """An unset episode_order reads windowed rows forward where FORWARD_MIN_LIVE episodes are read (lowered here to
+    fit 5), every piece live; single frames, fewer episodes, NVDEC and an explicit order keep theirs. Read forward
+    under 2 workers, every row comes once with its window's right frames, and pieces start at unrelated blocks."""
+    import dlbench.loader.stream as stream
+    from dlbench.loader import DataLoader
+
+    root = str(long_episodes)
+    monkeypatch.setattr(stream, "FORWARD_MIN_LIVE", 5)
+    ds = LeRobotStreamingDataset(root, mode="sarm", return_uint8=True, seed=2)
+    assert ds.episode_order == "forward" and ds.pool_size == ds.meta.num_episodes
+    assert ds._identity()["order"]["episode_order"] == "forward"
+    for kw in (
+        dict(mode="single"),
+        dict(mode="sarm", episodes=[0, 1, 2, 3]),
+        dict(mode="sarm", episode_order="random"),
+    ):
+        assert LeRobotStreamingDataset(root, **kw).episode_order == "random", kw
+    loader = DataLoader(ds, batch_size=4, num_workers=2, multiprocessing_context=start_method())
+    seen = []
+    for batch in loader:
+        seen += batch["index"].tolist()
+        for item in unbatch(batch)[:1]:
+            assert check_item(ds, item) is None
+    assert sorted(seen) == list(range(ds.num_frames))
+    firsts = {}
+    for kind, value in ds.shard_events(0, 0):
+        if kind == "decode":
+            ep = ds._episode_of(value[0][0])
+            firsts.setdefault(ep, value[0][0] - int(ds.meta.ep_from[ep]))
+    assert any(f > 0 for f in firsts.values()), firsts  # not every live episode from its start

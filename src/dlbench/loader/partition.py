@@ -334,8 +334,10 @@ def shard_order(
 
     `stride` > 1: a block holds rows `stride` apart (`episode_blocks`), whose windows share frames at the windows'
     spacing (`block_frames`). A live episode's blocks are taken in a seeded random order; `forward`: in reading
-    order, where live episodes move through their tasks side by side and batches hold alike moments
-    (`bench.checks.effective`). `stripes` (phase, count) per piece: piece p holds every count[p]-th block of its
+    order from a seeded random block on, then from its start (one seek back), so that episodes live at once are
+    at unrelated moments of their tasks, not side by side from their starts; a batch still holds few moments of
+    each live episode, so it takes many live for ten batches to draw across the dataset (`bench.checks.effective`).
+    `stripes` (phase, count) per piece: piece p holds every count[p]-th block of its
     range from block phase[p] (`stripe_pieces`); None: all of its range. `run_rows` > 0 (stride 1, random order):
     blocks are taken a GOP run at a time (`gop_runs`), the runs in random order.
     """
@@ -362,8 +364,11 @@ def shard_order(
     while pending or live:
         while len(live) < pool_size and pending:
             ep = int(pending.pop())
-            order = None if forward else rng
-            blocks = piece_blocks(ep_from, ep_to, ep, read_ahead, stride, stripes, run_rows, order)[::-1]  # popped
+            blocks = piece_blocks(ep_from, ep_to, ep, read_ahead, stride, stripes, run_rows, None if forward else rng)
+            if forward:  # from a random block on, then its start: live episodes at unrelated moments of their tasks
+                turn = int(rng.integers(len(blocks)))
+                blocks = blocks[turn:] + blocks[:turn]
+            blocks = blocks[::-1]  # popped
             live.append([blocks, free_slots.pop()])
         k = _pick(rng, [sum(len(b) for b in entry[0]) for entry in live])  # odds by rows left: pieces end together
         blocks, slot = live[k]

@@ -100,7 +100,7 @@ class RunSpec:
     pool_size: int | None = None  # dlbench_stream's own default where unset
     buffer_size: int | None = None  # the loader's own default: `shuffle_buffer`
     read_ahead: int | None = None
-    episode_order: str | None = None  # dlbench_stream's own default (random) where unset
+    episode_order: str | None = None  # dlbench_stream's own default where unset (`_forward_by_default`)
     pieces: int | None = None
     gop_run: int | None = None
     buffer_mb: float | None = None  # dlbench_stream's own default where unset

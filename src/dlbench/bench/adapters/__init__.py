@@ -84,7 +84,7 @@ def make_adapter(run, dmeta: DatasetMeta | None = None, tag_items: bool = False)
             pool_size=run.pool_size,
             buffer_size=run.shuffle_buffer,
             read_ahead=run.read_ahead,
-            episode_order=run.episode_order or "random",
+            episode_order=run.episode_order,
             pieces=run.pieces,
             gop_run=run.gop_run,
             buffer_mb=run.buffer_mb,
