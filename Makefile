@@ -32,13 +32,15 @@ format: install
 	$(BIN)/snakefmt Snakefile workflow/rules
 
 # formatting and lint, as configured in pyproject.toml: ruff (Python), snakefmt and Snakemake's own linter; the
-# report caption of summary.csv must match its description in docs/configuration.md
+# report caption of summary.csv must match its description in docs/configuration.md; every path, command, code
+# name and config key the docs name in a code span must exist (scripts/docs_check.py)
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/snakefmt --check Snakefile workflow/rules
 	$(BIN)/snakemake --lint
 	$(BIN)/python scripts/captions.py --check
+	$(BIN)/python scripts/docs_check.py
 
 install: system-deps $(VENV)/.installed
 

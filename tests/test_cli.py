@@ -2,6 +2,7 @@
 
 import argparse
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -155,3 +156,23 @@ def test_help_lists_the_users_commands_first_and_the_workflows_steps_apart():
     assert text.index("    aggregate ") > heading and text.index("    calibrate ") > heading
     assert len(listed) == len(set(listed))
     assert build_parser().parse_args(["aggregate", "x", "--out", "s.csv"]).command == "aggregate"
+
+
+def test_the_docs_name_only_what_exists(tmp_path):
+    """scripts/docs_check.py (run by `make lint`): the docs as they are name nothing missing; a doc naming a missing
+    path, command, benchmark, make target, code name, config key or source file gets one line for each."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_check", Path(__file__).parent.parent / "scripts/docs_check.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    assert check.problems() == []
+    doc = tmp_path / "bad.md"
+    doc.write_text(
+        "`src/dlbench/nope.py` `dlbench nope` `python -m benchmarks nope` `make nope` `loader.stream.nope_fn`\n"
+        "`bench.nope_key` `nope_file.py` and fine: `src/dlbench/loader/stream.py` `dlbench tune` `make lint`\n"
+        "`loader.partition.interleave` `bench.defaults` `results/<scenario>/run.json` `summary.csv`\n"
+    )
+    found = check.problems([doc])
+    assert len(found) == 7, found
+    assert all(line.startswith(f"{doc}:") for line in found)

@@ -129,14 +129,20 @@ def _forward_by_default(meta: DatasetMeta, episodes, windows: dict, shuffle: boo
     frames (a block's rows a window's spacing apart, the next block the window's spacing later: 2 new frames a
     block, where a jump decodes the whole window), with at least FORWARD_MIN_LIVE episodes live a worker (each
     reader a piece of one: a batch holds few moments of each, so many are needed for ten batches to draw across the
-    dataset), a decoder per camera and live episode within FORWARD_DECODERS_MB, local video (4 MB reads a decoder
-    from remote storage) and CPU decoding (NVDEC decoders are one per file)."""
+    dataset) within the decoders FORWARD_DECODERS_MB holds (a decoder per camera and live episode: the pool is
+    then every piece, or as many as fit), local video (4 MB reads a decoder from remote storage) and CPU decoding
+    (NVDEC decoders are one per file)."""
     if not shuffle or fetch or device != "cpu" or paths.is_remote(meta.data_root):
         return False
     if not window_span(windows, meta.cameras):
         return False
     live = meta.num_episodes if episodes is None else len(np.unique(np.asarray(episodes)))
-    return live >= FORWARD_MIN_LIVE and (live + 2) * slot_decoders_mb(meta) <= FORWARD_DECODERS_MB
+    return min(live, forward_slots(meta)) >= FORWARD_MIN_LIVE
+
+
+def forward_slots(meta: DatasetMeta) -> int:
+    """The most pool slots a worker reading forward keeps within FORWARD_DECODERS_MB of decoders (2 held beside)."""
+    return max(0, int(FORWARD_DECODERS_MB // max(slot_decoders_mb(meta), 1e-9)) - 2)
 
 
 def _remote_block(episode_order: str) -> int:
@@ -191,8 +197,9 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         pool_size: live episodes interleaved per DataLoader worker (over the virtual shards it reads at once), no
             more than the blocks `buffer_mb` keeps (`Lanes.plan`). None: in random order every piece of the dataset
             (so a worker holds every episode it reads live at once and ten batches draw across the dataset: each
-            block is a jump, one decoder per file serves every episode of it); read forward FORWARD_POOL (each
-            slot then has decoders of its own).
+            block is a jump, one decoder per file serves every episode of it), and where an unset `episode_order`
+            reads forward; where `episode_order="forward"` is asked, FORWARD_POOL (each slot then has decoders of
+            its own).
         episode_order: "random": a live episode's blocks are read in a seeded random order, so a batch holds its
             episodes at unrelated moments of their tasks; "forward": in reading order from a random block (fewer
             seeks on long GOPs, and windows' frames decoded once for all the rows that share them, but a batch
@@ -387,8 +394,10 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         eps = [np.unique(self._piece_episode[s]) for s in self._shards]
         self._shard_keys = np.array([int(e[0]) if len(e) == 1 else -1 - i for i, e in enumerate(eps)], np.int64)
         self._episodes_crc = zlib.crc32(chosen.astype("<i8").tobytes())
-        if self._pool_arg is None and self.shuffle and (self.episode_order == "random" or self._auto_forward):
+        if self._pool_arg is None and self.shuffle and self.episode_order == "random":
             self.pool_size = len(pf)
+        elif self._pool_arg is None and self._auto_forward:  # every piece, or as many as their decoders allow
+            self.pool_size = min(len(pf), forward_slots(self.meta))
         self.lanes = Lanes.plan(
             len(pf), len(self._shards), self.pool_size, self.buffer_size, self.max_blocks(), self.shuffle
         )
