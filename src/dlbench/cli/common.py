@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 
 log = logging.getLogger("dlbench")
 
@@ -11,6 +12,10 @@ ENDPOINT_HELP = (
     "the S3 endpoint of an s3:// source (e.g. http://host:9000), or loopback[:PORT] for the workflow's own S3 server "
     "(through its shaping proxy on PORT)"
 )
+
+
+# a line `say` wrote through `main`'s handler: its time, then the message (group 1)
+STAMPED = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d (.*)$")
 
 
 def say(message: str) -> None:

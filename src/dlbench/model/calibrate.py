@@ -28,6 +28,7 @@ import numpy as np
 
 from ..bench import record as recordmod
 from ..bench.launch import launch, needs_peer, rank_command, rank_file
+from ..cli.common import STAMPED, say
 from ..errors import UserError
 from ..loader.dataset_meta import DatasetMeta
 from ..peer import CREATE_COMMAND, peer_python
@@ -126,9 +127,9 @@ def one_pass(run: RunSpec, workdir: Path, workers: int, warmup_s: float | None =
         m = rec["metrics"]
         # the warm-up as it ran (a stream from remote storage warms up at least as long as its first batch took)
         warm = m["wallclock_s"] - m["first_batch_latency_s"] - (m["window_end_unix"] - m["window_start_unix"])
-        print(f"calibrate: {run.loader} {run.mode}, {workers} worker(s): first batch in "
+        say(f"calibrate: {run.loader} {run.mode}, {workers} worker(s): first batch in "
               f"{m['first_batch_latency_s']:.1f} s, {m['samples']} samples in a {spec.duration_s:.1f} s window "
-              f"after {warm:.1f} s; {time.perf_counter() - t0:.1f} s in all", flush=True)  # fmt: skip
+              f"after {warm:.1f} s; {time.perf_counter() - t0:.1f} s in all")  # fmt: skip
         if m["samples"] >= MIN_BATCHES * run.batch_size or spec.duration_s >= MAX_WINDOW_S:
             return m
         spec = replace(spec, duration_s=min(MAX_WINDOW_S, 1.3 * MIN_BATCHES * run.batch_size / m["samples_per_s"]))
@@ -183,8 +184,8 @@ def loader_costs(
     for run, m in zip(runs, forked):
         if isinstance(m, dict) and m.get("repeat_diff") is not None:
             how = "the median of three" if m["repeat_passes"] == 3 else "averaged"
-            print(f"calibrate: {run.loader} {run.mode}: its one-worker passes {m['repeat_diff']:.0%} apart in time "
-                  f"per sample; {how}", flush=True)  # fmt: skip
+            say(f"calibrate: {run.loader} {run.mode}: its one-worker passes {m['repeat_diff']:.0%} apart in time "
+                  f"per sample; {how}")  # fmt: skip
     solos = [
         repeated(run, workdir, one_pass(run, workdir, 0, warmup), warmup, workers=0)
         if run.num_workers == 0 and not isinstance(m, str)
@@ -205,8 +206,7 @@ def usable_contention(path: str | Path | None) -> Calibration | None:
         return None
     ref = Calibration.read(path)
     if (ref.host, ref.cores) != (socket.gethostname(), cores()):
-        print(f"calibrate: {path} was made on {ref.host} ({ref.cores} cores): full-width passes measured here",
-              flush=True)  # fmt: skip
+        say(f"calibrate: {path} was made on {ref.host} ({ref.cores} cores): full-width passes measured here")
         return None
     return ref
 
@@ -406,7 +406,7 @@ def calibrate(
             costs += found.costs
             missing += [found.note] if found.note else []
     for problem in missing:
-        print(f"calibrate: left out: {problem}", flush=True)
+        say(f"calibrate: left out: {problem}")
     record = Calibration(
         dataset=dataset,
         source=source,
@@ -449,8 +449,9 @@ def _in_peer_env(
     args += ["--contention", str(Path(contention).resolve())] if contention else []
     args += ["--once"] if once else []
     proc = subprocess.run([*args, "--out", str(out)], env=env, capture_output=True, text=True)
-    for line in proc.stdout.splitlines():  # its passes, as this process says its own (what it left out: below)
-        if line.startswith("calibrate: ") and not line.startswith("calibrate: left out: "):
+    for line in proc.stdout.splitlines():  # its passes, stamped with its own times (what it left out: below)
+        said = STAMPED.match(line)
+        if said and said.group(1).startswith("calibrate: ") and not said.group(1).startswith("calibrate: left out: "):
             print(line, flush=True)
     if proc.returncode:
         last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
