@@ -1,7 +1,9 @@
 """Check that what the docs name exists: repository paths, `dlbench` commands, benchmark modules, `make` targets,
-code references (`module.name`) and config keys (`section.key`), in README.md, docs/*.md and profiles/slurm.
+code references (`module.name`) and config keys (`section.key`), in README.md, docs/*.md and profiles/slurm; and
+that config.yaml says why on the line wherever it moves a setting off the schema's default (one set of defaults:
+the schema's; config.yaml's matrix moves them only with a reason a reader sees).
 
-python scripts/docs_check.py   # one line per name that does not exist; exit 1 if any (make lint runs this)
+python scripts/docs_check.py   # one line per problem; exit 1 if any (make lint runs this)
 
 Only code spans (`...`) are read: prose may say anything, a code span names something a reader will look for.
 """
@@ -125,12 +127,51 @@ def _dotted(span: str, mods: dict, keys: dict) -> list[str]:
     return []
 
 
+# config.yaml's sections of fixed settings (the others define datasets, sources and scenarios by name)
+SETTINGS = ("convert", "bench.defaults", "calibration", "advice", "tune", "targets")
+
+
+def unexplained_overrides(config: Path = ROOT / "config.yaml") -> list[str]:
+    """Each setting of SETTINGS whose value in `config` differs from the schema's default without a comment on its
+    line (a flow mapping's line speaks for its keys)."""
+    schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    values, lines = yaml.safe_load(config.read_text()), config.read_text().splitlines()
+    out = []
+    for section in SETTINGS:
+        node, props = values, schema
+        for part in section.split("."):
+            node, props = (node or {}).get(part, {}), props.get("properties", {}).get(part, {})
+        start = _line_of(lines, section.split("."), 0)
+        whole = props.get("default") if isinstance(props.get("default"), dict) else {}
+        for key, value in (node or {}).items():
+            spec = {"default": whole[key]} if key in whole else props.get("properties", {}).get(key, {})
+            if "default" not in spec or spec["default"] == value:
+                continue
+            at = _line_of(lines, [key], start)
+            if at is None or "#" not in lines[at]:
+                where = f"{config.name}:{(at or start or 0) + 1}"
+                out.append(f"{where}: {section}.{key} is {value!r} against the schema's {spec['default']!r}; "
+                           "say why on its line, or leave it to the default")  # fmt: skip
+    return out
+
+
+def _line_of(lines: list[str], keys: list[str], start: int | None) -> int | None:
+    """The line index of the key path `keys` (each found after the last), from line `start` on."""
+    at = start or 0
+    for key in keys:
+        pattern = re.compile(rf"(^|[{{,\s]){re.escape(key)}:")
+        at = next((i for i in range(at, len(lines)) if pattern.search(lines[i].split("#")[0])), None)
+        if at is None:
+            return None
+    return at
+
+
 def main() -> None:
-    found = problems()
+    found = problems() + unexplained_overrides()
     for line in found:
         print(line)
     if found:
-        sys.exit(f"{len(found)} name(s) in the docs do not exist; mend the docs or the name")
+        sys.exit(f"{len(found)} problem(s): mend the docs, the name or config.yaml")
 
 
 if __name__ == "__main__":

@@ -176,3 +176,22 @@ def test_the_docs_name_only_what_exists(tmp_path):
     found = check.problems([doc])
     assert len(found) == 7, found
     assert all(line.startswith(f"{doc}:") for line in found)
+
+
+def test_config_yaml_moves_a_default_only_with_its_reason_on_the_line(tmp_path):
+    """One set of defaults: config.yaml as it is says why wherever it moves a setting off the schema's default; a
+    moved setting without a comment on its line (a flow mapping's, or a whole section default's key) is named."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_check", Path(__file__).parent.parent / "scripts/docs_check.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    assert check.unexplained_overrides() == []
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "bench:\n  defaults:\n    warmup_s: 1\n    duration_s: 2  # why\n    repeats: 3\n"
+        "advice: {verify: 1}\ntune: {time_budget_s: 9}  # why\ntargets:\n  single: 5\n  sarm: 320\n"
+    )
+    found = check.unexplained_overrides(config)
+    assert [line.split(": ")[1].split()[0] for line in found] == ["bench.defaults.warmup_s", "advice.verify",
+                                                                  "targets.single"], found  # fmt: skip
