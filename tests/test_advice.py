@@ -346,3 +346,23 @@ def test_measures_above_one_are_equal_not_better():
 
     assert shuffle_gap(m(1.74), m(2.08)) == "" and verdict(1.5, m(2.08), m(1.74)) == "proven"
     assert shuffle_gap(m(0.5), m(2.08)) == "effective window 0.50 against 2.08"
+
+
+def test_the_short_answer_comes_first_one_line_a_dataset_and_never_contradicts_the_detail():
+    """advice.md opens with one line per dataset and source: the top prescription of its runs (more workers for a
+    run with too few), a dataset whose runs are at their bound says so; the per-run detail follows. A run that
+    meets its frames/s target but shuffles below the floor is said to meet the target, not to pass."""
+    c = cal(8)
+    few = row(1, c=c)
+    at_bound = {**row(8, c=c), "dataset": "e", "run_id": "e-dlbench_map-single-w8"}
+    at_bound["frames_per_s_node"] = 0.95 * cores_rate(at_bound, c)
+    low = {**row(8, c=c), "run_id": "d-dlbench_map-single-w8b", "target_frames_per_s_node": 1.0,
+           "shuffle_effective_batch": 0.2, "shuffle_effective_window": 0.1, "shuffle_distinct_frames": 1.0}  # fmt: skip
+    text = advise(pd.DataFrame([few, at_bound, low]), {("d", "local"): c, ("e", "local"): c})
+    answer, detail = text.split("# Per run")
+    lines = [line for line in answer.splitlines() if line.startswith("- **")]
+    assert len(lines) == 2 and lines[0].startswith("- **d** from local:") and "`num_workers: 8`" in lines[0]
+    assert lines[1] == "- **e** from local: no change the model or the matrix knows gives 10% more."
+    assert "## s / d-dlbench_map-single-w1" in detail and "## s / d-dlbench_map-single-w1" not in answer
+    section = detail.split("## s / d-dlbench_map-single-w8b")[1]
+    assert "(target 1: met)" in section and "so the run does not pass" in section and ": pass" not in section
