@@ -515,3 +515,5 @@ def test_the_headline_table_has_a_row_a_run_rounded_with_its_verdict_and_first_r
     gpu = next(ln for ln in rows if ln.startswith("| gpu |"))
     assert "skipped: " in gpu and "skipped: skipped" not in gpu and "no CUDA device" in gpu
     assert headline.first_reason("a (x; y); b") == "a (x; y)" and headline.first_reason("") == ""
+    page = (tmp_path / "summary.html").read_text()  # the report's first entry: the same rows as HTML
+    assert page.count("<tr>") == len(summary) + 1 and "no CUDA device" in page and "&lt;" not in headline.intro(summary)

@@ -121,7 +121,7 @@ def test_default_dag_end_to_end(tmp_path):
     report = snakemake(tmp_path, TINY, "--report", "report.html")
     assert report.returncode == 0, report.stderr[-2000:]
     html = (tmp_path / "report.html").read_text()
-    assert "summary.csv" in html and "conversion.csv" in html and "cache_vs_p99.png" in html
+    assert "summary.csv" in html and "summary.html" in html and "conversion.csv" in html and "cache_vs_p99.png" in html
     for log in ("synth/synthetic.log", "convert/synthetic/finalize.log", "aggregate.log"):
         assert (tmp_path / "results/logs" / log).exists()
     for col in ("shuffle_effective_batch", "shuffle_effective_window", "shuffle_distinct_frames"):

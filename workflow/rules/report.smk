@@ -27,8 +27,10 @@ rule aggregate:
         predictions="results/predictions.csv",
     output:
         csv=report("results/summary.csv", caption="../report/summary.rst", category="Tables"),
-        # the headline table beside it: a row a run, a newcomer's first read (report/headline.py)
+        # the headline table beside it: a row a run, a newcomer's first read (report/headline.py), and as HTML
+        # the report's first entry
         md="results/summary.md",
+        html=report("results/summary.html", caption="../report/headline.rst", category="1. Summary"),
     log:
         "results/logs/aggregate.log",
     conda:

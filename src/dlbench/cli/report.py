@@ -60,7 +60,9 @@ def _add_aggregate(sub) -> None:
 
     p = command(sub, "aggregate", help="rank records -> summary CSV")
     p.add_argument("runs", nargs="+", help="run directories (with run.json) or rank record JSON files")
-    p.add_argument("--out", required=True, help="summary CSV to write (and its headline table, .md, beside it)")
+    p.add_argument(
+        "--out", required=True, help="summary CSV to write (and its headline table, .md and .html, beside it)"
+    )
     p.add_argument(
         "--target",
         action="append",

@@ -47,41 +47,62 @@ def _verdict(row: pd.Series) -> str:
     return "pass" if bool(row.get("pass")) else f"fail: {reason}".rstrip(": ")
 
 
-def headline(df: pd.DataFrame) -> str:
-    """The table as markdown, runs in summary.csv's order."""
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+def rows(df: pd.DataFrame) -> list[list[str]]:
+    """The table's cells, a row a run in summary.csv's order."""
+    out = []
     for _, r in df.iterrows():
         spread = ""
         if not pd.isna(r.get("frames_per_s_min")) and not pd.isna(r.get("frames_per_s_max")):
             spread = f" ({_num(r['frames_per_s_min'])}-{_num(r['frames_per_s_max'])})"
         err = r.get("prediction_error")
-        cells = [
-            r["scenario"],
-            r["loader"],
-            r.get("source", ""),
-            r["mode"],
+        out.append([
+            str(r["scenario"]),
+            str(r["loader"]),
+            str(r.get("source", "")),
+            str(r["mode"]),
             str(r.get("num_workers", "")),
             _num(r.get("frames_per_s_node")) + spread,
             f"{_num(r.get('shuffle_effective_batch'), 2)} / {_num(r.get('shuffle_effective_window'), 2)}",
             _num(r.get("effective_frames_per_s_node")),
             _num(r.get("peak_pss_mb")),
-            _verdict(r).replace("|", "/"),
+            _verdict(r),
             "-" if err is None or pd.isna(err) else f"{float(err):+.0%}",
-        ]
-        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+        ])  # fmt: skip
+    return out
+
+
+def intro(df: pd.DataFrame) -> str:
     passed = int(df["pass"].sum()) if "pass" in df else 0
-    head = [
-        "# Summary",
-        "",
+    return (
         f"{len(df)} runs, {passed} pass. Frames/s: decoded frames a second per node, the median window (the windows'"
         " range); effective 1 / 10: what a batch and ten in a row are worth against the dataset, over their nominal"
         " size (1: uniform draws); effective frames/s: frames/s x the first; predicted: the model's error, (predicted"
-        " - measured) / measured. Every column of summary.csv: docs/configuration.md.",
-        "",
-    ]
-    return "\n".join(head + lines) + "\n"
+        " - measured) / measured. Every column of summary.csv: docs/configuration.md."
+    )
+
+
+def headline(df: pd.DataFrame) -> str:
+    """The table as markdown."""
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(c.replace("|", "/") for c in cells) + " |" for cells in rows(df)]
+    return "\n".join(["# Summary", "", intro(df), "", *lines]) + "\n"
+
+
+def html(df: pd.DataFrame) -> str:
+    """The same table as one HTML page: the report's first entry (`snakemake --report`)."""
+    from html import escape
+
+    head = "".join(f"<th>{escape(c)}</th>" for c in COLUMNS)
+    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>" for cells in rows(df))
+    style = "table{border-collapse:collapse;font:13px sans-serif}td,th{border:1px solid #ccc;padding:2px 6px}"
+    page = f"<h1>Summary</h1><p>{escape(intro(df))}</p><table><tr>{head}</tr>{body}</table>"
+    return f"<!doctype html><html><head><meta charset='utf-8'><title>Summary</title><style>{style}</style></head>" + (
+        f"<body>{page}</body></html>\n"
+    )
 
 
 def write(df: pd.DataFrame, out: str | Path) -> None:
-    with atomic.file(out) as tmp:
-        Path(tmp).write_text(headline(df))
+    """summary.md at `out`, and the same as summary.html beside it."""
+    for path, text in ((Path(out), headline(df)), (Path(out).with_suffix(".html"), html(df))):
+        with atomic.file(path) as tmp:
+            Path(tmp).write_text(text)
