@@ -99,7 +99,7 @@ def main(argv=None) -> None:
         record = str(out / f"{name}.reencode.json")
         dlbench("reencode", str(root), str(dst), "--codec", codec, "--gop", gop, "--crf", crf,
                 *(["--preset", preset[0]] if preset else []), *(["--fast-decode"] if fast else []),
-                "--workers", "2", "--record", record)  # fmt: skip
+                "--workers", "2", "--out", record)  # fmt: skip
         ours = time.perf_counter() - t0
         theirs, frames = plain_ffmpeg_s(root, enc)
         report.row(**{"encoding": enc.label(), "dlbench frames/s": frames / ours,

@@ -195,3 +195,24 @@ def test_config_yaml_moves_a_default_only_with_its_reason_on_the_line(tmp_path):
     found = check.unexplained_overrides(config)
     assert [line.split(": ")[1].split()[0] for line in found] == ["bench.defaults.warmup_s", "advice.verify",
                                                                   "targets.single"], found  # fmt: skip
+
+
+def test_every_command_writes_to_out_or_out_dir_and_still_reads_its_old_spelling():
+    """One spelling for where a command writes: --out (a file) or --out-dir (a directory); a command's earlier
+    spelling (--record, --report, --outdir) is still read but no longer listed."""
+    parser = build_parser()
+    sub = parser._subparsers._group_actions[0].choices
+    for name, p in sub.items():
+        listed = {o for a in p._actions if a.help != argparse.SUPPRESS for o in a.option_strings}
+        assert not listed & {"--record", "--report", "--outdir"}, name
+    old = {
+        "reencode": ("src", "dst", "--codec", "h264", "--record", "r.json"),
+        "lance-convert": ("src", "dst", "--record", "r.json"),
+        "validate": ("root", "--report", "r.json"),
+        "plot": ("s.csv", "--outdir", "plots"),
+    }
+    for name, args in old.items():
+        new = [
+            a.replace("--outdir", "--out-dir").replace("--record", "--out").replace("--report", "--out") for a in args
+        ]
+        assert vars(parser.parse_args([name, *args])) == vars(parser.parse_args([name, *new])), name

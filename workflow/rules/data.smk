@@ -92,7 +92,7 @@ rule validate_dataset:
         root=lambda wildcards: matrix.v30_path(config, wildcards.dataset),
         args=validate_args,
     shell:
-        "dlbench validate {params.root:q} --report {output} {params.args} > {log} 2>&1"
+        "dlbench validate {params.root:q} --out {output} {params.args} > {log} 2>&1"
 
 
 rule convert_scaling:
@@ -116,7 +116,7 @@ rule convert_scaling:
         args=plan_args(),
     shell:
         "(rm -rf {params.dst} {params.dst}-work && dlbench convert run {params.src:q} {params.dst} "
-        "--work {params.dst}-work --workers {wildcards.n} --record {output} --name {wildcards.dataset} "
+        "--work {params.dst}-work --workers {wildcards.n} --out {output} --name {wildcards.dataset} "
         "{params.args} && rm -rf {params.dst} {params.dst}-work) > {log} 2>&1"
 
 
@@ -138,5 +138,5 @@ rule lance_convert:
     params:
         root=lambda wildcards: matrix.v30_path(config, wildcards.dataset),
     shell:
-        "dlbench lance-convert {params.root:q} {output.lance} --record {output.record} --name {wildcards.dataset} "
+        "dlbench lance-convert {params.root:q} {output.lance} --out {output.record} --name {wildcards.dataset} "
         "> {log} 2>&1"

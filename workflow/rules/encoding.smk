@@ -27,7 +27,7 @@ rule reencode:
         workers=lambda wildcards: config["datasets"][wildcards.dataset]["reencode"]["workers"],
     shell:
         "dlbench reencode {params.src:q} {output.dataset} {params.args} --workers {params.workers} "
-        "--threads {threads} --record {output.record} > {log} 2>&1"
+        "--threads {threads} --out {output.record} > {log} 2>&1"
 
 
 rule encoding:

@@ -67,7 +67,7 @@ rule plots:
     params:
         args=thrash_args(),
     shell:
-        "dlbench -q plot {input} --outdir results/plots {params.args} > {log} 2>&1"
+        "dlbench -q plot {input} --out-dir results/plots {params.args} > {log} 2>&1"
 
 
 rule plot_conversion:
@@ -80,7 +80,7 @@ rule plot_conversion:
     conda:
         "../envs/cpu.yaml"
     shell:
-        "dlbench -q plot --conversion {input} --outdir results/plots > {log} 2>&1"
+        "dlbench -q plot --conversion {input} --out-dir results/plots > {log} 2>&1"
 
 
 # Never fails on a regression: the report is there to show it (CI gates with `dlbench compare --fail-on-regression`).

@@ -23,6 +23,13 @@ def say(message: str) -> None:
     log.info(message)
 
 
+def out_option(p: argparse.ArgumentParser, dest: str, help: str, old: str, flag: str = "--out", **kw) -> None:
+    """Where a command writes: `--out` for a file, `--out-dir` for a directory, as every command spells it; the
+    command's earlier spelling (`old`) still read, not listed."""
+    p.add_argument(flag, dest=dest, default=None, help=help, **kw)
+    p.add_argument(old, dest=dest, default=None, help=argparse.SUPPRESS)
+
+
 class Help(argparse.HelpFormatter):
     """Every option's default in its help, unless the help already says it."""
 

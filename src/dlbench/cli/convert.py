@@ -6,7 +6,7 @@ import socket
 import time
 from pathlib import Path
 
-from .common import command, say
+from .common import command, out_option, say
 
 
 def _megabytes(text: str) -> int | float:
@@ -72,7 +72,7 @@ def add(sub) -> None:
     p.add_argument("--workers", type=int, default=1, help="worker processes on this machine")
     p.add_argument("--work", default=None, help="work directory (default: hidden sibling of DST, removed at the end)")
     _add_lease_timeout(p)
-    p.add_argument("--record", default=None, help="write the timing (seconds, bytes, peak PSS) as JSON here")
+    out_option(p, "record", "write the timing (seconds, bytes, peak PSS) as JSON here", "--record")
     p.add_argument("--name", default=None, help="dataset name in the record (default: SRC's parent directory)")
     _add_plan_args(p)
     p.set_defaults(func=run)

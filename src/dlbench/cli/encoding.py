@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .. import atomic
 from ..errors import UserError
-from .common import command, say
+from .common import command, out_option, say
 
 
 def add(sub) -> None:
@@ -27,14 +27,14 @@ def add(sub) -> None:
     p.add_argument("--workers", type=int, default=1, help="FFmpeg processes at once")
     p.add_argument("--threads", type=int, default=None, help="threads of all of them together (default: the cores)")
     p.add_argument("--work", default=None, help="the work directory (default: a hidden sibling of DST; resumable)")
-    p.add_argument("--record", default=None, help="write what re-encoding took, per video file (JSON)")
+    out_option(p, "record", "write what re-encoding took, per video file (JSON)", "--record")
     p.set_defaults(func=reencode)
 
     p = command(sub, "encoding", help="an encoding's bytes, decode cost (in order, at random) and quality, per camera")
     p.add_argument("root", help="the v3.0 dataset")
     p.add_argument("--name", default=None, help="its name in the table (default: the directory's)")
     p.add_argument("--reference", default=None, help="the dataset it was re-encoded from: PSNR and SSIM against it")
-    p.add_argument("--reencode-record", default=None, help="`dlbench reencode --record`: the encode's cost")
+    p.add_argument("--reencode-record", default=None, help="`dlbench reencode --out`: the encode's cost")
     p.add_argument("--every", type=int, default=10, help="compare every N-th frame (1: every frame)")
     p.add_argument("--out", required=True, help="the rows (JSON)")
     p.set_defaults(func=encoding)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import UserError
-from .common import command, say
+from .common import command, out_option, say
 
 
 def add(sub) -> None:
@@ -15,7 +15,7 @@ def add(sub) -> None:
     )
     p.add_argument("src", help="the v3.0 dataset: a local path")
     p.add_argument("dst", help="where the Lance copy is written (must not exist)")
-    p.add_argument("--record", default=None, help="write the timing (seconds, bytes and files in and out) as JSON here")
+    out_option(p, "record", "write the timing (seconds, bytes and files in and out) as JSON here", "--record")
     p.add_argument("--name", default=None, help="dataset name in the record (default: SRC's directory name)")
     p.set_defaults(func=run)
 

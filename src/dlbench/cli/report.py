@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import command, say
+from .common import command, out_option, say
 
 
 def _source_report(spec: str) -> tuple[str, str]:
@@ -39,15 +39,15 @@ def _mode_target(text: str) -> tuple[str, float]:
 
 def add(sub) -> None:
     _add_aggregate(sub)
-    p = command(sub, "conversion-table", help="conversion records (convert run --record) -> CSV")
-    p.add_argument("records", nargs="+", help="JSON records of `convert run --record`")
+    p = command(sub, "conversion-table", help="conversion records (convert run --out) -> CSV")
+    p.add_argument("records", nargs="+", help="JSON records of `convert run --out`")
     p.add_argument("--out", required=True, help="CSV to write")
     p.set_defaults(func=conversion_table)
     _add_advise(sub)
     p = command(sub, "plot", help="summary CSV -> PNG plots")
     p.add_argument("summary", nargs="?", default=None, help="summary.csv (omit to draw only --conversion)")
     p.add_argument("--conversion", default=None, help="conversion table CSV: adds conversion.png")
-    p.add_argument("--outdir", required=True, help="directory for the PNG files")
+    out_option(p, "outdir", "directory for the PNG files", "--outdir", flag="--out-dir")
     p.add_argument(
         "--thrash-hit-rate-below", type=float, default=None, help="the cache plot's thrash line (default: as aggregate)"
     )
@@ -162,8 +162,11 @@ def conversion_table(a) -> None:
 
 
 def plot(a) -> None:
+    from ..errors import UserError
     from ..report.plots import plot_all
 
+    if a.outdir is None:
+        raise UserError("--out-dir is required: the directory for the PNG files")
     for p in plot_all(a.summary, a.outdir, conversion=a.conversion, thrash=_thrash(a)):
         say(f"wrote {p}")
 

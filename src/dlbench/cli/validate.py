@@ -4,7 +4,7 @@ problem is one line naming the file or episode (docs/validation.md)."""
 from __future__ import annotations
 
 from ..errors import UserError
-from .common import command, say
+from .common import command, out_option, say
 
 
 def add(sub) -> None:
@@ -12,7 +12,7 @@ def add(sub) -> None:
         sub, "validate", help="check a v3.0 dataset (metadata, files, rows, and frames decoded at episode edges)"
     )
     p.add_argument("dataset", help="the dataset root: local path or URL")
-    p.add_argument("--report", default=None, help="write the report as JSON here")
+    out_option(p, "report", "write the report as JSON here", "--report")
     p.add_argument(
         "--sample-episodes",
         type=int,
