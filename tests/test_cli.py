@@ -216,3 +216,19 @@ def test_every_command_writes_to_out_or_out_dir_and_still_reads_its_old_spelling
             a.replace("--outdir", "--out-dir").replace("--record", "--out").replace("--report", "--out") for a in args
         ]
         assert vars(parser.parse_args([name, *args])) == vars(parser.parse_args([name, *new])), name
+
+
+def test_delta_timestamps_are_inline_json_or_a_file_in_every_command(tmp_path):
+    """bench-run and tune read --delta-timestamps alike: inline JSON or a YAML/JSON file, the same windows; a bad
+    one is one clear error naming the flag."""
+    from dlbench.cli.common import deltas_name, read_deltas
+    from dlbench.errors import UserError
+
+    path = tmp_path / "act.yaml"
+    path.write_text("cameras: [-1.0, 0.0]\naction: [0.0, 0.1]\n")
+    inline = '{"cameras": [-1.0, 0.0], "action": [0.0, 0.1]}'
+    assert read_deltas(inline) == read_deltas(str(path)) == {"cameras": [-1.0, 0.0], "action": [0.0, 0.1]}
+    assert (deltas_name(str(path)), deltas_name(inline)) == ("act", "window")
+    for bad in ('{"cameras": [0', str(tmp_path / "missing.yaml")):
+        with pytest.raises(UserError, match="--delta-timestamps"):
+            read_deltas(bad)

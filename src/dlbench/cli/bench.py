@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import UserError
-from .common import ENDPOINT_HELP, command, say
+from .common import DELTAS_HELP, ENDPOINT_HELP, command, deltas_name, read_deltas, say
 
 if TYPE_CHECKING:
     from ..run.spec import RunSpec
@@ -109,10 +108,8 @@ def _add_run_options(p) -> None:
     )
     p.add_argument(
         "--delta-timestamps",
-        metavar="FILE",
         default=None,
-        help="a YAML/JSON file of LeRobot delta_timestamps (seconds per feature key; `cameras` means every camera), "
-        "in place of --mode; the records' mode is the file's name",
+        help=DELTAS_HELP + ", in place of --mode; the records' mode is the file's name, or `window` for inline JSON",
     )
 
 
@@ -123,8 +120,8 @@ def run_from_args(a) -> RunSpec:
 
     given = {k: getattr(a, k) for k, _ in run_options() if getattr(a, k, None) is not None}
     if a.delta_timestamps:
-        given["delta_timestamps"] = _read_deltas(a.delta_timestamps)
-        given.setdefault("mode", Path(a.delta_timestamps).stem)
+        given["delta_timestamps"] = read_deltas(a.delta_timestamps)
+        given.setdefault("mode", deltas_name(a.delta_timestamps))
     if a.endpoint_url:
         from ..sources import spec_from_endpoint
 
@@ -153,20 +150,6 @@ def _labels(given: dict, spec_path: str | None):
         return f"{spec_path}: {key}"
 
     return label
-
-
-def _read_deltas(path: str) -> dict:
-    """A delta_timestamps file (YAML or JSON): seconds per feature key, as a `modes:` entry of config.yaml."""
-    import yaml
-
-    from ..config import check_deltas
-
-    try:
-        deltas = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise UserError(f"--delta-timestamps {path}: cannot read it ({e})") from None
-    check_deltas(deltas, f"--delta-timestamps {path}")
-    return deltas
 
 
 def bench_run(a) -> None:

@@ -23,6 +23,43 @@ def say(message: str) -> None:
     log.info(message)
 
 
+DELTAS_HELP = (
+    "LeRobot delta_timestamps (seconds per feature key; `cameras` means every camera): inline JSON, e.g. "
+    "'{\"cameras\": [-1, 0]}', or a YAML/JSON file of it"
+)
+
+
+def read_deltas(value: str) -> dict:
+    """--delta-timestamps as every command takes it: inline JSON (it starts with '{'), or a YAML/JSON file."""
+    import json
+    from pathlib import Path
+
+    import yaml
+
+    from ..config import check_deltas
+    from ..errors import UserError
+
+    if value.lstrip().startswith("{"):
+        try:
+            deltas = json.loads(value)
+        except ValueError as e:
+            raise UserError(f"--delta-timestamps: not JSON ({e}); e.g. '{{\"cameras\": [-0.1, 0]}}'") from None
+    else:
+        try:
+            deltas = yaml.safe_load(Path(value).read_text())
+        except (OSError, yaml.YAMLError) as e:
+            raise UserError(f"--delta-timestamps {value}: cannot read it ({e}); give a file or inline JSON") from None
+    check_deltas(deltas, f"--delta-timestamps {value}")
+    return deltas
+
+
+def deltas_name(value: str) -> str:
+    """The frame mode's name for a --delta-timestamps: the file's stem, or "window" for inline JSON."""
+    from pathlib import Path
+
+    return "window" if value.lstrip().startswith("{") else Path(value).stem
+
+
 def out_option(p: argparse.ArgumentParser, dest: str, help: str, old: str, flag: str = "--out", **kw) -> None:
     """Where a command writes: `--out` for a file, `--out-dir` for a directory, as every command spells it; the
     command's earlier spelling (`old`) still read, not listed."""

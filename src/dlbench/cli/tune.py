@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 from ..errors import UserError
-from .common import ENDPOINT_HELP, command, say
+from .common import DELTAS_HELP, ENDPOINT_HELP, command, read_deltas, say
 
 
 def add(sub) -> None:
@@ -21,14 +19,19 @@ def add(sub) -> None:
     p.add_argument("--step-ms", type=float, default=None, help="the policy's training step (ms): the verdict in AU")
     p.add_argument("--gpus", type=int, default=1, help="GPUs a node, one rank each (default: %(default)s)")
     p.add_argument("--mode", default="single", help="frame mode (single, sarm, ...) without a policy")
-    p.add_argument("--delta-timestamps", default=None, help="LeRobot delta_timestamps as JSON, without a policy")
+    p.add_argument("--delta-timestamps", default=None, help=DELTAS_HELP + ", without a policy")
     p.add_argument("--batch-size", type=int, default=None, help="the training's batch size (default: 16)")
     p.add_argument(
         "--memory-gb", type=float, default=None, help="peak memory of the loading processes (default: half the RAM)"
     )
-    p.add_argument("--floor-effective-batch", type=float, default=None, help="effective batch, one batch")
-    p.add_argument("--floor-effective-window", type=float, default=None, help="...over 10 consecutive batches")
-    p.add_argument("--floor-distinct-frames", type=float, default=None, help="distinct frames over frames in a batch")
+    from ..config import defaults
+
+    floor = defaults("shuffle_floor")  # the floor the workflow's runs are judged by (config.yaml shuffle_floor)
+    for flag, text in (("effective_batch", "effective / nominal batch size, one batch"),
+                       ("effective_window", "...over 10 consecutive batches"),
+                       ("distinct_frames", "distinct frames over frames in a batch")):  # fmt: skip
+        p.add_argument(f"--floor-{flag.replace('_', '-')}", type=float, default=None,
+                       help=f"{text} (default: {floor[flag]:g})")  # fmt: skip
     p.add_argument("--time-budget-s", type=float, default=300.0, help="proofs stop once this is spent (s)")
     p.add_argument("--cores", type=int, default=None, help="cores of the training node, if not this one: predicted")
     p.add_argument("--nodes", type=int, default=1, help="nodes of the training job; other than 1: predicted")
@@ -76,10 +79,7 @@ def tune(a) -> None:
     if a.gpus < 1:
         raise UserError(f"--gpus must be >= 1 (got {a.gpus})")
     if a.delta_timestamps:
-        try:
-            deltas = json.loads(a.delta_timestamps)
-        except ValueError as e:
-            raise UserError(f"--delta-timestamps: not JSON ({e}); e.g. '{{\"cameras\": [-0.1, 0]}}'") from None
+        deltas = read_deltas(a.delta_timestamps)
     for name in ("batch_size", "time_budget_s"):
         if getattr(a, name) <= 0:
             raise UserError(f"--{name.replace('_', '-')} must be > 0 (got {getattr(a, name)})")
