@@ -3,6 +3,7 @@ windows a dummy consumer pulls batches through (moved to the GPU where torch see
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -373,6 +374,17 @@ def planned_windows(run: RunSpec) -> int:
     return max(1, min(run.repeats, MIN_WINDOWS) if run.precision else run.repeats)
 
 
+PROGRESS_ENV = "DLBENCH_PROGRESS"  # set by `dlbench bench-run` without -q: its ranks say each window as it ends
+
+
+def progress(message: str) -> None:
+    """A rank's progress line (stamped, on the run's log), where the command that launched it asked for them."""
+    if os.environ.get(PROGRESS_ENV):
+        from ..cli.common import say
+
+        say(message)
+
+
 def measure(
     run: RunSpec, batches: Epochs, consumer: torch.device, checks: list, samples_out, moments: BatchMeans | None = None
 ) -> Window:
@@ -382,8 +394,11 @@ def measure(
     the rank left measured at twice its rate once its peer was done)."""
     seen = Window(moments=moments or BatchMeans(None))
     planned = min(run.repeats, MIN_WINDOWS) if run.precision and run.ranks > 1 else run.repeats
-    for _ in range(planned):
+    for k in range(planned):
         seen.windows.append(measure_window(run, batches, consumer, checks, samples_out, seen))
+        w = seen.windows[-1]
+        progress(f"rank {run.rank} of {run.world_size}: window {k + 1} of up to {planned}: {w['samples']} samples in "
+                 f"{w['seconds']:.1f} s ({w['samples'] / max(w['seconds'], 1e-9):,.0f} samples/s)")  # fmt: skip
         if run.ranks == 1 and median_known([w["samples"] / w["seconds"] for w in seen.windows], run.precision):
             break
     return seen
@@ -409,6 +424,8 @@ def measure_pass(
     try:
         warm_rows: list = []
         first_batch_latency = warm_up(run, batches, t_start, warm_rows, checks)
+        progress(f"rank {run.rank} of {run.world_size}: first batch in {first_batch_latency:.1f} s, warmed up in "
+                 f"{time.perf_counter() - t_start:.1f} s; measuring {run.duration_s:g} s windows")  # fmt: skip
         workers_start = workers_start_s(batches, t_start_unix)
         if barrier is not None:
             barrier()

@@ -153,8 +153,13 @@ def _labels(given: dict, spec_path: str | None):
 
 
 def bench_run(a) -> None:
-    from ..bench.launch import run_job
+    import os
 
+    from ..bench.launch import run_job
+    from ..bench.measure import PROGRESS_ENV
+
+    if not a.quiet:  # each rank says its windows as they end (the ranks run with -q: no bars)
+        os.environ[PROGRESS_ENV] = "1"
     m = run_job(run_from_args(a), a.out_dir)
     say(f"{a.out_dir}: {m['world_size']} rank(s) via {m['launcher']}, status {m['status']}")
 
