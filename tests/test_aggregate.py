@@ -256,6 +256,27 @@ def test_every_plot_is_written_and_opens_as_an_image(summary, tmp_path):
         assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
 
 
+def test_a_plot_comparing_one_axis_is_drawn_only_where_the_matrix_varies_it(summary, tmp_path):
+    """The default matrix's workers are all 2 and its steps 0: no workers or data-wait page of placeholder text;
+    a scenario at another worker count brings the workers plot back, and `--only` draws what it names."""
+    from dlbench.report.outputs import PLOT_NAMES, plots_for
+    from dlbench.run.spec import RunSpec
+
+    base = RunSpec(dataset="d", loader="dlbench_map")
+    names = plots_for([base, RunSpec(dataset="d", loader="dlbench_stream", num_workers=4)])
+    assert "workers.png" not in names and "data_wait.png" not in names and "nodes.png" not in names
+    assert len(names) == len(PLOT_NAMES) - 3
+    assert "workers.png" in plots_for([base, RunSpec(dataset="d", loader="dlbench_map", num_workers=4)])
+    assert "data_wait.png" in plots_for([base, RunSpec(dataset="d", loader="dlbench_map", step_ms=50)])
+    # two ranks at one worker beside one rank at four: neither varies alone
+    mixed = [base, RunSpec(dataset="d", loader="dlbench_map", num_workers=4, ranks=2)]
+    assert "workers.png" not in plots_for(mixed) and "nodes.png" in plots_for(mixed)
+    written = plots.plot_all(tmp_path / "summary.csv", tmp_path / "only", only=["shuffle.png", "nodes.png"])
+    assert sorted(p.name for p in written) == ["nodes.png", "shuffle.png"]
+    with pytest.raises(UserError, match="--only nope.png: no such plot"):
+        plots.plot_all(tmp_path / "summary.csv", tmp_path / "only", only=["nope.png"])
+
+
 def test_each_run_is_compared_with_lerobot_of_its_own_kind_in_the_summary_and_the_plot(tmp_path):
     runs = [
         write_run(tmp_path, "mmap_local", "dlbench_map", [300.0]),

@@ -246,8 +246,11 @@ def test_a_remote_calibration_takes_the_full_width_contention_of_the_local_one_o
     calibration lacks is left to be measured; a calibration of another host lends nothing, and says so."""
     import socket
 
+    from dlbench.cli import _log_to_stdout
     from dlbench.model.calibrate import cores, usable_contention, with_contention
     from dlbench.model.calibration import Calibration
+
+    _log_to_stdout()  # as `dlbench calibrate` logs: stamped lines on stdout
 
     local = replace(cost(worker_ms=1.0), full_cpu_s=1.6e-3, full_cores=4)
     remote = cost(worker_ms=1.5, other_ms=0.5)

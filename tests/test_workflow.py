@@ -108,13 +108,15 @@ def test_default_dag_end_to_end(tmp_path):
         "throughput",
         "latency",
         "decode_device",
-        "workers",
         "nodes",
         "cache_vs_p99",
         "conversion",
         "prediction",
     ):
         assert (tmp_path / f"results/plots/{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # every run takes one worker and no step: the plots comparing workers and step times would be placeholders
+    assert not (tmp_path / "results/plots/workers.png").exists()
+    assert not (tmp_path / "results/plots/data_wait.png").exists()
     conversion = pd.read_csv(tmp_path / "results/tables/conversion.csv")
     assert conversion["workers"].tolist() == [1, 2] and (conversion["episodes"] == 8).all()
     assert conversion["speedup_vs_1_worker"].iloc[0] == 1.0 and (conversion["peak_pss_mb"] > 0).all()

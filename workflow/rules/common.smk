@@ -16,7 +16,7 @@ from dlbench.run.loaders import LoaderName
 from dlbench.errors import UserError
 from dlbench.format.paths import is_remote
 from dlbench.peer import named_peer_ready
-from dlbench.report.outputs import PLOT_NAMES
+from dlbench.report.outputs import plots_for
 from dlbench.run.spec import resolve_workers
 
 
@@ -85,7 +85,9 @@ def _names(kinds):
 SYNTH_DATASETS = _names(("synth",))
 CONVERTED_DATASETS = _names(("synth", "v21"))
 
-PLOTS = [f"results/plots/{name}" for name in PLOT_NAMES]
+# the plots this matrix can fill: a plot of runs that differ by one axis only where it holds two (`plots_for`)
+PLOT_FILES = plots_for(RUNS.values())
+PLOTS = [f"results/plots/{name}" for name in PLOT_FILES]
 CONVERSION_TABLE = ["results/tables/conversion.csv"] if SCALING_DATASETS else []
 CONVERSION_PLOT = ["results/plots/conversion.png"] if SCALING_DATASETS else []
 

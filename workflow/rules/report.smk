@@ -67,7 +67,7 @@ rule plots:
     params:
         args=thrash_args(),
     shell:
-        "dlbench -q plot {input} --out-dir results/plots {params.args} > {log} 2>&1"
+        "dlbench -q plot {input} --out-dir results/plots {params.args} --only {PLOT_FILES} > {log} 2>&1"
 
 
 rule plot_conversion:

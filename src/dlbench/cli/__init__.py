@@ -41,9 +41,18 @@ def _two_layers(sub) -> None:
     sub._choices_actions[:] = [*mine, heading, *steps]
 
 
+class _Stdout(logging.StreamHandler):
+    """A handler on whatever sys.stdout is when a line is written, not when `main` first ran: a caller that swaps
+    stdout (a test's capture, a notebook) still gets the lines, and a closed old stream is never written."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stdout
+        super().emit(record)
+
+
 def _log_to_stdout() -> None:
     """The `dlbench` logger's lines on this call's stdout, stamped with the local time."""
-    handler = logging.StreamHandler(sys.stdout)
+    handler = _Stdout(sys.stdout)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", datefmt="%Y-%m-%d %H:%M:%S"))
     log.handlers[:] = [handler]
     log.setLevel(logging.INFO)

@@ -52,6 +52,9 @@ def add(sub) -> None:
         "--thrash-hit-rate-below", type=float, default=None, help="the cache plot's thrash line (default: as aggregate)"
     )
     p.add_argument("--thrash-p99-ms-above", type=float, default=None, help="(default: as aggregate)")
+    p.add_argument(
+        "--only", nargs="+", default=None, metavar="NAME", help="draw these plots only (e.g. throughput.png nodes.png)"
+    )
     p.set_defaults(func=plot)
 
 
@@ -167,7 +170,7 @@ def plot(a) -> None:
 
     if a.outdir is None:
         raise UserError("--out-dir is required: the directory for the PNG files")
-    for p in plot_all(a.summary, a.outdir, conversion=a.conversion, thrash=_thrash(a)):
+    for p in plot_all(a.summary, a.outdir, conversion=a.conversion, thrash=_thrash(a), only=a.only):
         say(f"wrote {p}")
 
 

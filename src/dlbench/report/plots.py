@@ -1,7 +1,8 @@
 """Plots from `summary.csv` (and the conversion table), as matplotlib PNGs.
 
-Each plot answers one question; a plot whose runs are not in the summary (no cuda run on a CPU machine, a single
-worker count) is still written, saying what it needs, so the report always has the same pages.
+Each plot answers one question. The workflow draws a plot comparing one axis (workers, ranks, step times) only
+where its matrix varies that axis (`outputs.plots_for`); any other plot whose runs are not in the summary (a cuda run
+skipped on a CPU machine) is still written, saying what it needs.
 """
 
 from __future__ import annotations
@@ -461,11 +462,22 @@ def plot_prediction(df: pd.DataFrame, path: Path) -> Path:
     ok = _ok(df).dropna(subset=["predicted_frames_per_s_node", "frames_per_s_node"])
     if ok.empty:
         return _nothing(path, title, "no finished run has a prediction (GPU runs and uncalibrated loaders have none)")
-    fig, ax = plt.subplots(figsize=(7, 6))
+    ok = ok.sort_values("frames_per_s_node").reset_index(drop=True)
+    # each point numbered, the numbers listed beside the axes: names written at the points would overlap
+    listing = "\n".join(
+        f"{i + 1:>2} {r['loader']} {r['mode']} w{r['num_workers']}{_ranks(r)} · {r['source']}  {err:+.0%}"
+        for i, (_, r), err in zip(range(len(ok)), ok.iterrows(), ok["prediction_error"])
+    )
+    fig, ax = plt.subplots(figsize=(11, 6))
+    fig.subplots_adjust(left=0.08, right=0.58)
     bounds = sorted(ok["bound"].fillna("?").unique())
     colors = dict(zip(bounds, plt.get_cmap("tab10").colors))
     for bound, g in ok.groupby(ok["bound"].fillna("?")):
         ax.scatter(g["frames_per_s_node"], g["predicted_frames_per_s_node"], color=colors[bound], label=bound, s=30)
+    for i, r in ok.iterrows():
+        ax.annotate(str(i + 1), (r["frames_per_s_node"], r["predicted_frames_per_s_node"]), fontsize=6,
+                    xytext=(3, 2), textcoords="offset points")  # fmt: skip
+    fig.text(0.60, 0.88, listing, va="top", fontsize=7, family="monospace")
     lo = min(ok["frames_per_s_node"].min(), ok["predicted_frames_per_s_node"].min()) * 0.7
     hi = max(ok["frames_per_s_node"].max(), ok["predicted_frames_per_s_node"].max()) * 1.4
     ax.plot([lo, hi], [lo, hi], color="black", lw=1)
@@ -474,10 +486,15 @@ def plot_prediction(df: pd.DataFrame, path: Path) -> Path:
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
+    plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}")
+    for axis in (ax.xaxis, ax.yaxis):  # a few plain labels: the default's 10^k with minor labels overlap
+        axis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 3.0)))
+        axis.set_major_formatter(plain)
+        axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     err = ok["prediction_error"].abs()
     ax.set_xlabel("measured frames/s per node")
     ax.set_ylabel("predicted frames/s per node")
-    ax.set_title(f"{title}\nmedian |error| {err.median():.0%}, worst {err.max():.0%} over {len(ok)} runs", fontsize=10)
+    ax.set_title(f"{title}\nmedian |error| {err.median():.0%}, worst {err.max():.0%} over {len(ok)} runs", fontsize=9)
     ax.legend(title="predicted bound", fontsize=8)
     return _save(fig, path)
 
@@ -518,39 +535,45 @@ def plot_time_split(df: pd.DataFrame, path: Path) -> Path:
 
 def plot_shuffle(df: pd.DataFrame, path: Path) -> Path:
     """Speed against what training gets: each run's frames/s per node (x) and its effective / nominal batch size
-    over one batch (y), one panel per mode, a marker per loader, the value over 10 batches written beside each
-    point and the floor drawn: a loader is ahead only where it is both faster and its batches worth as much."""
-    title = "Frames/s per node against effective batch size (beside each point: over 10 batches)"
-    y = "shuffle_effective_batch"
+    (y) over one batch (filled) and over 10 batches (hollow, joined to it), one panel per mode, a colour per loader,
+    both floors drawn: a loader is ahead only where it is both faster and its batches worth as much. No text sits
+    beside the points, so close runs do not write over each other."""
+    title = "Frames/s per node against effective batch size (filled: over 1 batch; hollow: over 10)"
+    y, y10 = "shuffle_effective_batch", "shuffle_effective_window"
     ok = _ok(df).dropna(subset=[y]) if y in df else df.iloc[0:0]
     if ok.empty:
         return _nothing(path, title, "no finished run measured its effective batch size (too few batches)")
     modes = sorted(ok["mode"].unique())
-    fig, axes = plt.subplots(1, len(modes), figsize=(5.5 * len(modes), 4.2), squeeze=False)
-    markers = dict(zip(sorted(ok["loader"].unique()), "osD^vP*X"))
-    colors = plt.get_cmap("tab10").colors
+    fig, axes = plt.subplots(1, len(modes), figsize=(5.5 * len(modes), 4.4), squeeze=False)
+    loaders = sorted(ok["loader"].unique())
+    colors = dict(zip(loaders, plt.get_cmap("tab10").colors * 2))
     for ax, mode in zip(axes[0], modes):
         d = ok[ok["mode"] == mode]
-        for _, r in d.iterrows():
-            ax.scatter(r["frames_per_s_node"], r[y], marker=markers.get(r["loader"], "o"),
-                       color=colors[list(markers).index(r["loader"]) % len(colors)], s=45,
-                       label=r["loader"] if r["loader"] not in ax.get_legend_handles_labels()[1] else None)  # fmt: skip
-            if pd.notna(r.get("shuffle_effective_window")):
-                ax.annotate(f"{r['shuffle_effective_window']:.2f}", (r["frames_per_s_node"], r[y]),
-                            fontsize=6, xytext=(3, 3), textcoords="offset points")  # fmt: skip
+        for loader, g in d.groupby("loader"):
+            c = colors[loader]
+            ax.scatter(g["frames_per_s_node"], g[y], color=c, s=40, label=loader, zorder=3)
+            if y10 in g:
+                ten = g.dropna(subset=[y10])
+                ax.scatter(ten["frames_per_s_node"], ten[y10], facecolors="none", edgecolors=c, s=40, zorder=3)
+                for _, r in ten.iterrows():
+                    ax.plot([r["frames_per_s_node"]] * 2, [r[y], r[y10]], color=c, lw=0.8, alpha=0.6)
         floor = (
             json.loads(d["shuffle_floor"].iloc[0])
             if "shuffle_floor" in d and isinstance(d["shuffle_floor"].iloc[0], str)
             else defaults("shuffle_floor")
         )
-        least = floor.get("effective_batch", 0.0)
-        ax.axhline(least, ls="--", color="grey", lw=1)
-        ax.text(0, least, " floor", fontsize=7, va="bottom", color="grey", transform=ax.get_yaxis_transform())
-        ax.set_ylim(-0.05, max(1.3, float(d[y].max()) + 0.1))
+        for key, style, name in (("effective_batch", "--", "floor, 1 batch"), ("effective_window", ":", "floor, 10")):
+            least = floor.get(key, 0.0)
+            if least:
+                ax.axhline(least, ls=style, color="grey", lw=1)
+                ax.text(1.0, least, f"{name} ", fontsize=7, va="bottom", ha="right", color="grey",
+                        transform=ax.get_yaxis_transform())  # fmt: skip
+        top = max(d[y].max(), d[y10].max() if y10 in d else 0.0)
+        ax.set_ylim(-0.05, max(1.3, float(top) + 0.1))
         ax.set_xlabel("decoded frames/s per node")
         ax.set_ylabel("effective / nominal batch size (1: uniform)")
         ax.set_title(mode, fontsize=10)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="upper left")
     fig.suptitle(title, fontsize=10)
     return _save(fig, path)
 
@@ -578,10 +601,17 @@ PLOTS = dict(
 
 
 def plot_all(
-    summary: str | Path | None, outdir: str | Path, conversion: str | Path | None = None, thrash: dict | None = None
+    summary: str | Path | None,
+    outdir: str | Path,
+    conversion: str | Path | None = None,
+    thrash: dict | None = None,
+    only: list[str] | None = None,
 ) -> list[Path]:
-    """The summary plots (PLOTS) from `summary`, and conversion.png from `conversion`; either may be None.
-    `thrash`: the thresholds of config.yaml, drawn on the cache plot."""
+    """The summary plots (PLOTS, or those named in `only`) from `summary`, and conversion.png from `conversion`;
+    either may be None. `thrash`: the thresholds of config.yaml, drawn on the cache plot."""
+    unknown = sorted(set(only or ()) - set(PLOTS))
+    if unknown:
+        raise UserError(f"--only {' '.join(unknown)}: no such plot; plots: {' '.join(PLOTS)}")
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     written = []
@@ -595,6 +625,7 @@ def plot_all(
         written = [
             plot(df, outdir / name, thrash) if plot is plot_cache else plot(df, outdir / name)
             for name, plot in PLOTS.items()
+            if only is None or name in only
         ]
     if conversion is not None:
         written.append(plot_conversion(pd.read_csv(conversion), outdir / "conversion.png"))
