@@ -66,8 +66,9 @@ rule plots:
         "../envs/cpu.yaml"
     params:
         args=thrash_args(),
+        only=",".join(PLOT_FILES),
     shell:
-        "dlbench -q plot {input} --out-dir results/plots {params.args} --only {PLOT_FILES} > {log} 2>&1"
+        "dlbench -q plot {input} --out-dir results/plots {params.args} --only {params.only} > {log} 2>&1"
 
 
 rule plot_conversion:

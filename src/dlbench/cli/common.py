@@ -23,6 +23,15 @@ def say(message: str) -> None:
     log.info(message)
 
 
+def comma_list(kind):
+    """A list option as every command spells one: comma-separated values (`--workers 1,2,auto`)."""
+
+    def parse(text: str) -> list:
+        return [kind(v) if kind is not str and v != "auto" else v for v in text.split(",") if v]
+
+    return parse
+
+
 DELTAS_HELP = (
     "LeRobot delta_timestamps (seconds per feature key; `cameras` means every camera): inline JSON, e.g. "
     "'{\"cameras\": [-1, 0]}', or a YAML/JSON file of it"

@@ -6,22 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import UserError
-from .common import ENDPOINT_HELP, command, say
-
-
-def _list(kind):
-    def parse(text: str) -> list:
-        return [kind(v) if kind is not str and v != "auto" else v for v in text.split(",") if v]
-
-    return parse
+from .common import ENDPOINT_HELP, comma_list, command, say
 
 
 def add(sub) -> None:
     p = command(sub, "calibrate", help="measure what a dataset costs to load, per loader and mode (seconds)")
     p.add_argument("--spec", action="append", default=[], help="a run spec (results/specs/...); repeat for several")
     p.add_argument("--root", help="the v3.0 dataset (local path or URL), instead of run specs")
-    p.add_argument("--loader", type=_list(str), default=["dlbench_map", "dlbench_stream"], help="with --root")
-    p.add_argument("--mode", type=_list(str), default=["single", "sarm"], help="with --root")
+    p.add_argument(
+        "--loader", type=comma_list(str), default=["dlbench_map", "dlbench_stream"], metavar="L1,L2", help="with --root"
+    )
+    p.add_argument("--mode", type=comma_list(str), default=["single", "sarm"], metavar="M1,M2", help="with --root")
     p.add_argument("--batch-size", type=int, default=None, help="with --root (default: the schema's)")
     p.add_argument("--warmup-s", type=float, default=None, help="with --root: the runs' warm-up (s)")
     p.add_argument("--duration-s", type=float, default=None, help="with --root: the runs' window (s)")
@@ -40,10 +35,20 @@ def add(sub) -> None:
     p.add_argument("--calibration", help="a calibration record (default: results/calibration/DATASET/SOURCE.json)")
     p.add_argument("--dataset", help="with --source: the workflow's calibration of this dataset")
     p.add_argument("--source", default="local", help="with --dataset: the source it was calibrated on")
-    p.add_argument("--loader", type=_list(str), default=None, help="loaders (default: every one calibrated)")
-    p.add_argument("--mode", type=_list(str), default=None, help="modes (default: every one calibrated)")
-    p.add_argument("--workers", type=_list(int), default=[0, 1, 2, "auto"], help="DataLoader workers per rank")
-    p.add_argument("--nodes", type=_list(int), default=[1], help="nodes, one rank each unless --ranks-per-node")
+    p.add_argument(
+        "--loader", type=comma_list(str), default=None, metavar="L1,L2", help="loaders (default: every one calibrated)"
+    )
+    p.add_argument(
+        "--mode", type=comma_list(str), default=None, metavar="M1,M2", help="modes (default: every one calibrated)"
+    )
+    p.add_argument(
+        "--workers",
+        type=comma_list(int),
+        default=[0, 1, 2, "auto"],
+        metavar="W1,W2",
+        help="DataLoader workers per rank",
+    )
+    p.add_argument("--nodes", type=comma_list(int), default=[1], help="nodes, one rank each unless --ranks-per-node")
     p.add_argument("--ranks-per-node", type=int, default=1, help="ranks sharing each node")
     p.add_argument("--cores", type=int, default=None, help="cores per node (default: the calibrated host's)")
     p.add_argument("--ttfb-ms", type=float, default=None, help="the storage's time to first byte (default: measured)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import command, out_option, say
+from .common import comma_list, command, out_option, say
 
 
 def _source_report(spec: str) -> tuple[str, str]:
@@ -53,7 +53,11 @@ def add(sub) -> None:
     )
     p.add_argument("--thrash-p99-ms-above", type=float, default=None, help="(default: as aggregate)")
     p.add_argument(
-        "--only", nargs="+", default=None, metavar="NAME", help="draw these plots only (e.g. throughput.png nodes.png)"
+        "--only",
+        type=comma_list(str),
+        default=None,
+        metavar="P1,P2",
+        help="draw these plots only (e.g. throughput.png,nodes.png)",
     )
     p.set_defaults(func=plot)
 
