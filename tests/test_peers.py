@@ -41,9 +41,29 @@ def test_unknown_peer_is_one_line_naming_the_key():
     assert msg.startswith("bench.scenarios.s.loader: peer 'pr' is not defined under peers:") and "\n" not in msg
 
 
-def test_only_lerobot_loaders_take_a_peer():
-    msg = error({"loader": "dlbench_map@old"})
-    assert "bench.scenarios.s.loader" in msg and "lerobot_map@PEER" in msg and "\n" not in msg
+def test_only_lerobot_and_dlbench_loaders_take_a_peer():
+    msg = error({"loader": "ray_data@old"})
+    assert "bench.scenarios.s.loader" in msg and "LOADER@PEER" in msg and "\n" not in msg
+    runs = matrix.expand_runs(config({"loader": ["dlbench_map@old", "dlbench_stream@lerobot"]}))
+    assert [r.loader for r in runs] == ["dlbench_map@old", "dlbench_stream@lerobot"]  # lerobot: no peers: entry
+
+
+def test_dlbench_loader_runs_with_lerobots_decoder(v30_h264, tmp_path):
+    """dlbench_map@lerobot: dlbench's loader in the default peer environment, with LeRobot's torch and torchcodec,
+    every frame checked: beside dlbench_map and lerobot_map it splits a ratio into the loader's and the decoder's."""
+    from dlbench.cli import main
+
+    if peer.peer_python() is None:
+        pytest.skip(f"the LeRobot peer environment is not built: {peer.CREATE_COMMAND}")
+    args = ["--root", str(v30_h264), "--loader", "dlbench_map@lerobot", "--out-dir", str(tmp_path)]
+    code = main(["-q", "bench-run", *args, "--num-workers", "1", "--warmup-s", "0", "--duration-s", "1"])
+    assert code == 0
+    rec = json.loads((tmp_path / "rank0of1.json").read_text())
+    assert rec["status"] == "ok" and rec["metrics"]["frames_verified"] > 0
+    assert rec["config"]["loader"] == "dlbench_map@lerobot"
+    here = subprocess.run([peer.peer_python(), "-c", "import torchcodec; print(torchcodec.__version__)"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    assert rec["versions"]["torchcodec"] == here and rec["versions"]["lerobot"]
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from dlbench.config import SCHEMA_PATH, validate_config
 from dlbench.run.loaders import LoaderName
 from dlbench.errors import UserError
 from dlbench.format.paths import is_remote
-from dlbench.peer import named_peer_ready
+from dlbench.peer import DEFAULT_PEER, named_peer_ready
 from dlbench.report.outputs import plots_for
 from dlbench.run.spec import resolve_workers
 
@@ -143,7 +143,7 @@ def bench_inputs_of(r):
     if r.require_warm:
         inputs["prewarm"] = r.require_warm
     peer = r.loader_name.peer
-    if peer:  # the environment of its LeRobot, built once by the peer_env rule
+    if peer and peer != DEFAULT_PEER:  # the environment of its LeRobot, built once by the peer_env rule
         inputs["peer"] = named_peer_ready(peer)
     if r.loader == "lance_map":  # its Lance copy, made (and staged) by the workflow
         if not source.remote:

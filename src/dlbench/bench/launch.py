@@ -26,7 +26,7 @@ import numpy as np
 from .. import atomic
 from ..errors import UserError
 from ..format.paths import is_remote
-from ..peer import CREATE_COMMAND, REPO_ROOT, named_peer_ready, named_peer_venv, peer_python, require_peer
+from ..peer import CREATE_COMMAND, DEFAULT_PEER, REPO_ROOT, named_peer_ready, named_peer_venv, peer_python, require_peer
 from ..run.loaders import LANCE_LOADERS, PEER_LOADERS, PEER_PACKAGE, RAY_LOADERS, LoaderName
 from ..run.spec import RunSpec, resolve_workers
 from . import record as recordmod
@@ -227,7 +227,7 @@ def launch(run: RunSpec, out_dir: str | Path) -> dict:
     world = run.world_size
     name = run.loader_name.peer
     if needs_peer(run.loader) and peer_python(name) is None:
-        create = f"snakemake -c1 {named_peer_ready(name)}" if name else CREATE_COMMAND
+        create = f"snakemake -c1 {named_peer_ready(name)}" if name and name != DEFAULT_PEER else CREATE_COMMAND
         reason = f"loader {run.loader} needs the LeRobot peer environment, which is missing; create it with {create}"
         if run.on_unavailable != "skip":
             raise UserError(reason)

@@ -86,7 +86,7 @@ def _add_aggregate(sub) -> None:
         default=baseline["default"],
         type=_baseline,
         help="loader the ratio_to_baseline column compares with; lerobot: LeRobot's loader of the run's own kind; "
-        f"one of {', '.join(baseline['anyOf'][0]['enum'])}, or lerobot_map@PEER / lerobot_stream@PEER",
+        f"one of {', '.join(baseline['anyOf'][0]['enum'])}, or LOADER@PEER (e.g. lerobot_map@old)",
     )
     thrash, floor = defaults("thrash"), defaults("shuffle_floor")
     for flag, default, text in (

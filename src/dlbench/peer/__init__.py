@@ -18,9 +18,16 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 CREATE_COMMAND = "scripts/peer-env.sh   (or: make peer)"
 READY_MARKER = ".dlbench-peer-ready"  # written by scripts/peer-env.sh when the environment is complete
 PEERS_DIR = ".peers"  # config.yaml's named peers: .peers/NAME, built by the workflow's peer_env rule
+# the peer name of the default peer environment (.venv-lerobot, LeRobot 0.6.1's torch, torchcodec and FFmpeg), which
+# needs no `peers:` entry: `dlbench_map@lerobot` is dlbench's loader decoding with LeRobot's decoder
+DEFAULT_PEER = "lerobot"
+DEFAULT_VENV = ".venv-lerobot"
 
 
 def named_peer_venv(name: str) -> Path:
+    if name == DEFAULT_PEER:
+        env = os.environ.get("DLBENCH_PEER_PYTHON")
+        return Path(env).resolve().parents[1] if env else REPO_ROOT / DEFAULT_VENV
     return REPO_ROOT / PEERS_DIR / name
 
 
@@ -33,16 +40,18 @@ def peer_python(name: str | None = None) -> Path | None:
     """The peer interpreter: for a named peer (`peers.NAME`) .peers/NAME's; else $DLBENCH_PEER_PYTHON, else the
     project's .venv-lerobot; each once scripts/peer-env.sh has finished building it (it writes READY_MARKER last);
     None otherwise."""
+    name = None if name == DEFAULT_PEER else name
     env = os.environ.get("DLBENCH_PEER_PYTHON")
     if env and name is None:
         return Path(env) if Path(env).exists() else None
-    venv = named_peer_venv(name) if name else REPO_ROOT / ".venv-lerobot"
+    venv = named_peer_venv(name) if name else REPO_ROOT / DEFAULT_VENV
     if (venv / READY_MARKER).exists() and (venv / "bin" / "python").exists():
         return venv / "bin" / "python"
     return None
 
 
 def require_peer(name: str | None = None) -> Path:
+    name = None if name == DEFAULT_PEER else name
     py = peer_python(name)
     if py is None and name:
         raise UserError(

@@ -11,6 +11,7 @@ from pathlib import Path
 from ..config import DATASET_KINDS, check_run_values
 from ..errors import UserError
 from ..format.paths import is_remote
+from ..peer import DEFAULT_PEER
 from ..sources import Source
 from .loaders import LANCE_LOADERS, LoaderName
 from .modes import BUILTIN_MODES
@@ -160,7 +161,7 @@ def peer_requirement(config: dict, name: str) -> str:
 def check_peer(loader: str, config: dict, key: str) -> None:
     """A loader `X@NAME` names a peer defined under `peers:`; `key` names where it was given."""
     name = LoaderName.parse(loader).peer
-    if name and name not in config.get("peers", {}):
+    if name and name != DEFAULT_PEER and name not in config.get("peers", {}):
         defined = f"; defined: {', '.join(sorted(config['peers']))}" if config.get("peers") else ""
         raise UserError(
             f"{key}: peer {name!r} is not defined under peers:{defined}; add peers: {{{name}: {{pip: "
