@@ -56,6 +56,9 @@ POINTS = (
     ("stream forward", "dlbench_stream", {"episode_order": "forward"}),
     ("stream forward pool 64", "dlbench_stream", {"episode_order": "forward", "pool_size": 64}),
     ("stream forward pool 128", "dlbench_stream", {"episode_order": "forward", "pool_size": 128}),
+    # more pieces of each episode live, read forward: where few episodes are many moments of a task
+    ("stream forward pieces 4", "dlbench_stream", {"episode_order": "forward", "pool_size": 64, "pieces": 4}),
+    ("stream forward pieces 8", "dlbench_stream", {"episode_order": "forward", "pool_size": 64, "pieces": 8}),
     ("lerobot map", "lerobot_map", {}),
     ("lerobot buffer 256", "lerobot_stream", {"buffer_size": 256}),
     ("lerobot buffer 1000", "lerobot_stream", {}),

@@ -92,7 +92,7 @@ def _loader(text: str) -> str:
     if text in LOADERS or re.match(schema()["definitions"]["loader_name"]["anyOf"][1]["pattern"], text):
         return text
     raise argparse.ArgumentTypeError(
-        f"invalid choice: {text!r} (choose from {', '.join(LOADERS)}, LOADER@PEER (e.g. lerobot_map@old, dlbench_map@lerobot))"
+        f"invalid choice: {text!r} (choose from {', '.join(LOADERS)}, LOADER@PEER (e.g. dlbench_map@lerobot))"
     )
 
 
