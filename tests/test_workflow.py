@@ -108,14 +108,14 @@ def test_default_dag_end_to_end(tmp_path):
         "throughput",
         "latency",
         "decode_device",
-        "nodes",
         "cache_vs_p99",
         "conversion",
         "prediction",
     ):
         assert (tmp_path / f"results/plots/{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # every run takes one worker and no step: the plots comparing workers and step times would be placeholders
+    # every run takes one worker and no step, and the 2-rank run has no 1-rank twin: those plots would be placeholders
     assert not (tmp_path / "results/plots/workers.png").exists()
+    assert not (tmp_path / "results/plots/nodes.png").exists()
     assert not (tmp_path / "results/plots/data_wait.png").exists()
     conversion = pd.read_csv(tmp_path / "results/tables/conversion.csv")
     assert conversion["workers"].tolist() == [1, 2] and (conversion["episodes"] == 8).all()
