@@ -19,6 +19,8 @@ if command -v apt-get >/dev/null 2>&1 && { [ "$(id -u)" = 0 ] || [ -n "$SUDO" ];
   echo "installing FFmpeg with apt-get ..."
   $SUDO apt-get update -qq || true
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq ffmpeg >/dev/null
+  # without apt-utils, dpkg's triggers may leave the linker cache stale: refresh it before looking
+  $SUDO ldconfig || true
   have_ffmpeg && exit 0
 fi
 cat >&2 <<'MSG'

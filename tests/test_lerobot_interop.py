@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -111,18 +112,27 @@ def test_dlbench_reads_a_dataset_recorded_by_lerobot(lerobot_recorded_v30):
 
 
 @pytest.mark.parametrize("mode", ["single", "sarm"])
-def test_items_equal_lerobot_dataset_key_by_key(lerobot_recorded_v30, tmp_path, mode):
+@pytest.mark.parametrize("recorded", ["lerobot_recorded_v30", "lerobot_recorded_images_v30"])
+def test_items_equal_lerobot_dataset_key_by_key(recorded, request, tmp_path, mode):
     """A training script that swaps LeRobotDataset for dlbench's loader gets the same items: same keys, dtypes,
-    shapes and values (frames: float in [0, 1] by default, as LeRobot's), with `delta_timestamps` and `episodes=`."""
-    root = str(lerobot_recorded_v30)
-    ours = LeRobotMapDataset(root, episodes=[2, 0])
+    shapes and values (frames: float in [0, 1] by default, as LeRobot's), with `delta_timestamps` and `episodes=`;
+    a camera stored as images (PNG in the data files) is read too, to the same values exactly (PNG is lossless)."""
+    root = str(request.getfixturevalue(recorded))
+    episodes = [1, 0] if recorded == "lerobot_recorded_images_v30" else [2, 0]
+    ours = LeRobotMapDataset(root, episodes=episodes)
     deltas = lerobot_delta_timestamps(ours.meta, mode)
     if deltas is not None:
-        ours = LeRobotMapDataset(root, episodes=[2, 0], delta_timestamps=deltas)
+        ours = LeRobotMapDataset(root, episodes=episodes, delta_timestamps=deltas)
     picks = [0, 1, len(ours) // 2, len(ours) - 1]
     out = tmp_path / "items.pt"
     peer.run_peer(
-        "lerobot_items", root, str(out), json.dumps(deltas), json.dumps([0, 2]), *map(str, picks), timeout=600
+        "lerobot_items",
+        root,
+        str(out),
+        json.dumps(deltas),
+        json.dumps(sorted(episodes)),
+        *map(str, picks),
+        timeout=600,
     )
     theirs = torch.load(out, weights_only=False)
     for i, want in zip(picks, theirs):
@@ -136,6 +146,8 @@ def test_items_equal_lerobot_dataset_key_by_key(lerobot_recorded_v30, tmp_path, 
             assert (g.dtype, tuple(g.shape)) == (w.dtype, tuple(w.shape)), (i, key)
             if key in ours.meta.cameras:
                 torch.testing.assert_close(g, w, atol=2 / 255, rtol=0)  # one decoder, two builds: within 2 levels
+            elif key in ours.meta.image_cameras:
+                assert torch.equal(g, w) and float(g.std()) > 0.01, (i, key)  # the same PNG, decoded alike
             else:
                 assert torch.equal(g, w), (i, key)
 
@@ -243,20 +255,28 @@ def test_lerobot_streaming_factory_takes_dlbench_stream(lerobot_recorded_v30, tm
     assert all(b["timestamp"].dtype == torch.float32 for b in ours["batches"])
 
 
-def test_image_cameras_are_refused_by_name(lerobot_recorded_images_v30):
-    """A camera stored as images (PNG in the data files) stops both loaders with one line naming it, never left out
-    silently; `cameras=` naming the video cameras reads the rest."""
-    from dlbench.errors import UserError
-    from dlbench.loader import LeRobotStreamingDataset
+@pytest.mark.parametrize("cameras", [None, ["observation.images.top"]])
+def test_image_cameras_are_read_by_both_loaders(lerobot_recorded_images_v30, cameras):
+    """A camera stored as images (PNG in the data files) is read by the stream as by the map-style loader, in
+    DataLoader workers and with a window: every item's image equals the map-style item's; `cameras=` naming only
+    it reads a dataset with no video at all."""
+    from dlbench.loader import DataLoader, LeRobotStreamingDataset
 
-    root = str(lerobot_recorded_images_v30)
-    assert meta.read_info(root)["features"]["observation.images.top"]["dtype"] == "image"
-    for cls in (LeRobotMapDataset, LeRobotStreamingDataset):
-        with pytest.raises(UserError, match=r"\['observation\.images\.top'\] are stored as images") as err:
-            cls(root)
-        assert "\n" not in str(err.value)
-    ds = LeRobotMapDataset(root, cameras=["observation.images.front"])
-    assert "observation.images.front" in ds[0] and "observation.images.top" not in ds[0]
+    root, top = str(lerobot_recorded_images_v30), "observation.images.top"
+    assert meta.read_info(root)["features"][top]["dtype"] == "image"
+    ref = LeRobotMapDataset(root, cameras=cameras, mode="sarm", return_uint8=True)
+    assert ref.meta.image_keys == [top] and top in ref.meta.camera_keys
+    want = {int(ref[i]["index"]): ref[i][top] for i in range(len(ref))}
+    assert all(tuple(t.shape) == (8, 3, 32, 48) and t.dtype == torch.uint8 for t in want.values())
+    stream = LeRobotStreamingDataset(root, cameras=cameras, mode="sarm")
+    seen = []
+    for batch in DataLoader(stream, batch_size=4, num_workers=2):
+        assert batch[top].dtype == torch.float32 and batch[f"{top}_is_pad"].shape == (len(batch["index"]), 8)
+        for i, idx in enumerate(batch["index"].tolist()):
+            assert torch.equal(batch[top][i], want[idx].float() / 255.0), idx
+            seen.append(idx)
+    assert sorted(seen) == sorted(want)  # every item once
+    assert ("observation.images.front" in ref[0]) == (cameras is None)
 
 
 @pytest.mark.parametrize("loader", ["lerobot_map", "lerobot_stream"])
@@ -325,6 +345,7 @@ def test_a_saved_train_config_says_the_policy_batch_and_workers(v30_h264, tmp_pa
 
 
 @pytest.mark.slow  # a whole tune, about 2 minutes
+@pytest.mark.timing  # its AU measured again must match the proof's: `make test` runs it alone, after the rest
 def test_tune_from_a_train_config_answers_in_au_with_lerobots_flags(v30_h264, tmp_path):
     """`dlbench tune --config-path train_config.json --step-ms 80 --gpus 40`: the policy's window, batch size and
     workers come from the config; every proof carries AU and GPUs fed; the answer's AU is measured again with the
@@ -352,3 +373,53 @@ def test_tune_from_a_train_config_answers_in_au_with_lerobots_flags(v30_h264, tm
     assert "answer:" in proc.stdout and "AU" in proc.stdout and "lerobot-train" in proc.stdout
     if "lerobot_train" in result.get("lerobot_best", {}):
         assert result["lerobot_best"]["lerobot_train"].startswith("lerobot-train --dataset.repo_id=local/dataset")
+
+
+def test_a_truncated_stored_image_is_one_line_from_validate_and_the_loader(lerobot_recorded_images_v30, tmp_path):
+    """An image cut short in a data file: `dlbench validate` names the file, row and camera; the loader's item at
+    that row stops with one line naming them; every other row still reads, and validate counts the images."""
+    from dlbench.errors import UserError
+
+    good = validate(str(lerobot_recorded_images_v30))
+    assert good["images_decoded"] == good["frames"] > 0
+    root, top = tmp_path / "bad", "observation.images.top"
+    shutil.copytree(lerobot_recorded_images_v30, root)
+    path = sorted(root.glob("data/*/*.parquet"))[0]
+    table = pq.read_table(path)
+    images = table.column(top).to_pylist()
+    images[5] = {**images[5], "bytes": images[5]["bytes"][:100]}
+    at = table.schema.get_field_index(top)
+    pq.write_table(table.set_column(at, table.schema.field(at), pa.array(images, table.schema.field(at).type)), path)
+    with pytest.raises(UserError, match=rf"{path.parent.name}/{path.name}: row 5 of {top} does not decode"):
+        validate(str(root))
+    ds = LeRobotMapDataset(str(root))
+    with pytest.raises(UserError, match=rf"row 5 of '{top}' does not decode as an image") as err:
+        ds[5]
+    assert "\n" not in str(err.value) and ds[4][top].shape == ds[6][top].shape == (3, 32, 48)
+
+
+def test_reencode_makes_stored_images_a_video_lerobot_reads(lerobot_recorded_images_v30, tmp_path):
+    """`dlbench reencode` turns a camera stored as images into a video file per data file: the dataset validates,
+    the camera's frames stay within a few grey levels of the PNGs (h264, its default quality), its data files lose
+    the image column, and LeRobot 0.6.1 reads the new dataset to the items dlbench's loader gives."""
+    from dlbench.encoding.options import Encoding
+    from dlbench.encoding.reencode import reencode
+
+    src, dst, top = str(lerobot_recorded_images_v30), tmp_path / "video", "observation.images.top"
+    record = reencode(src, dst, Encoding("h264", gop=2), workers=2)
+    assert [u["camera"] for u in record["units"] if "data_rel" in u] == [top]
+    info = meta.read_info(str(dst))
+    assert info["features"][top]["dtype"] == "video" and meta.image_keys(info) == []
+    assert validate(str(dst))["ok"]
+    assert all(top not in pq.read_schema(p).names for p in dst.glob("data/*/*.parquet"))
+    before, after = LeRobotMapDataset(src, return_uint8=True), LeRobotMapDataset(str(dst), return_uint8=True)
+    assert len(before) == len(after)
+    worst = max(float((before[i][top].int() - after[i][top].int()).abs().float().mean()) for i in range(len(after)))
+    assert worst < 8, worst
+    picks = [0, len(after) // 2, len(after) - 1]
+    out = tmp_path / "items.pt"
+    peer.run_peer("lerobot_items", str(dst), str(out), "null", "null", *map(str, picks), timeout=600)
+    ours = LeRobotMapDataset(str(dst))
+    for i, want in zip(picks, torch.load(out, weights_only=False)):
+        assert int(want["index"]) == i and tuple(want[top].shape) == (3, 32, 48)
+        torch.testing.assert_close(ours[i][top], want[top], atol=2 / 255, rtol=0)

@@ -67,7 +67,7 @@ def validate(root: str, check_barcodes: bool | None = None, sample_episodes: int
     strays = _check_cameras(info, columns, files["videos"], problems)
     orphans_checked = _check_orphans(eps, cams, strays, files, problems)
     sample = _sample(n, sample_episodes)
-    data_files = _check_data_files(root, info, eps, set(sample), tiled, tasks, files["data"], problems)
+    data_files, images = _check_data_files(root, info, eps, set(sample), tiled, tasks, files["data"], problems)
     check_barcodes = is_synthetic(info) if check_barcodes is None else check_barcodes
     decoded, wrong = _check_videos(
         root, info, cams, eps, sample, tiled, check_barcodes, progress, files["videos"], problems
@@ -80,6 +80,7 @@ def validate(root: str, check_barcodes: bool | None = None, sample_episodes: int
         "cameras": cams,
         "data_files": data_files,
         "frames_decoded": decoded,
+        "images_decoded": images,  # rows of cameras stored as images, each decoded and its shape checked
         "barcodes_checked": check_barcodes,
         "frames_wrong": wrong,
         "orphans_checked": orphans_checked,
@@ -296,16 +297,48 @@ def _check_data_files(
     tasks: int | None,
     data: dict[str, int] | None,
     problems: list[str],
-) -> int:
-    """Check each data file holding a sampled episode (see `_data_file_problems`) and its size; return how many
-    files were checked."""
+) -> tuple[int, int]:
+    """Check each data file holding a sampled episode (see `_data_file_problems`), its images (`_image_problems`)
+    and its size; return how many files were checked and how many images decoded."""
     by_file = {rel: m for rel, m in _episodes_by_file(eps, "data").items() if sampled.intersection(m)}
     sizes = listing.file_sizes(root, by_file, data)
     limit = info.get("data_files_size_in_mb", paths.DEFAULT_DATA_FILE_SIZE_IN_MB) * 1024 * 1024
+    images = 0
     for rel, members in sorted(by_file.items()):
-        problems += _data_file_problems(root, rel, sizes[rel], members, eps, info["fps"], tiled, tasks)
+        found = _data_file_problems(root, rel, sizes[rel], members, eps, info["fps"], tiled, tasks)
+        if not found and meta.image_keys(info):
+            found, decoded = _image_problems(root, rel, info)
+            images += decoded
+        problems += found
         _check_size(rel, sizes[rel], limit, len(members), problems)
-    return len(by_file)
+    return len(by_file), images
+
+
+def _image_problems(root: str, rel: str, info: dict) -> tuple[list[str], int]:
+    """Every row of each camera stored as images in one data file decodes, to the shape info.json declares (one line
+    a camera at most); and how many images were decoded."""
+    from .loader.images import decode_image
+
+    problems, decoded = [], 0
+    for cam in meta.image_keys(info):
+        shape = tuple(info["features"][cam]["shape"])
+        try:
+            column = meta.read_dataset_parquet(root, rel, [cam]).column(cam).combine_chunks()
+        except (UserError, KeyError) as e:
+            problems.append(f"{rel}: no readable {cam} column ({e}): LeRobot fails on every item")
+            continue
+        for row, value in enumerate(column.to_pylist()):
+            data = value.get("bytes") if isinstance(value, dict) else value
+            try:
+                got = decode_image(data).shape
+            except (OSError, ValueError) as e:
+                problems.append(f"{rel}: row {row} of {cam} does not decode as an image ({e})")
+                break
+            decoded += 1
+            if got != shape:
+                problems.append(f"{rel}: row {row} of {cam} decodes to {got}, info.json declares {shape}")
+                break
+    return problems, decoded
 
 
 def _data_file_problems(

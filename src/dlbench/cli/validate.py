@@ -51,7 +51,8 @@ def run(a) -> None:
         say(f"{a.dataset}: note: {note}")
     say(
         f"{a.dataset}: valid v3.0 ({report['episodes']} episodes, {report['frames']} frames, "
-        f"{report['frames_decoded']} edge frames decoded, {report['frames_wrong']} wrong)"
+        f"{report['frames_decoded']} edge frames decoded, {report['frames_wrong']} wrong"
+        + (f", {report['images_decoded']} stored images decoded)" if report["images_decoded"] else ")")
     )
     if not is_remote(a.dataset) and not report.get("frames_wrong"):
         # what bench runs judge batches against, made here from the local copy: a cold bucket's run then finds it

@@ -23,6 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from .. import atomic
 from ..convert.finalize import publish
@@ -67,18 +70,36 @@ def _check_file(src: str, rel: str, frames: int) -> str | None:
     return None
 
 
+def _image_files(src: str, info: dict) -> dict[str, dict[str, tuple[str, int]]]:
+    """Per camera stored as images, each data file holding it: the video file it becomes (the data file's chunk and
+    file index) and the frames its episodes hold."""
+    cams = meta.image_keys(info)
+    table = meta.read_episodes_v30(src, columns=["length", "data/chunk_index", "data/file_index"]).to_pydict()
+    files: dict[str, dict[str, tuple[str, int]]] = {c: {} for c in cams}
+    for i, length in enumerate(table["length"]):
+        chunk, file = table["data/chunk_index"][i], table["data/file_index"][i]
+        for c in cams:
+            video, frames = files[c].get(paths.v30_data_path(chunk, file), (paths.v30_video_path(c, chunk, file), 0))
+            files[c][paths.v30_data_path(chunk, file)] = (video, frames + int(length))
+    return files
+
+
 def plan(src: str, work: str | Path, encoding: Encoding) -> dict:
-    """Check the source and write the manifest (one unit per video file). Nothing is written for a damaged source."""
+    """Check the source and write the manifest (one unit per video file; per data file and camera stored as
+    images, which becomes a video file). Nothing is written for a damaged source."""
     info = meta.require_version(src, "v3.0")
-    files = _episode_files(src, info)
-    if not any(files.values()):
-        raise UserError(f"{src}: no videos to re-encode (its cameras are stored as images, or it has none)")
+    files, images = _episode_files(src, info), _image_files(src, info)
+    if not any(files.values()) and not any(images.values()):
+        raise UserError(f"{src}: no cameras to re-encode (it has no video and no image features)")
     problems = [p for c in files for rel, n in files[c].items() if (p := _check_file(src, rel, n))]
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise UserError(f"{src}: cannot re-encode: {problems[0]}{more}; repair or re-download the dataset")
     units = [{"unit": k, "camera": c, "rel": rel, "frames": n} for k, (c, rel, n) in enumerate(
         (c, rel, n) for c in files for rel, n in sorted(files[c].items()))]  # fmt: skip
+    units += [{"unit": len(units) + k, "camera": c, "rel": video, "frames": n, "data_rel": data}
+              for k, (c, data, video, n) in enumerate((c, data, *images[c][data]) for c in images
+                                                      for data in sorted(images[c]))]  # fmt: skip
     manifest = {"version": MANIFEST_VERSION, "src": src, "encoding": encoding.to_dict(), "units": units,
                 "synthetic": is_synthetic(info)}  # fmt: skip
     work = atomic.make_dir(work)
@@ -164,8 +185,61 @@ def encode_file(source: str, out: Path, encoding: Encoding, threads: int, barcod
     return seconds, damaged
 
 
+def encode_images(src: str, unit: dict, out: Path, encoding: Encoding, threads: int, fps: int) -> tuple[float, int]:
+    """One camera stored as images in one data file, encoded to a video file atomically: its rows' images decoded
+    in order and piped to FFmpeg as raw frames at `fps`, so frame i is shown at i / fps (each episode's
+    from_timestamp is where its rows start); checked to hold every row at its time. Returns FFmpeg's seconds and the
+    images' bytes."""
+    from ..loader.images import decode_image
+
+    cam = unit["camera"]
+    with meta.open_file(src, unit["data_rel"]) as fh:
+        images = meta.read_parquet(fh, ["index", cam])
+    order = np.argsort(images.column("index").to_numpy(), kind="stable")
+    column = images.column(cam).combine_chunks()
+    column = column.field("bytes") if hasattr(column, "field") else column
+    first = decode_image(column[int(order[0])].as_py())
+    height, width = first.shape[:2]
+    timescale = fps * 512  # exact times for every frame at fps
+    with atomic.file(out) as tmp:
+        tmp_mp4 = tmp.with_name(tmp.name + ".mp4")
+        cmd = ["ffmpeg", "-nostdin", "-hide_banner", "-v", "error", "-f", "rawvideo", "-pix_fmt", "rgb24",
+               "-s", f"{width}x{height}", "-framerate", str(fps), "-i", "-"]  # fmt: skip
+        cmd += [*encoding.ffmpeg_args(timescale, threads), "-y", str(tmp_mp4)]
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            for i in order.tolist():
+                frame = decode_image(column[i].as_py())
+                if frame.shape != first.shape:
+                    raise UserError(f"{unit['data_rel']}: {cam} images differ in shape ({frame.shape}, {first.shape})")
+                proc.stdin.write(np.ascontiguousarray(frame[:, :, :3] if frame.shape[2] >= 3 else
+                                                      np.repeat(frame, 3, axis=2)).tobytes())  # fmt: skip
+        finally:
+            proc.stdin.close()
+            err = proc.stderr.read().decode(errors="replace")
+            proc.wait()
+        seconds = time.perf_counter() - t0
+        if proc.returncode:
+            tmp_mp4.unlink(missing_ok=True)
+            last = (err.strip().splitlines() or ["no message"])[-1]
+            raise UserError(f"{unit['data_rel']}: FFmpeg could not encode {cam} to {encoding.label()}: {last}")
+        os.replace(tmp_mp4, tmp)
+        got, want = _presented(tmp), np.arange(len(order)) / fps
+        if len(got) != len(want) or np.abs(got - want).max(initial=0.0) > TIME_TOLERANCE_S:
+            raise UserError(f"{unit['data_rel']}: {cam} encoded to {len(got)} frames where it has {len(want)} rows")
+    return seconds, int(pc.sum(pc.binary_length(column)).as_py() or 0)
+
+
 def run_unit(work: Path, manifest: dict, unit: dict, threads: int) -> None:
     src, encoding = manifest["src"], Encoding(**manifest["encoding"])
+    if "data_rel" in unit:  # a camera stored as images becomes a video file
+        out = work / "out" / unit["rel"]
+        seconds, size = encode_images(src, unit, out, encoding, threads, int(meta.read_info(src)["fps"]))
+        record = {**unit, "host": HOST, "encode_s": seconds, "bytes": out.stat().st_size, "source_bytes": size,
+                  "barcodes_unreadable": 0}  # fmt: skip
+        atomic.write_json(_done(work, unit["unit"]), record)
+        return
     with tempfile.TemporaryDirectory(dir=work, prefix=".fetch-") as tmp:
         source = _local_copy(src, unit["rel"], Path(tmp))
         out = work / "out" / unit["rel"]
@@ -214,6 +288,9 @@ def finalize(work_dir: str | Path, dst: str | Path) -> dict:
             with meta.open_file(src, rel) as fin, atomic.file(target) as tmp, open(tmp, "wb") as fout:
                 shutil.copyfileobj(fin, fout, 8 << 20)
     info = meta.read_info(src)
+    converted = sorted({u["camera"] for u in manifest["units"] if "data_rel" in u})
+    if converted:
+        _images_to_videos(src, out, info, converted, encoding)
     for cam in meta.video_keys(info):
         feature = info["features"][cam]
         video = feature.setdefault("info", {})
@@ -229,6 +306,62 @@ def finalize(work_dir: str | Path, dst: str | Path) -> dict:
     meta.write_info(out, info)
     publish(out, dst)
     return {"src": src, "encoding": manifest["encoding"], "units": units, "barcodes_unreadable": damaged}
+
+
+def _images_to_videos(src: str, out: Path, info: dict, cams: list[str], encoding: Encoding) -> None:
+    """The staged dataset of cameras stored as images made to read them from their new video files: the data
+    files without their image columns (and the feature gone from the schema's Hugging Face metadata),
+    meta/episodes with each episode's place in them (a data file's episodes back to back, from 0 s), the features
+    video (`info`, changed in place; `finalize` adds the encoding)."""
+    fps = int(info["fps"])
+    eps = meta.read_episodes_v30(src, columns=["data/chunk_index", "data/file_index"]).to_pydict()
+    for rel in sorted({paths.v30_data_path(c, f) for c, f in zip(eps["data/chunk_index"], eps["data/file_index"])}):
+        target = out / rel
+        table = meta.read_parquet(str(target))
+        table = table.drop_columns([c for c in cams if c in table.column_names])
+        schema = table.schema
+        hf = (schema.metadata or {}).get(b"huggingface")
+        if hf:
+            doc = json.loads(hf)
+            for c in cams:
+                doc.get("info", {}).get("features", {}).pop(c, None)
+            schema = schema.with_metadata({**schema.metadata, b"huggingface": json.dumps(doc).encode()})
+        with atomic.file(target) as tmp:
+            pq.write_table(table.cast(schema), tmp)
+    for rel in meta.episodes_files_v30(src):
+        target = out / rel
+        table = meta.read_parquet(str(target))
+        start = _episode_starts(src, fps)
+        starts = [start[int(e)] for e in table.column("episode_index").to_pylist()]
+        lengths = table.column("length").to_pylist()
+        for c in cams:
+            table = table.append_column(f"videos/{c}/chunk_index", table.column("data/chunk_index"))
+            table = table.append_column(f"videos/{c}/file_index", table.column("data/file_index"))
+            table = table.append_column(f"videos/{c}/from_timestamp", pa.array(starts, pa.float64()))
+            ends = pa.array([s + n / fps for s, n in zip(starts, lengths)], pa.float64())
+            table = table.append_column(f"videos/{c}/to_timestamp", ends)
+        with atomic.file(target) as tmp:
+            pq.write_table(table, tmp)
+    info["video_path"] = info.get("video_path") or paths.V30_VIDEO_PATH
+    for c in cams:
+        feature = info["features"][c]
+        height, width, channels = feature["shape"]
+        feature["dtype"] = "video"
+        feature["info"] = {"video.height": height, "video.width": width, "video.channels": channels,
+                           "video.fps": fps, "video.is_depth_map": False, "has_audio": False}  # fmt: skip
+
+
+def _episode_starts(src: str, fps: int) -> dict[int, float]:
+    """Each episode's first frame's time in the video its data file becomes: the episodes before it in that file,
+    back to back."""
+    table = meta.read_episodes_v30(src, columns=["episode_index", "length", "data/chunk_index", "data/file_index"])
+    seen: dict[tuple[int, int], int] = {}
+    starts = {}
+    for row in table.to_pylist():
+        key = (row["data/chunk_index"], row["data/file_index"])
+        starts[int(row["episode_index"])] = seen.get(key, 0) / fps
+        seen[key] = seen.get(key, 0) + int(row["length"])
+    return starts
 
 
 def _files_besides_videos(src: str) -> list[str]:

@@ -134,6 +134,11 @@ def video_keys(info: dict) -> list[str]:
     return sorted(k for k, ft in info["features"].items() if ft.get("dtype") == "video")
 
 
+def image_keys(info: dict) -> list[str]:
+    """Cameras stored as images in the data files (features of dtype image), sorted."""
+    return sorted(k for k, ft in info["features"].items() if ft.get("dtype") == "image")
+
+
 def v21_info_to_v30(info: dict, data_files_size_in_mb: int, video_files_size_in_mb: int) -> dict:
     """The v3.0 info.json of a converted v2.1 dataset, as LeRobot's converter writes it."""
     new = {k: v for k, v in info.items() if k not in ("total_chunks", "total_videos")}

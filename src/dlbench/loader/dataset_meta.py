@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -27,6 +27,7 @@ class DatasetMeta:
     video_file: dict[str, list[str]]  # camera -> relative video path per episode
     video_from: dict[str, np.ndarray]  # camera -> from_timestamp per episode
     data_file: list[str]  # relative data file path per episode
+    image_cameras: list[str] = field(default_factory=list)  # cameras stored as images in the data files (`images`)
 
     @classmethod
     def load(cls, root: str, cameras: list[str] | None = None, data_files_root: str | None = None) -> DatasetMeta:
@@ -34,12 +35,13 @@ class DatasetMeta:
         (metadata from a Hub repo, say, while the files sit in a bucket near the compute)."""
         root = str(root).rstrip("/")
         info = meta.require_version(root, paths.V30)
-        all_cams = meta.video_keys(info)
+        all_cams, all_images = meta.video_keys(info), meta.image_keys(info)
         if cameras:
-            unknown = [c for c in cameras if c not in all_cams]
+            unknown = [c for c in cameras if c not in all_cams + all_images]
             if unknown:
-                raise UserError(f"camera key(s) {unknown} not in {root}; the dataset has {all_cams}")
-        cams = list(cameras) if cameras else all_cams
+                raise UserError(f"camera key(s) {unknown} not in {root}; the dataset has {all_cams + all_images}")
+        cams = [c for c in cameras if c in all_cams] if cameras else all_cams
+        images = [c for c in cameras if c in all_images] if cameras else all_images
         cols = ["episode_index", "dataset_from_index", "dataset_to_index", "data/chunk_index", "data/file_index"]
         for cam in cams:
             cols += [f"videos/{cam}/chunk_index", f"videos/{cam}/file_index", f"videos/{cam}/from_timestamp"]
@@ -63,6 +65,7 @@ class DatasetMeta:
             video_file=video_file,
             video_from={cam: np.asarray(eps[f"videos/{cam}/from_timestamp"], np.float64) for cam in cams},
             data_file=[paths.v30_data_path(c, f) for c, f in zip(eps["data/chunk_index"], eps["data/file_index"])],
+            image_cameras=images,
         )
 
     # ------------------------------------------------ what training code reads off LeRobotDatasetMetadata
@@ -79,16 +82,21 @@ class DatasetMeta:
 
     @property
     def camera_keys(self) -> list[str]:
-        """The cameras items carry, in the order of the features (LeRobot's order)."""
-        return [k for k in self.features if k in self.cameras]
+        """The cameras items carry, video and image-stored, in the order of the features (LeRobot's order)."""
+        return [k for k in self.features if k in self.cameras or k in self.image_cameras]
 
     @property
     def video_keys(self) -> list[str]:
-        return self.camera_keys
+        return [k for k in self.features if k in self.cameras]
 
     @property
-    def image_keys(self) -> list[str]:  # image-stored cameras are refused or left out (`check_readable`)
-        return []
+    def image_keys(self) -> list[str]:
+        return [k for k in self.features if k in self.image_cameras]
+
+    @property
+    def frame_keys(self) -> list[str]:
+        """Every key an item's frames are under: the video cameras, then the image-stored ones."""
+        return [*self.cameras, *self.image_cameras]
 
     @property
     def depth_keys(self) -> list[str]:  # depth-map videos are refused (`check_readable`)
@@ -301,21 +309,13 @@ def local_snapshot(dmeta: DatasetMeta, episodes: list[int] | None) -> DatasetMet
         local = snapshot_download(repo, repo_type="dataset", revision=revision or None, allow_patterns=sorted(files))
     except (HfHubHTTPError, OSError) as e:
         raise UserError(f"{dmeta.root}: cannot download its files ({e}); check the repo and the network") from None
-    return DatasetMeta.load(local, dmeta.cameras)
+    return DatasetMeta.load(local, dmeta.frame_keys)
 
 
 def check_readable(dmeta: DatasetMeta, cameras: list[str] | None) -> None:
     """Refuse, in one line naming the keys, features the loaders cannot put in items, rather than leave them out:
-    cameras stored as images (PNG in the data files; `cameras=` naming the video cameras leaves them out on
-    purpose), depth-map videos (LeRobot dequantizes them) and language columns."""
+    depth-map videos (LeRobot dequantizes them) and language columns."""
     features = dmeta.info["features"]
-    images = [k for k, ft in features.items() if ft.get("dtype") == "image"]
-    if images and not cameras:
-        raise UserError(
-            f"{dmeta.root}: camera(s) {images} are stored as images (PNG in the data files), which dlbench's loaders "
-            f"do not decode; pass cameras= with the video cameras {dmeta.cameras} to read the rest, or use LeRobot's "
-            f"LeRobotDataset"
-        )
     depth = [c for c in dmeta.cameras if _is_depth(features[c])]
     if depth:
         raise UserError(
@@ -384,7 +384,7 @@ def resolve_windows(
     windows: dict[str, np.ndarray] = {}
     features = dmeta.info["features"]
     for key, deltas in (delta_timestamps or {}).items():
-        keys = dmeta.cameras if key == "cameras" else [key]
+        keys = dmeta.frame_keys if key == "cameras" else [key]
         if key != "cameras" and key not in features:
             raise UserError(
                 f"delta_timestamps key {key!r} is not a feature of {dmeta.root}; features: {sorted(features)}"

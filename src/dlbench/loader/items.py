@@ -20,6 +20,7 @@ from ..decode.decoder import FrameDecoder
 from ..decode.fetch import EpisodeFetcher
 from .collate import RowItem, collating_worker, floats_made_in_collate
 from .dataset_meta import DatasetMeta
+from .images import ImageReader
 
 
 def _episode_groups(eps: np.ndarray) -> list[tuple[int, np.ndarray | None]]:
@@ -78,7 +79,7 @@ class ItemRows:
                 fields[name], fields[f"{name}_is_pad"] = arr[self.local(q)], pad
             else:
                 fields[name] = arr[at]
-        for cam in self.dmeta.cameras:
+        for cam in self.dmeta.frame_keys:
             if cam in self.windows:
                 fields[f"{cam}_is_pad"] = window(cam)[1]
         fields["task"] = [self.dmeta.tasks[int(t)] for t in c["task_index"][at]]
@@ -118,12 +119,14 @@ class ItemRows:
         ]
 
     def frames_per_item(self) -> int:
-        return sum(len(self.windows[c]) if c in self.windows else 1 for c in self.dmeta.cameras)
+        """Frames decoded for one item: every camera's window steps, video and image-stored."""
+        return sum(len(self.windows[c]) if c in self.windows else 1 for c in self.dmeta.frame_keys)
 
     def frame_bytes_per_item(self) -> int:
         """Bytes of decoded frames in one item (all cameras and window steps)."""
-        per_frame = {c: int(np.prod(self.dmeta.info["features"][c]["shape"])) for c in self.dmeta.cameras}
-        steps = sum(per_frame[c] * (len(self.windows[c]) if c in self.windows else 1) for c in self.dmeta.cameras)
+        cams = self.dmeta.frame_keys
+        per_frame = {c: int(np.prod(self.dmeta.info["features"][c]["shape"])) for c in cams}
+        steps = sum(per_frame[c] * (len(self.windows[c]) if c in self.windows else 1) for c in cams)
         return steps * (4 if self.return_float else 1)
 
 
@@ -145,6 +148,7 @@ class ItemBuilder(ItemRows):
         # while, a quarter of the bytes, and makes them floats as they leave it (`LeRobotStreamingDataset`)
         self.hold_uint8 = False
         self.decoder = decoder
+        self.images = ImageReader(dmeta) if dmeta.image_cameras else None  # cameras stored in the data files
         self.image_transforms = image_transforms  # applied to each camera's frames of an item, as LeRobot does
         self.decode_s = 0.0  # time spent decoding in this process (for the fetch/decode split)
         self.fetch_s = (
@@ -189,7 +193,7 @@ class ItemBuilder(ItemRows):
         # In a DataLoader worker batched by dlbench's collate, windows with repeated frames stay `FrameGather`s and
         # are copied once, straight into the batch; everywhere else items hold plain tensors
         # float frames are made there too, in the batch (`floats_in_collate`)
-        defer_float = self.floats_in_collate() and floats_made_in_collate(self.dmeta.cameras)
+        defer_float = self.floats_in_collate() and floats_made_in_collate(self.dmeta.frame_keys)
         gather = (self.return_float and not defer_float) or self.image_transforms is not None or not collating_worker()
         groups = _episode_groups(eps)
         times_of = {cam: self._frame_times(cam, rows, eps, window) for cam in self.dmeta.cameras}
@@ -213,6 +217,13 @@ class ItemBuilder(ItemRows):
                 split = split_runs(got, len(wanted)) if cam in self.windows else got.unbind(0)
                 for i, f in zip(range(len(rows)) if member is None else member.tolist(), split):
                     frames[i] = f
+        for cam in self.dmeta.image_cameras:  # PNG in the data files, decoded here (`images.ImageReader`)
+            t0 = time.perf_counter()
+            got = self.images.frames(cam, window(cam)[0] if cam in self.windows else rows[:, None], eps)
+            self.decode_s += time.perf_counter() - t0
+            if self.return_float and not defer_float and not self.hold_uint8:
+                got = got.float() / 255.0
+            per_item[cam] = list(got.unbind(0) if cam in self.windows else got[:, 0].unbind(0))
         if self.decoder.batch_reads:  # every range of the batch held, counted, before the next is planned
             self.decoder.batch_fetcher.settle()
         if not gather:  # the batch gathers the fields (see `RowItem`)
@@ -263,7 +274,7 @@ class BuilderViews:
     plans_batches = False  # the map-style dataset's says whether it fetches batches ahead
 
     def float_cameras(self) -> frozenset:
-        return frozenset(self.meta.cameras) if self.builder.floats_in_collate() else frozenset()
+        return frozenset(self.meta.frame_keys) if self.builder.floats_in_collate() else frozenset()
 
     @property
     def repo_id(self) -> str:

@@ -49,8 +49,7 @@ class LeRobotMapDataset(BuilderViews, torch.utils.data.Dataset):
         token: None or True (huggingface_hub's own login, HF_TOKEN); a token string or False is refused.
         repo_type: "dataset", or "bucket" to read the Hub storage bucket `repo_id` (hf://buckets/<repo_id>).
         mode: "single" (one frame per camera) or "sarm" (8 steps spaced 1 s).
-        cameras: video camera keys to load (default: all; a dataset with cameras stored as images is refused
-            unless `cameras` names the video cameras to read).
+        cameras: camera keys to load, video or stored as images (default: all).
         decode_device: "cpu" or "cuda".
         decoder_cache_size: open decoders kept per process.
         decoder_cache_mb: the most memory (MB) the open decoders of a process may hold, by their estimated size

@@ -340,11 +340,11 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         # the buffer keeps uint8 frames, a quarter of float32's bytes, made floats as they leave it (`_shard_stream`)
         self.builder.hold_uint8 = self._floats_on_yield = self.builder.return_float and image_transforms is None
         self.episode_order = episode_order
-        offsets = [o for c in self.meta.cameras for o in windows.get(c, [0])]
+        offsets = [o for c in self.meta.frame_keys for o in windows.get(c, [0])]
         self.block_stride = block_stride or window_stride(offsets)
         self.buffer_mb = buffer_mb or self.auto_buffer_mb(read_ahead)
         self.tag_items, self._ahead_arg = tag_items, decode_ahead
-        self._window_span = window_span(windows, self.meta.cameras)
+        self._window_span = window_span(windows, self.meta.frame_keys)
         self.read_ahead = read_ahead or self.auto_read_ahead()
         self._gop: int | None = None  # the video's keyframe interval, read once (`_keyframe_interval`)
         if read_ahead is None and block_stride is None and gop_run is None:
@@ -402,7 +402,10 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             len(pf), len(self._shards), self.pool_size, self.buffer_size, self.max_blocks(), self.shuffle
         )
         if not self._cache_arg:
-            self.builder.decoder.cache_size = len(self.meta.cameras) * (self.lanes.at_once * self.lanes.pool + 2)
+            # at least one: a dataset whose cameras are all stored as images opens no decoder, but the cache is made
+            self.builder.decoder.cache_size = max(
+                1, len(self.meta.cameras) * (self.lanes.at_once * self.lanes.pool + 2)
+            )
 
     def _eligible(self, asked: int | None) -> int:
         """Rows of an episode read forward before the next random jump (`partition.gop_runs`): `asked`, or (None)
@@ -558,7 +561,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         """The default `buffer_mb`: room for LANES_HELD blocks (each lane of a worker holds one, and ten batches of
         a worker draw from its lanes), within BUFFER_MB_RANGE. Blocks of `read_ahead` rows, or of 2 where that is
         the default (`auto_read_ahead`; 1 where two rows share a frame)."""
-        offsets = {c: self.builder.windows.get(c, [0]) for c in self.meta.cameras}
+        offsets = {c: self.builder.windows.get(c, [0]) for c in self.meta.frame_keys}
         ahead = read_ahead or AUTO_READ_AHEAD
         if read_ahead is None and any(
             block_frames(o, ahead, self.block_stride) < ahead * len(o) for o in offsets.values()
@@ -601,7 +604,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         1.5x, 1.9x and 2.8x the frames/s of 1 at 0.72, 0.65 and 0.58 distinct frames a batch, against 0.95
         (docs/benchmarks.md); `tune` moves it where a user's floor allows."""
         want = self._live_wanted()
-        offsets = {c: self.builder.windows.get(c, [0]) for c in self.meta.cameras}
+        offsets = {c: self.builder.windows.get(c, [0]) for c in self.meta.frame_keys}
         ahead = AUTO_READ_AHEAD
         shares = any(block_frames(o, ahead, self.block_stride) < ahead * len(o) for o in offsets.values())
         if not shares and self.buffer_mb * 2**20 // self.block_bytes(ahead) >= want:
@@ -629,7 +632,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
                 int(np.prod(features[c]["shape"]))
                 * size
                 * block_frames(windows.get(c, [0]), read_ahead, self.block_stride)
-                for c in self.meta.cameras
+                for c in self.meta.frame_keys
             ),
         )
 
@@ -820,7 +823,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
                 continue
             item = ready.pop(value)
             if self._floats_on_yield and isinstance(item, dict):  # not left to dlbench's collate: made here
-                for cam in self.meta.cameras:
+                for cam in self.meta.frame_keys:
                     item[cam] = item[cam].float() / 255.0
             if self.tag_items:
                 item[SHARD_KEY], item[POS_KEY], item[EPOCH_KEY] = shard, pos, epoch

@@ -142,7 +142,9 @@ def main(argv: list[str]) -> None:
     a = p.parse_args(argv)
     if a.episodes < 1:
         raise SystemExit("--episodes must be at least 1")
-    cameras, images = parse_cameras(a.cameras), parse_cameras(a.image_cameras, required=False)
+    # a dataset of image-stored cameras only (as simulation sets are) needs no video camera
+    cameras = parse_cameras(a.cameras, required=not a.image_cameras)
+    images = parse_cameras(a.image_cameras, required=False)
     print(json.dumps(record(a.root, a.episodes, a.fps, cameras, a.seed, images)))
 
 

@@ -92,8 +92,8 @@ class DecodeCheck:
         self.expected = _Expected(dmeta, mode, deltas)
         self.per_camera, self.gpu = per_camera, gpu
         self.rng = np.random.default_rng(seed)
-        self.offered = {cam: 0 for cam in dmeta.cameras}
-        self.kept: dict[str, list[tuple[int, int, torch.Tensor]]] = {cam: [] for cam in dmeta.cameras}
+        self.offered = {cam: 0 for cam in dmeta.frame_keys}
+        self.kept: dict[str, list[tuple[int, int, torch.Tensor]]] = {cam: [] for cam in dmeta.frame_keys}
         self.checked = self.wrong = 0
         self.worst_mean_abs_diff = 0.0
         self.problems: list[str] = []
@@ -102,7 +102,7 @@ class DecodeCheck:
         if self.per_camera <= 0:
             return
         k = self.per_camera
-        for cam in self.expected.meta.cameras:
+        for cam in self.expected.meta.frame_keys:
             frames, eps, frame_in_ep = self.expected.frames(batch, cam)
             pos = self.offered[cam] + np.arange(len(eps))  # each frame's place in the window's stream of frames
             slots = np.where(pos < k, pos, (self.rng.random(len(eps)) * (pos + 1)).astype(np.int64))
@@ -121,6 +121,9 @@ class DecodeCheck:
 
         dmeta = self.expected.meta
         for cam, kept in self.kept.items():
+            if cam in dmeta.image_cameras:
+                self._check_images(cam, kept)
+                continue
             by_file: dict[str, list[tuple[int, int, torch.Tensor]]] = {}
             for ep, frame, got in kept:
                 by_file.setdefault(dmeta.video_url(cam, ep), []).append((ep, frame, got))
@@ -142,6 +145,31 @@ class DecodeCheck:
                     self.worst_mean_abs_diff = max(self.worst_mean_abs_diff, diff)
                     if diff > (NVDEC_TOLERANCE if self.gpu else 0.0):
                         self._wrong(cam, ep, frame, f"mean |difference| {diff:.2f} grey levels")
+
+    def _check_images(self, cam: str, kept: list[tuple[int, int, torch.Tensor]]) -> None:
+        """An image-stored camera's kept frames against its rows' bytes, read afresh from each data file and found
+        by their `index` column (not by the loader's row arithmetic), decoded by Pillow."""
+        from ...loader.columns import read_table
+        from ...loader.images import decode_image
+
+        dmeta = self.expected.meta
+        by_file: dict[str, list[tuple[int, int, torch.Tensor]]] = {}
+        for ep, frame, got in kept:
+            by_file.setdefault(dmeta.data_file[ep], []).append((ep, frame, got))
+        for rel, items in by_file.items():
+            table = read_table(dmeta, rel, ["index", cam])
+            index = table.column("index").to_numpy()
+            images = table.column(cam).combine_chunks()
+            for ep, frame, got in items:
+                self.checked += 1
+                row = int(dmeta.ep_from[ep]) + frame
+                at = np.flatnonzero(index == row)
+                if not len(at):
+                    self._wrong(cam, ep, frame, f"{rel} has no row with index {row}")
+                    continue
+                want = torch.from_numpy(decode_image(images[int(at[0])]["bytes"].as_py()).copy()).permute(2, 0, 1)
+                if got.shape != want.shape or not torch.equal(got, want):
+                    self._wrong(cam, ep, frame, f"differs from the image in {rel} at index {row}")
 
     def _wrong(self, cam: str, ep: int, frame: int, what: str) -> None:
         self.wrong += 1
