@@ -1,48 +1,88 @@
 """Cameras stored as images: PNG (or JPEG) bytes in a struct column of the data files, as LeRobot writes a feature
-of dtype "image". Each process reads a data file's image columns when an item first needs them and keeps them, up to
-a byte budget, least recently used first out (`columns.HeldTables`): a streaming worker reads its pieces' files in
-turn, a map-style worker the files its random rows fall in. Images are decoded with Pillow in the worker, as
-LeRobot's datasets library decodes them, and come out as video frames do: uint8 (C, H, W) views of (H, W, C)
-memory, so `collate`, the float conversion and image transforms treat both alike."""
+of dtype "image". Parquet cannot hand over one row's bytes without decoding the whole column chunk (a LeRobot data
+file holds one row group per episode: an episode's images, tens to hundreds of MB), so the first process to need a
+data file's images copies its image columns once into an uncompressed Arrow file in dlbench's cache (DLBENCH_CACHE,
+else ~/.cache/dlbench, under images/), as LeRobot's datasets library keeps an Arrow copy of every table; every
+process then memory-maps it and takes a row's bytes without a copy of the rest, the pages shared between workers
+through the page cache. Images are decoded with Pillow in the worker, as the datasets library decodes them, and come
+out as video frames do: uint8 (C, H, W) views of (H, W, C) memory, so `collate`, the float conversion and image
+transforms treat both alike."""
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
+import os
+from collections import OrderedDict
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import torch
 
+from .. import atomic
 from ..errors import UserError
-from .columns import HeldTables
+from ..format import paths
+from .columns import read_table
 from .dataset_meta import DatasetMeta
 
-# a process's image columns held at once: a data file of 480x640 PNG frames is ~0.5 MB a row, so LeRobot's default
-# 100 MB data file is ~200 rows; 256 MB holds a few such files without growing a worker past its decoders
-IMAGE_TABLES_BYTES = 256 * 2**20
+OPEN_FILES = 64  # memory-mapped Arrow copies a process keeps open (each a file handle and a mapping)
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("DLBENCH_CACHE") or Path.home() / ".cache" / "dlbench") / "images"
 
 
 class ImageReader:
-    """The image-stored cameras of a dataset, decoded by global row. Picklable: a worker reads its own tables."""
+    """The image-stored cameras of a dataset, decoded by global row. Picklable: a worker maps its own files."""
 
-    def __init__(self, dmeta: DatasetMeta, max_bytes: int = IMAGE_TABLES_BYTES):
-        self.dmeta, self.max_bytes = dmeta, max_bytes
+    def __init__(self, dmeta: DatasetMeta):
+        self.dmeta = dmeta
         # each data file's first global row: its rows are the episodes it holds, back to back in `index` order
         first: dict[str, int] = {}
         for rel, start in zip(dmeta.data_file, dmeta.ep_from.tolist()):
             first[rel] = min(first.get(rel, start), start)
         self.file_first = first
-        self.held: HeldTables | None = None
+        self.mapped: OrderedDict[str, pa.Table] = OrderedDict()
+        self.copies = 0  # Arrow copies this process wrote (the others were there already)
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "held": None}
+        return {**self.__dict__, "mapped": OrderedDict()}
+
+    def arrow_copy(self, rel: str) -> Path:
+        """The cache's Arrow copy of data file `rel`'s image columns, written first where it is missing. Keyed by
+        the file's URL, size and modification time (or ETag), so a changed file gets a new copy."""
+        import fsspec
+
+        url = paths.join(self.dmeta.data_root, rel)
+        fs, path = fsspec.core.url_to_fs(url)
+        try:
+            st = fs.info(path)
+        except (OSError, ValueError) as e:
+            raise UserError(f"{url}: cannot read the data file ({e}); run `dlbench validate`") from None
+        stamp = st.get("mtime") or st.get("ETag") or st.get("LastModified") or st.get("last_modified")
+        ident = json.dumps([url, st.get("size"), str(stamp), self.dmeta.image_cameras])
+        target = cache_root() / f"{hashlib.sha256(ident.encode()).hexdigest()[:24]}.arrow"
+        if not target.exists():
+            table = read_table(self.dmeta, rel, list(self.dmeta.image_cameras))
+            atomic.make_dir(target.parent)
+            with atomic.file(target) as tmp, pa.OSFile(str(tmp), "wb") as sink:
+                with pa.ipc.new_file(sink, table.schema) as writer:
+                    writer.write_table(table)
+            self.copies += 1
+        return target
 
     def _bytes_of(self, rel: str, cam: str) -> pa.Array:
-        """The encoded images of `cam` in data file `rel`, one per row."""
-        if self.held is None:
-            self.held = HeldTables(self.max_bytes)
-        table = self.held.get(self.dmeta, rel, self.dmeta.image_cameras)
-        col = table.column(cam).combine_chunks()
+        """The encoded images of `cam` in data file `rel`, one per row (views of the mapped copy)."""
+        table = self.mapped.pop(rel, None)
+        if table is None:
+            table = pa.ipc.open_file(pa.memory_map(str(self.arrow_copy(rel)))).read_all()
+        self.mapped[rel] = table
+        while len(self.mapped) > OPEN_FILES:
+            self.mapped.popitem(last=False)
+        col = table.column(cam)
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
         return col.field("bytes") if pa.types.is_struct(col.type) else col
 
     def frames(self, cam: str, rows: np.ndarray, eps: np.ndarray) -> torch.Tensor:
