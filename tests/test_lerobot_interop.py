@@ -423,3 +423,15 @@ def test_reencode_makes_stored_images_a_video_lerobot_reads(lerobot_recorded_ima
     for i, want in zip(picks, torch.load(out, weights_only=False)):
         assert int(want["index"]) == i and tuple(want[top].shape) == (3, 32, 48)
         torch.testing.assert_close(ours[i][top], want[top], atol=2 / 255, rtol=0)
+
+
+def test_the_reencoding_probe_measures_a_camera_stored_as_images(lerobot_recorded_images_v30):
+    """tune's re-encoding lever reaches image cameras: the probe encodes a clip of the stored images and scores each
+    candidate against them (PSNR, bytes against the PNGs', decode against Pillow's)."""
+    from dlbench.encoding import probe
+
+    found = [p for p in probe.probe(str(lerobot_recorded_images_v30), seconds=1) if p.camera.endswith(".top")]
+    assert len(found) == len(probe.CANDIDATES)
+    for p in found:
+        assert p.source_ms_per_frame > 0 and p.ms_per_frame > 0 and 0 < p.bytes_vs_source < 1, p
+        assert p.psnr_db > 30 and p.clip_frames >= 2, p

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UserError
-from ..format import meta
+from ..format import meta, paths
 from ..format.mp4 import read_track
 from .cost import quality
 from .options import Encoding
@@ -97,8 +97,10 @@ def _ffmpeg(args: list[str], what: str) -> None:
 def probe(
     root: str, candidates: tuple[Encoding, ...] = CANDIDATES, seconds: float = CLIP_S, seed: int = 0
 ) -> list[Probe]:
-    """Each candidate on the first `seconds` of the first video file of each camera of the dataset at `root`."""
+    """Each candidate on the first `seconds` of the first video file of each camera of the dataset at `root`, and
+    of the first data file of each camera stored as images (`_image_clip`)."""
     info = meta.read_info(root)
+    fps = info.get("fps") or 30
     found = []
     with tempfile.TemporaryDirectory(prefix="dlbench-probe-") as tmp:
         for cam, files in _episode_files(root, info).items():
@@ -113,7 +115,6 @@ def probe(
             except Exception as e:  # a damaged or truncated file: the probe measures nothing of it
                 raise UserError(f"{rel}: cannot probe it ({type(e).__name__}: {e}); `dlbench validate` names what "
                                 "is wrong with the dataset's files") from None  # fmt: skip
-            fps = info.get("fps") or 30
             clip_frames = min(frames, max(2, int(seconds * fps)))
             # the same seconds losslessly, as the reference the candidates are scored against (the same container
             # and timing: FFmpeg's psnr filter pairs frames by time), and the source's own bytes for them
@@ -121,23 +122,67 @@ def probe(
             _ffmpeg(["-i", str(source), "-frames:v", str(clip_frames), *LOSSLESS.ffmpeg_args(track.timescale, 1),
                      str(reference)], rel)  # fmt: skip
             source_bytes = float(track.sizes[:clip_frames].sum())  # decode order: the same frames, near enough
-            source_order = order_ms_per_frame(str(source), clip_frames)
-            for k, enc in enumerate(candidates):
-                t0 = time.perf_counter()
-                out = Path(tmp) / f"{cam}.{k}.mp4"
-                _ffmpeg(["-i", str(source), "-frames:v", str(clip_frames), *enc.ffmpeg_args(track.timescale, 1),
-                         str(out)], f"{rel} to {enc.label()}")  # fmt: skip
-                encode_s = time.perf_counter() - t0
-                psnr, _ = quality(str(out), str(reference))
-                found.append(Probe(
-                    encoding=enc, camera=cam, source_ms_per_frame=source_ms,
-                    ms_per_frame=random_ms_per_frame(str(out), clip_frames, seed),
-                    bytes_vs_source=out.stat().st_size / source_bytes,
-                    psnr_db=psnr, seconds=time.perf_counter() - t0,
-                    source_order_ms_per_frame=source_order, encode_s=encode_s, clip_frames=clip_frames,
-                    order_ms_per_frame=order_ms_per_frame(str(out), clip_frames),
-                ))  # fmt: skip
+            measured = (source_ms, order_ms_per_frame(str(source), clip_frames), source_bytes)
+            found += _candidates(cam, rel, source, reference, clip_frames, track.timescale, measured, candidates, seed)
+        for cam in meta.image_keys(info):
+            rel, reference, clip_frames, measured = _image_clip(root, info, cam, seconds, Path(tmp), seed)
+            found += _candidates(cam, rel, reference, reference, clip_frames, fps * 512, measured, candidates, seed)
     return found
+
+
+def _candidates(cam, rel, source: Path, reference: Path, clip_frames: int, timescale: int, measured: tuple,
+                candidates, seed: int) -> list[Probe]:  # fmt: skip
+    """Each candidate encoding of `clip_frames` frames of `source`, scored against `reference`; `measured`: the
+    source's random and in-order ms per frame and its bytes for the clip."""
+    source_ms, source_order, source_bytes = measured
+    found = []
+    for k, enc in enumerate(candidates):
+        t0 = time.perf_counter()
+        out = reference.with_name(f"{cam}.{k}.mp4")
+        _ffmpeg(["-i", str(source), "-frames:v", str(clip_frames), *enc.ffmpeg_args(timescale, 1), str(out)],
+                f"{rel} to {enc.label()}")  # fmt: skip
+        encode_s = time.perf_counter() - t0
+        psnr, _ = quality(str(out), str(reference))
+        found.append(Probe(
+            encoding=enc, camera=cam, source_ms_per_frame=source_ms,
+            ms_per_frame=random_ms_per_frame(str(out), clip_frames, seed),
+            bytes_vs_source=out.stat().st_size / source_bytes,
+            psnr_db=psnr, seconds=time.perf_counter() - t0,
+            source_order_ms_per_frame=source_order, encode_s=encode_s, clip_frames=clip_frames,
+            order_ms_per_frame=order_ms_per_frame(str(out), clip_frames),
+        ))  # fmt: skip
+    return found
+
+
+def _image_clip(root: str, info: dict, cam: str, seconds: float, tmp: Path, seed: int):
+    """A camera stored as images, as the probe's source: the first `seconds` of rows of its first data file,
+    encoded losslessly as the reference; the source's cost is Pillow's decode of a row's image (the same at
+    random and in order) and its bytes the images'. Returns (data file, reference, frames, measured)."""
+    from ..loader.images import decode_image
+
+    rel = meta.read_episodes_v30(root, columns=["data/chunk_index", "data/file_index"]).slice(0, 1).to_pylist()[0]
+    rel = paths.v30_data_path(rel["data/chunk_index"], rel["data/file_index"])
+    fps = info.get("fps") or 30
+    with meta.open_file(root, rel) as fh:
+        table = meta.read_parquet(fh, ["index", cam])
+    column = table.column(cam).combine_chunks()
+    column = column.field("bytes") if hasattr(column, "field") else column
+    order = np.argsort(table.column("index").to_numpy(), kind="stable")[: max(2, int(seconds * fps))]
+    encoded = [column[int(i)].as_py() for i in order]
+    times, frames = [], []
+    for data in encoded:
+        t0 = time.perf_counter()
+        frames.append(decode_image(data))
+        times.append(time.perf_counter() - t0)
+    height, width = frames[0].shape[:2]
+    reference = tmp / f"{cam}.ref.mp4"
+    raw = tmp / f"{cam}.rgb"
+    raw.write_bytes(b"".join(np.ascontiguousarray(f[:, :, :3]).tobytes() for f in frames))
+    _ffmpeg(["-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{width}x{height}", "-framerate", str(fps), "-i", str(raw),
+             *LOSSLESS.ffmpeg_args(fps * 512, 1), str(reference)], rel)  # fmt: skip
+    raw.unlink()
+    ms = float(np.median(times) * 1000)
+    return rel, reference, len(frames), (ms, ms, float(sum(len(b) for b in encoded)))
 
 
 def best(probes: list[Probe]) -> tuple[Encoding, float, float, float] | None:
