@@ -6,6 +6,7 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
+import shutil
 
 import pytest
 
@@ -40,7 +41,7 @@ os.register_at_fork(after_in_child=_watchdog_in_forked_child)
 # A test in a unit module that is marked with another tier itself (or takes a PEER_FIXTURES fixture) is not unit.
 NOT_UNIT = ("slurm", "cuda", "server", "peer", "slow")
 TIERS = ("unit", *NOT_UNIT)
-PEER_FIXTURES = {"lerobot_recorded_v30", "lerobot_recorded_images_v30"}
+PEER_FIXTURES = {"lerobot_recorded_v30", "lerobot_recorded_images_v30", "lerobot_recorded_language_v30"}
 
 
 # modules whose tests share a module-scoped server or cluster: under pytest-xdist (`make test`), one worker runs each
@@ -162,6 +163,16 @@ def lerobot_recorded_v30(tmp_path_factory):
     return peer.lerobot_record(
         tmp_path_factory.mktemp("lerobot_rec") / "v30", episodes=3, cameras=RECORDED_CAMERAS, seed=0, timeout=600
     )
+
+
+@pytest.fixture(scope="session")
+def lerobot_recorded_language_v30(lerobot_recorded_images_v30, tmp_path_factory):
+    """`lerobot_recorded_images_v30` with LeRobot 0.6.1's language columns (`language_persistent`,
+    `language_events`) written in its own Arrow types by the peer (`peer/lerobot_language.py`)."""
+    root = tmp_path_factory.mktemp("lerobot_rec_language") / "v30"
+    shutil.copytree(lerobot_recorded_images_v30, root)
+    peer.run_peer("lerobot_language", str(root), timeout=300)
+    return root
 
 
 @pytest.fixture(scope="session")

@@ -112,13 +112,16 @@ def test_dlbench_reads_a_dataset_recorded_by_lerobot(lerobot_recorded_v30):
 
 
 @pytest.mark.parametrize("mode", ["single", "sarm"])
-@pytest.mark.parametrize("recorded", ["lerobot_recorded_v30", "lerobot_recorded_images_v30"])
+@pytest.mark.parametrize(
+    "recorded", ["lerobot_recorded_v30", "lerobot_recorded_images_v30", "lerobot_recorded_language_v30"]
+)
 def test_items_equal_lerobot_dataset_key_by_key(recorded, request, tmp_path, mode):
     """A training script that swaps LeRobotDataset for dlbench's loader gets the same items: same keys, dtypes,
     shapes and values (frames: float in [0, 1] by default, as LeRobot's), with `delta_timestamps` and `episodes=`;
-    a camera stored as images (PNG in the data files) is read too, to the same values exactly (PNG is lossless)."""
+    a camera stored as images (PNG in the data files) is read too, to the same values exactly (PNG is lossless), and
+    language columns, as the lists of messages LeRobot gives."""
     root = str(request.getfixturevalue(recorded))
-    episodes = [1, 0] if recorded == "lerobot_recorded_images_v30" else [2, 0]
+    episodes = [2, 0] if recorded == "lerobot_recorded_v30" else [1, 0]
     ours = LeRobotMapDataset(root, episodes=episodes)
     deltas = lerobot_delta_timestamps(ours.meta, mode)
     if deltas is not None:
@@ -435,3 +438,23 @@ def test_the_reencoding_probe_measures_a_camera_stored_as_images(lerobot_recorde
     for p in found:
         assert p.source_ms_per_frame > 0 and p.ms_per_frame > 0 and 0 < p.bytes_vs_source < 1, p
         assert p.psnr_db > 30 and p.clip_frames >= 2, p
+
+
+def test_language_columns_are_in_items_and_left_out_of_batches(lerobot_recorded_language_v30):
+    """Items carry LeRobot's language columns (lists of message dicts, as LeRobot returns them); batches leave them
+    out, as `lerobot_collate_fn` does in lerobot-train; a window on one is refused in one line."""
+    from dlbench.errors import UserError
+    from dlbench.loader import DataLoader, LeRobotStreamingDataset
+
+    root = str(lerobot_recorded_language_v30)
+    ds = LeRobotMapDataset(root)
+    assert ds.meta.has_language_columns and ds.meta.language_keys == ["language_persistent", "language_events"]
+    first, last = ds[0], ds[len(ds) - 1]
+    assert first["language_events"][0]["style"] == "interjection" and last["language_events"] == []
+    assert [m["content"] for m in last["language_persistent"]][-1].endswith("grasp")
+    for data in (ds, LeRobotStreamingDataset(root, mode="sarm")):
+        batches = list(DataLoader(data, batch_size=4, num_workers=2))
+        assert sum(len(b["index"]) for b in batches) == len(ds)
+        assert all("language_persistent" not in b and "language_events" not in b for b in batches)
+    with pytest.raises(UserError, match="'language_events' is a language column"):
+        LeRobotMapDataset(root, delta_timestamps={"language_events": [0.0]})

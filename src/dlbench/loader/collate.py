@@ -25,6 +25,9 @@ from ..decode.cache import FrameGather, is_channels_last
 from .ring import _ALIGN, RING_KEY, BatchRing, RingSlot, field_view
 
 SMALL_NUMEL = 4096  # fields with fewer elements per batch travel pickled, larger ones through shared memory
+# LeRobot's language columns: items carry them, batches do not (as LeRobot's `lerobot_collate_fn`, which training
+# uses on a dataset that has them, leaves them out)
+LANGUAGE_COLUMNS = ("language_persistent", "language_events")
 
 
 def _channels_last(t: torch.Tensor | FrameGather) -> bool:
@@ -123,6 +126,8 @@ def collate(items: list, ring: BatchRing | None = None, float_keys: frozenset = 
     of `float_keys` come out float32 in [0, 1]."""
     out, large = {}, {}
     for key, values in _columns(items).items():
+        if key in LANGUAGE_COLUMNS:
+            continue
         if isinstance(values, np.ndarray):  # a field gathered for the whole batch
             if values.size < SMALL_NUMEL:
                 out[key] = values

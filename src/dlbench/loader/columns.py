@@ -57,13 +57,21 @@ def read_columns(
     out = {}
     for name in columns:
         col = table.column(name).combine_chunks()
-        if pa.types.is_fixed_size_list(col.type) or pa.types.is_list(col.type):
+        if _nested(col.type):  # language columns: per row a list of messages, kept as LeRobot returns them
+            out[name] = np.empty(len(col), dtype=object)
+            out[name][:] = col.to_pylist()
+        elif pa.types.is_fixed_size_list(col.type) or pa.types.is_list(col.type):
             width = col.type.list_size if pa.types.is_fixed_size_list(col.type) else None
             flat = _numpy(col.flatten())
             out[name] = flat.reshape(len(col), width if width else -1)
         else:
             out[name] = _numpy(col)
     return out
+
+
+def _nested(t: pa.DataType) -> bool:
+    """A list of structs (LeRobot's language columns), not a vector of numbers."""
+    return (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_struct(t.value_type)
 
 
 # pyarrow's to_numpy imports pandas (~0.35 s, most of a loader's open on a small dataset); plain numbers need not

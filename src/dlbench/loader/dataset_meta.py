@@ -103,8 +103,14 @@ class DatasetMeta:
         return []
 
     @property
-    def has_language_columns(self) -> bool:  # language columns are refused (`check_readable`)
-        return False
+    def language_keys(self) -> list[str]:
+        """LeRobot's language columns (`language_persistent`, `language_events`): items carry them as LeRobot's
+        do, lists of message dicts; batches leave them out, as LeRobot's `lerobot_collate_fn` does."""
+        return [k for k, ft in self.features.items() if ft.get("dtype") == "language"]
+
+    @property
+    def has_language_columns(self) -> bool:
+        return bool(self.language_keys)
 
     @property
     def robot_type(self) -> str | None:
@@ -314,19 +320,13 @@ def local_snapshot(dmeta: DatasetMeta, episodes: list[int] | None) -> DatasetMet
 
 def check_readable(dmeta: DatasetMeta, cameras: list[str] | None) -> None:
     """Refuse, in one line naming the keys, features the loaders cannot put in items, rather than leave them out:
-    depth-map videos (LeRobot dequantizes them) and language columns."""
+    depth-map videos (LeRobot dequantizes them)."""
     features = dmeta.info["features"]
     depth = [c for c in dmeta.cameras if _is_depth(features[c])]
     if depth:
         raise UserError(
             f"{dmeta.root}: camera(s) {depth} are depth maps, which dlbench's loaders do not dequantize; leave them "
             f"out with cameras=, or use LeRobot's LeRobotDataset"
-        )
-    language = [k for k, ft in features.items() if ft.get("dtype") == "language"]
-    if language:
-        raise UserError(
-            f"{dmeta.root}: language column(s) {language} are not read by dlbench's loaders; use LeRobot's "
-            f"LeRobotDataset"
         )
 
 
@@ -385,6 +385,9 @@ def resolve_windows(
     features = dmeta.info["features"]
     for key, deltas in (delta_timestamps or {}).items():
         keys = dmeta.frame_keys if key == "cameras" else [key]
+        if key != "cameras" and features.get(key, {}).get("dtype") == "language":
+            raise UserError(f"delta_timestamps key {key!r} is a language column; windows apply to numeric features "
+                            "and cameras")  # fmt: skip
         if key != "cameras" and key not in features:
             raise UserError(
                 f"delta_timestamps key {key!r} is not a feature of {dmeta.root}; features: {sorted(features)}"

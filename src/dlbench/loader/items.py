@@ -77,6 +77,8 @@ class ItemRows:
             if name in self.windows:
                 q, pad = window(name)
                 fields[name], fields[f"{name}_is_pad"] = arr[self.local(q)], pad
+            elif arr.dtype == object:  # language columns: each item its row's list of messages
+                fields[name] = arr[at].tolist()
             else:
                 fields[name] = arr[at]
         for cam in self.dmeta.frame_keys:

@@ -147,13 +147,19 @@ def _lerobot(run, dmeta: DatasetMeta) -> Adapter:
     except ImportError:
         raise not_importable(run.loader, "LeRobot 0.6.1") from None
     deltas = lerobot_delta_timestamps(dmeta, run.mode, run.delta_timestamps)
-    fpi = sum(len(deltas.get(c, [0])) if deltas else 1 for c in dmeta.cameras)
+    fpi = sum(len(deltas.get(c, [0])) if deltas else 1 for c in dmeta.frame_keys)
     where = lerobot_location(run.root)
+    # lerobot-train batches a dataset with language columns with its own collate, which leaves them out
+    own = {}
+    if dmeta.has_language_columns:
+        from lerobot.utils.collate import lerobot_collate_fn
+
+        own["collate"] = lerobot_collate_fn
     if run.loader == "lerobot_map":
         ds = LeRobotDataset(**where, delta_timestamps=deltas, return_uint8=True, video_backend="torchcodec")
         _stop_tqdm_monitor()
         _time_lerobot_decoding()
-        return Adapter(ds, False, fpi, None, _lerobot_decode_seconds)
+        return Adapter(ds, False, fpi, None, _lerobot_decode_seconds, **own)
     from . import lerobot_buckets as lb
 
     notes = []
@@ -176,7 +182,7 @@ def _lerobot(run, dmeta: DatasetMeta) -> Adapter:
     busy = None if shards is None else partial(_whole_shards, shards)
     note = partial(_lerobot_stream_note, "; ".join(notes), shards)
     return Adapter(ds, True, fpi, None, _lerobot_decode_seconds, busy_workers=busy, work_note=note,
-                   buffered=run.shuffle_buffer)  # fmt: skip
+                   buffered=run.shuffle_buffer, **own)  # fmt: skip
 
 
 def _whole_shards(shards: int, num_workers: int) -> int:
