@@ -95,9 +95,14 @@ class ImageReader:
             mine = np.flatnonzero(files == rel)
             encoded = self._bytes_of(rel, cam)
             at = rows[mine] - self.file_first[rel]
+            done: dict[int, tuple[int, int]] = {}  # a row decoded once a call: windows of a block share rows
             for item, positions in zip(mine.tolist(), at.tolist()):
                 for step, pos in enumerate(positions):
-                    out[item, step] = _decode(encoded[pos].as_py(), (height, width, channels), rel, cam, pos)
+                    if pos in done:
+                        out[item, step] = out[done[pos]]
+                    else:
+                        out[item, step] = _decode(encoded[pos].as_py(), (height, width, channels), rel, cam, pos)
+                        done[pos] = (item, step)
         return torch.from_numpy(out).permute(*range(rows.ndim), -1, -3, -2)
 
 
