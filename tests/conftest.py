@@ -16,6 +16,7 @@ from dlbench.convert.run import run as convert_run
 from .helpers import (
     BUCKET_URL,
     RECORDED_CAMERAS,
+    RECORDED_DEPTH_CAMERAS,
     RECORDED_IMAGE_CAMERAS,
     SMALL_FILES,
     dlbench,
@@ -41,7 +42,12 @@ os.register_at_fork(after_in_child=_watchdog_in_forked_child)
 # A test in a unit module that is marked with another tier itself (or takes a PEER_FIXTURES fixture) is not unit.
 NOT_UNIT = ("slurm", "cuda", "server", "peer", "slow")
 TIERS = ("unit", *NOT_UNIT)
-PEER_FIXTURES = {"lerobot_recorded_v30", "lerobot_recorded_images_v30", "lerobot_recorded_language_v30"}
+PEER_FIXTURES = {
+    "lerobot_recorded_v30",
+    "lerobot_recorded_images_v30",
+    "lerobot_recorded_language_v30",
+    "lerobot_recorded_depth_v30",
+}
 
 
 # modules whose tests share a module-scoped server or cluster: under pytest-xdist (`make test`), one worker runs each
@@ -173,6 +179,24 @@ def lerobot_recorded_language_v30(lerobot_recorded_images_v30, tmp_path_factory)
     shutil.copytree(lerobot_recorded_images_v30, root)
     peer.run_peer("lerobot_language", str(root), timeout=300)
     return root
+
+
+@pytest.fixture(scope="session")
+def lerobot_recorded_depth_v30(tmp_path_factory):
+    """A v3.0 dataset recorded by LeRobot 0.6.1 with one AV1 camera (front, 64x96), one depth camera (depth, 48x64:
+    uint16 millimetres, which LeRobot's depth encoder writes as 12-bit lossless HEVC) and one depth camera stored
+    as images (depth_top, 32x48: 16-bit TIFF in the data files) (2 episodes); skips without the peer."""
+    if peer.peer_python() is None:
+        pytest.skip(f"LeRobot peer environment missing or incomplete; create it with {peer.CREATE_COMMAND}")
+    return peer.lerobot_record(
+        tmp_path_factory.mktemp("lerobot_rec_depth") / "v30",
+        episodes=2,
+        cameras={"front": RECORDED_CAMERAS["front"]},
+        depth_cameras={"depth": RECORDED_DEPTH_CAMERAS["depth"]},
+        depth_image_cameras={"depth_top": RECORDED_DEPTH_CAMERAS["depth_top"]},
+        seed=2,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="session")

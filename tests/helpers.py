@@ -65,6 +65,9 @@ def synth_cached(cfg: SynthConfig, out: Path) -> Path:
 RECORDED_CAMERAS = {"front": (64, 96), "wrist": (64, 96)}
 # what `lerobot_recorded_images_v30` records: a video camera and a camera stored as images (PNG in the data files)
 RECORDED_IMAGE_CAMERAS = {"top": (32, 48)}
+# what `lerobot_recorded_depth_v30` records beside a video camera: a depth map as LeRobot's 12-bit HEVC video, and
+# one stored as 16-bit TIFF images in the data files
+RECORDED_DEPTH_CAMERAS = {"depth": (48, 64), "depth_top": (32, 48)}
 
 
 def tree_bytes(root: Path) -> dict:

@@ -19,7 +19,7 @@ from dlbench.loader import LeRobotMapDataset
 from dlbench.tune import trainer
 from dlbench.validate import validate
 
-from .helpers import RECORDED_CAMERAS, peer_tier
+from .helpers import RECORDED_CAMERAS, RECORDED_DEPTH_CAMERAS, peer_tier
 
 pytestmark = peer_tier("Python 3.12 and the package index")
 
@@ -113,13 +113,20 @@ def test_dlbench_reads_a_dataset_recorded_by_lerobot(lerobot_recorded_v30):
 
 @pytest.mark.parametrize("mode", ["single", "sarm"])
 @pytest.mark.parametrize(
-    "recorded", ["lerobot_recorded_v30", "lerobot_recorded_images_v30", "lerobot_recorded_language_v30"]
+    "recorded",
+    [
+        "lerobot_recorded_v30",
+        "lerobot_recorded_images_v30",
+        "lerobot_recorded_language_v30",
+        "lerobot_recorded_depth_v30",
+    ],
 )
 def test_items_equal_lerobot_dataset_key_by_key(recorded, request, tmp_path, mode):
     """A training script that swaps LeRobotDataset for dlbench's loader gets the same items: same keys, dtypes,
     shapes and values (frames: float in [0, 1] by default, as LeRobot's), with `delta_timestamps` and `episodes=`;
-    a camera stored as images (PNG in the data files) is read too, to the same values exactly (PNG is lossless), and
-    language columns, as the lists of messages LeRobot gives."""
+    a camera stored as images (PNG in the data files) is read too, to the same values exactly (PNG is lossless),
+    language columns, as the lists of messages LeRobot gives, and depth maps, dequantized to the same millimetres
+    (lossless 12-bit HEVC, LeRobot's arithmetic)."""
     root = str(request.getfixturevalue(recorded))
     episodes = [2, 0] if recorded == "lerobot_recorded_v30" else [1, 0]
     ours = LeRobotMapDataset(root, episodes=episodes)
@@ -149,6 +156,8 @@ def test_items_equal_lerobot_dataset_key_by_key(recorded, request, tmp_path, mod
             assert (g.dtype, tuple(g.shape)) == (w.dtype, tuple(w.shape)), (i, key)
             if key in ours.meta.cameras:
                 torch.testing.assert_close(g, w, atol=2 / 255, rtol=0)  # one decoder, two builds: within 2 levels
+            elif key in ours.meta.depth_keys:  # video or TIFF images
+                assert torch.equal(g, w) and float(g.std()) > 10, (i, key)  # millimetres, a floor and a box
             elif key in ours.meta.image_cameras:
                 assert torch.equal(g, w) and float(g.std()) > 0.01, (i, key)  # the same PNG, decoded alike
             else:
@@ -280,6 +289,59 @@ def test_image_cameras_are_read_by_both_loaders(lerobot_recorded_images_v30, cam
             seen.append(idx)
     assert sorted(seen) == sorted(want)  # every item once
     assert ("observation.images.front" in ref[0]) == (cameras is None)
+
+
+@pytest.mark.parametrize("name", RECORDED_DEPTH_CAMERAS)
+def test_depth_maps_are_read_by_both_loaders(lerobot_recorded_depth_v30, name):
+    """A depth map, as video or as images, is read by the stream as by the map-style loader, in DataLoader workers
+    and with a window: float32 millimetres, (W, 1, H, W') an item, never divided by 255 (also with return_uint8, as
+    LeRobot); metres are the millimetres before rounding; `cameras=` naming only the depth camera reads no RGB."""
+    from dlbench.loader import DataLoader, LeRobotStreamingDataset
+
+    root, depth = str(lerobot_recorded_depth_v30), f"observation.images.{name}"
+    deltas = {depth: [-0.1, -0.0333, 0.0]}
+    ref = LeRobotMapDataset(root, delta_timestamps=deltas, return_uint8=True)
+    assert ref.meta.depth_keys == [f"observation.images.{n}" for n in RECORDED_DEPTH_CAMERAS]
+    assert depth in ref.meta.camera_keys and (depth in ref.meta.video_keys) == (name == "depth")
+    want = {int(ref[i]["index"]): ref[i][depth] for i in range(len(ref))}
+    shape = (3, 1, *RECORDED_DEPTH_CAMERAS[name])
+    assert all(tuple(t.shape) == shape and t.dtype == torch.float32 for t in want.values())
+    assert all(t.min() >= 250 and t.max() <= 3500 for t in want.values())  # the recorder's 0.3-3 m, in mm
+    metres = LeRobotMapDataset(root, delta_timestamps=deltas, depth_output_unit="m")
+    assert torch.allclose(metres[7][depth] * 1000, want[7], atol=0.5, rtol=0)
+    stream = LeRobotStreamingDataset(root, cameras=[depth], delta_timestamps=deltas)
+    seen = []
+    for batch in DataLoader(stream, batch_size=4, num_workers=2):
+        assert "observation.images.front" not in batch
+        for i, idx in enumerate(batch["index"].tolist()):
+            assert torch.equal(batch[depth][i], want[idx]), idx
+            seen.append(idx)
+    assert sorted(seen) == sorted(want)  # every item once
+
+
+def test_the_frame_check_catches_a_wrong_depth_map(lerobot_recorded_depth_v30):
+    """A bench run's independent check covers depth maps: delivered millimetres equal a fresh PyAV decode at each
+    frame's own timestamp; a frame off by 1 mm in one pixel, or taken from the next frame, is wrong."""
+    from dlbench.bench.checks.frames import DecodeCheck
+
+    root = str(lerobot_recorded_depth_v30)
+    ds = LeRobotMapDataset(root)
+    batches = [torch.utils.data.default_collate([ds[i] for i in range(k, k + 4)]) for k in range(0, 24, 4)]
+
+    def check(tamper=None):
+        c = DecodeCheck(ds.meta, "single", per_camera=24)
+        for b in batches:
+            c.offer({**b, **{k: tamper(b[k]) for k in ds.meta.depth_keys if tamper}})
+        c.finish()
+        return c
+
+    good = check()
+    assert good.checked == 72 and good.wrong == 0  # 24 RGB frames, 24 depth video frames, 24 depth images
+    nudged = check(lambda d: d.clone().index_put_((torch.tensor([0]),) * 4, torch.tensor([1.0]), accumulate=True))
+    assert nudged.wrong == 12  # the first item of each batch, in both depth cameras
+    assert "depth differs by up to 1 mm" in " ".join(nudged.problems)
+    shifted = check(lambda d: torch.roll(d, 1, 0))  # each item holding its neighbour's map
+    assert shifted.wrong >= 36
 
 
 @pytest.mark.parametrize("loader", ["lerobot_map", "lerobot_stream"])

@@ -28,6 +28,7 @@ class DatasetMeta:
     video_from: dict[str, np.ndarray]  # camera -> from_timestamp per episode
     data_file: list[str]  # relative data file path per episode
     image_cameras: list[str] = field(default_factory=list)  # cameras stored as images in the data files (`images`)
+    depth_cameras: list[str] = field(default_factory=list)  # depth-map videos (`depth`); not in `cameras`
 
     @classmethod
     def load(cls, root: str, cameras: list[str] | None = None, data_files_root: str | None = None) -> DatasetMeta:
@@ -40,10 +41,13 @@ class DatasetMeta:
             unknown = [c for c in cameras if c not in all_cams + all_images]
             if unknown:
                 raise UserError(f"camera key(s) {unknown} not in {root}; the dataset has {all_cams + all_images}")
-        cams = [c for c in cameras if c in all_cams] if cameras else all_cams
+        videos = [c for c in cameras if c in all_cams] if cameras else all_cams
         images = [c for c in cameras if c in all_images] if cameras else all_images
+        # depth maps decode apart from the RGB videos (12-bit codes, not 8-bit RGB)
+        depth = [c for c in videos if _is_depth(info["features"][c])]
+        cams = [c for c in videos if c not in depth]
         cols = ["episode_index", "dataset_from_index", "dataset_to_index", "data/chunk_index", "data/file_index"]
-        for cam in cams:
+        for cam in videos:
             cols += [f"videos/{cam}/chunk_index", f"videos/{cam}/file_index", f"videos/{cam}/from_timestamp"]
         eps = meta.read_episodes_v30(root, columns=cols).to_pydict()
         video_file = {
@@ -51,7 +55,7 @@ class DatasetMeta:
                 paths.v30_video_path(cam, c, f)
                 for c, f in zip(eps[f"videos/{cam}/chunk_index"], eps[f"videos/{cam}/file_index"])
             ]
-            for cam in cams
+            for cam in videos
         }
         return cls(
             root=root,
@@ -63,9 +67,10 @@ class DatasetMeta:
             ep_from=np.asarray(eps["dataset_from_index"], np.int64),
             ep_to=np.asarray(eps["dataset_to_index"], np.int64),
             video_file=video_file,
-            video_from={cam: np.asarray(eps[f"videos/{cam}/from_timestamp"], np.float64) for cam in cams},
+            video_from={cam: np.asarray(eps[f"videos/{cam}/from_timestamp"], np.float64) for cam in videos},
             data_file=[paths.v30_data_path(c, f) for c, f in zip(eps["data/chunk_index"], eps["data/file_index"])],
             image_cameras=images,
+            depth_cameras=depth,
         )
 
     # ------------------------------------------------ what training code reads off LeRobotDatasetMetadata
@@ -82,12 +87,13 @@ class DatasetMeta:
 
     @property
     def camera_keys(self) -> list[str]:
-        """The cameras items carry, video and image-stored, in the order of the features (LeRobot's order)."""
-        return [k for k in self.features if k in self.cameras or k in self.image_cameras]
+        """The cameras items carry, video (RGB and depth) and image-stored, in the order of the features (LeRobot's
+        order)."""
+        return [k for k in self.features if k in self.frame_keys]
 
     @property
     def video_keys(self) -> list[str]:
-        return [k for k in self.features if k in self.cameras]
+        return [k for k in self.features if k in self.cameras or k in self.depth_cameras]
 
     @property
     def image_keys(self) -> list[str]:
@@ -95,12 +101,21 @@ class DatasetMeta:
 
     @property
     def frame_keys(self) -> list[str]:
-        """Every key an item's frames are under: the video cameras, then the image-stored ones."""
-        return [*self.cameras, *self.image_cameras]
+        """Every key an item's frames are under: the RGB video cameras, the depth maps, the image-stored cameras."""
+        return [*self.cameras, *self.depth_cameras, *self.image_cameras]
 
     @property
-    def depth_keys(self) -> list[str]:  # depth-map videos are refused (`check_readable`)
-        return []
+    def rgb_keys(self) -> list[str]:
+        """The cameras of 8-bit colour frames (video and image-stored), which float items divide by 255."""
+        depth = set(self.depth_keys)
+        return [c for c in [*self.cameras, *self.image_cameras] if c not in depth]
+
+    @cached_property
+    def depth_keys(self) -> list[str]:
+        """The depth maps, video (`depth_cameras`) and image-stored (16-bit TIFF), as LeRobot's `depth_keys`:
+        float32 in items, in `depth_output_unit`."""
+        stored = [c for c in self.image_cameras if _is_depth(self.info["features"][c])]
+        return [k for k in self.features if k in self.depth_cameras or k in stored]
 
     @property
     def language_keys(self) -> list[str]:
@@ -286,13 +301,11 @@ def open_meta(
     meta: DatasetMeta | None = None,
 ) -> DatasetMeta:
     """A loader's metadata from LeRobot's arguments: read from where the dataset lives (`dataset_root`), or `meta`
-    where the caller has read it already; copied locally where `local_cache` asks (`local_snapshot`); refused in one
-    line where it holds features a loader cannot put in items (`check_readable`)."""
+    where the caller has read it already; copied locally where `local_cache` asks (`local_snapshot`)."""
     if meta is None:
         meta = DatasetMeta.load(dataset_root(repo_id, root, revision, repo_type), cameras, data_files_root)
     if local_cache:
         meta = local_snapshot(meta, episodes)
-    check_readable(meta, cameras)
     return meta
 
 
@@ -307,7 +320,7 @@ def local_snapshot(dmeta: DatasetMeta, episodes: list[int] | None) -> DatasetMet
     repo, _, revision = dmeta.root.removeprefix("hf://datasets/").partition("@")
     chosen = range(dmeta.num_episodes) if episodes is None else sorted({int(e) for e in episodes})
     files = {"meta/*", *dmeta.data_file}
-    files |= {dmeta.video_file[cam][e] for cam in dmeta.cameras for e in chosen}
+    files |= {dmeta.video_file[cam][e] for cam in dmeta.video_file for e in chosen}
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError
 
@@ -316,18 +329,6 @@ def local_snapshot(dmeta: DatasetMeta, episodes: list[int] | None) -> DatasetMet
     except (HfHubHTTPError, OSError) as e:
         raise UserError(f"{dmeta.root}: cannot download its files ({e}); check the repo and the network") from None
     return DatasetMeta.load(local, dmeta.frame_keys)
-
-
-def check_readable(dmeta: DatasetMeta, cameras: list[str] | None) -> None:
-    """Refuse, in one line naming the keys, features the loaders cannot put in items, rather than leave them out:
-    depth-map videos (LeRobot dequantizes them)."""
-    features = dmeta.info["features"]
-    depth = [c for c in dmeta.cameras if _is_depth(features[c])]
-    if depth:
-        raise UserError(
-            f"{dmeta.root}: camera(s) {depth} are depth maps, which dlbench's loaders do not dequantize; leave them "
-            f"out with cameras=, or use LeRobot's LeRobotDataset"
-        )
 
 
 def _is_depth(ft: dict) -> bool:

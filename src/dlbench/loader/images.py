@@ -6,7 +6,8 @@ else ~/.cache/dlbench, under images/), as LeRobot's datasets library keeps an Ar
 process then memory-maps it and takes a row's bytes without a copy of the rest, the pages shared between workers
 through the page cache. Images are decoded with Pillow in the worker, as the datasets library decodes them, and come
 out as video frames do: uint8 (C, H, W) views of (H, W, C) memory, so `collate`, the float conversion and image
-transforms treat both alike."""
+transforms treat both alike. Depth maps stored as images (16-bit TIFF, a feature marked `is_depth_map`) come out as
+LeRobot gives them: float32 (1, H, W) in `depth_output_unit`, from the unit info.json records (`depth_unit`)."""
 
 from __future__ import annotations
 
@@ -37,8 +38,8 @@ def cache_root() -> Path:
 class ImageReader:
     """The image-stored cameras of a dataset, decoded by global row. Picklable: a worker maps its own files."""
 
-    def __init__(self, dmeta: DatasetMeta):
-        self.dmeta = dmeta
+    def __init__(self, dmeta: DatasetMeta, depth_unit: str = "mm"):
+        self.dmeta, self.depth_unit = dmeta, depth_unit
         # each data file's first global row: its rows are the episodes it holds, back to back in `index` order
         first: dict[str, int] = {}
         for rel, start in zip(dmeta.data_file, dmeta.ep_from.tolist()):
@@ -89,7 +90,8 @@ class ImageReader:
         """Camera `cam`'s images at global `rows` ((k, W): k items of W steps, each of episode `eps[i]`), as a uint8
         (k, W, C, H, W') view of (k, W, H, W', C) memory."""
         height, width, channels = _declared(self.dmeta, cam)
-        out = np.empty((*rows.shape, height, width, channels), np.uint8)
+        depth = cam in self.dmeta.depth_keys
+        out = np.empty((*rows.shape, height, width, channels), np.float32 if depth else np.uint8)
         files = np.asarray(self.dmeta.data_file, dtype=object)[eps]
         for rel in dict.fromkeys(files.tolist()):
             mine = np.flatnonzero(files == rel)
@@ -101,8 +103,11 @@ class ImageReader:
                     if pos in done:
                         out[item, step] = out[done[pos]]
                     else:
-                        out[item, step] = _decode(encoded[pos].as_py(), (height, width, channels), rel, cam, pos)
+                        got = _decode(encoded[pos].as_py(), (height, width, channels), rel, cam, pos, depth)
+                        out[item, step] = got
                         done[pos] = (item, step)
+        if depth:  # (C, H, W) memory, as LeRobot's float32 depth maps, in the unit asked for
+            return depth_in_unit(torch.from_numpy(out).movedim(-1, -3).contiguous(), self.dmeta, cam, self.depth_unit)
         return torch.from_numpy(out).permute(*range(rows.ndim), -1, -3, -2)
 
 
@@ -131,8 +136,20 @@ def decode_image(data: bytes | None) -> np.ndarray:
     return arr[:, :, None] if arr.ndim == 2 else arr
 
 
-def _decode(data: bytes | None, shape: tuple[int, int, int], rel: str, cam: str, pos: int) -> np.ndarray:
-    """One encoded image as (H, W, C) uint8, checked against the declared shape."""
+def depth_in_unit(frames: torch.Tensor, dmeta: DatasetMeta, cam: str, unit: str) -> torch.Tensor:
+    """Float depth maps of an image-stored depth camera, from the unit info.json records (`depth_unit`; LeRobot's
+    recorder writes millimetres for integer maps, metres for float ones) to `unit`, as LeRobot converts them."""
+    stored = (dmeta.info["features"][cam].get("info") or {}).get("depth_unit")
+    if stored is None or stored == unit:
+        return frames
+    return frames * 1000.0 if stored == "m" else frames / 1000.0
+
+
+def _decode(
+    data: bytes | None, shape: tuple[int, int, int], rel: str, cam: str, pos: int, depth: bool = False
+) -> np.ndarray:
+    """One encoded image as (H, W, C) uint8 (a depth map: float32 of its 16-bit or float pixels), checked against
+    the declared shape."""
     from PIL import UnidentifiedImageError
 
     try:
@@ -141,9 +158,12 @@ def _decode(data: bytes | None, shape: tuple[int, int, int], rel: str, cam: str,
         raise UserError(
             f"{rel}: row {pos} of {cam!r} does not decode as an image ({e}); run `dlbench validate`"
         ) from None
-    if arr.shape != shape or arr.dtype != np.uint8:
+    if depth and arr.shape == shape and arr.dtype in (np.uint16, np.int32, np.float32):
+        return arr.astype(np.float32)
+    if arr.shape != shape or arr.dtype != np.uint8 or depth:
+        want = "a 16-bit or float depth map" if depth else "uint8"
         raise UserError(
-            f"{rel}: row {pos} of {cam!r} decodes to {arr.shape} {arr.dtype}, info.json declares {shape} uint8; "
+            f"{rel}: row {pos} of {cam!r} decodes to {arr.shape} {arr.dtype}, info.json declares {shape} {want}; "
             "run `dlbench validate`"
         )
     return arr

@@ -20,6 +20,7 @@ from ..decode.decoder import FrameDecoder
 from ..decode.fetch import EpisodeFetcher
 from .collate import RowItem, collating_worker, floats_made_in_collate
 from .dataset_meta import DatasetMeta
+from .depth import DepthReader
 from .images import ImageReader
 
 
@@ -125,11 +126,15 @@ class ItemRows:
         return sum(len(self.windows[c]) if c in self.windows else 1 for c in self.dmeta.frame_keys)
 
     def frame_bytes_per_item(self) -> int:
-        """Bytes of decoded frames in one item (all cameras and window steps)."""
-        cams = self.dmeta.frame_keys
-        per_frame = {c: int(np.prod(self.dmeta.info["features"][c]["shape"])) for c in cams}
-        steps = sum(per_frame[c] * (len(self.windows[c]) if c in self.windows else 1) for c in cams)
-        return steps * (4 if self.return_float else 1)
+        """Bytes of decoded frames in one item (all cameras and window steps; depth maps are float32 always)."""
+        depth = set(self.dmeta.depth_keys)
+        size = 4 if self.return_float else 1
+        return sum(
+            int(np.prod(self.dmeta.info["features"][c]["shape"]))
+            * (4 if c in depth else size)
+            * (len(self.windows[c]) if c in self.windows else 1)
+            for c in self.dmeta.frame_keys
+        )
 
 
 class ItemBuilder(ItemRows):
@@ -144,13 +149,15 @@ class ItemBuilder(ItemRows):
         decoder: FrameDecoder,
         return_float: bool,
         image_transforms=None,
+        depth_unit: str = "mm",
     ):
         super().__init__(dmeta, windows, columns, return_float)
         # frames kept as uint8 by the builder even where floats are asked: a streaming buffer holds its items a
         # while, a quarter of the bytes, and makes them floats as they leave it (`LeRobotStreamingDataset`)
         self.hold_uint8 = False
         self.decoder = decoder
-        self.images = ImageReader(dmeta) if dmeta.image_cameras else None  # cameras stored in the data files
+        self.images = ImageReader(dmeta, depth_unit) if dmeta.image_cameras else None  # in the data files
+        self.depth = DepthReader(dmeta, depth_unit) if dmeta.depth_cameras else None  # depth-map videos
         self.image_transforms = image_transforms  # applied to each camera's frames of an item, as LeRobot does
         self.decode_s = 0.0  # time spent decoding in this process (for the fetch/decode split)
         self.fetch_s = (
@@ -195,7 +202,7 @@ class ItemBuilder(ItemRows):
         # In a DataLoader worker batched by dlbench's collate, windows with repeated frames stay `FrameGather`s and
         # are copied once, straight into the batch; everywhere else items hold plain tensors
         # float frames are made there too, in the batch (`floats_in_collate`)
-        defer_float = self.floats_in_collate() and floats_made_in_collate(self.dmeta.frame_keys)
+        defer_float = self.floats_in_collate() and floats_made_in_collate(self.dmeta.rgb_keys)
         gather = (self.return_float and not defer_float) or self.image_transforms is not None or not collating_worker()
         groups = _episode_groups(eps)
         times_of = {cam: self._frame_times(cam, rows, eps, window) for cam in self.dmeta.cameras}
@@ -223,8 +230,13 @@ class ItemBuilder(ItemRows):
             t0 = time.perf_counter()
             got = self.images.frames(cam, window(cam)[0] if cam in self.windows else rows[:, None], eps)
             self.decode_s += time.perf_counter() - t0
-            if self.return_float and not defer_float and not self.hold_uint8:
+            if self.return_float and not defer_float and not self.hold_uint8 and not got.is_floating_point():
                 got = got.float() / 255.0
+            per_item[cam] = list(got.unbind(0) if cam in self.windows else got[:, 0].unbind(0))
+        for cam in self.dmeta.depth_cameras:  # 12-bit codes decoded and dequantized here (`depth.DepthReader`)
+            t0 = time.perf_counter()
+            got = self.depth.frames(cam, self._frame_times(cam, rows, eps, window), eps)
+            self.decode_s += time.perf_counter() - t0
             per_item[cam] = list(got.unbind(0) if cam in self.windows else got[:, 0].unbind(0))
         if self.decoder.batch_reads:  # every range of the batch held, counted, before the next is planned
             self.decoder.batch_fetcher.settle()
@@ -238,9 +250,9 @@ class ItemBuilder(ItemRows):
             *per_item.values(),
         ]
         items = [dict(zip(names, values)) for values in zip(*columns)]
-        if self.image_transforms is not None:
+        if self.image_transforms is not None:  # not to depth maps, as LeRobot leaves them
             for item in items:
-                for cam in per_item:
+                for cam in self.dmeta.rgb_keys:
                     item[cam] = self.image_transforms(item[cam])
         return items
 
@@ -276,7 +288,7 @@ class BuilderViews:
     plans_batches = False  # the map-style dataset's says whether it fetches batches ahead
 
     def float_cameras(self) -> frozenset:
-        return frozenset(self.meta.frame_keys) if self.builder.floats_in_collate() else frozenset()
+        return frozenset(self.meta.rgb_keys) if self.builder.floats_in_collate() else frozenset()
 
     @property
     def repo_id(self) -> str:

@@ -43,7 +43,7 @@ class LeRobotMapDataset(BuilderViews, torch.utils.data.Dataset):
         force_cache_sync, download_videos: ignored: files are read where they are, nothing is cached or downloaded.
         video_backend: ignored: frames are always decoded by torchcodec, on `decode_device`.
         return_uint8: frames as uint8 in [0, 255]; by default float32 in [0, 1], as LeRobotDataset returns them.
-        depth_output_unit: "mm" or "m"; meaningless, since datasets with depth-map cameras are refused.
+        depth_output_unit: "mm" or "m": the unit depth-map cameras are dequantized to, as LeRobot's.
         batch_encoding_size, rgb_encoder, depth_encoder, encoder_threads, streaming_encoding,
             encoder_queue_maxsize: recording arguments: their defaults are accepted, other values refused.
         token: None or True (huggingface_hub's own login, HF_TOKEN); a token string or False is refused.
@@ -125,7 +125,9 @@ class LeRobotMapDataset(BuilderViews, torch.utils.data.Dataset):
             block_size=int(remote_block_kb * 1024) if remote_block_kb else RANDOM_ACCESS_BLOCK,
             batch_reads=True,
         )
-        self.builder = ItemBuilder(self.meta, windows, columns, decoder, not return_uint8, image_transforms)
+        self.builder = ItemBuilder(
+            self.meta, windows, columns, decoder, not return_uint8, image_transforms, depth_output_unit
+        )
 
     @cached_property
     def absolute_to_relative_idx(self) -> dict[int, int] | None:

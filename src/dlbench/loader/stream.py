@@ -325,7 +325,9 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             decoder_cache_mb=decoder_cache_mb, fetch=fetch_episodes > 0, spill_dir=spill_dir,
             block_size=int(remote_block_kb * 1024) if remote_block_kb else _remote_block(episode_order),
         )  # fmt: skip
-        self.builder = ItemBuilder(self.meta, windows, {}, decoder, not return_uint8, image_transforms)
+        self.builder = ItemBuilder(
+            self.meta, windows, {}, decoder, not return_uint8, image_transforms, depth_output_unit
+        )
         # episodes fetched together enter the pool together: groups change the order only where fetching is on
         self.group = fetch_episodes if self.builder.decoder.fetch else 1
         # read forward, each pool slot gets its own decoder per file (`_reads_forward`: a seek back to a keyframe
@@ -626,11 +628,12 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
         read_ahead = read_ahead or self.read_ahead
         windows, features = self.builder.windows, self.meta.info["features"]
         size = 4 if self.builder.return_float and not self.builder.hold_uint8 else 1
+        depth = set(self.meta.depth_keys)  # float32 always
         return max(
             1,
             sum(
                 int(np.prod(features[c]["shape"]))
-                * size
+                * (4 if c in depth else size)
                 * block_frames(windows.get(c, [0]), read_ahead, self.block_stride)
                 for c in self.meta.frame_keys
             ),
@@ -823,7 +826,7 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
                 continue
             item = ready.pop(value)
             if self._floats_on_yield and isinstance(item, dict):  # not left to dlbench's collate: made here
-                for cam in self.meta.frame_keys:
+                for cam in self.meta.rgb_keys:
                     item[cam] = item[cam].float() / 255.0
             if self.tag_items:
                 item[SHARD_KEY], item[POS_KEY], item[EPOCH_KEY] = shard, pos, epoch

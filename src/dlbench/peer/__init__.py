@@ -89,29 +89,36 @@ def lerobot_record(
     seed: int = 0,
     timeout: float | None = None,
     image_cameras: str | Mapping[str, tuple[int, int]] = "",
+    depth_cameras: str | Mapping[str, tuple[int, int]] = "",
+    depth_image_cameras: str | Mapping[str, tuple[int, int]] = "",
 ) -> Path:
     """A v3.0 dataset at `root` (which must not exist yet) written by LeRobot 0.6.1's own recorder
     (`LeRobotDataset.create` / `add_frame` / `save_episode` / `finalize`, videos in LeRobot's default codec, AV1):
     `episodes` episodes of 10 to 25 frames with 6-dim float32 state and action and one camera-like video per
     camera. `cameras` is "NAME=HxW,..." or {NAME: (height, width)}; `image_cameras`, in the same form, are cameras
-    stored as images (PNG bytes in the data files). See `lerobot_record.py`."""
-    if isinstance(cameras, Mapping):
-        cameras = ",".join(f"{name}={h}x{w}" for name, (h, w) in cameras.items())
-    if isinstance(image_cameras, Mapping):
-        image_cameras = ",".join(f"{name}={h}x{w}" for name, (h, w) in image_cameras.items())
+    stored as images (PNG bytes in the data files); `depth_cameras` depth maps (LeRobot's 12-bit HEVC video),
+    `depth_image_cameras` depth maps stored as 16-bit TIFF images. See `lerobot_record.py`."""
+
+    def spec(cams):
+        return ",".join(f"{name}={h}x{w}" for name, (h, w) in cams.items()) if isinstance(cams, Mapping) else cams
+
     run_peer(
         "lerobot_record",
         str(root),
         "--episodes",
         str(episodes),
         "--cameras",
-        cameras,
+        spec(cameras),
         "--fps",
         str(fps),
         "--seed",
         str(seed),
         "--image-cameras",
-        image_cameras,
+        spec(image_cameras),
+        "--depth-cameras",
+        spec(depth_cameras),
+        "--depth-image-cameras",
+        spec(depth_image_cameras),
         timeout=timeout,
     )
     return Path(root)

@@ -6,7 +6,9 @@ Both checks work from the dataset's own metadata, not from the loader under test
 - `DecodeCheck` (any dataset): a sample of delivered frames, spread over the steady window, is compared with an
   independent decode: a fresh torchcodec decoder in this process, opened on the same file and asked for the frame's
   own timestamp (`from_timestamp + frame / fps`). Exact on the CPU; NVDEC's colour conversion differs from
-  FFmpeg's by a few grey levels, so GPU-decoded frames pass within `NVDEC_TOLERANCE`.
+  FFmpeg's by a few grey levels, so GPU-decoded frames pass within `NVDEC_TOLERANCE`. Depth maps are decoded afresh
+  by a new PyAV reader at those timestamps and must be equal; images stored in the data files, against their rows'
+  bytes found by `index`.
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ def _as_uint8(frames: torch.Tensor) -> torch.Tensor:
     return frames
 
 
-def _copy_uint8(frame: torch.Tensor) -> torch.Tensor:
+def _copy_uint8(frame: torch.Tensor, depth: bool = False) -> torch.Tensor:
     """One frame copied out as uint8 by numpy, on this thread: torch's copy runs on its intra-op threads, which spin
     waiting for a core the DataLoader workers hold (4 ms a 96x128 frame on 2 busy cores, against 0.03 ms), and the
     reservoir copies most of its frames early in a run, so a short pass measured the checks at 4x a run's cost."""
     a = frame.cpu().numpy()
+    if depth:  # float32 millimetres (or metres): kept as they are
+        return torch.from_numpy(a.copy())
     if np.issubdtype(a.dtype, np.floating):
         return torch.from_numpy(np.clip(np.rint(a * 255), 0, 255).astype(np.uint8))
     return torch.from_numpy(a.copy())
@@ -93,6 +97,8 @@ class DecodeCheck:
         self.per_camera, self.gpu = per_camera, gpu
         self.rng = np.random.default_rng(seed)
         self.offered = {cam: 0 for cam in dmeta.frame_keys}
+        self.depth = set(dmeta.depth_keys)
+        self.depth_unit = "mm"  # the unit the loader under test dequantizes to (`bench.run` sets it)
         self.kept: dict[str, list[tuple[int, int, torch.Tensor]]] = {cam: [] for cam in dmeta.frame_keys}
         self.checked = self.wrong = 0
         self.worst_mean_abs_diff = 0.0
@@ -108,7 +114,7 @@ class DecodeCheck:
             slots = np.where(pos < k, pos, (self.rng.random(len(eps)) * (pos + 1)).astype(np.int64))
             kept = self.kept[cam]
             for i in np.nonzero(slots < k)[0]:  # reservoir sampling: a uniform sample of every frame offered
-                item = (int(eps[i]), int(frame_in_ep[i]), _copy_uint8(frames[i]))
+                item = (int(eps[i]), int(frame_in_ep[i]), _copy_uint8(frames[i], cam in self.depth))
                 if slots[i] == len(kept):
                     kept.append(item)
                 else:
@@ -123,6 +129,9 @@ class DecodeCheck:
         for cam, kept in self.kept.items():
             if cam in dmeta.image_cameras:
                 self._check_images(cam, kept)
+                continue
+            if cam in self.depth:
+                self._check_depth(cam, kept)
                 continue
             by_file: dict[str, list[tuple[int, int, torch.Tensor]]] = {}
             for ep, frame, got in kept:
@@ -150,7 +159,7 @@ class DecodeCheck:
         """An image-stored camera's kept frames against its rows' bytes, read afresh from each data file and found
         by their `index` column (not by the loader's row arithmetic), decoded by Pillow."""
         from ...loader.columns import read_table
-        from ...loader.images import decode_image
+        from ...loader.images import decode_image, depth_in_unit
 
         dmeta = self.expected.meta
         by_file: dict[str, list[tuple[int, int, torch.Tensor]]] = {}
@@ -168,8 +177,33 @@ class DecodeCheck:
                     self._wrong(cam, ep, frame, f"{rel} has no row with index {row}")
                     continue
                 want = torch.from_numpy(decode_image(images[int(at[0])]["bytes"].as_py()).copy()).permute(2, 0, 1)
+                if cam in self.depth:
+                    want = depth_in_unit(want.float(), dmeta, cam, self.depth_unit)
                 if got.shape != want.shape or not torch.equal(got, want):
                     self._wrong(cam, ep, frame, f"differs from the image in {rel} at index {row}")
+
+    def _check_depth(self, cam: str, kept: list[tuple[int, int, torch.Tensor]]) -> None:
+        """A depth camera's kept frames against a fresh PyAV reader's, at each frame's own timestamp
+        (`from_timestamp + frame / fps`), dequantized alike: equal, to the bit."""
+        from ...loader.depth import DepthReader
+
+        dmeta = self.expected.meta
+        if not kept:
+            return
+        reader = DepthReader(dmeta, self.depth_unit)
+        eps = np.array([ep for ep, _, _ in kept], np.int64)
+        times = np.array([[dmeta.video_from[cam][ep] + frame / dmeta.fps] for ep, frame, _ in kept])
+        try:
+            fresh = reader.frames(cam, times, eps)[:, 0]
+        finally:
+            del reader
+        for (ep, frame, got), want in zip(kept, fresh):
+            self.checked += 1
+            if got.shape != want.shape:
+                self._wrong(cam, ep, frame, f"shape {tuple(got.shape)} != {tuple(want.shape)}")
+            elif not torch.equal(got, want):
+                diff = float((got - want).abs().max())
+                self._wrong(cam, ep, frame, f"depth differs by up to {diff:g} {self.depth_unit}")
 
     def _wrong(self, cam: str, ep: int, frame: int, what: str) -> None:
         self.wrong += 1
