@@ -490,6 +490,31 @@ def test_reencode_makes_stored_images_a_video_lerobot_reads(lerobot_recorded_ima
         torch.testing.assert_close(ours[i][top], want[top], atol=2 / 255, rtol=0)
 
 
+def test_reencode_leaves_depth_maps_as_they_are(lerobot_recorded_depth_v30, tmp_path):
+    """Re-encoding writes the colour camera anew and copies the depth maps (12-bit video, TIFF images) as they are:
+    an 8-bit colour codec would lose their codes. Every depth value is unchanged and LeRobot reads the result."""
+    from dlbench.encoding import probe
+    from dlbench.encoding.options import Encoding
+    from dlbench.encoding.reencode import reencode
+
+    src, dst, front = str(lerobot_recorded_depth_v30), tmp_path / "h264", "observation.images.front"
+    record = reencode(src, dst, Encoding("h264", gop=1), workers=2)
+    assert {u["camera"] for u in record["units"]} == {front}
+    info = meta.read_info(str(dst))
+    assert info["features"][front]["info"]["video.codec"] == "h264"
+    assert info["features"]["observation.images.depth"]["info"]["video.codec"] == "hevc"
+    assert validate(str(dst))["ok"]
+    before, after = LeRobotMapDataset(src), LeRobotMapDataset(str(dst))
+    for i in range(0, len(after), 5):
+        for key in before.meta.depth_keys:
+            assert torch.equal(before[i][key], after[i][key]), (i, key)
+    assert {p.camera for p in probe.probe(src, seconds=0.3)} == {front}  # tune's lever: colour cameras only
+    out = tmp_path / "items.pt"
+    peer.run_peer("lerobot_items", str(dst), str(out), "null", "null", "3", timeout=600)
+    want = torch.load(out, weights_only=False)[0]
+    assert torch.equal(want["observation.images.depth"], after[3]["observation.images.depth"])
+
+
 def test_the_reencoding_probe_measures_a_camera_stored_as_images(lerobot_recorded_images_v30):
     """tune's re-encoding lever reaches image cameras: the probe encodes a clip of the stored images and scores each
     candidate against them (PSNR, bytes against the PNGs', decode against Pillow's)."""

@@ -19,7 +19,7 @@ from ..format import meta, paths
 from ..format.mp4 import read_track
 from .cost import quality
 from .options import Encoding
-from .reencode import _episode_files
+from .reencode import _episode_files, rgb_keys
 
 # every frame a keyframe, or one in two, with the decoder's costliest tools off: random access at one frame's cost
 CANDIDATES = (
@@ -124,7 +124,7 @@ def probe(
             source_bytes = float(track.sizes[:clip_frames].sum())  # decode order: the same frames, near enough
             measured = (source_ms, order_ms_per_frame(str(source), clip_frames), source_bytes)
             found += _candidates(cam, rel, source, reference, clip_frames, track.timescale, measured, candidates, seed)
-        for cam in meta.image_keys(info):
+        for cam in rgb_keys(info, meta.image_keys(info)):  # depth maps are not re-encoded
             rel, reference, clip_frames, measured = _image_clip(root, info, cam, seconds, Path(tmp), seed)
             found += _candidates(cam, rel, reference, reference, clip_frames, fps * 512, measured, candidates, seed)
     return found

@@ -43,8 +43,9 @@ LOST_BARCODES = "dlbench_synthetic_reencoded_barcodes_lost"  # not SYNTHETIC_ROB
 
 
 def _episode_files(src: str, info: dict) -> dict[str, dict[str, int]]:
-    """Per camera, each video file (its path in the dataset) and the frames its episodes hold."""
-    cams = meta.video_keys(info)
+    """Per camera, each video file (its path in the dataset) and the frames its episodes hold. Depth maps are left
+    out: their 12-bit codes are copied as they are (`_depth_files`), not re-encoded as 8-bit colour."""
+    cams = rgb_keys(info, meta.video_keys(info))
     cols = ["length"] + [f"videos/{c}/{k}" for c in cams for k in ("chunk_index", "file_index")]
     table = meta.read_episodes_v30(src, columns=cols).to_pydict()
     files: dict[str, dict[str, int]] = {c: {} for c in cams}
@@ -70,10 +71,15 @@ def _check_file(src: str, rel: str, frames: int) -> str | None:
     return None
 
 
+def rgb_keys(info: dict, keys: list[str]) -> list[str]:
+    """`keys` less the depth maps."""
+    return [k for k in keys if not meta.is_depth_map(info["features"][k])]
+
+
 def _image_files(src: str, info: dict) -> dict[str, dict[str, tuple[str, int]]]:
     """Per camera stored as images, each data file holding it: the video file it becomes (the data file's chunk and
     file index) and the frames its episodes hold."""
-    cams = meta.image_keys(info)
+    cams = rgb_keys(info, meta.image_keys(info))  # depth maps stored as images stay in the data files
     table = meta.read_episodes_v30(src, columns=["length", "data/chunk_index", "data/file_index"]).to_pydict()
     files: dict[str, dict[str, tuple[str, int]]] = {c: {} for c in cams}
     for i, length in enumerate(table["length"]):
@@ -90,7 +96,9 @@ def plan(src: str, work: str | Path, encoding: Encoding) -> dict:
     info = meta.require_version(src, "v3.0")
     files, images = _episode_files(src, info), _image_files(src, info)
     if not any(files.values()) and not any(images.values()):
-        raise UserError(f"{src}: no cameras to re-encode (it has no video and no image features)")
+        raise UserError(
+            f"{src}: no cameras to re-encode (no colour video or image features; depth maps stay as they are)"
+        )
     problems = [p for c in files for rel, n in files[c].items() if (p := _check_file(src, rel, n))]
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -282,16 +290,17 @@ def finalize(work_dir: str | Path, dst: str | Path) -> dict:
     if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
         raise UserError(f"{dst} is not empty; choose an empty destination (the re-encoded files are kept in {work})")
     src, encoding, out = manifest["src"], Encoding(**manifest["encoding"]), work / "out"
-    for rel in _files_besides_videos(src):
+    info = meta.read_info(src)
+    depth = [c for c in meta.video_keys(info) if meta.is_depth_map(info["features"][c])]
+    for rel in _files_besides_videos(src, keep=depth):
         target = out / rel
         if not target.exists():
             with meta.open_file(src, rel) as fin, atomic.file(target) as tmp, open(tmp, "wb") as fout:
                 shutil.copyfileobj(fin, fout, 8 << 20)
-    info = meta.read_info(src)
     converted = sorted({u["camera"] for u in manifest["units"] if "data_rel" in u})
     if converted:
         _images_to_videos(src, out, info, converted, encoding)
-    for cam in meta.video_keys(info):
+    for cam in rgb_keys(info, meta.video_keys(info)):
         feature = info["features"][cam]
         video = feature.setdefault("info", {})
         video.update({"video.codec": encoding.codec, "video.pix_fmt": encoding.pixel_format,
@@ -364,8 +373,9 @@ def _episode_starts(src: str, fps: int) -> dict[int, float]:
     return starts
 
 
-def _files_besides_videos(src: str) -> list[str]:
-    """Every file of the source dataset but its videos and info.json, as paths within it."""
+def _files_besides_videos(src: str, keep: list[str] = ()) -> list[str]:
+    """Every file of the source dataset but its videos (except those of the cameras in `keep`) and info.json, as
+    paths within it."""
     if paths.is_remote(src):
         import fsspec
 
@@ -374,7 +384,12 @@ def _files_besides_videos(src: str) -> list[str]:
     else:
         root = Path(paths.local_path(src))
         found = [str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()]
-    return sorted(r for r in found if not r.startswith("videos/") and r != "meta/info.json" and "/." not in f"/{r}")
+    kept = tuple(f"videos/{cam}/" for cam in keep)
+    return sorted(
+        r
+        for r in found
+        if (not r.startswith("videos/") or r.startswith(kept)) and r != "meta/info.json" and "/." not in f"/{r}"
+    )
 
 
 def reencode(

@@ -139,6 +139,12 @@ def image_keys(info: dict) -> list[str]:
     return sorted(k for k, ft in info["features"].items() if ft.get("dtype") == "image")
 
 
+def is_depth_map(feature: dict) -> bool:
+    """LeRobot's test for a depth-map feature (`LeRobotDatasetMetadata.depth_keys`): video or images."""
+    info, video_info = feature.get("info") or {}, feature.get("video_info") or {}
+    return bool(info.get("is_depth_map") or info.get("video.is_depth_map") or video_info.get("video.is_depth_map"))
+
+
 def v21_info_to_v30(info: dict, data_files_size_in_mb: int, video_files_size_in_mb: int) -> dict:
     """The v3.0 info.json of a converted v2.1 dataset, as LeRobot's converter writes it."""
     new = {k: v for k, v in info.items() if k not in ("total_chunks", "total_videos")}

@@ -44,7 +44,7 @@ class DatasetMeta:
         videos = [c for c in cameras if c in all_cams] if cameras else all_cams
         images = [c for c in cameras if c in all_images] if cameras else all_images
         # depth maps decode apart from the RGB videos (12-bit codes, not 8-bit RGB)
-        depth = [c for c in videos if _is_depth(info["features"][c])]
+        depth = [c for c in videos if meta.is_depth_map(info["features"][c])]
         cams = [c for c in videos if c not in depth]
         cols = ["episode_index", "dataset_from_index", "dataset_to_index", "data/chunk_index", "data/file_index"]
         for cam in videos:
@@ -114,7 +114,7 @@ class DatasetMeta:
     def depth_keys(self) -> list[str]:
         """The depth maps, video (`depth_cameras`) and image-stored (16-bit TIFF), as LeRobot's `depth_keys`:
         float32 in items, in `depth_output_unit`."""
-        stored = [c for c in self.image_cameras if _is_depth(self.info["features"][c])]
+        stored = [c for c in self.image_cameras if meta.is_depth_map(self.info["features"][c])]
         return [k for k in self.features if k in self.depth_cameras or k in stored]
 
     @property
@@ -329,12 +329,6 @@ def local_snapshot(dmeta: DatasetMeta, episodes: list[int] | None) -> DatasetMet
     except (HfHubHTTPError, OSError) as e:
         raise UserError(f"{dmeta.root}: cannot download its files ({e}); check the repo and the network") from None
     return DatasetMeta.load(local, dmeta.frame_keys)
-
-
-def _is_depth(ft: dict) -> bool:
-    """LeRobot's test for a depth-map feature (`LeRobotDatasetMetadata.depth_keys`)."""
-    info, video_info = ft.get("info") or {}, ft.get("video_info") or {}
-    return bool(info.get("is_depth_map") or info.get("video.is_depth_map") or video_info.get("video.is_depth_map"))
 
 
 def episode_rows(
