@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Create (once) the LeRobot peer environment: Python 3.12 + lerobot[dataset]==0.6.1 in .venv-lerobot, with
 # lerobot-lancedb==0.3.1 (its lerobot-lance-doctor is compared with `dlbench validate`; its Lance loader is a peer)
-# and Ray Data 2.60 (its read_lerobot decodes through this LeRobot: the ray_data loader; best effort, added to an
-# older environment too).
+# and Ray Data 2.60 (its read_lerobot decodes through this LeRobot: the ray_data loader) and Daft 0.7.26 (its
+# daft.datasets.lerobot: the daft_data loader; it holds pyarrow below 26), both best effort, added to an older
+# environment too.
 # LeRobot 0.5+ needs Python >= 3.12; its pins (torch<2.12, torchcodec<0.12, datasets<5, ...) clash with dlbench's,
 # so it lives in its own venv and dlbench drives it as a subprocess. About 100 s and 5.4 GB.
 # Python 3.12 is looked up as: $PYTHON312, python3.12 on PATH, then pyenv.
@@ -14,6 +15,7 @@ VENV=${PEER_VENV:-.venv-lerobot}
 REQUIREMENT=${PEER_REQUIREMENT:-lerobot==0.6.1}
 LANCE=lerobot-lancedb==0.3.1
 RAY="ray[data]==2.60.0"
+DAFT=daft==0.7.26
 READY="$VENV/.dlbench-peer-ready"  # written last: dlbench uses the environment only when this marker exists
 # the default environment must hold lerobot-lancedb; a named peer holds it only where that LeRobot admits it
 CHECK="import lerobot.datasets.lerobot_dataset, psutil"
@@ -24,6 +26,8 @@ if [ -f "$READY" ] && "$VENV/bin/python" -c "$CHECK" 2>/dev/null; then
     "$VENV/bin/pip" install -q "s3fs==$("$VENV/bin/python" -c 'import fsspec; print(fsspec.__version__)')"
   [ -n "${PEER_REQUIREMENT:-}" ] || "$VENV/bin/python" -c "import ray.data" 2>/dev/null ||
     "$VENV/bin/pip" install -q "$RAY" || echo "peer-env: $RAY did not install; ray_data runs will be skipped" >&2
+  [ -n "${PEER_REQUIREMENT:-}" ] || "$VENV/bin/python" -c "import daft.datasets.lerobot" 2>/dev/null ||
+    "$VENV/bin/pip" install -q "$DAFT" || echo "peer-env: $DAFT did not install; daft_data runs will be skipped" >&2
   exit 0
 fi
 is312() { [ -n "$1" ] && "$1" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; }
@@ -58,6 +62,7 @@ if [ -z "${PEER_REQUIREMENT:-}" ]; then
   pip_install "$SPEC" "$LANCE" psutil  # the bench harness runs here too
   "$VENV/bin/python" -c "import lerobot.datasets.lerobot_dataset, lerobot.datasets.streaming_dataset, lerobot_lancedb"
   pip_install "$RAY" || echo "peer-env: $RAY did not install; ray_data runs will be skipped" >&2
+  pip_install "$DAFT" || echo "peer-env: $DAFT did not install; daft_data runs will be skipped" >&2
 else
   pip_install "$SPEC" psutil
   # lerobot-lancedb, pinned to the LeRobot just installed so that pip never swaps it for one lerobot-lancedb prefers

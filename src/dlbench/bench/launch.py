@@ -271,16 +271,21 @@ def launch(run: RunSpec, out_dir: str | Path) -> dict:
     return finish(out_dir, world, "srun" if use_srun else "local")
 
 
+ADDED_LATER = {"ray_data": "Ray Data", "daft_data": "Daft"}  # peers an environment made before them may lack
+
+
 def _missing_package(run: RunSpec) -> str:
-    """ray_data needs Ray in the peer environment, which an environment made before it may lack: one line saying
-    how to add it, else ''."""
-    if run.loader_name.base not in RAY_LOADERS or not needs_peer(run.loader):
+    """ray_data needs Ray, daft_data Daft, in the peer environment, which an environment made before them may lack:
+    one line saying how to add it, else ''."""
+    base = run.loader_name.base
+    if base not in ADDED_LATER or not needs_peer(run.loader):
         return ""
     python = peer_python(run.loader_name.peer)
-    has = "import importlib.util, sys; sys.exit(importlib.util.find_spec('ray') is None)"
+    has = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({PEER_PACKAGE[base]!r}) is None)"
     if python is None or subprocess.run([str(python), "-c", has]).returncode == 0:
         return ""
-    return f"loader {run.loader} needs Ray Data in the peer environment, which lacks it; add it with {CREATE_COMMAND}"
+    return (f"loader {run.loader} needs {ADDED_LATER[base]} in the peer environment, which lacks it; add it with "
+            f"{CREATE_COMMAND}")  # fmt: skip
 
 
 def _check_ray_ranks(run: RunSpec) -> None:

@@ -15,12 +15,14 @@ DLBENCH_LOADERS = tuple(name for name in LOADERS if name.startswith("dlbench_"))
 LEROBOT_LOADERS = tuple(name for name in LOADERS if name.startswith("lerobot_"))
 LANCE_LOADERS = tuple(name for name in LOADERS if name.startswith("lance_"))  # lerobot-lancedb's
 RAY_LOADERS = tuple(name for name in LOADERS if name.startswith("ray_"))  # Ray Data's read_lerobot
-# run in the peer environment (LeRobot, lerobot-lancedb and Ray Data, which decodes through LeRobot)
-PEER_LOADERS = LEROBOT_LOADERS + LANCE_LOADERS + RAY_LOADERS
+DAFT_LOADERS = tuple(name for name in LOADERS if name.startswith("daft_"))  # Daft's daft.datasets.lerobot
+# run in the peer environment (LeRobot, lerobot-lancedb, Ray Data, which decodes through LeRobot, and Daft)
+PEER_LOADERS = LEROBOT_LOADERS + LANCE_LOADERS + RAY_LOADERS + DAFT_LOADERS
 # the package each peer loader imports (the peer environment runs it unless that package is importable here)
 PEER_PACKAGE = {**dict.fromkeys(LEROBOT_LOADERS, "lerobot"), **dict.fromkeys(LANCE_LOADERS, "lerobot_lancedb")}
-PEER_PACKAGE.update(dict.fromkeys(RAY_LOADERS, "ray"))
-KIND = {"ray_data": "stream"}  # a name that is not <project>_<kind>: Ray's dataset is iterated in its order
+PEER_PACKAGE.update({**dict.fromkeys(RAY_LOADERS, "ray"), **dict.fromkeys(DAFT_LOADERS, "daft")})
+# names that are not <project>_<kind>: Ray's and Daft's data frames are iterated in their order
+KIND = {"ray_data": "stream", "daft_data": "stream"}
 SAME_KIND = "lerobot"  # baseline_loader: each run against LeRobot's loader of its own kind
 PEER_SEP = "@"  # lerobot_map@NAME: LeRobot's loader as the environment of `peers.NAME` has it
 

@@ -21,7 +21,7 @@ from .. import atomic
 from ..config import check_deltas, check_run_values, defaults, schema
 from ..errors import UserError
 from ..format.paths import is_remote
-from .loaders import LANCE_LOADERS, LEROBOT_LOADERS, PEER_LOADERS, RAY_LOADERS, LoaderName
+from .loaders import DAFT_LOADERS, LANCE_LOADERS, LEROBOT_LOADERS, PEER_LOADERS, RAY_LOADERS, LoaderName
 from .modes import BUILTIN_MODES
 
 _TYPES = {"integer": int, "number": float, "boolean": bool, "string": str, "array": list}
@@ -107,6 +107,7 @@ class RunSpec:
     decode_ahead: int | None = None
     max_num_shards: int | None = None
     ray_shuffle: str | None = None  # Ray's own default (none) where unset
+    daft_shuffle: str | None = None  # Daft's own default (none) where unset
     concurrency: int | None = None
     override_num_blocks: int | None = None
     read_granularity: str | None = None
@@ -256,6 +257,7 @@ def check(run: RunSpec, where: str, label=None) -> None:
     _check_lerobot(run, where)
     _check_lance(run, where)
     _check_ray(run, where)
+    _check_daft(run, where)
     _check_dlbench_only(run, label)
     if run.nodes > run.ranks:
         raise UserError(
@@ -346,6 +348,20 @@ def _check_ray(run: RunSpec, where: str) -> None:
                         f"dlbench loader")  # fmt: skip
 
 
+def _check_daft(run: RunSpec, where: str) -> None:
+    """What daft_data (Daft 0.7.26's daft.datasets.lerobot) cannot do: windows (its reader gives one row a frame,
+    no delta_timestamps), a GPU, remote sources here (its own object-store client, not the harness's metered one)."""
+    if run.loader_name.base not in DAFT_LOADERS:
+        return
+    if run.mode != "single" or run.delta_timestamps:
+        raise UserError(f"{where}: loader daft_data reads single frames (Daft's LeRobot reader has no "
+                        "delta_timestamps); use mode: single")  # fmt: skip
+    if run.decode_device != "cpu":
+        raise UserError(f"{where}: loader daft_data decodes on the CPU only; use decode_device: cpu")
+    if is_remote(str(run.root)) or run.data_files_root:
+        raise UserError(f"{where}: loader daft_data runs on local datasets here; use source: local")
+
+
 # settings only dlbench's loaders have (LeRobot's would ignore them, measuring something else than asked)
 DLBENCH_ONLY = ("decoder_cache_size", "decoder_cache_mb", "remote_block_kb")
 # dlbench_stream alone fetches ahead, resumes from a state and decodes blocks of rows
@@ -365,6 +381,8 @@ def _check_dlbench_only(run: RunSpec, label) -> None:
     for key in RAY_ONLY:
         if getattr(run, key) is not None and loader != "ray_data":
             raise UserError(f"{label(key)}: applies to loader ray_data only, not {loader}; leave it unset")
+    if run.daft_shuffle is not None and loader != "daft_data":
+        raise UserError(f"{label('daft_shuffle')}: applies to loader daft_data only, not {loader}; leave it unset")
     if run.max_num_shards is not None and loader != "lerobot_stream":
         raise UserError(
             f"{label('max_num_shards')}: applies to loader lerobot_stream only, not {loader}; leave it unset"

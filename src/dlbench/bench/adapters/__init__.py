@@ -105,6 +105,10 @@ def make_adapter(run, dmeta: DatasetMeta | None = None, tag_items: bool = False)
         from .ray_data import ray_adapter
 
         return ray_adapter(run, dmeta)
+    if run.loader == "daft_data":  # Daft's daft.datasets.lerobot, in the peer environment
+        from .daft_data import daft_adapter
+
+        return daft_adapter(run, dmeta)
     raise UserError(f"loader {run.loader!r} is unknown; choose one of {list(LOADERS)}")
 
 
