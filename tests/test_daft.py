@@ -36,26 +36,68 @@ def bench(root, out_dir, *args: str) -> dict:
     return json.loads((out_dir / "rank0of1.json").read_text())
 
 
-def test_dafts_reader_is_verified_in_its_order_and_shuffled(v30_h264, tmp_path):
-    """Daft's default order is the files': a batch is neighbouring frames. Its global shuffle reorders the decoded
-    rows: batches nearer independent draws. Both deliver every frame right (barcodes: 2 cameras a sample), with
-    its items' fields as LeRobot's loaders name them."""
-    plain = bench(v30_h264, tmp_path / "plain")
-    shuffled = bench(v30_h264, tmp_path / "shuffled", "--daft-shuffle", "global")
-    assert shuffled["config"]["daft_shuffle"] == "global" and plain["config"]["daft_shuffle"] is None
-    for rec in (plain, shuffled):
+@pytest.mark.parametrize("mode, frames", [("single", 2), ("sarm", 16)])
+def test_dafts_reader_is_verified_in_its_order_and_shuffled(v30_h264, tmp_path, mode, frames):
+    """Daft's default order is the files': a batch is neighbouring frames. Its rows shuffled before the decode
+    (and, single frames, its global shuffle after it) give batches nearer independent draws. Each delivers every
+    frame right (barcodes: 2 cameras a sample, 8 steps each in sarm, clamped at the episode's start as LeRobot
+    clamps them), with its items' fields as LeRobot's loaders name them."""
+    runs = {"none": bench(v30_h264, tmp_path / "plain", "--mode", mode)}
+    for how in ("rows", "global") if mode == "single" else ("rows",):
+        runs[how] = bench(v30_h264, tmp_path / how, "--mode", mode, "--daft-shuffle", how)
+        assert runs[how]["config"]["daft_shuffle"] == how
+    assert runs["none"]["config"]["daft_shuffle"] is None
+    for rec in runs.values():
         m = rec["metrics"]
-        assert rec["status"] == "ok" and m["samples"] > 0 and m["frames_per_sample"] == 2
-        assert m["frames_barcode_checked"] == (m["samples"] + m["warmup_samples"]) * 2 and m["frames_wrong"] == 0
+        assert rec["status"] == "ok" and m["samples"] > 0 and m["frames_per_sample"] == frames
+        checked = (m["samples"] + m["warmup_samples"]) * frames
+        assert m["frames_barcode_checked"] == checked and m["frames_wrong"] == 0, m
         assert m["peak_pss_mb"] > 100
-    low, high = plain["metrics"]["shuffle_effective_batch"], shuffled["metrics"]["shuffle_effective_batch"]
-    assert low < 0.3 and high > max(0.5, 2 * low), (low, high)
+    low = runs["none"]["metrics"]["shuffle_effective_batch"]
+    for how in set(runs) - {"none"}:
+        high = runs[how]["metrics"]["shuffle_effective_batch"]
+        assert low < 0.3 and high > max(0.5, 2 * low), (how, low, high)
+
+
+def test_dafts_windows_are_lerobots(v30_h264):
+    """Windows built in Daft hold LeRobot's: each step the episode's row at that offset, clamped to the episode,
+    `<key>_is_pad` where it falls outside; past steps (a state history) and future ones (an action chunk), checked
+    in the peer environment against the data files read by pyarrow."""
+    code = f"""
+import numpy as np, pyarrow.parquet as pq, glob
+from dlbench.bench.adapters.daft_data import DaftBatches
+from dlbench.loader.dataset_meta import DatasetMeta
+from dlbench.run.spec import RunSpec
+meta = DatasetMeta.load({str(v30_h264)!r})
+steps = {{"observation.state": [-40, -1, 0], "action": [0, 1, 2, 30, 200]}}
+deltas = {{k: [s / meta.fps for s in v] for k, v in steps.items()}}
+run = RunSpec(root={str(v30_h264)!r}, loader="daft_data", batch_size=4, delta_timestamps=deltas)
+t = pq.read_table(sorted(glob.glob({str(v30_h264)!r} + "/data/*/*.parquet"))).to_pandas()
+length = t.groupby("episode_index").frame_index.max() + 1
+seen = 0
+for batch in DaftBatches(run, meta):
+    for j in range(4):
+        ep, fr = int(batch["episode_index"][j]), int(batch["frame_index"][j])
+        for key, offsets in steps.items():
+            at = fr + np.array(offsets)
+            values = dict(zip(t.frame_index[t.episode_index == ep], t[key][t.episode_index == ep]))
+            want = np.stack([values[int(np.clip(a, 0, length[ep] - 1))] for a in at])
+            assert np.allclose(batch[key][j].numpy(), want), (key, ep, fr)
+            pad = ((at < 0) | (at >= length[ep])).tolist()
+            assert batch[key + "_is_pad"][j].tolist() == pad, (key, ep, fr)
+        seen += 1
+    if seen >= 40:
+        break
+print("checked", seen)
+"""
+    env = {**os.environ, "PYTHONPATH": str(peer.REPO_ROOT / "src")}  # as the harness runs dlbench there
+    proc = subprocess.run([str(peer.peer_python()), "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0 and "checked 40" in proc.stdout, proc.stderr[-3000:]
 
 
 @pytest.mark.parametrize(
     "args, says",
     [
-        (["--mode", "sarm"], "loader daft_data reads single frames"),
         (["--decode-device", "cuda"], "loader daft_data decodes on the CPU only"),
     ],
 )

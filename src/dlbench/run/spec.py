@@ -349,13 +349,10 @@ def _check_ray(run: RunSpec, where: str) -> None:
 
 
 def _check_daft(run: RunSpec, where: str) -> None:
-    """What daft_data (Daft 0.7.26's daft.datasets.lerobot) cannot do: windows (its reader gives one row a frame,
-    no delta_timestamps), a GPU, remote sources here (its own object-store client, not the harness's metered one)."""
+    """What daft_data (Daft 0.7.26's daft.datasets.lerobot) cannot do here: a GPU, remote sources (its own
+    object-store client, not the harness's metered one)."""
     if run.loader_name.base not in DAFT_LOADERS:
         return
-    if run.mode != "single" or run.delta_timestamps:
-        raise UserError(f"{where}: loader daft_data reads single frames (Daft's LeRobot reader has no "
-                        "delta_timestamps); use mode: single")  # fmt: skip
     if run.decode_device != "cpu":
         raise UserError(f"{where}: loader daft_data decodes on the CPU only; use decode_device: cpu")
     if is_remote(str(run.root)) or run.data_files_root:

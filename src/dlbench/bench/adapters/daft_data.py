@@ -8,9 +8,14 @@ as for Ray, this adapter brings its own batch source (`DaftBatches`) in place of
 measures the batches the consumer receives, every frame checked, memory with Daft's threads (they are this
 process's).
 
-What a run sets, in Daft's terms: `daft_shuffle` (none: Daft's default, rows in reading order; global:
-`DataFrame.shuffle` after `read`, Daft's one way to reorder rows). `num_workers` means nothing to Daft (its runner
-sizes its own thread pool from the cores). Single frames only: the reader has no delta_timestamps.
+What a run sets, in Daft's terms: `daft_shuffle` (none: Daft's default, rows in reading order; rows: the frame rows
+shuffled before the decode, as a Daft user shuffles a table, so each decode batch seeks as LeRobot's map loader does;
+global: `DataFrame.shuffle` after the decode, a sort of every decoded frame). The pipeline is `read`'s own steps
+(`read_episodes`, `load_episode_frames`, its batched PyAV decode function), with the shuffle or the windows put in
+before the decode. Windows (`delta_timestamps`) are columns, one an offset: the step's frame found by a join on
+(episode, frame), clamped to the episode as LeRobot clamps it, the camera decoded at its timestamp, `<key>_is_pad`
+where the step falls outside the episode; stacked into LeRobot's (steps, ...) shape as the batch is made.
+`num_workers` means nothing to Daft (its runner sizes its own thread pool from the cores).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import torch
 
 from ...errors import UserError
 from ...loader.dataset_meta import DatasetMeta
-from ..interface import Adapter, not_importable
+from ..interface import Adapter, lerobot_delta_timestamps, not_importable
 from ..measure import SAMPLE_INFO
 from .ray_data import INFO_WIDTH, rank_episodes
 
@@ -43,7 +48,8 @@ def daft_adapter(run, dmeta: DatasetMeta) -> Adapter:
             f"or use another loader"
         )
     batches = DaftBatches(run, dmeta)
-    return Adapter(batches, True, len(dmeta.cameras), None, None, batches=batches.for_run)
+    fpi = sum(len(batches.windows.get(c, [0])) for c in dmeta.cameras)
+    return Adapter(batches, True, fpi, None, None, batches=batches.for_run)
 
 
 class DaftBatches:
@@ -63,6 +69,8 @@ class DaftBatches:
                 f"episodes); use fewer ranks"
             )
         self.keys = [*dmeta.cameras, *(k for k in dmeta.features if dmeta.features[k]["dtype"] not in ("video",))]
+        deltas = lerobot_delta_timestamps(dmeta, run.mode, run.delta_timestamps) or {}
+        self.windows = {k: [round(d * dmeta.fps) for d in ds] for k, ds in deltas.items()}  # frame offsets
 
     def for_run(self, run, pin: bool) -> DaftBatches:
         return self
@@ -74,16 +82,51 @@ class DaftBatches:
         self.epoch = epoch
 
     def dataframe(self):
-        """This pass's DataFrame: Daft's `read` with the run's cameras decoded, this rank's episodes, its order."""
+        """This pass's DataFrame: `read`'s steps for the run's cameras and this rank's episodes, its windows and its
+        order."""
+        import daft
         import daft.datasets.lerobot as lerobot
-        from daft import col
+        from daft import col, lit
 
-        df = lerobot.read(str(self.run.root), load_video_frames=list(self.dmeta.cameras))
+        root = str(self.run.root)
+        episodes = lerobot.read_episodes(root, include_video_metadata=True)
         if self.episodes is not None:
-            df = df.where(col("episode_index").is_in(self.episodes))
+            episodes = episodes.where(col("episode_index").is_in(self.episodes))
+        df = lerobot.load_episode_frames(episodes, root)
+        steps = {}  # offset -> the column of the step's frame in its episode, clamped to the episode
+        for key, offsets in self.windows.items():
+            for i, d in enumerate(offsets):
+                at = col("frame_index") + lit(d)
+                if d not in steps:
+                    steps[d] = f"_step{len(steps)}"
+                    df = df.with_column(steps[d], at.clip(lit(0), col("length") - 1))
+                df = df.with_column(f"{key}_is_pad@{i}", (at < 0) | (at >= col("length")))
+        for key in (k for k in self.windows if k not in self.dmeta.cameras):
+            frames = daft.read_parquet(f"{root}/data/**")
+            for i, d in enumerate(self.windows[key]):
+                step = frames.select(col("episode_index").alias("_ep"), col("frame_index").alias("_at"),
+                                     col(key).alias(f"{key}@{i}"))  # fmt: skip
+                df = df.join(step, left_on=["episode_index", steps[d]], right_on=["_ep", "_at"], how="left")
+                df = df.exclude(*(c for c in ("_ep", "_at") if c in df.column_names))
+            df = df.exclude(key)
+        if self.run.daft_shuffle == "rows":
+            df = df.shuffle(seed=self.run.seed + self.epoch)
+        elif self.windows:
+            df = df.sort("index")  # the joins do not keep the reading order
+        decode = lerobot._decode_lerobot_video_timestamp  # `read`'s own decode (Daft keeps it private)
+        df = df.into_batches(lerobot._DECODE_BATCH_SIZE)
+        tolerance = 0.5 / self.dmeta.fps  # as `read`: half a frame
+        for cam in self.dmeta.cameras:
+            files, start = col(f"videos/{cam}/video"), col(f"videos/{cam}/from_timestamp")
+            if cam not in self.windows:
+                df = df.with_column(cam, decode(files, start, col("timestamp"), tolerance, 0, 0))
+            for i, d in enumerate(self.windows.get(cam, [])):
+                ts = col(steps[d]).cast(daft.DataType.float64()) / lit(float(self.dmeta.fps))
+                df = df.with_column(f"{cam}@{i}", decode(files, start, ts, tolerance, 0, 0))
         if self.run.daft_shuffle == "global":
             df = df.shuffle(seed=self.run.seed + self.epoch)
-        return df.select(*(k for k in self.keys if k in df.column_names))
+        kept = [c for c in df.column_names if c.split("@")[0] in self.keys or "_is_pad@" in c]
+        return df.select(*kept)
 
     def __iter__(self):
         return _Batches(iter(self.dataframe().iter_rows()), self.run.batch_size, set(self.dmeta.cameras))
@@ -101,7 +144,7 @@ class _Batches:
 
     def __next__(self) -> dict:
         t0 = time.perf_counter()
-        rows = [next(self.rows) for _ in range(self.batch_size)]  # StopIteration ends the pass
+        rows = [_stack_steps(next(self.rows)) for _ in range(self.batch_size)]  # StopIteration ends the pass
         out = {key: self._column(key, [r[key] for r in rows]) for key in rows[0]}
         info = np.full((len(rows), INFO_WIDTH), -1.0)
         info[:, 0] = (time.perf_counter() - t0) * 1000.0 / len(rows)
@@ -111,7 +154,7 @@ class _Batches:
     def _column(self, key: str, values: list):
         if isinstance(values[0], str):
             return values
-        if key in self.cameras:  # (H, W, C) uint8 arrays
+        if key in self.cameras:  # (H, W, C) or (steps, H, W, C) uint8 arrays
             return torch.from_numpy(np.stack(values)).movedim(-1, -3)
         arr = np.asarray(values)
         if arr.dtype == np.float64:
@@ -119,3 +162,17 @@ class _Batches:
         return torch.from_numpy(arr)
 
     worker_pids: list[int] = []  # Daft's readers are threads of this process: its memory counts them
+
+
+def _stack_steps(row: dict) -> dict:
+    """A row's window columns (`key@i`, one a step) as one value of LeRobot's shape: (steps, ...)."""
+    out, steps = {}, {}
+    for key, value in row.items():
+        name, at, _ = key.partition("@")
+        if at:
+            steps.setdefault(name, []).append(value)
+        else:
+            out[key] = value
+    for name, values in steps.items():
+        out[name] = np.stack([np.asarray(v) for v in values])
+    return out
