@@ -9,8 +9,9 @@ measures the batches the consumer receives, every frame checked, memory with Daf
 process's).
 
 What a run sets, in Daft's terms: `daft_shuffle` (none: Daft's default, rows in reading order; rows: the frame rows
-shuffled before the decode, as a Daft user shuffles a table, so each decode batch seeks as LeRobot's map loader does;
-global: `DataFrame.shuffle` after the decode, a sort of every decoded frame). The pipeline is `read`'s own steps
+shuffled before the decode, as a Daft user shuffles a table (Daft's decode then goes forward through every gap under
+10 s between a decode batch's timestamps: slow on v3.0 files that hold many episodes); global: `DataFrame.shuffle`
+after the decode, a sort of every decoded frame). The pipeline is `read`'s own steps
 (`read_episodes`, `load_episode_frames`, its batched PyAV decode function), with the shuffle or the windows put in
 before the decode. Windows (`delta_timestamps`) are columns, one an offset: the step's frame found by a join on
 (episode, frame), clamped to the episode as LeRobot clamps it, the camera decoded at its timestamp, `<key>_is_pad`
@@ -101,8 +102,8 @@ class DaftBatches:
                     steps[d] = f"_step{len(steps)}"
                     df = df.with_column(steps[d], at.clip(lit(0), col("length") - 1))
                 df = df.with_column(f"{key}_is_pad@{i}", (at < 0) | (at >= col("length")))
+        frames = daft.read_parquet(f"{root}/data/**")  # lazy: read where a window of a feature joins it
         for key in (k for k in self.windows if k not in self.dmeta.cameras):
-            frames = daft.read_parquet(f"{root}/data/**")
             for i, d in enumerate(self.windows[key]):
                 step = frames.select(col("episode_index").alias("_ep"), col("frame_index").alias("_at"),
                                      col(key).alias(f"{key}@{i}"))  # fmt: skip
