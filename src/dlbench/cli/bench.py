@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+import sys
 from typing import TYPE_CHECKING
 
 from ..errors import UserError
@@ -165,9 +167,20 @@ def bench_run(a) -> None:
 
 
 def bench_rank(a) -> None:
+    from ..bench.adapters.daft_data import abandoned
     from ..bench.launch import rank_main
 
     rec = rank_main(a.spec, a.out_dir, a.rank)
+    try:
+        _say_rank(rec)
+    finally:
+        if abandoned():  # its record is written; Daft's threads would finish the query before the exit
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
+
+
+def _say_rank(rec: dict | None) -> None:
     if rec is None:  # ran in the peer environment, which said its own line
         return
     rank, world = rec["rank"], rec["world_size"]

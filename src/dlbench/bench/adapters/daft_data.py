@@ -53,6 +53,14 @@ def daft_adapter(run, dmeta: DatasetMeta) -> Adapter:
     return Adapter(batches, True, fpi, None, None, batches=batches.for_run)
 
 
+_ABANDONED: list = []  # a query left running in this process (`DaftBatches.close`)
+
+
+def abandoned() -> bool:
+    """Whether this process left a Daft query running: its exit would wait for the query's decodes."""
+    return bool(_ABANDONED)
+
+
 class DaftBatches:
     """Daft's batches for one rank, one pass at a time (`set_epoch` reshuffles the next): `iter_rows` over the
     DataFrame, `batch_size` rows stacked into tensors as a DataLoader's collate would (frames HWC -> CHW, as LeRobot's
@@ -63,6 +71,7 @@ class DaftBatches:
 
     def __init__(self, run, dmeta: DatasetMeta):
         self.run, self.dmeta, self.epoch = run, dmeta, 0
+        self.current = None  # this pass's rows (a generator)
         self.episodes = rank_episodes(dmeta, run.rank, run.world_size)
         if self.episodes == []:
             raise UserError(
@@ -77,7 +86,12 @@ class DaftBatches:
         return self
 
     def close(self) -> None:
-        pass
+        """Leave the pass's query behind. Daft cannot cancel one: closing `iter_rows`'s generator waits for every
+        decode in flight (36 s of a 70 s run of the default set, shuffled), and so does the process's exit; the
+        rank process ends at once instead (`abandoned`), once its record is written."""
+        if self.current is not None:  # kept referenced: a generator's finalizer closes it, and waits
+            _ABANDONED.append(self.current)
+            self.current = None
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -130,7 +144,8 @@ class DaftBatches:
         return df.select(*kept)
 
     def __iter__(self):
-        return _Batches(iter(self.dataframe().iter_rows()), self.run.batch_size, set(self.dmeta.cameras))
+        self.current = self.dataframe().iter_rows()
+        return _Batches(self.current, self.run.batch_size, set(self.dmeta.cameras))
 
 
 class _Batches:
