@@ -440,8 +440,8 @@ def test_windows_stop_only_once_their_median_is_known_to_the_precision(rates, pr
 
 def test_a_run_with_precision_measures_as_many_windows_as_its_median_needs(v30_h264):
     """With `precision`, a run stops after 3 windows where they agree, and runs to `repeats` where they cannot
-    (a precision no spread of real windows meets). The loose precision is one any three positive rates meet: 0.3 s
-    windows on a shared 2-core CI runner can differ several-fold, and this test is of the stopping rule."""
+    (a precision no spread of real windows meets). The loose precision (100x the median) is one no real spread of
+    windows fails: 0.3 s windows on a shared 2-core CI runner differ several-fold; this test is of the stopping rule."""
     base = dict(root=str(v30_h264), loader="dlbench_map", mode="single", repeats=6, **{**FAST, "duration_s": 0.3})
     loose = measure_rank(RunSpec(**base, precision=100.0))["metrics"]
     tight = measure_rank(RunSpec(**base, precision=1e-9))["metrics"]
