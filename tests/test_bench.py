@@ -438,6 +438,31 @@ def test_windows_stop_only_once_their_median_is_known_to_the_precision(rates, pr
         assert median_known([rates[0]] * len(rates), precision)  # windows that agree: known
 
 
+@given(
+    min_batches=st.integers(min_value=0, max_value=200),
+    repeats=st.integers(min_value=1, max_value=8),
+    precision=st.sampled_from([0.0, 0.05]),
+    extra=st.lists(st.integers(min_value=0, max_value=30), min_size=8, max_size=8),
+)
+def test_windows_take_min_batches_together_and_no_more_once_they_have_them(min_batches, repeats, precision, extra):
+    """Each window taking its `least_batches` (or more: `extra`), the planned windows hold `min_batches` together;
+    a window after the run has them waits on no batch."""
+    from dlbench.bench.measure import Window, least_batches, planned_windows
+
+    run = RunSpec(min_batches=min_batches, repeats=repeats, precision=precision)
+    seen = Window()
+    for k in range(repeats):
+        had = sum(w["batches"] for w in seen.windows)
+        least = least_batches(run, seen, k)
+        assert least >= 0
+        if had >= min_batches:
+            assert least == 0
+        seen.windows.append({"batches": least + extra[k]})
+        if k + 1 == planned_windows(run):
+            assert sum(w["batches"] for w in seen.windows) >= min_batches
+    assert least_batches(replace(run, num_batches=5), Window(), 0) == 0  # a fixed count of batches: no least
+
+
 def test_a_run_with_precision_measures_as_many_windows_as_its_median_needs(v30_h264):
     """With `precision`, a run stops after 3 windows where they agree, and runs to `repeats` where they cannot
     (a precision no spread of real windows meets). The loose precision (100x the median) is one no real spread of

@@ -279,10 +279,11 @@ def workers_start_s(batches: Epochs, t_start_unix: float) -> float | None:
 
 
 def measure_window(
-    run: RunSpec, batches: Epochs, consumer: torch.device, checks: list, samples_out, seen: Window
+    run: RunSpec, batches: Epochs, consumer: torch.device, checks: list, samples_out, seen: Window, least: int = 0
 ) -> dict:
-    """One steady window of `duration_s` (or `num_batches`): each batch moved to the consumer as training moves it,
-    noted in `seen`, then checked. Returns the window's start/end time, samples, batches and seconds."""
+    """One steady window of `duration_s` (or `num_batches`), and of `least` batches at least: each batch moved to
+    the consumer as training moves it, noted in `seen`, then checked. Returns the window's start/end time, samples,
+    batches and seconds."""
     samples = count = 0
     waited = 0.0  # seconds the consumer was blocked on the next batch (and its copy)
     copy_s, copy_bytes = 0.0, 0  # the host-to-GPU copies alone (measured where no GPU step overlaps them)
@@ -296,7 +297,6 @@ def measure_window(
     # workers hand batches over in turn, so a window of whole rounds (a batch of each) spans whole batches of every
     # worker's work; 3 batches of 2 workers that finish together count one of them twice (+/-30% on slow sets)
     rounds = max(1, len(workers))
-    least = -(-run.min_batches // planned_windows(run)) if run.num_batches is None else 0
     while True:
         now = time.perf_counter()
         if run.num_batches is not None and count >= run.num_batches:
@@ -369,6 +369,17 @@ def median_known(rates: list[float], precision: float) -> bool:
     return median > 0 and 1.2533 * float(np.std(rates, ddof=1)) / np.sqrt(len(rates)) <= precision * median
 
 
+def least_batches(run: RunSpec, seen: Window, k: int) -> int:
+    """The batches window `k` takes at least: what the run still lacks of `min_batches` (the effective batch size's
+    figures), spread over the windows planned from here. A window past them takes `duration_s` alone: a slow loader
+    whose median is not yet known measures its later windows at the same precision without waiting on batches the
+    figures already have."""
+    if run.num_batches is not None:
+        return 0
+    lacking = run.min_batches - sum(w["batches"] for w in seen.windows)
+    return max(0, -(-lacking // max(1, planned_windows(run) - k)))
+
+
 def planned_windows(run: RunSpec) -> int:
     """The windows a run measures at least (`measure`): its `repeats`, or MIN_WINDOWS with `precision`."""
     return max(1, min(run.repeats, MIN_WINDOWS) if run.precision else run.repeats)
@@ -395,7 +406,8 @@ def measure(
     seen = Window(moments=moments or BatchMeans(None))
     planned = min(run.repeats, MIN_WINDOWS) if run.precision and run.ranks > 1 else run.repeats
     for k in range(planned):
-        seen.windows.append(measure_window(run, batches, consumer, checks, samples_out, seen))
+        at_least = least_batches(run, seen, k)
+        seen.windows.append(measure_window(run, batches, consumer, checks, samples_out, seen, at_least))
         w = seen.windows[-1]
         progress(f"rank {run.rank} of {run.world_size}: window {k + 1} of up to {planned}: {w['samples']} samples in "
                  f"{w['seconds']:.1f} s ({w['samples'] / max(w['seconds'], 1e-9):,.0f} samples/s)")  # fmt: skip
