@@ -366,3 +366,42 @@ def test_the_short_answer_comes_first_one_line_a_dataset_and_never_contradicts_t
     assert "## s / d-dlbench_map-single-w1" in detail and "## s / d-dlbench_map-single-w1" not in answer
     section = detail.split("## s / d-dlbench_map-single-w8b")[1]
     assert "(target 1: met)" in section and "so the run does not pass" in section and ": pass" not in section
+
+
+def test_a_prescription_its_proof_withdrew_is_not_the_short_answer():
+    """LeRobot's stream below the floor is prescribed a larger buffer; where its proof here withdrew it, the short
+    answer is the dataset's next best change (more workers for a run with too few), and where there is none, the
+    line says the proof withdrew it, never that `--verify` will measure it."""
+    c = replace(cal(8), costs=[*cal(8).costs, cost(worker_ms=4.0, loader="lerobot_stream")])
+    few = row(1, c=c)
+    low = {**row(8, c=c), "scenario": "t", "run_id": "d-lerobot_stream-single-w8", "loader": "lerobot_stream",
+           "shuffle_effective_batch": 0.6, "shuffle_effective_window": 0.1, "shuffle_distinct_frames": 1.0}  # fmt: skip
+    proof = {"scenario": "t", "run_id": low["run_id"], "change": "buffer_size: 4000", "predicted_gain": 1.0,
+             "before_frames_per_s_node": 500.0, "after_frames_per_s_node": 450.0, "measured_gain": 0.9,
+             "before_windows": "[500.0]", "verdict": "withdrawn: still below the floor (effective window 0.2 < 0.3)"}  # fmt: skip
+    verified = pd.DataFrame([proof])
+    text = advise(pd.DataFrame([few, low]), {("d", "local"): c}, verified=verified)
+    answer = [line for line in text.split("# Per run")[0].splitlines() if line.startswith("- **")]
+    assert len(answer) == 1 and "`num_workers: 8`" in answer[0] and "buffer_size" not in answer[0]
+    alone = advise(pd.DataFrame([low]), {("d", "local"): c}, verified=verified).split("# Per run")[0]
+    assert "`buffer_size: 4000`" in alone and "withdrew it (withdrawn: still below the floor" in alone
+    assert "what `--verify` measures" not in alone
+    proven = pd.DataFrame([{**proof, "verdict": "proven: reaches the floor (effective window 0.10 before), at 0.90x"}])
+    first = advise(pd.DataFrame([few, low]), {("d", "local"): c}, verified=proven).split("# Per run")[0]
+    assert "restore the shuffle of t: `buffer_size: 4000`, proven: reaches the floor" in first
+
+
+def test_the_cheapest_proof_of_a_run_below_the_floor_goes_first():
+    """Runs below the floor first (their gain is unknown until measured), the one whose legs start up fastest among
+    them (Ray Data's 15 s first batch last), then speed by predicted gain; several nodes last."""
+    from dlbench.advice.prescribe import Prescription
+    from dlbench.advice.prove import proof_order
+
+    def todo(name, shuffle, gain=1.0, start=1.0, nodes=1):
+        return ({"scenario": name, "first_batch_latency_s": start, "nodes": nodes}, Prescription({}, 1.0, gain,
+                why="", shuffle=shuffle))  # fmt: skip
+
+    runs = [todo("fast", False, gain=3.0), todo("ray", True, start=15.0), todo("two", True, start=0.1, nodes=2),
+            todo("lerobot", True, start=4.0), todo("faster", False, gain=5.0), todo("unknown", True, start=None)]  # fmt: skip
+    assert [r["scenario"] for r, _ in sorted(runs, key=proof_order)] == [
+        "lerobot", "ray", "unknown", "faster", "fast", "two"]  # fmt: skip

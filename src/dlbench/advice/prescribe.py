@@ -602,24 +602,40 @@ def short_answer(answers: dict, ok: pd.DataFrame) -> list[str]:
 
         def rank(entry):
             row, p, v = entry
-            proven = v is not None and v["change"] == yaml(p.change) and pd.notna(v.get("measured_gain"))
-            gain = float(v["measured_gain"]) if proven else p.gain
-            return (p.shuffle, proven and not str(v["verdict"]).startswith("not"), gain)
+            proof = _proof_of(p, v)
+            withdrawn = proof is not None and not str(proof["verdict"]).startswith("proven")
+            gain = float(proof["measured_gain"]) if proof is not None and not withdrawn else p.gain
+            # a change its proof withdrew lifts nothing: any other first; then a shuffle restored before speed
+            return (not withdrawn, p.shuffle, proof is not None, gain)
 
         row, p, v = max(found, key=rank)
-        proven = v is not None and v["change"] == yaml(p.change) and pd.notna(v.get("measured_gain"))
-        if p.shuffle:
+        proof = _proof_of(p, v)
+        if proof is not None and not str(proof["verdict"]).startswith("proven"):
+            said = (f"`{yaml(p.change)}` in scenario {row['scenario']} was the best the model knew, and its proof "
+                    f"here withdrew it ({proof['verdict']}); the runs' detail below says what else would help")  # fmt: skip
+        elif proof is not None and p.shuffle:
+            said = (f"restore the shuffle of {row['scenario']}: `{yaml(p.change)}`, {proof['verdict']} "
+                    f"({proof['before_frames_per_s_node']:,.0f} -> {proof['after_frames_per_s_node']:,.0f} frames/s "
+                    "per node)")  # fmt: skip
+        elif p.shuffle:
             said = f"restore the shuffle of {row['scenario']}: {_change_text(p, row)}"
-        elif proven:
-            said = (f"`{yaml(p.change)}` ({row['scenario']}): {v['before_frames_per_s_node']:,.0f} -> "
-                    f"{v['after_frames_per_s_node']:,.0f} frames/s per node, {v['measured_gain']:.2f}x measured "
-                    f"({v['verdict']})")  # fmt: skip
+        elif proof is not None:
+            said = (f"`{yaml(p.change)}` ({row['scenario']}): {proof['before_frames_per_s_node']:,.0f} -> "
+                    f"{proof['after_frames_per_s_node']:,.0f} frames/s per node, {proof['measured_gain']:.2f}x "
+                    f"measured ({proof['verdict']})")  # fmt: skip
         else:
             said = f"{_change_text(p, row)}; not proven here (advice.verify proves the top ones)"
         out.append(f"- **{dataset}** from {source}: {said}.")
     left = sorted(set(zip(ok["dataset"], ok["source"])) - set(answers))
     out += [f"- **{d}** from {s}: no change the model or the matrix knows gives 10% more." for d, s in left]
     return out
+
+
+def _proof_of(p: Prescription, v: dict | None) -> dict | None:
+    """The proof of prescription `p` in verified.csv's row `v` (None where it was not measured)."""
+    if v is None or v["change"] != yaml(p.change) or pd.isna(v.get("measured_gain")):
+        return None
+    return v
 
 
 def _variants(encodings: pd.DataFrame | None) -> dict[str, list[dict]]:
