@@ -378,7 +378,8 @@ def test_a_prescription_its_proof_withdrew_is_not_the_short_answer():
            "shuffle_effective_batch": 0.6, "shuffle_effective_window": 0.1, "shuffle_distinct_frames": 1.0}  # fmt: skip
     proof = {"scenario": "t", "run_id": low["run_id"], "change": "buffer_size: 4000", "predicted_gain": 1.0,
              "before_frames_per_s_node": 500.0, "after_frames_per_s_node": 450.0, "measured_gain": 0.9,
-             "before_windows": "[500.0]", "verdict": "withdrawn: still below the floor (effective window 0.2 < 0.3)"}  # fmt: skip
+             "before_windows": "[500.0]",
+             "verdict": "withdrawn: still below the floor (effective window 0.2 < 0.3)"}  # fmt: skip
     verified = pd.DataFrame([proof])
     text = advise(pd.DataFrame([few, low]), {("d", "local"): c}, verified=verified)
     answer = [line for line in text.split("# Per run")[0].splitlines() if line.startswith("- **")]
@@ -402,6 +403,7 @@ def test_the_cheapest_proof_of_a_run_below_the_floor_goes_first():
                 why="", shuffle=shuffle))  # fmt: skip
 
     runs = [todo("fast", False, gain=3.0), todo("ray", True, start=15.0), todo("two", True, start=0.1, nodes=2),
-            todo("lerobot", True, start=4.0), todo("faster", False, gain=5.0), todo("unknown", True, start=None)]  # fmt: skip
+            todo("lerobot", True, start=4.0), todo("faster", False, gain=5.0),
+            todo("unknown", True, start=None)]  # fmt: skip
     assert [r["scenario"] for r, _ in sorted(runs, key=proof_order)] == [
         "lerobot", "ray", "unknown", "faster", "fast", "two"]  # fmt: skip

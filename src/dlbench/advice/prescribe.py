@@ -611,8 +611,10 @@ def short_answer(answers: dict, ok: pd.DataFrame) -> list[str]:
         row, p, v = max(found, key=rank)
         proof = _proof_of(p, v)
         if proof is not None and not str(proof["verdict"]).startswith("proven"):
-            said = (f"`{yaml(p.change)}` in scenario {row['scenario']} was the best the model knew, and its proof "
-                    f"here withdrew it ({proof['verdict']}); the runs' detail below says what else would help")  # fmt: skip
+            said = (
+                f"`{yaml(p.change)}` in scenario {row['scenario']} was the best the model knew, and its "
+                f"proof here withdrew it ({proof['verdict']}); the detail below says what else would help"
+            )
         elif proof is not None and p.shuffle:
             said = (f"restore the shuffle of {row['scenario']}: `{yaml(p.change)}`, {proof['verdict']} "
                     f"({proof['before_frames_per_s_node']:,.0f} -> {proof['after_frames_per_s_node']:,.0f} frames/s "
