@@ -472,3 +472,22 @@ def test_a_run_with_precision_measures_as_many_windows_as_its_median_needs(v30_h
     tight = measure_rank(RunSpec(**base, precision=1e-9))["metrics"]
     assert loose["repeats"] == 3 and len(loose["windows"]) == 3
     assert tight["repeats"] == 6
+
+
+@given(
+    steady=st.lists(st.floats(min_value=100.0, max_value=5000.0), min_size=3, max_size=8),
+    jitter=st.floats(min_value=0.0, max_value=0.01),
+)
+def test_a_runs_rate_is_its_median_window_where_windows_agree_and_all_windows_where_they_do_not(steady, jitter):
+    """Windows that agree give their median; windows of two kinds (Ray Data's: an epoch read ahead, then its
+    restart) give every window's samples over their seconds, which lies between the two kinds and is what training
+    got over them, never one kind's rate."""
+    from dlbench.bench.metrics import run_rate
+
+    agree = [{"samples": steady[0] * (1 + jitter * (-1) ** k), "seconds": 1.0} for k in range(len(steady))]
+    assert run_rate(agree, 0.05) == pytest.approx(np.median([w["samples"] for w in agree]))
+    fast, slow = {"samples": 2000.0, "seconds": 1.0}, {"samples": 500.0, "seconds": 5.0}
+    assert run_rate([fast, slow, fast, slow, fast], 0.05) == pytest.approx(7000.0 / 13.0)
+    mixed = [{"samples": r, "seconds": 1.0 + k % 2} for k, r in enumerate(steady)]
+    rates = [w["samples"] / w["seconds"] for w in mixed]
+    assert min(rates) * (1 - 1e-9) <= run_rate(mixed, 0.05) <= max(rates) * (1 + 1e-9)

@@ -479,3 +479,34 @@ def test_a_streams_calibration_passes_plan_their_reading_for_the_runs_workers():
     assert planned_workers(stream) == 4
     assert planned_workers(replace(stream, num_workers="auto", ranks=2, nodes=1)) == resolve_workers("auto", 2)
     assert planned_workers(replace(stream, loader="dlbench_map")) is None
+
+
+def test_loaders_that_size_their_own_workers_get_one_pass_after_every_forked_loaders(monkeypatch, tmp_path):
+    """Ray Data and Daft ignore `num_workers`: their one pass has every core busy, so it is their full-width pass
+    too, and it comes after every pass of the loaders whose DataLoader workers fork from the calibrating process
+    (the Ray processes and Daft threads it leaves would share the cores with those passes)."""
+    from dlbench.model import calibrate as cal
+    from dlbench.run.spec import RunSpec
+
+    calls = []
+
+    def one_pass(run, workdir, workers, warmup_s=None):
+        calls.append((run.loader, workers))
+        return {"samples_per_s": 500.0, "check_ms_per_sample": 0.1, "worker_cpu_ms_per_sample": 1.5,
+                "main_cpu_ms_per_sample": 0.3, "other_cpu_ms_per_sample": 0.2, "data_wait_frac": 0.8,
+                "worker_core_wait_ms_per_sample": 0.0, "peak_pss_workers_mb": 100.0, "peak_pss_mb": 300.0,
+                "first_batch_latency_s": 1.0, "frames_per_sample": 2, "samples": 800, "warmup_samples": 10**6,
+                "remote_requests": None}  # fmt: skip
+
+    monkeypatch.setattr(cal, "one_pass", one_pass)
+    monkeypatch.setattr(cal, "cores", lambda: 2)
+    names = ["ray_data", "lerobot_map", "daft_data", "lerobot_stream"]
+    runs = [RunSpec(loader=name, num_workers=2) for name in names]
+    costs = cal.loader_costs(runs, tmp_path, samples=2000, episodes=20, once=True)
+    assert [c.loader for c in costs] == names  # in the order asked
+    own = [k for k, (loader, _) in enumerate(calls) if loader in ("ray_data", "daft_data")]
+    assert own == [len(calls) - 2, len(calls) - 1]  # one pass each, after every other pass
+    assert sorted(calls[: own[0]]) == sorted([(n, w) for n in ("lerobot_map", "lerobot_stream") for w in (1, 2)])
+    ray = costs[0]
+    assert ray.full_cores == 2 and ray.full_cpu_s == pytest.approx(ray.cpu_s(1)) == pytest.approx(ray.cpu_s(2))
+    assert costs[1].full_cpu_s is not None

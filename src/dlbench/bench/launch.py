@@ -34,6 +34,7 @@ from .ray_cluster import RAY_ADDRESS_ENV, ray_cluster
 from .remote import metered
 
 IN_PEER_ENV = "DLBENCH_IN_PEER"
+PROGRESS_ENV = "DLBENCH_PROGRESS"  # set by `dlbench bench-run` without -q: its ranks say each window as it ends
 RUN_MANIFEST = "run.json"
 BARRIER_TIMEOUT_S = 600.0
 HUB_CACHE = ".hub-cache"  # a run's own HF_HOME (LeRobot downloads there), removed when the run ends

@@ -18,6 +18,7 @@ from ..procstat import MemorySampler, core_wait_seconds, cpu_seconds, host_cpu_s
 from ..run.spec import MIN_WINDOWS, RunSpec
 from .checks.effective import BatchMeans
 from .gpu import GpuStep, host_bytes, to_device
+from .launch import PROGRESS_ENV
 
 LATENCY_PERCENTILES = (50, 95, 99)
 
@@ -383,9 +384,6 @@ def least_batches(run: RunSpec, seen: Window, k: int) -> int:
 def planned_windows(run: RunSpec) -> int:
     """The windows a run measures at least (`measure`): its `repeats`, or MIN_WINDOWS with `precision`."""
     return max(1, min(run.repeats, MIN_WINDOWS) if run.precision else run.repeats)
-
-
-PROGRESS_ENV = "DLBENCH_PROGRESS"  # set by `dlbench bench-run` without -q: its ranks say each window as it ends
 
 
 def progress(message: str) -> None:

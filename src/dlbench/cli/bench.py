@@ -157,8 +157,8 @@ def _labels(given: dict, spec_path: str | None):
 def bench_run(a) -> None:
     import os
 
-    from ..bench.launch import run_job
-    from ..bench.measure import PROGRESS_ENV
+    # not from bench.measure, which imports torch: a peer loader's job needs it only in its peer process
+    from ..bench.launch import PROGRESS_ENV, run_job
 
     if not a.quiet:  # each rank says its windows as they end (the ranks run with -q: no bars)
         os.environ[PROGRESS_ENV] = "1"

@@ -33,6 +33,7 @@ from ..errors import UserError
 from ..loader.dataset_meta import DatasetMeta
 from ..peer import CREATE_COMMAND, peer_python
 from ..run import spec as runspec
+from ..run.loaders import OWN_WORKERS
 from ..run.spec import RunSpec, resolve_workers
 from .calibration import Calibration, LoaderCost, host_cores
 
@@ -168,7 +169,24 @@ def loader_costs(
     pass where the run has no workers (`num_workers` 0; nothing else reads it). `once`: the one-worker pass is not
     measured again for drift (`dlbench tune`, which ranks by the calibration and measures what it answers).
     Every one-worker pass comes first: its worker forks from this process, which must not hold decoders of a loader
-    yet (LeRobot keeps them in one cache per process, which a forked worker would share and break)."""
+    yet (LeRobot keeps them in one cache per process, which a forked worker would share and break). Loaders that
+    size their own workers (`OWN_WORKERS`: Ray Data, Daft) come after every other loader's passes, as one pass
+    that is their full-width pass too: the runtime they start here (Ray's processes, Daft's threads) outlives the
+    pass, and would share the cores with any pass measured after it."""
+    own = [run for run in runs if run.loader_name.base in OWN_WORKERS]
+    forked = [run for run in runs if run.loader_name.base not in OWN_WORKERS]
+    found = dict(zip(map(id, forked), _forked_costs(forked, workdir, samples, episodes, contention, once)))
+    for run in own:
+        m, warmup = worker_pass(run, workdir, samples, episodes)
+        m = m if once else repeated(run, workdir, m, warmup)
+        found[id(run)] = m if isinstance(m, str) else _cost(run, None, m, full=m)
+    return [found[id(run)] for run in runs]
+
+
+def _forked_costs(
+    runs: list[RunSpec], workdir: Path, samples: int, episodes: int, contention: Calibration | None, once: bool
+) -> list[LoaderCost | str]:
+    """`loader_costs` of loaders whose DataLoader workers fork from this process."""
     passes = [worker_pass(run, workdir, samples, episodes) for run in runs]
     width = cores()
     known = {(c.loader, c.mode): c for c in contention.costs if c.full_cpu_s is not None} if contention else {}

@@ -18,6 +18,9 @@ RAY_LOADERS = tuple(name for name in LOADERS if name.startswith("ray_"))  # Ray 
 DAFT_LOADERS = tuple(name for name in LOADERS if name.startswith("daft_"))  # Daft's daft.datasets.lerobot
 # run in the peer environment (LeRobot, lerobot-lancedb, Ray Data, which decodes through LeRobot, and Daft)
 PEER_LOADERS = LEROBOT_LOADERS + LANCE_LOADERS + RAY_LOADERS + DAFT_LOADERS
+# loaders that size their own workers from the cores (Ray's tasks, Daft's threads): `num_workers` means nothing to
+# them, so a pass of theirs with one DataLoader worker is already a pass with every core busy
+OWN_WORKERS = RAY_LOADERS + DAFT_LOADERS
 # the package each peer loader imports (the peer environment runs it unless that package is importable here)
 PEER_PACKAGE = {**dict.fromkeys(LEROBOT_LOADERS, "lerobot"), **dict.fromkeys(LANCE_LOADERS, "lerobot_lancedb")}
 PEER_PACKAGE.update({**dict.fromkeys(RAY_LOADERS, "ray"), **dict.fromkeys(DAFT_LOADERS, "daft")})
