@@ -315,9 +315,13 @@ def test_a_map_run_whose_workers_wait_on_storage_is_given_workers_past_the_cores
     assert all(p.change.get("num_workers", 0) <= 2 for p in prescribe({**row(1, c=busy), "source": "bucket"}, busy))
 
 
-def test_lerobots_stream_on_one_data_file_is_told_in_its_own_terms_to_have_one_file_a_worker(v30_h264_one_file):
+def test_lerobots_stream_on_one_data_file_is_told_in_its_own_terms_to_have_one_file_a_worker(
+    v30_h264_one_file, monkeypatch
+):
     """LeRobot's stream gives a worker whole data files: on one file, 4 workers, 3 idle. The prescription is the data
-    file size that gives each worker a file, predicted with that many files; verify says it cannot run it here."""
+    file size that gives each worker a file, predicted with that many files; verify says it cannot run it here. A
+    set whose data is too small to split into files of 1 MB (this one's, as written) is told nothing of the kind."""
+    from dlbench.advice import prescribe as prescribing
     from dlbench.advice.prove import changed_spec
     from dlbench.errors import UserError
     from dlbench.run.spec import make_run
@@ -326,7 +330,11 @@ def test_lerobots_stream_on_one_data_file_is_told_in_its_own_terms_to_have_one_f
     cal = Calibration("d", "local", "h", 8, 8, 1, None, 1.0, costs=[c])
     slow = {**row(4, measured=1 / c.worker_s * 2), "loader": "lerobot_stream", "run_id": "d-lerobot_stream-single-w4"}
     spec = {"root": str(v30_h264_one_file)}
+    assert prescribing._data_mb(spec["root"]) < 4 * prescribing.MIN_DATA_FILE_MB
+    assert not [p for p in prescribe(slow, cal, spec=spec) if "data_file_size_in_mb" in p.change]
+    monkeypatch.setattr(prescribing, "_data_mb", lambda root: 400.0)  # the same layout with 400 MB of data
     found = [p for p in prescribe(slow, cal, spec=spec) if "data_file_size_in_mb" in p.change]
+    assert found[0].change == {"data_file_size_in_mb": 100.0}
     assert found and found[0].gain == pytest.approx(4.0, rel=0.05) and "1 file(s) for 4 workers" in found[0].why
     text = advise(pd.DataFrame([slow]), {("d", "local"): cal}, specs={("s", slow["run_id"]): spec})
     assert "`data_file_size_in_mb: " in text and "in the convert section: " in text and "::" not in text

@@ -538,3 +538,25 @@ def test_the_headline_table_has_a_row_a_run_rounded_with_its_verdict_and_first_r
     assert headline.first_reason("a (x; y); b") == "a (x; y)" and headline.first_reason("") == ""
     page = (tmp_path / "summary.html").read_text()  # the report's first entry: the same rows as HTML
     assert page.count("<tr>") == len(summary) + 1 and "no CUDA device" in page and "&lt;" not in headline.intro(summary)
+
+
+def test_windows_of_two_kinds_give_what_they_delivered_in_all_and_the_row_says_what_an_item_holds(tmp_path):
+    """Ray Data's windows alternate between an epoch read ahead and its restart: summary.csv's rate is what the
+    windows delivered over their seconds (the rank's own record says the same), where the median would be one kind's."""
+    run = write_run(tmp_path, "ray_local", "ray_data", [0.0])
+    path = run / "rank0of1.json"
+    rec = json.loads(path.read_text())
+    kinds = [(2000, 1.0), (500, 5.0), (2000, 1.0), (500, 5.0), (2000, 1.0)]
+    rec["metrics"].update(frames_per_sample=2, image_shape="96x128x3", windows=[
+        {"start_unix": 10.0 * i, "end_unix": 10.0 * i + s, "samples": n, "seconds": s} for i, (n, s) in enumerate(kinds)
+    ])  # fmt: skip
+    recordmod.write(rec, path)
+    row = agg.aggregate([run], tmp_path / "summary.csv").iloc[0]
+    assert row["samples_per_s_node"] == pytest.approx(7000 / 13) and row["frames_per_s_node"] == pytest.approx(
+        14000 / 13
+    )
+    assert row["frames_per_s_min"] == 200.0 and row["frames_per_s_max"] == 4000.0
+    # what an item holds reaches summary.csv, where the advice sizes a shuffle buffer's memory from it
+    from dlbench.advice.prescribe import item_bytes
+
+    assert item_bytes(pd.read_csv(tmp_path / "summary.csv").iloc[0].to_dict()) == 96 * 128 * 3 * 2

@@ -482,7 +482,7 @@ def test_a_runs_rate_is_its_median_window_where_windows_agree_and_all_windows_wh
     """Windows that agree give their median; windows of two kinds (Ray Data's: an epoch read ahead, then its
     restart) give every window's samples over their seconds, which lies between the two kinds and is what training
     got over them, never one kind's rate."""
-    from dlbench.bench.metrics import run_rate
+    from dlbench.bench.rates import run_rate
 
     agree = [{"samples": steady[0] * (1 + jitter * (-1) ** k), "seconds": 1.0} for k in range(len(steady))]
     assert run_rate(agree, 0.05) == pytest.approx(np.median([w["samples"] for w in agree]))

@@ -33,6 +33,9 @@ MEMORY_SHARE = 0.8  # a run whose processes hold more of the host's RAM than thi
 WORTH = 1.1  # a change is prescribed when it is predicted to give at least this many times the frames/s
 DECODE_SHARE = 0.5  # a map-style run whose workers decode this share of their time is probed for a re-encoding
 REENCODABLE = ("dlbench_map", "lerobot_map")  # map-style loaders that read a re-encoded v3.0 dataset as it is
+# data files smaller than this are not prescribed: each costs LeRobot's stream an open and a parquet footer, and a
+# set whose data is a few MB (the default's 0.2 MB) loads whole in any worker (LeRobot's converter writes 100 MB)
+MIN_DATA_FILE_MB = 1.0
 CONVERT_KEYS = {"data_file_size_in_mb"}  # prescriptions of config.yaml's convert section, not of a scenario
 RUN_KEYS = ("loader", "mode", "batch_size", "num_workers", "decode_device", "step_ms", "ranks", "nodes")
 
@@ -263,7 +266,9 @@ def _lerobot_data_files(row: dict, cal: Calibration, spec: dict, run: dict, scal
     total_mb = _data_mb(spec["root"])
     if total_mb is None:
         return None
-    size = max(round(total_mb / needed, 1), 0.1)
+    size = round(total_mb / needed, 1)
+    if size < MIN_DATA_FILE_MB:  # a set this small: the workers it would feed cost more than its data
+        return None
     why = (f"LeRobot's stream reads whole data files, one per worker: {cal.data_files} file(s) for {needed} workers; "
            f"convert the dataset again with data files of at most {size:g} MB ({total_mb:.1f} MB of data)")  # fmt: skip
     fps = p.frames_per_s_node * scale

@@ -19,6 +19,7 @@ from ..run.spec import MIN_WINDOWS, RunSpec
 from .checks.effective import BatchMeans
 from .gpu import GpuStep, host_bytes, to_device
 from .launch import PROGRESS_ENV
+from .rates import median_known
 
 LATENCY_PERCENTILES = (50, 95, 99)
 
@@ -359,15 +360,6 @@ def measure_window(
         "workers": len(workers),
         **({f"latency_p{q}_ms": float(np.percentile(lat, q)) for q in LATENCY_PERCENTILES} if count else {}),
     }
-
-
-def median_known(rates: list[float], precision: float) -> bool:
-    """Whether the median of these window rates is known to `precision` (a share of it): at least MIN_WINDOWS, and
-    the standard error of the median (1.25 sd / sqrt(n), for rates spread about normally) within it. 0: never."""
-    if precision <= 0 or len(rates) < MIN_WINDOWS:
-        return False
-    median = float(np.median(rates))
-    return median > 0 and 1.2533 * float(np.std(rates, ddof=1)) / np.sqrt(len(rates)) <= precision * median
 
 
 def least_batches(run: RunSpec, seen: Window, k: int) -> int:

@@ -12,8 +12,9 @@ from . import record as recordmod
 from .checks.effective import WINDOW_BATCHES, distinct_frames, lowest
 from .checks.frames import BarcodeCheck, DecodeCheck
 from .checks.shuffle import shuffle_score, spread_score
-from .measure import Pass, median_known
+from .measure import Pass
 from .probe import probe
+from .rates import run_rate
 from .remote import cost_metrics, needed_bytes
 
 MAX_KEPT_BATCHES = 2000  # each batch's projected mean kept in the record, for pooling the ranks (a few KB each)
@@ -35,21 +36,6 @@ def frame_checks(run: RunSpec, dmeta: DatasetMeta, device: torch.device) -> tupl
         else None
     )
     return barcodes, decoded
-
-
-AGREE = 0.05  # windows whose median is known to this share (`median_known`) agree: a run without a precision
-
-
-def run_rate(windows: list[dict], precision: float = 0.0) -> float:
-    """A rank's samples/s: the median window's where the windows agree (their median known to the run's
-    `precision`, else AGREE), robust to one window a host hiccup caught; else every window's samples over their
-    seconds. A loader that delivers in bursts longer than a window (Ray Data: an epoch read ahead in 1 s, then 3-5 s
-    to restart the next) gives windows of two kinds, and their median is whichever kind is the more often caught
-    (1,870 or 633 samples/s on one set, where training gets 513)."""
-    rates = [w["samples"] / w["seconds"] for w in windows]
-    if len(rates) < 2 or median_known(rates, precision or AGREE):
-        return float(np.median(rates))
-    return sum(w["samples"] for w in windows) / sum(w["seconds"] for w in windows)
 
 
 def timing_metrics(measured: Pass, frames_per_item: int, precision: float = 0.0) -> dict:

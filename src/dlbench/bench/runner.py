@@ -3,7 +3,8 @@
 Timeline of one run: build the loader; the first batch (its latency is reported); warm-up for `warmup_s`; then
 `repeats` steady windows of `duration_s` seconds (or `num_batches`, whichever comes first), back to back, during
 which every batch is moved to the GPU where torch sees one (from pinned memory, as training does) and counted. The
-headline rate is the median window's; the record keeps every window. After the DataLoader pass, a single-process
+headline rate is the median window's where the windows agree, else every window's samples over their seconds
+(`rates.run_rate`); the record keeps every window. After the DataLoader pass, a single-process
 probe splits the time per sample into fetch (parquet, indexing, collation) and decode; with `resume_check`
 (dlbench_stream only), one more epoch of the rank, interrupted and resumed with one worker more, checks that
 `state_dict` / `load_state_dict` deliver every frame exactly once.

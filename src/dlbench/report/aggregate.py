@@ -3,7 +3,8 @@
 Totals are the sum over ranks; per-node figures are the totals over the distinct hosts the ranks ran on (`hosts`),
 so two ranks that shared one machine count as one node; a run that got fewer hosts than its configured `nodes` says
 so in `notes`. Each rank measures `repeats` windows back to back: `frames_per_s_node` is the median window (summed
-over ranks), `frames_per_s_min` and `frames_per_s_max` the spread. Derived columns:
+over ranks) where the windows agree, else what they delivered in all (`bench.rates.ranks_rate`),
+`frames_per_s_min` and `frames_per_s_max` the spread. Derived columns:
 - `scaling_efficiency`: per-node frames/s of a run over that of the 1-rank run with the same source, loader,
   mode, batch size, workers and decode device (1.0 is perfect scaling across nodes; with several ranks on one
   node it says how much the node gains from them);
@@ -58,6 +59,7 @@ from .. import atomic
 from .. import floor as shortfalls
 from ..bench import record as recordmod
 from ..bench.checks.effective import WINDOW_BATCHES, effective_ratio, lowest, pooled
+from ..bench.rates import ranks_rate
 from ..config import defaults, schema
 from ..errors import UserError
 from ..model.equations import BOUNDS
@@ -311,18 +313,21 @@ def _measured(ok: list[dict], nodes: int) -> dict:
     if samples is None:  # records without windows: their own headline figures
         samples = np.array([m["samples_per_s"].sum()])
         fpi = m["frames_per_s_node"].sum() / samples[0] if samples[0] else 1
+        rate = float(np.median(samples))
+    else:  # the windows' median where they agree, else what the windows delivered in all (bench.rates)
+        rate = ranks_rate([r["metrics"]["windows"] for r in ok], ok[0]["config"].get("precision") or 0.0)
     frames = samples * fpi
     col = lambda name: m[name] if name in m else pd.Series([float("nan")])  # noqa: E731
     return {
-        "frames_per_s_node": float(np.median(frames)) / nodes,
+        "frames_per_s_node": rate * fpi / nodes,
         "frames_per_s_min": float(frames.min()) / nodes,
         "frames_per_s_max": float(frames.max()) / nodes,
         "repeats": len(frames),
         "window_frames_per_s": json.dumps([round(float(f) / nodes, 3) for f in frames]),
         **_window_columns(ok),
-        "samples_per_s_node": float(np.median(samples)) / nodes,
-        "frames_per_s_total": float(np.median(frames)),
-        "samples_per_s_total": float(np.median(samples)),
+        "samples_per_s_node": rate / nodes,
+        "frames_per_s_total": rate * fpi,
+        "samples_per_s_total": rate,
         "first_batch_latency_s": m["first_batch_latency_s"].max(),
         "data_wait_frac": col("data_wait_frac").max(),  # the slowest rank's: the one a synchronous step waits for
         "data_wait_frac_median": col("data_wait_frac").median(),
@@ -358,6 +363,9 @@ def _measured(ok: list[dict], nodes: int) -> dict:
         "peak_pss_workers_mb": col("peak_pss_workers_mb").max(),
         # DataLoader workers with something to read, over the ranks (dlbench_stream says; empty for the others)
         "busy_workers": col("busy_workers").sum(min_count=1),
+        # what an item holds (the advice sizes shuffle buffers from them)
+        "frames_per_sample": fpi,
+        "image_shape": ok[0]["metrics"].get("image_shape"),
         "worker_start_method": ok[0]["metrics"].get("worker_start_method"),
         "consumer_device": ok[0]["metrics"].get("consumer_device"),
         **_remote(m),

@@ -74,10 +74,11 @@ def rows(df: pd.DataFrame) -> list[list[str]]:
 def intro(df: pd.DataFrame) -> str:
     passed = int(df["pass"].sum()) if "pass" in df else 0
     return (
-        f"{len(df)} runs, {passed} pass. Frames/s: decoded frames a second per node, the median window (the windows'"
-        " range); effective 1 / 10: what a batch and ten in a row are worth against the dataset, over their nominal"
-        " size (1: uniform draws); effective frames/s: frames/s x the first; predicted: the model's error, (predicted"
-        " - measured) / measured. Every column of summary.csv: docs/configuration.md."
+        f"{len(df)} runs, {passed} pass. Frames/s: decoded frames a second per node, the median window where the"
+        " windows agree, else all windows' frames over their seconds (the windows' range); effective 1 / 10: what a"
+        " batch and ten in a row are worth against the dataset, over their nominal size (1: uniform draws); effective"
+        " frames/s: frames/s x the first; predicted: the model's error, (predicted - measured) / measured. Every"
+        " column of summary.csv: docs/configuration.md."
     )
 
 
