@@ -510,3 +510,15 @@ def test_loaders_that_size_their_own_workers_get_one_pass_after_every_forked_loa
     ray = costs[0]
     assert ray.full_cores == 2 and ray.full_cpu_s == pytest.approx(ray.cpu_s(1)) == pytest.approx(ray.cpu_s(2))
     assert costs[1].full_cpu_s is not None
+    # their pass spans several windows (a burst or a restart would fill one); the others' one
+    specs = []
+
+    def launch(spec, out):
+        specs.append(spec)
+        raise RuntimeError("not run here")
+
+    monkeypatch.undo()
+    monkeypatch.setattr(cal, "launch", launch)
+    for name in ("ray_data", "daft_data", "lerobot_map"):
+        assert "not run here" in cal.one_pass(RunSpec(loader=name, num_workers=2), tmp_path, 1)
+    assert [s.repeats for s in specs] == [cal.OWN_WORKERS_WINDOWS, cal.OWN_WORKERS_WINDOWS, 1]
