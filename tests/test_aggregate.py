@@ -3,8 +3,11 @@
 import json
 
 import matplotlib.image
+import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dlbench.bench import record as recordmod
 from dlbench.errors import UserError
@@ -560,3 +563,25 @@ def test_windows_of_two_kinds_give_what_they_delivered_in_all_and_the_row_says_w
     from dlbench.advice.prescribe import item_bytes
 
     assert item_bytes(pd.read_csv(tmp_path / "summary.csv").iloc[0].to_dict()) == 96 * 128 * 3 * 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    windows=st.lists(
+        st.lists(st.tuples(st.floats(1.0, 5000.0), st.floats(0.2, 10.0)), min_size=3, max_size=5),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_a_runs_rate_over_its_ranks_lies_within_its_windows_totals(windows):
+    """However the ranks' windows differ in rate and length, the run's rate is within the range summary.csv gives
+    (the windows' totals over the ranks), and for one rank it is what its windows delivered over their seconds."""
+    from dlbench.bench.rates import ranks_rate, run_rate
+
+    per_rank = [[{"samples": r * s, "seconds": s} for r, s in rank] for rank in windows]
+    n = min(len(w) for w in per_rank)
+    totals = np.sum([[w["samples"] / w["seconds"] for w in rank[:n]] for rank in per_rank], axis=0)
+    rate = ranks_rate(per_rank, 0.05)
+    assert totals.min() * (1 - 1e-9) <= rate <= totals.max() * (1 + 1e-9)
+    if len(per_rank) == 1:
+        assert rate == pytest.approx(run_rate(per_rank[0], 0.05))

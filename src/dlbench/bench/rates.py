@@ -32,10 +32,12 @@ def run_rate(windows: list[dict], precision: float = 0.0) -> float:
 
 
 def ranks_rate(per_rank: list[list[dict]], precision: float = 0.0) -> float:
-    """A run's samples/s over its ranks: the median of its windows' totals (each window summed over the ranks, as
-    they ran at once) where those agree, else the sum of each rank's `run_rate`."""
+    """A run's samples/s over its ranks, from its windows' totals (each window's rate summed over the ranks, as they
+    ran at once): their median where they agree, else their mean weighted by the windows' seconds (the ranks' mean),
+    which for one rank is `run_rate` and always lies within the totals' range."""
     n = min(len(w) for w in per_rank)
     totals = np.sum([[w["samples"] / w["seconds"] for w in windows[:n]] for windows in per_rank], axis=0)
     if n < 2 or median_known(list(totals), precision or AGREE):
         return float(np.median(totals))
-    return float(sum(run_rate(windows, precision) for windows in per_rank))
+    seconds = np.mean([[w["seconds"] for w in windows[:n]] for windows in per_rank], axis=0)
+    return float(np.sum(totals * seconds) / np.sum(seconds))
