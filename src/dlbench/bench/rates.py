@@ -24,11 +24,8 @@ def run_rate(windows: list[dict], precision: float = 0.0) -> float:
     `precision`, else AGREE), robust to one window a host hiccup caught; else every window's samples over their
     seconds. A loader that delivers in bursts longer than a window (Ray Data: an epoch read ahead in 1 s, then 3-5 s
     to restart the next) gives windows of two kinds, and their median is whichever kind is the more often caught
-    (1,870 or 633 samples/s on one set, where training gets 513)."""
-    rates = [w["samples"] / w["seconds"] for w in windows]
-    if len(rates) < 2 or median_known(rates, precision or AGREE):
-        return float(np.median(rates))
-    return sum(w["samples"] for w in windows) / sum(w["seconds"] for w in windows)
+    (1,870 or 633 samples/s on one set, where training gets 513). The one-rank case of `ranks_rate`."""
+    return ranks_rate([windows], precision)
 
 
 def ranks_rate(per_rank: list[list[dict]], precision: float = 0.0) -> float:
