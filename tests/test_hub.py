@@ -246,7 +246,7 @@ def test_remote_block_kb_sets_the_read_size_of_remote_video(endpoint):
 
     def block_sizes(ds) -> set[int]:
         next(iter(ds)) if isinstance(ds, LeRobotStreamingDataset) else ds[0]
-        return {e.handle.blocksize for e in ds.cache._entries.values()}
+        return {e.handle.shared.block_size for e in ds.cache._entries.values()}
 
     root = "hf://datasets/local/several@main"
     assert block_sizes(LeRobotStreamingDataset(root, return_uint8=True)) == {128 * 2**10}

@@ -177,6 +177,35 @@ def test_fetched_episodes_read_every_frame_right_in_one_request_per_group_and_fi
         assert sorted(first + rest) == list(range(ds.meta.num_frames))
 
 
+@pytest.mark.parametrize("block_size", [4 * 2**20, 1024])
+def test_decoders_of_one_remote_file_share_what_they_read(s3, v30_h264, monkeypatch, block_size):
+    """The open decoders of a remote file read through their process's `SharedReads`: a second decoder of the file
+    (another pool cursor) asks storage for nothing the first one read, a file no larger than a block is fetched whole
+    in one request, the frames are the local file's, and what is kept stays within its bound."""
+    import torch
+
+    from dlbench.decode.cache import VideoDecoderCache
+    from dlbench.loopback.meter import MeterProcess
+
+    isolate_s3_env(monkeypatch)
+    video = max((v30_h264 / "videos").rglob("*.mp4"), key=lambda p: p.stat().st_size)
+    url = f"{BUCKET_URL}/{video.relative_to(v30_h264).as_posix()}"
+    times = [0.0, 0.5, 1.0]
+    expected = VideoDecoderCache(1).decode(str(video), times, 30)
+    with MeterProcess(s3["fast"]["endpoint_url"]) as meter:
+        apply_env({**s3["fast"], "endpoint_url": meter.url})
+        cache = VideoDecoderCache(4, block_size=block_size)
+        start = meter.counts()["requests"]
+        assert torch.equal(cache.decode(url, times, 30, cursor=0), expected)
+        first = meter.counts()["requests"] - start
+        assert torch.equal(cache.decode(url, times, 30, cursor=1), expected)
+        assert meter.counts()["requests"] - start == first  # the second decoder's reads were all kept
+    assert len(cache._entries) == 2
+    if video.stat().st_size <= block_size:
+        assert first == 2  # its size, then the whole file
+    assert cache.shared.bytes <= max(4 * block_size, video.stat().st_size + 2**16)  # a read and a block at most
+
+
 def _clean_aws_env(tmp_path: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "FSSPEC_"))}
     env.update(
@@ -347,8 +376,8 @@ def test_max_requests_per_s_is_honoured_and_429_answers_are_retried(s3, tmp_path
         assert m["remote_frames"] >= m["samples"] * m["frames_per_sample"]  # the run's: warm-up and windows
         assert m["remote_requests_per_kframe"] == pytest.approx(m["remote_requests"] * 1000 / m["remote_frames"])
         # a streaming reader decodes whole episodes: it reads the staged files at least once over the run and not
-        # many times what an ideal reader fetches (the set is tiny: one decoder a file keeps a file in its read-ahead
-        # block across epochs, where the ideal reader fetches it again each epoch)
+        # many times what an ideal reader fetches (the set is tiny: a worker keeps each file's bytes across epochs,
+        # where the ideal reader fetches it again each epoch)
         assert m["remote_bytes_read"] >= 0.3 * s3["staged"]["bytes"], (m["remote_bytes_read"], s3["staged"])
         assert m["remote_read_amplification"] < 5, m["remote_read_amplification"]
         paced = dlbench(

@@ -19,6 +19,11 @@ def no_range_requests(url: str, e: Exception) -> UserError | None:
     `python -m http.server` does) on its first seek; None for any other error."""
     if not isinstance(e, ValueError) or "range requests" not in str(e):
         return None
+    return ignores_ranges(url)
+
+
+def ignores_ranges(url: str) -> UserError:
+    """The `UserError` for a server that answered a ranged read of `url` with more than the range."""
     return UserError(
         f"{url}: the server does not answer HTTP range requests, which reading parquet and MP4 files needs; serve "
         f"the dataset from one that does (S3, the Hub, nginx, SeaweedFS)"

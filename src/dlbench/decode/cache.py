@@ -13,7 +13,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 
-import fsspec
 import numpy as np
 import torch
 
@@ -21,7 +20,7 @@ from ..errors import UserError, no_range_requests
 from ..format.meta import TOLERANCE_S
 from ..format.paths import is_remote, local_path
 from .codecs import EXACT_SEEK_CODECS
-from .source import ReadClock, TimedReads
+from .source import ReadClock, SharedReads, TimedReads
 
 # torchcodec's NVDEC implementation: "ffmpeg" (FFmpeg's NVDEC hardware decoding) or "beta" (torchcodec's own, on
 # NVIDIA's Video Codec SDK; torchcodec's default from 0.14). "ffmpeg" is the default here because torchcodec
@@ -224,18 +223,19 @@ class VideoDecoderCache:
     switches episodes. Random access (the map-style loader) uses one decoder per file.
 
     Args:
-        capacity: open decoders kept (each holds a demuxer, a codec context and, for remote files, a read buffer).
+        capacity: open decoders kept (each holds a demuxer and a codec context); for remote files, also the most
+            blocks of their bytes kept (`source.SharedReads`, shared by the decoders of one file).
         device: "cpu" or "cuda" (NVDEC through torchcodec). A codec NVDEC cannot decode falls back to the CPU;
             `fallbacks` counts the files where that happened.
         seek_mode: torchcodec seek mode; "approximate" opens long files without scanning them.
         num_ffmpeg_threads: FFmpeg threads per CPU decoder (1 suits DataLoader workers).
-        block_size: read size in bytes for remote files (fsspec byte-range reads): large for sequential reading,
+        block_size: read size in bytes for remote files (aligned byte-range reads): large for sequential reading,
             small for random access (a random frame then costs one small read, not one block).
         max_bytes: the most memory (bytes) the open decoders may hold, by `decoder_bytes` (host memory; an NVDEC
             decoder's GPU memory is not counted); least recently used decoders are closed to stay under it, down to
             one. None: `capacity` alone bounds the cache.
-        wrap: for remote files, `wrap(url, fsspec_file, clock)` gives the file object the decoder reads (the loaders'
-            fetchers' `file`: a `decode.source.SourceFile`); None: the fsspec file itself. Where a decode
+        wrap: for remote files, `wrap(url, block_file, clock)` gives the file object the decoder reads (the loaders'
+            fetchers' `file`: a `decode.source.SourceFile`); None: the `source.SharedFile` itself. Where a decode
             fails, a file object with `read_on()` is asked whether it cut reads short, and then decoded again.
 
     One cache belongs to one process; DataLoader workers each build their own (see the loaders).
@@ -261,6 +261,8 @@ class VideoDecoderCache:
         self.num_ffmpeg_threads, self.block_size, self.max_bytes = num_ffmpeg_threads, block_size, max_bytes
         self.wrap = wrap
         self.reads = ReadClock()  # the decoders' waits on remote bytes (seconds), which the harness reads
+        # remote files' bytes, shared by this cache's decoders: at most what one block per open decoder held before
+        self.shared = SharedReads(block_size, capacity * block_size)
         self.bytes = 0  # estimated memory of the open decoders (`decoder_bytes`)
         # a cursor keeps its last request's frames for the next (shared frames decode once); a reader whose next
         # request is elsewhere in the file (a stream in random order) turns it off: they would be held for nothing
@@ -275,8 +277,7 @@ class VideoDecoderCache:
         handle = None
         try:
             if is_remote(url):
-                fs, path = fsspec.core.url_to_fs(url)
-                handle = fs.open(path, "rb", block_size=self.block_size, cache_type="readahead")
+                handle = self.shared.open(url)
                 source = TimedReads(handle, self.reads) if self.wrap is None else self.wrap(url, handle, self.reads)
             else:
                 source = local_path(url)
