@@ -608,14 +608,14 @@ def short_answer(answers: dict, ok: pd.DataFrame) -> list[str]:
         def rank(entry):
             row, p, v = entry
             proof = _proof_of(p, v)
-            withdrawn = proof is not None and not str(proof["verdict"]).startswith("proven")
+            withdrawn = _withdrew(proof)
             gain = float(proof["measured_gain"]) if proof is not None and not withdrawn else p.gain
             # a change its proof withdrew lifts nothing: any other first; then a shuffle restored before speed
             return (not withdrawn, p.shuffle, proof is not None, gain)
 
         row, p, v = max(found, key=rank)
         proof = _proof_of(p, v)
-        if proof is not None and not str(proof["verdict"]).startswith("proven"):
+        if _withdrew(proof):
             said = (
                 f"`{yaml(p.change)}` in scenario {row['scenario']} was the best the model knew, and its "
                 f"proof here withdrew it ({proof['verdict']}); the detail below says what else would help"
@@ -643,6 +643,11 @@ def _proof_of(p: Prescription, v: dict | None) -> dict | None:
     if v is None or v["change"] != yaml(p.change) or pd.isna(v.get("measured_gain")):
         return None
     return v
+
+
+def _withdrew(proof: dict | None) -> bool:
+    """True where a proof was measured and withdrew its prescription (`prove.verdict`: only "proven..." stands)."""
+    return proof is not None and not str(proof["verdict"]).startswith("proven")
 
 
 def _variants(encodings: pd.DataFrame | None) -> dict[str, list[dict]]:

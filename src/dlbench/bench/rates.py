@@ -28,12 +28,18 @@ def run_rate(windows: list[dict], precision: float = 0.0) -> float:
     return ranks_rate([windows], precision)
 
 
+def window_totals(per_rank: list[list[dict]]) -> np.ndarray:
+    """Samples/s in each window, summed over the ranks (which ran at once), over the windows every rank has."""
+    n = min(len(w) for w in per_rank)
+    return np.sum([[w["samples"] / w["seconds"] for w in windows[:n]] for windows in per_rank], axis=0)
+
+
 def ranks_rate(per_rank: list[list[dict]], precision: float = 0.0) -> float:
     """A run's samples/s over its ranks, from its windows' totals (each window's rate summed over the ranks, as they
     ran at once): their median where they agree, else their mean weighted by the windows' seconds (the ranks' mean),
     which for one rank is `run_rate` and always lies within the totals' range."""
-    n = min(len(w) for w in per_rank)
-    totals = np.sum([[w["samples"] / w["seconds"] for w in windows[:n]] for windows in per_rank], axis=0)
+    totals = window_totals(per_rank)
+    n = len(totals)
     if n < 2 or median_known(list(totals), precision or AGREE):
         return float(np.median(totals))
     seconds = np.mean([[w["seconds"] for w in windows[:n]] for windows in per_rank], axis=0)

@@ -59,7 +59,7 @@ from .. import atomic
 from .. import floor as shortfalls
 from ..bench import record as recordmod
 from ..bench.checks.effective import WINDOW_BATCHES, effective_ratio, lowest, pooled
-from ..bench.rates import ranks_rate
+from ..bench.rates import ranks_rate, window_totals
 from ..config import defaults, schema
 from ..errors import UserError
 from ..model.equations import BOUNDS
@@ -281,14 +281,8 @@ def _window_columns(recs: list[dict]) -> dict:
 
 def _window_totals(recs: list[dict]) -> np.ndarray | None:
     """Samples/s of the run in each of its windows, summed over ranks (None for records without windows)."""
-    per_rank = []
-    for r in recs:
-        windows = r["metrics"].get("windows")
-        if not windows:
-            return None
-        per_rank.append([w["samples"] / w["seconds"] for w in windows])
-    n = min(len(w) for w in per_rank)
-    return np.sum([w[:n] for w in per_rank], axis=0)
+    per_rank = [r["metrics"].get("windows") for r in recs]
+    return window_totals(per_rank) if all(per_rank) else None
 
 
 SPLIT_COLUMNS = ("split_fetch_ms", "split_decode_ms", "split_assembly_ms", "split_idle_ms")
