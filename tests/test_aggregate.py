@@ -365,6 +365,19 @@ def test_remote_cost_sums_requests_and_bytes_over_ranks_before_dividing(tmp_path
     assert plots.plot_remote_cost(df, tmp_path / "remote_cost.png").stat().st_size > 10_000
 
 
+def test_a_nodes_memory_is_its_ranks_peaks_summed_and_the_run_gives_its_largest_node(tmp_path):
+    """peak_pss_mb is the largest rank's; peak_pss_node_mb sums the ranks that shared a host (they ran at once)."""
+    run = write_run(tmp_path, "bucket_2node", "dlbench_stream", [300.0, 300.0, 300.0])
+    for rank, (host, mb) in enumerate([("a", 700.0), ("a", 500.0), ("b", 900.0)]):
+        path = run / f"rank{rank}of3.json"
+        rec = json.loads(path.read_text())
+        rec["host"] = host
+        rec["metrics"]["peak_pss_mb"] = mb
+        path.write_text(json.dumps(rec))
+    got = row(agg.aggregate([run], tmp_path / "summary.csv"), "bucket_2node", "dlbench_stream")
+    assert got["peak_pss_mb"] == 900.0 and got["peak_pss_node_mb"] == 1200.0
+
+
 def test_remote_cost_labels_name_the_scenario_only_where_two_runs_would_share_one():
     rows = [("bucket", "bucket", "dlbench_map", 1), ("bucket_in_order", "bucket", "dlbench_map", 1)]
     rows += [("hub", "hub", "dlbench_map", 1), ("bucket", "bucket", "dlbench_map", 2)]

@@ -288,6 +288,16 @@ def _window_totals(recs: list[dict]) -> np.ndarray | None:
 SPLIT_COLUMNS = ("split_fetch_ms", "split_decode_ms", "split_assembly_ms", "split_idle_ms")
 
 
+def _node_memory(recs: list[dict]) -> float:
+    """The most memory (MB) one node's ranks held: each node's ranks' peaks summed (they ran at once; peaks that did
+    not coincide make it an upper bound), the largest node's. A loader whose processes serve every rank of a node
+    (Ray's) counts them in the node's first rank only (bench/adapters/ray_data.py)."""
+    per_host: dict[str, float] = {}
+    for r in recs:
+        per_host[r.get("host", "")] = per_host.get(r.get("host", ""), 0.0) + float(r["metrics"]["peak_pss_mb"])
+    return max(per_host.values())
+
+
 def _measured(ok: list[dict], nodes: int) -> dict:
     """A run's measured columns from its rank records; per-node figures over `nodes` hosts."""
     m = pd.DataFrame([r["metrics"] for r in ok]).drop(
@@ -332,6 +342,7 @@ def _measured(ok: list[dict], nodes: int) -> dict:
         "latency_p95_ms": m["latency_p95_ms"].mean(),
         "latency_p99_ms": m["latency_p99_ms"].max(),
         "peak_pss_mb": m["peak_pss_mb"].max(),
+        "peak_pss_node_mb": _node_memory(ok),
         **{f"shuffle_{name}": col(f"shuffle_{name}").mean() for name in SHUFFLE_MEASURES + SHUFFLE_DIAGNOSTICS},
         **_pooled_effective(ok),
         "cache_hit_rate": m["cache_hit_rate"].mean(),
