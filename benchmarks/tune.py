@@ -13,7 +13,8 @@ floor (goal: >= 90%), and against LeRobot's defaults at equal or better effectiv
 (tune, sweep and LeRobot all read it there). `--scale N...`: tune alone on sets of small frames alike but for their
 number of episodes (goal: its time within 20% from the fewest to the most). `--policy TYPE --step-ms MS [--gpus G]`:
 tune in the trainer's terms; printed per set, the answer's AU as stated (from its proof) against AU measured with
-the step held (goal: within 10 points); `--no-sweep` stops there.
+the step held (goal: within 10 points), both by dlbench's bench and with the printed swap and flags in LeRobot
+0.6.1's training data path (peer environment, `dlbench.peer.lerobot_training --step-ms`); `--no-sweep` stops there.
 """
 
 from __future__ import annotations
@@ -80,6 +81,29 @@ def tune(root: str, out: Path, a, report: Report, *extra: str) -> tuple[dict, fl
     return result, took
 
 
+def au_in_lerobots_loop(root: str, w: dict, step_ms: float, work: Path) -> dict | str:
+    """The answer's swap and lerobot-train flags, as tune printed them, run in LeRobot 0.6.1's training data path
+    in the peer environment with each batch held `step_ms` (`dlbench.peer.lerobot_training --step-ms`): its
+    result, or why it did not run."""
+    from dlbench import peer
+    from dlbench.errors import UserError
+    from dlbench.format.paths import is_remote
+
+    if peer.peer_python() is None:
+        return "no peer environment (make peer)"
+    if is_remote(root):
+        return "a remote set (the peer run reads local sets)"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "swap.py").write_text(w["lerobot_swap"])
+    try:
+        peer.run_peer("lerobot_training", root, str(work / "au.json"), "--step-ms", f"{step_ms:g}", "--steps", "300",
+                      "--batches", "20", "--swap", str(work / "swap.py"), "--flags", w["lerobot_flags"],
+                      timeout=900)  # fmt: skip
+    except UserError as e:
+        return str(e).splitlines()[-1]
+    return json.loads((work / "au.json").read_text())
+
+
 def against_sweep(name: str, root: str, a, work: Path, report: Report, endpoint: str | None = None) -> None:
     """Tune `root`, then measure every point of the sweep and LeRobot's stream at its defaults the same way, and
     print the goals: the answer within 5 minutes, >= 90% of the sweep's best at the floor, >= 1.5x LeRobot's."""
@@ -100,6 +124,16 @@ def against_sweep(name: str, root: str, a, work: Path, report: Report, endpoint:
                     stated is not None and measured is not None and abs(stated - measured) <= 0.10,
                     f"stated {stated or 0:.0%}, measured {measured or 0:.0%}, at {a.step_ms:g} ms on {a.gpus} "
                     f"GPU(s); {w.get('gpus_fed')} GPUs fed at 90%")  # fmt: skip
+        loop = au_in_lerobots_loop(root, w, a.step_ms / a.gpus, work / f"loop-{name}-{a.mode}")
+        if isinstance(loop, str):
+            report.line(f"{name}: the printed swap in LeRobot's training loop not run: {loop}")
+        else:
+            in_loop = w.get("au_lerobot_train")
+            report.goal(f"{name}: the printed swap in LeRobot 0.6.1's training loop within 10 points of the AU stated",
+                        in_loop is not None and abs(in_loop - loop["au"]) <= 0.10,
+                        f"stated {in_loop or 0:.0%} for lerobot-train's loop ({stated or 0:.0%} for dlbench's), "
+                        f"measured there {loop['au']:.0%} over {loop['steps']} steps of {loop['step_ms']:g} ms "
+                        f"({loop['dataset_class']})")  # fmt: skip
     if a.no_sweep:
         return
     spec = spec_from_endpoint(endpoint)

@@ -14,6 +14,7 @@ import torch
 
 from dlbench import peer
 from dlbench.bench.adapters import lerobot_delta_timestamps
+from dlbench.errors import UserError
 from dlbench.format import meta
 from dlbench.loader import LeRobotMapDataset
 from dlbench.tune import trainer
@@ -265,6 +266,35 @@ def test_lerobot_streaming_factory_takes_dlbench_stream(lerobot_recorded_v30, tm
     assert ours["dataset"] == theirs["dataset"]
     assert_batches_equal(theirs["batches"], ours["batches"], values=False, dtype_exempt={"timestamp"})
     assert all(b["timestamp"].dtype == torch.float32 for b in ours["batches"])
+
+
+@pytest.mark.parametrize("loader", ["dlbench_stream", "dlbench_map"])
+def test_tunes_printed_swap_and_flags_run_as_printed_in_lerobots_training_data_path(
+    lerobot_recorded_v30, tmp_path, loader
+):
+    """What `dlbench tune` prints for a dlbench answer (the factory swap, the lerobot-train flags) runs as printed in
+    LeRobot 0.6.1's training data path with each batch held a step: LeRobot's factory built dlbench's class with the
+    policy's window, and the AU is the steps' share of the time. A held step much longer than a batch takes leaves
+    nothing to wait for; flags tune does not print are refused with one line."""
+    from dlbench.tune.run import _winner
+    from dlbench.tune.search import Candidate
+
+    settings = {"num_workers": 1, **({"read_ahead": 8} if loader == "dlbench_stream" else {})}
+    constraints = {"delta_timestamps": None, "mode": "single", "batch_size": 4, "policy": "act"}
+    w = _winner(Candidate(loader, settings, predicted_fps=100.0), constraints, lerobot_recorded_v30, True)
+    (tmp_path / "swap.py").write_text(w["lerobot_swap"])
+    out = tmp_path / "au.json"
+    args = ["--steps", "30", "--batches", "3", "--swap", str(tmp_path / "swap.py"), "--flags", w["lerobot_flags"]]
+    peer.run_peer("lerobot_training", str(lerobot_recorded_v30), str(out), "--step-ms", "250", *args, timeout=600)
+    got = json.loads(out.read_text())
+    cls = "LeRobotStreamingDataset" if loader == "dlbench_stream" else "LeRobotMapDataset"
+    assert got["dataset_class"].endswith(cls) and got["dataset_class"].startswith("dlbench.")
+    assert (got["batch_size"], got["num_workers"], got["streaming"]) == (4, 1, loader == "dlbench_stream")
+    assert got["au"] == pytest.approx(30 * 0.25 / (30 * 0.25 + got["wait_s"]))
+    assert got["au"] >= 0.9, got  # 4 items of 64x96 frames take far less than 250 ms to build
+    with pytest.raises(UserError, match=r"--dataset.image_transforms.enable=true: not a flag this run takes"):
+        bad = w["lerobot_flags"] + " --dataset.image_transforms.enable=true"
+        peer.run_peer("lerobot_training", str(lerobot_recorded_v30), str(out), "--step-ms", "1", "--flags", bad)
 
 
 @pytest.mark.parametrize("cameras", [None, ["observation.images.top"]])

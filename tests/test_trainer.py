@@ -23,6 +23,30 @@ def test_au_is_the_step_over_the_time_a_gpus_batch_takes_and_gpus_fed_keep_90_pe
     assert trainer.utilization(rate, batch, step, fed + 1) < 0.9 + 1e-6  # one more GPU falls below the bar
 
 
+@given(
+    rate=st.floats(1.0, 1e5), batch=st.integers(1, 256), step=st.floats(1.0, 2000.0), gpus=st.integers(1, 16),
+    convert=st.floats(0.0, 1.0), cores=st.integers(1, 128), cpu=st.one_of(st.none(), st.floats(0.0, 0.1)),
+)  # fmt: skip
+def test_lerobot_trains_loop_converting_each_batch_never_feeds_a_gpu_more_than_the_loading_alone(
+    rate, batch, step, gpus, convert, cores, cpu
+):
+    """The conversion before each step only lengthens it: AU in lerobot-train's loop is at most the loading's own,
+    falls as the conversion grows, and equals it with no conversion where the loading left the cores idle."""
+    au = trainer.lerobot_train_au(rate, batch, step, gpus, convert, cores, cpu)
+    assert 0 < au <= trainer.utilization(rate, batch, step, gpus) + 1e-9
+    assert trainer.lerobot_train_au(rate, batch, step, gpus, convert + 0.05, cores, cpu) <= au + 1e-9
+    assert au <= step / 1000 / (step / 1000 + convert) + 1e-9  # the conversion comes before every step
+    if cpu is not None and gpus * batch * cpu <= cores * gpus * batch / rate:  # loading held no more than the cores
+        assert trainer.lerobot_train_au(rate, batch, step, gpus, 0.0, cores, cpu) == pytest.approx(
+            trainer.utilization(rate, batch, step, gpus)
+        )
+
+
+def test_a_batch_turned_to_float_on_a_core_takes_longer_the_more_it_holds():
+    small, large = trainer.float_batch_s(4, 3 * 64 * 64), trainer.float_batch_s(16, 2 * 3 * 480 * 640)
+    assert 0 < small < large
+
+
 def test_a_node_that_delivers_nothing_feeds_no_gpu_and_a_hub_id_is_read_from_the_hub(tmp_path, monkeypatch):
     assert trainer.utilization(0.0, 8, 80) == 0 and trainer.gpus_fed(float("nan"), 8, 80) == 0
     # 400 samples/s, batches of 8 every 80 ms: one GPU takes 100 samples/s, so 3 GPUs at >= 90% (4 at exactly 100%)

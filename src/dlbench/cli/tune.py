@@ -115,6 +115,10 @@ def answer_screen(result: dict) -> str:
         lines.append(f"at a {c['step_ms']:g} ms step: AU {w['au']:.0%} on {c['gpus']} GPU(s)"
                      + (f", {measured:.0%} measured with the step held" if measured is not None else "")
                      + f"; it feeds {w['gpus_fed']} GPU(s) a node at >= 90% AU")  # fmt: skip
+        if w.get("au_lerobot_train") is not None:
+            lines.append(f"in lerobot-train's loop (the swap below): AU {w['au_lerobot_train']:.0%}, its main process "
+                         f"turning each batch to float32 on the CPU ({w['lerobot_train_convert_ms']:,.0f} ms of a "
+                         f"core) before each step")  # fmt: skip
     lines += ["", w["code"].rstrip(), "", "# or in lerobot-train:", w["lerobot_swap"].rstrip(),
               f"# and run: lerobot-train ... {w['lerobot_flags']}"]  # fmt: skip
     lb = result.get("lerobot_best", {})

@@ -160,7 +160,7 @@ class SharedReads:
         return known
 
     def read(self, url: str, pos: int, n: int) -> bytes:
-        """Up to n bytes of `url` at `pos` (at least one where `pos` is inside the file): from a kept range, or fetched."""
+        """Up to n bytes of `url` at `pos` (at least one where `pos` is in the file): from a kept range, or fetched."""
         with self._lock:
             for lo in self._starts.get(url, ()):
                 data = self._kept[(url, lo)]

@@ -244,8 +244,9 @@ class LeRobotStreamingDataset(BuilderViews, torch.utils.data.IterableDataset):
             then reopen and seek). With `buffer_mb` it bounds a worker's decoded data and decoders in bytes.
         remote_block_kb: the size (KB) of each read of a remote video file; None: 4 MB in forward order, 128 KB in
             random order (`_remote_block`). A worker keeps up to `decoder_cache_size` reads, which its decoders of
-            one file share (`decode.source.SharedReads`), so larger reads trade memory for fewer requests where reading forward (480x640 AV1 from the loopback Hub: 9.2 requests per 1,000
-            frames at 4 MB, 2.5 at 16 MB) and read bytes no block uses in random order.
+            one file share (`decode.source.SharedReads`), so larger reads trade memory for fewer requests where
+            reading forward (480x640 AV1 from the loopback Hub: 9.2 requests per 1,000 frames at 4 MB, 2.5 at
+            16 MB) and read bytes no block uses in random order.
         fetch_episodes: remote video only (ignored for local files). 0: read it as the decoders ask
             (`remote_block_kb`). k >= 1: fetch the video of k consecutive episodes of a virtual shard with one request
             per file, ahead of use, into spill files on local disk (`decode.fetch`); those k episodes enter the pool

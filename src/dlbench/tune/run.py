@@ -220,6 +220,7 @@ def tune(
     if step_ms and "winner" in result and not predicted_only:
         t = time.perf_counter()
         result["winner"] |= _confirm_au(state, result["winner"], proven, constraints, root, source_spec, work)
+        result["winner"] |= _in_lerobot_train(result["winner"], proven, constraints, meta, cores)
         phases["confirm_s"] = time.perf_counter() - t
     if probing:
         from .reencode import lever
@@ -406,7 +407,7 @@ def _prove(c: Candidate, root, mode, deltas, batch_size, source_spec, work: Path
     keep = ("status", "reason", "frames_per_s_node", "frames_per_s_min", "frames_per_s_max", "peak_pss_mb",
             "frames_verified", "frames_wrong", "shuffle_effective_batch", "shuffle_effective_window",
             "shuffle_distinct_frames", "other_cpu_ms_per_sample", "samples_per_s_node", "latency_p99_ms",
-            "data_wait_frac")  # fmt: skip
+            "data_wait_frac", "worker_cpu_ms_per_sample")  # fmt: skip
     return {k: _plain(row.get(k)) for k in keep}
 
 
@@ -519,6 +520,22 @@ def _answer(state, meta, cal, ours, best, lerobot_best, proven, floor, memory_mb
             else f"LeRobot's environment is not here; create it with {CREATE_COMMAND.strip()}"
         }
     return result
+
+
+def _in_lerobot_train(winner: dict, proven: list[Candidate], constraints: dict, meta, cores: int) -> dict:
+    """The winner's AU in lerobot-train's loop (`trainer.lerobot_train_au`): the swap as printed, each rank's main
+    process converting its batch to float32 before each step (its time measured here on this dataset's frames)."""
+    from ..loader.dataset_meta import resolve_windows
+
+    c = next(c for c in proven if c.loader == winner["loader"] and c.settings == winner["settings"])
+    windows = resolve_windows(constraints["mode"], constraints["delta_timestamps"], meta)
+    per_sample = sum(len(windows.get(cam, [0])) * math.prod(meta.features[cam]["shape"]) for cam in meta.cameras)
+    convert = trainer.float_batch_s(constraints["batch_size"], per_sample)
+    worker_ms = c.measured.get("worker_cpu_ms_per_sample")
+    au = trainer.lerobot_train_au(c.measured.get("samples_per_s_node") or 0.0, constraints["batch_size"],
+                                  constraints["step_ms"], constraints["gpus"], convert, cores,
+                                  None if worker_ms is None else worker_ms / 1000.0)  # fmt: skip
+    return {"au_lerobot_train": au, "lerobot_train_convert_ms": convert * 1000.0}
 
 
 def _au_figures(measured: dict, constraints: dict) -> dict:

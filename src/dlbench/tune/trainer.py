@@ -11,6 +11,9 @@
   rather than waits for data. A node whose loading delivers R samples/s, shared by G GPUs that each take a batch of
   B every `step_ms`, hands each GPU a batch every G B / R seconds (its cores are the limit: the loading of G ranks
   shares them), so AU = min(1, step / (G B / R)); `gpus_fed` is the most G at AU >= AU_TARGET.
+- In lerobot-train's own loop (`lerobot_train_au`), each rank's main process turns its batch's uint8 frames into
+  float32 / 255 on the CPU before its preprocessor moves it to the GPU (lerobot_train.py, LeRobot 0.6.1): that
+  conversion (`float_batch_s`, measured here) comes before every step, and it takes the node's cores from loading.
 - `default_memory_gb`: the loading's memory budget where none is given, a stated share of this host's RAM (half,
   as tf.data's autotuner takes by default).
 """
@@ -21,6 +24,7 @@ import json
 import math
 import os
 import re
+import time
 
 from ..errors import UserError
 
@@ -98,6 +102,51 @@ def utilization(samples_per_s_node: float, batch_size: int, step_ms: float, gpus
         return 0.0
     per_batch_s = gpus * batch_size / samples_per_s_node
     return min(1.0, step_ms / 1000.0 / per_batch_s)
+
+
+def float_batch_s(batch_size: int, bytes_per_sample: int) -> float:
+    """Seconds one core of this host takes to turn a batch's uint8 frames (`bytes_per_sample` of them an item) into
+    float32 / 255, as lerobot-train's loop does in its main process: the median of 3, on one thread."""
+    import torch
+
+    x = torch.zeros(batch_size * bytes_per_sample, dtype=torch.uint8)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        times = []
+        for _ in range(3):
+            t = time.perf_counter()
+            _ = x.to(dtype=torch.float32) / 255.0
+            times.append(time.perf_counter() - t)
+    finally:
+        torch.set_num_threads(threads)
+    return sorted(times)[1]
+
+
+def lerobot_train_au(
+    samples_per_s_node: float,
+    batch_size: int,
+    step_ms: float,
+    gpus: int,
+    convert_s: float,
+    cores: int,
+    cpu_s_per_sample: float | None = None,
+) -> float:
+    """AU of `gpus` GPUs of a node in lerobot-train's loop, whose loading delivered `samples_per_s_node` (a proof)
+    and each of whose ranks converts its batch (`convert_s` of one core) before its step: a step takes at least
+    step + convert_s; G batches take their loading's time at the proven rate; and their loading's CPU
+    (`cpu_s_per_sample`, the proof's workers'; None: the proof held every core) and G conversions share `cores`."""
+    if not samples_per_s_node or samples_per_s_node != samples_per_s_node:
+        return 0.0
+    step = step_ms / 1000.0
+    load = gpus * batch_size / samples_per_s_node
+    cpu = (
+        cores * load
+        if cpu_s_per_sample is None or cpu_s_per_sample != cpu_s_per_sample
+        else (gpus * batch_size * cpu_s_per_sample)
+    )
+    per_step = max(step + convert_s, load, (cpu + gpus * convert_s) / cores)
+    return min(1.0, step / per_step)
 
 
 def gpus_fed(samples_per_s_node: float, batch_size: int, step_ms: float, target: float = AU_TARGET) -> int:
