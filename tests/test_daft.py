@@ -12,7 +12,7 @@ import pytest
 
 from dlbench import peer
 
-from .helpers import dlbench, peer_tier
+from .helpers import BUCKET_URL, dlbench, peer_tier
 
 FAST = ["--duration-s", "1.5", "--warmup-s", "0.2", "--batch-size", "8"]
 
@@ -102,6 +102,21 @@ print("checked", seen)
     env = {**os.environ, "PYTHONPATH": str(peer.REPO_ROOT / "src")}  # as the harness runs dlbench there
     proc = subprocess.run([str(peer.peer_python()), "-c", code], capture_output=True, text=True, env=env)
     assert proc.returncode == 0 and "checked 40" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_dafts_reader_on_s3_reads_through_the_ranks_metering_proxy_every_frame_right(s3, tmp_path):
+    """daft_data on an S3 source: Daft's own object-store client, given the rank's endpoint (its metering proxy) and
+    the environment's credentials, reads the staged set; every frame is right and its requests and bytes are
+    counted like every other loader's."""
+    out = tmp_path / "run"
+    proc = dlbench("-q", "bench-run", "--root", BUCKET_URL, "--loader", "daft_data", "--out-dir", str(out), *FAST,
+                   "--source", "s3", spec=s3["fast"])  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = json.loads((out / "rank0of1.json").read_text())
+    m = rec["metrics"]
+    assert rec["status"] == "ok" and m["samples"] > 0 and m["frames_wrong"] == 0, m
+    assert m["frames_barcode_checked"] == (m["samples"] + m["warmup_samples"]) * 2
+    assert m["remote_requests"] > 0 and m["remote_bytes_read"] >= 0.3 * s3["staged"]["bytes"], m
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ where the step falls outside the episode; stacked into LeRobot's (steps, ...) sh
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -30,6 +31,7 @@ from ...errors import UserError
 from ...loader.dataset_meta import DatasetMeta
 from ..interface import Adapter, lerobot_delta_timestamps, not_importable
 from ..measure import SAMPLE_INFO
+from ..remote import S3_ENDPOINT_ENV
 from .ray_data import INFO_WIDTH, rank_episodes
 
 LOADER = "daft_data"
@@ -51,6 +53,22 @@ def daft_adapter(run, dmeta: DatasetMeta) -> Adapter:
     batches = DaftBatches(run, dmeta)
     fpi = sum(len(batches.windows.get(c, [0])) for c in dmeta.cameras)
     return Adapter(batches, True, fpi, None, None, batches=batches.for_run)
+
+
+def io_config(root: str):
+    """Daft's object-store settings for an s3:// dataset: the endpoint this rank reads through (the metering proxy
+    `remote.metered` set, else the source's), plain HTTP where it is one, and the credentials of the environment
+    (`sources.apply_env` sets the loopback server's); None for a local dataset or AWS itself (Daft reads its
+    environment as boto does)."""
+    endpoint = os.environ.get(S3_ENDPOINT_ENV)
+    if not root.startswith("s3://") or not endpoint:
+        return None
+    from daft.io import IOConfig, S3Config
+
+    key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
+    s3 = S3Config(endpoint_url=endpoint, use_ssl=endpoint.startswith("https://"), key_id=key, access_key=secret,
+                  anonymous=not key, region_name=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"))  # fmt: skip
+    return IOConfig(s3=s3)
 
 
 _ABANDONED: list = []  # a query left running in this process (`DaftBatches.close`)
@@ -104,10 +122,11 @@ class DaftBatches:
         from daft import col, lit
 
         root = str(self.run.root)
-        episodes = lerobot.read_episodes(root, include_video_metadata=True)
+        io = io_config(root)
+        episodes = lerobot.read_episodes(root, io_config=io, include_video_metadata=True)
         if self.episodes is not None:
             episodes = episodes.where(col("episode_index").is_in(self.episodes))
-        df = lerobot.load_episode_frames(episodes, root)
+        df = lerobot.load_episode_frames(episodes, root, io_config=io)
         steps = {}  # offset -> the column of the step's frame in its episode, clamped to the episode
         for key, offsets in self.windows.items():
             for i, d in enumerate(offsets):
@@ -116,7 +135,7 @@ class DaftBatches:
                     steps[d] = f"_step{len(steps)}"
                     df = df.with_column(steps[d], at.clip(lit(0), col("length") - 1))
                 df = df.with_column(f"{key}_is_pad@{i}", (at < 0) | (at >= col("length")))
-        frames = daft.read_parquet(f"{root}/data/**")  # lazy: read where a window of a feature joins it
+        frames = daft.read_parquet(f"{root}/data/**", io_config=io)  # lazy: read where a window of a feature joins it
         for key in (k for k in self.windows if k not in self.dmeta.cameras):
             for i, d in enumerate(self.windows[key]):
                 step = frames.select(col("episode_index").alias("_ep"), col("frame_index").alias("_at"),
