@@ -78,3 +78,17 @@ def test_the_window_rule_gives_observations_actions_and_rewards_their_own_offset
     got = trainer.windows_from_indices(cfg, feats, 10)
     assert got == {"observation.state": [-0.1, 0.0], "observation.images.front": [-0.1, 0.0], "action": [0, 0.1, 0.2]}
     assert trainer.windows_from_indices({"action_delta_indices": None}, feats, 10) is None
+
+
+@pytest.mark.parametrize("convert_ms, says", [(197.0, True), (20.0, False)])
+def test_the_answer_states_the_au_in_lerobot_trains_loop_and_when_its_conversion_outlasts_the_step(convert_ms, says):
+    from dlbench.cli.tune import answer_screen
+
+    w = {"loader": "dlbench_stream", "settings": {"num_workers": 2}, "frames_per_s_node": 184.0, "predicted": False,
+         "peak_pss_mb": 1871.0, "shuffle_effective_batch": 1.17, "shuffle_effective_window": 1.05, "au": 0.46,
+         "au_measured": 0.46, "gpus_fed": 0, "code": "dataset = ...", "lerobot_swap": "factory.X = ...",
+         "lerobot_flags": "--batch_size=16", "au_lerobot_train": 0.29,
+         "lerobot_train_convert_ms": convert_ms}  # fmt: skip
+    screen = answer_screen({"winner": w, "constraints": {"step_ms": 80.0, "gpus": 1}, "lerobot_best": {}})
+    assert "in lerobot-train's loop (the swap below): AU 29%" in screen and f"({convert_ms:,.0f} ms of a" in screen
+    assert ("takes longer than the step" in screen) == says

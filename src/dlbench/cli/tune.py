@@ -119,6 +119,11 @@ def answer_screen(result: dict) -> str:
             lines.append(f"in lerobot-train's loop (the swap below): AU {w['au_lerobot_train']:.0%}, its main process "
                          f"turning each batch to float32 on the CPU ({w['lerobot_train_convert_ms']:,.0f} ms of a "
                          f"core) before each step")  # fmt: skip
+            if w["lerobot_train_convert_ms"] > c["step_ms"]:
+                lines.append(
+                    "  that conversion takes longer than the step: there the GPU waits for it, whichever "
+                    "loader feeds it (converting on the GPU, after the batch is moved, is LeRobot's change)"
+                )
     lines += ["", w["code"].rstrip(), "", "# or in lerobot-train:", w["lerobot_swap"].rstrip(),
               f"# and run: lerobot-train ... {w['lerobot_flags']}"]  # fmt: skip
     lb = result.get("lerobot_best", {})
