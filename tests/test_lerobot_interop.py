@@ -297,6 +297,8 @@ def test_tunes_printed_swap_and_flags_run_as_printed_in_lerobots_training_data_p
     with pytest.raises(UserError, match=r"--dataset.image_transforms.enable=true: not a flag this run takes"):
         bad = w["lerobot_flags"] + " --dataset.image_transforms.enable=true"
         peer.run_peer("lerobot_training", str(lerobot_recorded_v30), str(out), "--step-ms", "1", "--flags", bad)
+    with pytest.raises(UserError, match=r"--steps >= 1"):  # no steps to measure: one line, not a division by zero
+        peer.run_peer("lerobot_training", str(lerobot_recorded_v30), str(out), "--step-ms", "80", "--steps", "0")
 
 
 @pytest.mark.parametrize("cameras", [None, ["observation.images.top"]])

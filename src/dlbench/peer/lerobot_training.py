@@ -183,7 +183,7 @@ FLAGS = {"--policy.type": "policy", "--batch_size": "batch_size", "--num_workers
 
 
 def parse_flags(flags: str) -> dict:
-    """The lerobot-train flags `dlbench tune` prints, as values; a flag it does not print exits 2 naming it."""
+    """The lerobot-train flags `dlbench tune` prints, as values; a flag it does not print exits 1 naming it."""
     out = {}
     for flag in flags.split("#")[0].split():
         if flag == "lerobot-train" or flag.startswith(("--dataset.repo_id=", "--dataset.root=")):
@@ -237,6 +237,8 @@ def main(argv: list[str]) -> None:
     p.add_argument("--flags", default="", help="with --step-ms: the lerobot-train flags, as tune prints them")
     p.add_argument("--swap", default=None, help="with --step-ms: a file holding the swap, as tune prints it")
     a = p.parse_args(argv)
+    if a.step_ms is not None and not (a.step_ms > 0 and a.steps >= 1):
+        p.error("--step-ms must be > 0 and --steps >= 1 (the AU is measured over held steps)")
     if a.step_ms is not None:
         held(a)
         return
