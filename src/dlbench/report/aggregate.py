@@ -184,7 +184,7 @@ def aggregate(
             row.update(_measured(ok, nodes), nodes_used=nodes)
             notes = [r["metrics"]["work_note"] for r in ok if r["metrics"].get("work_note")]
             row["work_note"] = "; ".join(dict.fromkeys(notes))  # each rank's, once
-        target = None if row["step_ms"] else targets.get(cfg.get("mode"))  # a step caps the rate by design
+        target = step_target(row) if row["step_ms"] else targets.get(cfg.get("mode"))
         row["target_frames_per_s_node"] = target
         row["pass"] = bool(
             status == "ok"
@@ -531,6 +531,19 @@ def _baseline_shuffle(df: pd.DataFrame) -> list[str]:
     ]
 
 
+def step_target(row: dict) -> float | None:
+    """A run that holds each batch for a training step (`step_ms`) caps its rate by design: its target is the
+    frames/s a node's ranks deliver while their accelerators are busy `AU_TARGET` of the time (MLPerf Storage's
+    bar), the step's batch of frames each step / AU_TARGET; None where no rank measured."""
+    from ..tune.trainer import AU_TARGET
+
+    if "frames_per_sample" not in row or not row.get("nodes_used"):
+        return None
+    ranks_per_node = row["world_size"] / row["nodes_used"]
+    per_step = row["batch_size"] * row["frames_per_sample"] * ranks_per_node
+    return AU_TARGET * per_step * 1000.0 / row["step_ms"]
+
+
 def _notes(row: pd.Series) -> list[str]:
     """Why a run fails its target, or what limits it."""
     if row["status"] not in VERIFIED_STATUSES:
@@ -539,10 +552,14 @@ def _notes(row: pd.Series) -> list[str]:
     if row["status"] == "unverified":
         why.append(row.get("reason") or "unverified: no frame was checked")
     target = row.get("target_frames_per_s_node")
-    if pd.notna(target) and row["frames_per_s_node"] < target:
+    if row.get("step_ms") and pd.notna(target):
+        low = row["frames_per_s_node"] < target
+        why.append(f"at a {row['step_ms']:g} ms training step: {1 - row['data_wait_frac']:.0%} accelerator utilization "
+                   f"({row['data_wait_frac']:.1%} of the time waiting for data)"
+                   + (f"; below target ({row['frames_per_s_node']:.0f} < {target:.0f} frames/s/node: 90% busy)"
+                      if low else ""))  # fmt: skip
+    elif pd.notna(target) and row["frames_per_s_node"] < target:
         why.append(f"below target ({row['frames_per_s_node']:.0f} < {target:g} frames/s/node)")
-    elif row.get("step_ms"):
-        why.append(f"at a {row['step_ms']} ms training step: see data_wait_frac ({row['data_wait_frac']:.1%} waiting)")
     elif pd.isna(target):
         why.append(f"no target for mode {row['mode']} (config.yaml targets:)")
     if row["frames_wrong"]:
