@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dlbench.tune import trainer
-from dlbench.tune.run import lerobot_train_command
+from dlbench.tune.run import _at_step, _held_order, lerobot_train_command
 from dlbench.tune.search import Candidate
 
 pytestmark = pytest.mark.unit
@@ -36,6 +36,9 @@ def test_lerobot_trains_loop_converting_each_batch_never_feeds_a_gpu_more_than_t
     assert 0 < au <= trainer.utilization(rate, batch, step, gpus) + 1e-9
     assert trainer.lerobot_train_au(rate, batch, step, gpus, convert + 0.05, cores, cpu) <= au + 1e-9
     assert au <= step / 1000 / (step / 1000 + convert) + 1e-9  # the conversion comes before every step
+    # a wait measured with the step held adds to each step: AU falls, and never below step / (step + convert + wait)
+    waited = trainer.lerobot_train_au(rate, batch, step, gpus, convert, cores, cpu, wait_s=0.02)
+    assert waited <= au + 1e-9 and waited <= step / 1000 / (step / 1000 + convert + 0.02) + 1e-9
     if cpu is not None and gpus * batch * cpu <= cores * gpus * batch / rate:  # loading held no more than the cores
         assert trainer.lerobot_train_au(rate, batch, step, gpus, 0.0, cores, cpu) == pytest.approx(
             trainer.utilization(rate, batch, step, gpus)
@@ -86,9 +89,66 @@ def test_the_answer_states_the_au_in_lerobot_trains_loop_and_when_its_conversion
 
     w = {"loader": "dlbench_stream", "settings": {"num_workers": 2}, "frames_per_s_node": 184.0, "predicted": False,
          "peak_pss_mb": 1871.0, "shuffle_effective_batch": 1.17, "shuffle_effective_window": 1.05, "au": 0.46,
-         "au_measured": 0.46, "gpus_fed": 0, "code": "dataset = ...", "lerobot_swap": "factory.X = ...",
+         "au_measured": 0.46, "au_bound": 0.58, "gpus_fed": 0, "code": "dataset = ...", "lerobot_swap": "factory.X = ...",
          "lerobot_flags": "--batch_size=16", "au_lerobot_train": 0.29,
          "lerobot_train_convert_ms": convert_ms}  # fmt: skip
     screen = answer_screen({"winner": w, "constraints": {"step_ms": 80.0, "gpus": 1}, "lerobot_best": {}})
+    assert "AU 46% on 1 GPU(s), measured with the step held (its free-running rate's bound 58%)" in screen
+    assert "falls short of 90%; it keeps 0 GPU(s)" in screen
     assert "in lerobot-train's loop (the swap below): AU 29%" in screen and f"({convert_ms:,.0f} ms of a" in screen
     assert ("takes longer than the step" in screen) == says
+
+
+@given(au=st.floats(0.01, 1.0), step=st.floats(1.0, 2000.0), gpus=st.integers(1, 16))
+def test_a_wait_per_step_and_the_gpus_a_held_run_shows_fed_follow_from_its_au(au, step, gpus):
+    wait = trainer.wait_per_step_s(au, step)
+    assert step / 1000 / (step / 1000 + wait) == pytest.approx(au)  # AU = step / (step + wait)
+    fed = trainer.gpus_at_step(au, gpus)
+    assert fed == gpus if au >= trainer.AU_TARGET else 0 <= fed < gpus
+    assert fed * trainer.AU_TARGET <= au * gpus + 1e-9 or au >= trainer.AU_TARGET  # what it delivered feeds them
+
+
+def _cands(fps: list[float]) -> list[Candidate]:
+    """Candidates cheapest first (their index is their worker count), each with its free-running frames/s."""
+    return [Candidate("dlbench_stream", {"num_workers": i}, measured={"frames_per_s_node": f}) for i, f in
+            enumerate(fps)]  # fmt: skip
+
+
+@given(held=st.lists(st.floats(0.3, 1.0), min_size=1, max_size=6), fps=st.data())
+def test_at_the_step_the_answer_is_the_cheapest_that_keeps_90_percent_measured_so(held, fps):
+    """Runs with the step held go cheapest, then fastest, then those between until one keeps 90%: the answer is
+    then the cheapest run that kept it; none cheaper was left unrun where the fastest held it; where the fastest
+    fell short, nothing slower is run and the answer is the best measured."""
+    rates = fps.draw(st.lists(st.floats(100, 1000), min_size=len(held), max_size=len(held)))
+    could = _cands(rates)
+    au = {c.key: a for c, a in zip(could, held)}
+    ran = []
+
+    def confirm(c):
+        ran.append(c.key)
+        return {"au_measured": au[c.key]}
+
+    got = _at_step(could, None, confirm, deadline=float("inf"), note=print)
+    assert ran[0] == could[0].key and len(set(ran)) == len(ran) == len(got)
+    answer = _held_order(could, got)[0]
+    keeps = [c for c in could if c.key in got and au[c.key] >= trainer.AU_TARGET]
+    if keeps:
+        assert answer is keeps[0]
+        top = max(could[1:], key=lambda c: c.measured["frames_per_s_node"]) if len(could) > 1 else could[0]
+        if au[top.key] >= trainer.AU_TARGET:  # every cheaper one was tried: the answer is the cheapest that holds
+            cheaper = could[: could.index(answer)]
+            assert all(c.key in got and au[c.key] < trainer.AU_TARGET for c in cheaper)
+    else:
+        assert au[answer.key] == max(au[k] for k in got) and len(got) <= 2
+
+
+def test_at_the_step_a_spent_budget_stops_after_one_run_and_none_that_could_runs_the_fastest():
+    could = _cands([300.0, 900.0, 500.0])
+    notes = []
+    got = _at_step(could, None, lambda c: {"au_measured": 0.5}, deadline=0.0, note=notes.append)
+    assert list(got) == [could[0].key] and notes == [f"time budget spent: {could[1].key} not run with the step held"]
+    fastest = _cands([700.0])[0]
+    assert list(_at_step([], fastest, lambda c: {"au_measured": 0.7}, float("inf"), print)) == [fastest.key]
+    assert _at_step([], None, lambda c: {}, float("inf"), print) == {}
+    # a run that gave no wait is not an answer at the step: the order stays the proofs'
+    assert _held_order(could, {could[1].key: {"au_measured": None}}) == could

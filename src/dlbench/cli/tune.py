@@ -104,6 +104,8 @@ def tune(a) -> None:
 
 def answer_screen(result: dict) -> str:
     """The answer on one screen: the figures, the code, LeRobot's best and its lerobot-train flags."""
+    from ..tune.run import au_line
+
     w, c = result["winner"], result["constraints"]
     how = "predicted for that node" if w["predicted"] else "measured"
     lines = [f"answer: {w['loader']} with {w['settings']}: {w['frames_per_s_node']:,.0f} frames/s a node ({how}), "
@@ -111,10 +113,7 @@ def answer_screen(result: dict) -> str:
     if not w["predicted"]:
         lines[0] += f", effective batch {w['shuffle_effective_batch']:.2f} / {w['shuffle_effective_window']:.2f}"
     if w.get("au") is not None:
-        measured = w.get("au_measured")
-        lines.append(f"at a {c['step_ms']:g} ms step: AU {w['au']:.0%} on {c['gpus']} GPU(s)"
-                     + (f", {measured:.0%} measured with the step held" if measured is not None else "")
-                     + f"; it feeds {w['gpus_fed']} GPU(s) a node at >= 90% AU")  # fmt: skip
+        lines.append(au_line(w, c))
         if w.get("au_lerobot_train") is not None:
             lines.append(f"in lerobot-train's loop (the swap below): AU {w['au_lerobot_train']:.0%}, its main process "
                          f"turning each batch to float32 on the CPU ({w['lerobot_train_convert_ms']:,.0f} ms of a "

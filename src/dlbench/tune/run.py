@@ -12,6 +12,11 @@ Its timeline (each phase timed in the result):
 5. answer: the fastest proven candidate that qualifies (floor, memory, no wrong frame), with the code to paste, what
    bounds it, LeRobot's best where its environment is there, and how far to trust it (the spread of its windows,
    other load on the host while it ran). Written atomically: results/tune/<dataset>/<source>.{json,md,png}.
+   With a step time (`step_ms`), qualifying candidates whose free-running rate could keep the GPUs at AU_TARGET are
+   run again with the step held, cheapest first (fewest workers, then least memory), until one keeps the target
+   measured so (`_at_step`); the answer is that one, or the best measured where none does, and the AU it states is
+   the one measured with the step held (a free-running rate is only its bound: `trainer`). Its time is kept from
+   the proofs' budget.
 
 For another node (`cores`/`nodes` other than this host's) nothing can be proven here: the answer is the model's,
 marked predicted, with the command that proves it there.
@@ -43,6 +48,7 @@ OTHER_LOAD = 0.25  # cores busy with other work while proving, as a share of the
 # the re-encoding probe's time per megapixel of a frame of every camera, kept from the proofs' budget (2 cores,
 # 2026-11-30: 2 x 480x640 22 s and 1280x720 31 s with 3 s clips; the clip shrinks for larger frames: `lever`)
 PROBE_S_PER_MPIXEL = 30.0
+PROBE_MIN_S = 10.0  # and at least this (2 x 240x320: 9 s, 2026-12-07), its clips' encoding and opening
 
 
 def frame_pixels(meta) -> int:
@@ -78,6 +84,7 @@ def _prove_queue(
     span: int = 0,
     remote: bool = False,
     slot_mb: float = 0.0,
+    reserve: int = 0,
 ) -> list:
     """Prove candidates in turn until the queue is spent or the next proof would end past `deadline` (one at least,
     proofs taking about as long as those before); a proof over the memory budget alone queues a smaller
@@ -85,7 +92,7 @@ def _prove_queue(
     floor queues its knob moves next (`search.knob_moves`; the pool it grew to is where the next stream
     starts), one that meets it its speed moves
     (`search.speed_moves`: GOP runs, `gop` frames; blocks decoded together, for windows of `span` frames or a
-    `remote` source)."""
+    `remote` source). `reserve`: proofs' time kept from the budget for what follows (a run with the step held)."""
     proven, took = [], []  # took: each proof's wall time
     grown: dict = {}  # the pool a stream had to grow to before it met the floor: the next stream starts there
     while queue:
@@ -93,7 +100,7 @@ def _prove_queue(
         # a proof is started only where one as long as the others so far ends within the budget: the answer is due
         # then, not a proof later (realistic16 from S3 at +20 ms: 326 s against a budget of 300 when started late)
         expected = sum(took) / len(took) if took else 0.0
-        if proven and time.perf_counter() + expected > deadline:
+        if proven and time.perf_counter() + expected * (1 + reserve) > deadline:
             state.note(f"time budget spent: {c.key} and {len(queue)} more not proven (a proof takes {expected:.0f} s)")
             break
         if c.loader == "dlbench_stream" and grown and not {"pool_size", "buffer_mb"} & set(c.settings):
@@ -210,18 +217,27 @@ def tune(
 
         gop, span = meta.keyframe_interval(0), window_span(resolve_windows(mode, delta_timestamps, meta), meta.cameras)
         # the re-encoding probe runs after the proofs, within the budget too
-        deadline = t0 + time_budget_s - (PROBE_S_PER_MPIXEL * frame_pixels(meta) / 1e6 if probing else 0.0)
+        probe_s = max(PROBE_MIN_S, PROBE_S_PER_MPIXEL * frame_pixels(meta) / 1e6) if probing else 0.0
+        deadline = t0 + time_budget_s - probe_s
         proven = _prove_queue(state, queue, prove, floor, memory_mb, per_worker, deadline, gop, span, is_remote(root),
-                              slot_decoders_mb(meta))  # fmt: skip
+                              slot_decoders_mb(meta), reserve=1 if step_ms else 0)  # fmt: skip
     phases["prove_s"] = time.perf_counter() - t
 
-    result = _answer(state, meta, cal, ours, best, lerobot_best, proven, floor, memory_mb, predicted_only,
-                     constraints, root, dataset, source)  # fmt: skip
-    if step_ms and "winner" in result and not predicted_only:
+    held: dict[str, dict] = {}  # candidate key: its run with the step held
+    if step_ms and not predicted_only:
         t = time.perf_counter()
-        result["winner"] |= _confirm_au(state, result["winner"], proven, constraints, root, source_spec, work)
-        result["winner"] |= _in_lerobot_train(result["winner"], proven, constraints, meta, cores)
+        order = _qualified(proven, floor, memory_mb, best, constraints)
+        could = [c for c in order if _au(c.measured, constraints) >= trainer.AU_TARGET]
+
+        def confirm(c: Candidate) -> dict:
+            return _confirm_au(state, c, constraints, root, source_spec, work)
+
+        held = _at_step(could, order[0] if order else None, confirm, deadline, state.note)
         phases["confirm_s"] = time.perf_counter() - t
+    result = _answer(state, meta, cal, ours, best, lerobot_best, proven, floor, memory_mb, predicted_only,
+                     constraints, root, dataset, source, held)  # fmt: skip
+    if held and "winner" in result:
+        result["winner"] |= _in_lerobot_train(result["winner"], proven, constraints, meta, cores)
     if probing:
         from .reencode import lever
 
@@ -382,23 +398,25 @@ def _calibrate(root, dataset, source, source_spec, mode, deltas, batch_size, loa
     return merged
 
 
-def _prove(c: Candidate, root, mode, deltas, batch_size, source_spec, work: Path, step_ms: int = 0) -> dict:
-    """One short bench run of the candidate here: summary.csv's row of it (frames/s, effective batch size, memory,
-    frames checked), or {status, reason} where it could not run."""
+def _prove(c: Candidate, root, mode, deltas, batch_size, source_spec, work: Path, step_ms: int = 0,
+           window_s: float = PROOF_S) -> dict:  # fmt: skip
+    """One short bench run of the candidate here (windows of `window_s` at least; each batch held `step_ms`, none
+    without): summary.csv's row of it (frames/s, effective batch size, memory, frames checked), or {status, reason}
+    where it could not run."""
     from ..bench.launch import launch
     from ..report.aggregate import aggregate
     from ..run import spec as runspec
 
     values = {"root": root, "loader": c.loader, "mode": mode, "delta_timestamps": deltas, "batch_size": batch_size,
-              "source_spec": source_spec, "duration_s": PROOF_S, "min_batches": MIN_PROOF_BATCHES, **PROOF,
+              "source_spec": source_spec, "duration_s": window_s, "min_batches": MIN_PROOF_BATCHES, **PROOF,
               **c.settings, "step_ms": step_ms}  # fmt: skip
-    out = work / "proofs" / f"{zlib.crc32(f'{c.key} step_ms={step_ms}'.encode()):08x}"
+    out = work / "proofs" / f"{zlib.crc32(f'{c.key} step_ms={step_ms} window_s={window_s:g}'.encode()):08x}"
     shutil.rmtree(out, ignore_errors=True)
     try:
         run = runspec.make_run(values, scenario="tune")
         say(
             f"tune: proving {c.key}{f' at a {step_ms} ms step' if step_ms else ''} ({PROOF['repeats']} windows of "
-            f"{PROOF_S:.0f} s, {MIN_PROOF_BATCHES} batches at least)"
+            f"{window_s:.0f} s, {MIN_PROOF_BATCHES} batches at least)"
         )
         launch(run, out)
         row = aggregate([out], None).iloc[0].to_dict()
@@ -440,11 +458,10 @@ def _au(measured: dict, constraints: dict, gpus: int | None = None) -> float:
                                constraints["step_ms"], gpus or constraints["gpus"])  # fmt: skip
 
 
-def _confirm_au(state, winner: dict, proven: list[Candidate], constraints: dict, root, source_spec, work) -> dict:
-    """The winner run once more with the training step held (`step_ms` over the GPUs: one rank consuming as fast as
-    the node's GPUs together, the same load on its cores): AU measured, 1 less the share of time the consumer waited
-    for a batch, beside the AU stated from its proof."""
-    c = next(c for c in proven if c.loader == winner["loader"] and c.settings == winner["settings"])
+def _confirm_au(state, c: Candidate, constraints: dict, root, source_spec, work) -> dict:
+    """Candidate `c` run once more with the training step held (`step_ms` over the GPUs: one rank consuming as fast
+    as the node's GPUs together, the same load on its cores): AU measured, 1 less the share of time the consumer
+    waited for a batch; or why it gave none."""
     step = max(1, round(constraints["step_ms"] / constraints["gpus"]))
     m = state.proof(
         Candidate(c.loader, {**c.settings, "step_ms": step}),
@@ -452,14 +469,60 @@ def _confirm_au(state, winner: dict, proven: list[Candidate], constraints: dict,
                        source_spec, work, step_ms=step),
     )  # fmt: skip
     if m.get("status") not in (None, "ok") or m.get("data_wait_frac") is None:
-        return {"au_measured": None, "au_measured_note": m.get("reason", "the confirming run gave no data wait")}
+        return {"au_measured": None, "au_measured_note": m.get("reason", "the run with the step held gave no wait")}
     return {"au_measured": 1.0 - m["data_wait_frac"], "au_confirm_step_ms": step}
 
 
+def _at_step(could: list[Candidate], fastest: Candidate | None, confirm, deadline: float, note) -> dict[str, dict]:
+    """Run candidates with the step held (`confirm`) until the cheapest that keeps AU_TARGET measured so is known:
+    `could` are those whose free-running rate could (cheapest first, `_qualified`); the cheapest is run, then, where
+    it falls short, the fastest of them, then those between in order of cost until one holds (where the fastest
+    falls short too, none would). Without any that could: `fastest`, for the AU it does reach. One run at least, no
+    other that would end past `deadline` (runs taking about as long as those before). Returns each run's key: its
+    result ({"au_measured": AU or None, ...})."""
+    held: dict[str, dict] = {}
+    took: list[float] = []
+
+    def run(c: Candidate) -> bool:
+        if held and time.perf_counter() + sum(took) / len(took) > deadline:
+            note(f"time budget spent: {c.key} not run with the step held")
+            return False
+        t = time.perf_counter()
+        held[c.key] = confirm(c)
+        took.append(time.perf_counter() - t)
+        return (held[c.key].get("au_measured") or 0.0) >= trainer.AU_TARGET
+
+    if not could:
+        if fastest is not None:
+            run(fastest)
+        return held
+    if run(could[0]) or len(could) == 1:
+        return held
+    top = max(could[1:], key=lambda c: c.measured["frames_per_s_node"])
+    if not run(top):
+        return held
+    for c in could[1 : could.index(top)]:
+        if c.key not in held and run(c):
+            break
+    return held
+
+
+def _held_order(order: list[Candidate], held: dict[str, dict]) -> list[Candidate]:
+    """`order` (`_qualified`'s) as measured with the step held: the cheapest that kept AU_TARGET first (the
+    order's own is cheapest first), else the best measured; those not run with the step held after."""
+    au = {k: v.get("au_measured") for k, v in held.items() if v.get("au_measured") is not None}
+    ran = [c for c in order if c.key in au]
+    kept = [c for c in ran if au[c.key] >= trainer.AU_TARGET]
+    first = kept[:1] or sorted(ran, key=lambda c: -au[c.key])[:1]
+    return first + [c for c in order if c not in first]
+
+
 def _answer(state, meta, cal, ours, best, lerobot_best, proven, floor, memory_mb, predicted_only, constraints, root,
-            dataset, source) -> dict:  # fmt: skip
-    """The result: the winner (proven, or predicted for another node), every proof, LeRobot's best, the notes."""
-    qualified = _qualified(proven, floor, memory_mb, best, constraints)
+            dataset, source, held: dict | None = None) -> dict:  # fmt: skip
+    """The result: the winner (proven, or predicted for another node), every proof, LeRobot's best, the notes;
+    `held`: the runs with the step held (`_at_step`), which decide the winner and the AU it states."""
+    held = held or {}
+    qualified = _held_order(_qualified(proven, floor, memory_mb, best, constraints), held)
     peers = [c for c in proven if c.loader in lerobot_best and not meets(c.measured, floor, memory_mb)]
     peers.sort(key=lambda c: -c.measured["frames_per_s_node"])
     result = {
@@ -481,6 +544,7 @@ def _answer(state, meta, cal, ours, best, lerobot_best, proven, floor, memory_mb
                 "why_not": meets(c.measured, floor, memory_mb),
                 **c.measured,
                 **_au_figures(c.measured, constraints),
+                **({"au_at_step": held[c.key].get("au_measured")} if c.key in held else {}),
             }
             for c in proven
         ],  # fmt: skip
@@ -494,6 +558,11 @@ def _answer(state, meta, cal, ours, best, lerobot_best, proven, floor, memory_mb
     elif qualified:
         top = qualified[0]
         result["winner"] = _winner(top, constraints, root, predicted=False) | _au_figures(top.measured, constraints)
+        if top.key in held:  # what it states is what was measured with the step held; the free run is its bound
+            w, h = result["winner"], held[top.key]
+            w |= {"au_bound": w["au"], "gpus_fed_bound": w["gpus_fed"], **h}
+            if h.get("au_measured") is not None:
+                w |= {"au": h["au_measured"], "gpus_fed": trainer.gpus_at_step(h["au_measured"], constraints["gpus"])}
         result["trust"] = _trust(top, cal.cores)
     else:
         nearest = max(proven, key=lambda c: c.measured.get("shuffle_effective_batch") or 0.0, default=None)
@@ -524,7 +593,8 @@ def _answer(state, meta, cal, ours, best, lerobot_best, proven, floor, memory_mb
 
 def _in_lerobot_train(winner: dict, proven: list[Candidate], constraints: dict, meta, cores: int) -> dict:
     """The winner's AU in lerobot-train's loop (`trainer.lerobot_train_au`): the swap as printed, each rank's main
-    process converting its batch to float32 before each step (its time measured here on this dataset's frames)."""
+    process converting its batch to float32 before each step (its time measured here on this dataset's frames), and
+    waiting each step as long as the winner's run with the step held did."""
     from ..loader.dataset_meta import resolve_windows
 
     c = next(c for c in proven if c.loader == winner["loader"] and c.settings == winner["settings"])
@@ -532,9 +602,10 @@ def _in_lerobot_train(winner: dict, proven: list[Candidate], constraints: dict, 
     per_sample = sum(len(windows.get(cam, [0])) * math.prod(meta.features[cam]["shape"]) for cam in meta.cameras)
     convert = trainer.float_batch_s(constraints["batch_size"], per_sample)
     worker_ms = c.measured.get("worker_cpu_ms_per_sample")
+    wait = trainer.wait_per_step_s(winner["au_measured"], constraints["step_ms"]) if winner.get("au_measured") else 0.0
     au = trainer.lerobot_train_au(c.measured.get("samples_per_s_node") or 0.0, constraints["batch_size"],
                                   constraints["step_ms"], constraints["gpus"], convert, cores,
-                                  None if worker_ms is None else worker_ms / 1000.0)  # fmt: skip
+                                  None if worker_ms is None else worker_ms / 1000.0, wait)  # fmt: skip
     return {"au_lerobot_train": au, "lerobot_train_convert_ms": convert * 1000.0}
 
 
@@ -675,10 +746,7 @@ def report(result: dict, plot: str | None = None) -> str:
                   f"{w['predicted_frames_per_s_node']:,.0f}), peak memory {w['peak_pss_mb']:,.0f} MB, "
                   f"bound by {w['bound']}: {w['bound_means']}.", ""]  # fmt: skip
         if w.get("au") is not None:
-            measured = w.get("au_measured")
-            held = f" (measured {measured:.0%} with the step held)" if measured is not None else ""
-            lines += [f"At a {c['step_ms']:g} ms step: AU {w['au']:.0%} on {c['gpus']} GPU(s){held}; it keeps "
-                      f"{w['gpus_fed']} GPU(s) of this node at >= {trainer.AU_TARGET:.0%} AU.", ""]  # fmt: skip
+            lines += [au_line(w, c) + ".", ""]
         if not w["predicted"]:
             lines += [f"Effective / nominal batch size {w['shuffle_effective_batch']:.2f} over one batch, "
                       f"{_f(w['shuffle_effective_window'])} over 10; distinct frames "
@@ -700,14 +768,14 @@ def report(result: dict, plot: str | None = None) -> str:
                   f"{au}{adds}", "", f"`{lb['lerobot_train']}`", ""]  # fmt: skip
     elif lb.get("note"):
         lines += [f"LeRobot: {lb['note'].rstrip('.')}.", ""]
-    lines += ["## Proofs", "", "| candidate | predicted | measured | eff. batch 1 / 10 | distinct | PSS MB | AU, GPUs "
-              "fed | verdict |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += ["## Proofs", "", "| candidate | predicted | measured | eff. batch 1 / 10 | distinct | PSS MB | AU bound, "
+              "GPUs | AU held | verdict |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for p in result["proofs"]:
         au = f"{p['au']:.0%}, {p['gpus_fed']}" if p.get("au") is not None else "-"
         lines.append(f"| {p['candidate']} | {p['predicted_fps']:,.0f} | {_f(p.get('frames_per_s_node'), 0)} | "
                      f"{_f(p.get('shuffle_effective_batch'))} / {_f(p.get('shuffle_effective_window'))} | "
                      f"{_f(p.get('shuffle_distinct_frames'))} | {_f(p.get('peak_pss_mb'), 0)} | {au} | "
-                     f"{'qualifies' if p['qualifies'] else p['why_not']} |")  # fmt: skip
+                     f"{_pct(p.get('au_at_step'))} | {'qualifies' if p['qualifies'] else p['why_not']} |")  # fmt: skip
     lines += _reencode_lines(result.get("reencode"))
     if result["notes"]:
         lines += ["", "Notes: " + "; ".join(result["notes"]) + "."]
@@ -737,6 +805,24 @@ def _reencode_lines(r: dict | None) -> list[str]:
             f"{r['bytes_vs_source']:.2f}x the bytes at {r['psnr_db']:.1f} dB PSNR; about "
             f"{r['encode_s_one_process']:,} s of one FFmpeg process for the whole dataset. Predicted gain: "
             f"{gains}.{verdict} Prove it: `{r['command']}`"]  # fmt: skip
+
+
+def au_line(w: dict, c: dict) -> str:
+    """The winner's AU in one line: measured with the step held where it was, its free-running bound beside."""
+    gpus = f"{c['gpus']} GPU(s)"
+    if w.get("au_measured") is None:
+        why = w.get("au_measured_note") or ("another node's" if w.get("predicted") else "the time budget was spent")
+        return (f"at a {c['step_ms']:g} ms step: AU {w['au']:.0%} on {gpus} by its free-running rate (not measured "
+                f"with the step held: {why}); it could feed {w['gpus_fed']} "
+                f"GPU(s) a node at >= {trainer.AU_TARGET:.0%}")  # fmt: skip
+    verdict = "keeps" if w["au"] >= trainer.AU_TARGET else f"falls short of {trainer.AU_TARGET:.0%}; it keeps"
+    return (f"at a {c['step_ms']:g} ms step: AU {w['au']:.0%} on {gpus}, measured with the step held (its free-running "
+            f"rate's bound {w['au_bound']:.0%}); it {verdict} {w['gpus_fed']} GPU(s) a node at >= "
+            f"{trainer.AU_TARGET:.0%}")  # fmt: skip
+
+
+def _pct(v) -> str:
+    return "-" if v is None or v != v else f"{v:.0%}"
 
 
 def _f(v, digits: int = 2) -> str:

@@ -10,7 +10,11 @@
 - Accelerator utilization (AU), MLPerf Storage's and DLIO's measure: the share of its step time a GPU computes
   rather than waits for data. A node whose loading delivers R samples/s, shared by G GPUs that each take a batch of
   B every `step_ms`, hands each GPU a batch every G B / R seconds (its cores are the limit: the loading of G ranks
-  shares them), so AU = min(1, step / (G B / R)); `gpus_fed` is the most G at AU >= AU_TARGET.
+  shares them), so AU <= min(1, step / (G B / R)): a bound, `gpus_fed` the most G within it at AU >= AU_TARGET.
+  Batches come unevenly (a decode run, a new episode), and a DataLoader holds only prefetch_factor of them a worker,
+  so with the step held a loader whose mean rate is above the need still leaves the GPU waiting (r480v3, 2 workers:
+  485 frames/s free-running, 400 needed at an 80 ms step, AU 81% held): tune states the AU measured with the step
+  held, as MLPerf Storage and DLIO measure it, and `gpus_at_step` the GPUs that measurement shows fed.
 - In lerobot-train's own loop (`lerobot_train_au`), each rank's main process turns its batch's uint8 frames into
   float32 / 255 on the CPU before its preprocessor moves it to the GPU (lerobot_train.py, LeRobot 0.6.1): that
   conversion (`float_batch_s`, measured here) comes before every step, and it takes the node's cores from loading.
@@ -131,11 +135,14 @@ def lerobot_train_au(
     convert_s: float,
     cores: int,
     cpu_s_per_sample: float | None = None,
+    wait_s: float = 0.0,
 ) -> float:
     """AU of `gpus` GPUs of a node in lerobot-train's loop, whose loading delivered `samples_per_s_node` (a proof)
     and each of whose ranks converts its batch (`convert_s` of one core) before its step: a step takes at least
-    step + convert_s; G batches take their loading's time at the proven rate; and their loading's CPU
-    (`cpu_s_per_sample`, the proof's workers'; None: the proof held every core) and G conversions share `cores`."""
+    step + convert_s + `wait_s` (the wait for each batch measured with the step held: a loader's batches come
+    unevenly, and the loop, serial, waits for a late one whatever it did meanwhile); G batches take their loading's
+    time at the proven rate; and their loading's CPU (`cpu_s_per_sample`, the proof's workers'; None: the proof
+    held every core) and G conversions share `cores`."""
     if not samples_per_s_node or samples_per_s_node != samples_per_s_node:
         return 0.0
     step = step_ms / 1000.0
@@ -145,8 +152,20 @@ def lerobot_train_au(
         if cpu_s_per_sample is None or cpu_s_per_sample != cpu_s_per_sample
         else (gpus * batch_size * cpu_s_per_sample)
     )
-    per_step = max(step + convert_s, load, (cpu + gpus * convert_s) / cores)
+    per_step = max(step + convert_s + max(0.0, wait_s), load, (cpu + gpus * convert_s) / cores)
     return min(1.0, step / per_step)
+
+
+def wait_per_step_s(au: float, step_ms: float) -> float:
+    """The wait for data each step at AU `au` and a step of `step_ms`: step x (1 / AU - 1)."""
+    return step_ms / 1000.0 * (1.0 / au - 1.0) if au > 0 else float("inf")
+
+
+def gpus_at_step(au: float, gpus: int, target: float = AU_TARGET) -> int:
+    """The GPUs of a node a loader is shown to keep at `target`, from its AU measured with the step of `gpus` held:
+    all of them where it held the target (more is its free-running rate's bound, `gpus_fed`, not shown); else as
+    many as the batches it delivered there feed at the target (that rate is what it reached under that load)."""
+    return gpus if au >= target else max(0, math.floor(au * gpus / target + 1e-9))
 
 
 def gpus_fed(samples_per_s_node: float, batch_size: int, step_ms: float, target: float = AU_TARGET) -> int:
