@@ -89,8 +89,8 @@ def test_the_answer_states_the_au_in_lerobot_trains_loop_and_when_its_conversion
 
     w = {"loader": "dlbench_stream", "settings": {"num_workers": 2}, "frames_per_s_node": 184.0, "predicted": False,
          "peak_pss_mb": 1871.0, "shuffle_effective_batch": 1.17, "shuffle_effective_window": 1.05, "au": 0.46,
-         "au_measured": 0.46, "au_bound": 0.58, "gpus_fed": 0, "code": "dataset = ...", "lerobot_swap": "factory.X = ...",
-         "lerobot_flags": "--batch_size=16", "au_lerobot_train": 0.29,
+         "au_measured": 0.46, "au_bound": 0.58, "gpus_fed": 0, "code": "dataset = ...",
+         "lerobot_swap": "factory.X = ...", "lerobot_flags": "--batch_size=16", "au_lerobot_train": 0.29,
          "lerobot_train_convert_ms": convert_ms}  # fmt: skip
     screen = answer_screen({"winner": w, "constraints": {"step_ms": 80.0, "gpus": 1}, "lerobot_best": {}})
     assert "AU 46% on 1 GPU(s), measured with the step held (its free-running rate's bound 58%)" in screen
