@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from dlbench.model.calibration import Calibration
-from dlbench.tune.search import Candidate, best_per_loader, knob_moves, meets, ranked, worker_options
+from dlbench.tune.search import Candidate, best_per_loader, knob_moves, meets, ranked, speed_moves, worker_options
 
 from .helpers import cost
 
@@ -317,3 +317,20 @@ def test_a_proof_over_the_memory_budget_alone_is_followed_by_a_smaller_configura
     assert not meets(proven[1].measured, FLOOR, 700.0)  # 556 MB: the smaller one qualifies
     assert [m.settings for m in memory_moves(Candidate("dlbench_map", {"num_workers": 1}))] == []
     assert len(keys) == len(set(keys))
+
+
+def test_a_move_carries_its_own_prediction_or_none_not_its_parents():
+    """The model predicts (loader, workers): a worker fewer gets the model's figure for it; a knob the model has
+    no term for (a buffer, GOP runs, rows a block) gets none, not the parent's, and the answer says so."""
+    from dlbench.tune.run import _predicted
+    from dlbench.tune.search import memory_moves, predictions
+
+    parent = Candidate("dlbench_stream", {"num_workers": 2}, 900.0, 800.0, "cores")
+    fewer_ranked = Candidate("dlbench_stream", {"num_workers": 1}, 500.0, 400.0, "decode")
+    fewer, half = memory_moves(parent)
+    got = predictions(fewer, [parent, fewer_ranked])
+    assert (got.predicted_fps, got.predicted_pss_mb, got.bound) == (500.0, 400.0, "decode")
+    moved = [predictions(m, [parent, fewer_ranked]) for m in [half, *speed_moves(parent, 30)]]
+    assert moved and all(m.predicted_fps == 0 and m.bound == "" for m in moved)
+    w = {"predicted_frames_per_s_node": 0.0, "settings": {"num_workers": 2, "gop_run": 30}}
+    assert _predicted(w) == "not predicted: the model has no term for gop_run"

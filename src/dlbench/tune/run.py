@@ -38,7 +38,7 @@ from ..errors import UserError
 from ..format.paths import is_remote
 from ..model.equations import BOUNDS
 from . import trainer
-from .search import Candidate, best_per_loader, knob_moves, meets, memory_moves, ranked, speed_moves
+from .search import Candidate, best_per_loader, knob_moves, meets, memory_moves, predictions, ranked, speed_moves
 
 PROOF = dict(repeats=2, warmup_s=2.0, check_frames=16, probe_samples=0)
 # batches a proof takes at least, over its windows: the effective batch size over 10 batches is shown from 40
@@ -85,6 +85,7 @@ def _prove_queue(
     remote: bool = False,
     slot_mb: float = 0.0,
     reserve: int = 0,
+    ranked_: list | None = None,
 ) -> list:
     """Prove candidates in turn until the queue is spent or the next proof would end past `deadline` (one at least,
     proofs taking about as long as those before); a proof over the memory budget alone queues a smaller
@@ -92,7 +93,8 @@ def _prove_queue(
     floor queues its knob moves next (`search.knob_moves`; the pool it grew to is where the next stream
     starts), one that meets it its speed moves
     (`search.speed_moves`: GOP runs, `gop` frames; blocks decoded together, for windows of `span` frames or a
-    `remote` source). `reserve`: proofs' time kept from the budget for what follows (a run with the step held)."""
+    `remote` source). `reserve`: proofs' time kept from the budget for what follows (a run with the step held).
+    A move carries the model's prediction only where `ranked_` (the model's ranking) holds its settings."""
     proven, took = [], []  # took: each proof's wall time
     grown: dict = {}  # the pool a stream had to grow to before it met the floor: the next stream starts there
     while queue:
@@ -115,13 +117,14 @@ def _prove_queue(
         proven.append(c)
         why = meets(c.measured, floor, memory_mb)
         if why.startswith("peak memory") and c.loader in ("dlbench_map", "dlbench_stream"):
-            queue = [m for m in memory_moves(c) if m.key not in {p.key for p in proven}] + queue
+            moves = [m for m in memory_moves(c) if m.key not in {p.key for p in proven}]
         elif why and c.loader == "dlbench_stream":
-            queue = knob_moves(c, c.measured, floor, per_worker) + queue
+            moves = knob_moves(c, c.measured, floor, per_worker)
         else:
             if c.loader == "dlbench_stream" and {"pool_size", "buffer_mb"} & set(c.settings) and not grown:
                 grown = {k: c.settings[k] for k in ("pool_size", "buffer_size", "buffer_mb") if k in c.settings}
-            queue = speed_moves(c, gop, span, remote, slot_mb) + queue
+            moves = speed_moves(c, gop, span, remote, slot_mb)
+        queue = [predictions(m, ranked_ or []) for m in moves] + queue
     return proven
 
 
@@ -220,7 +223,7 @@ def tune(
         probe_s = max(PROBE_MIN_S, PROBE_S_PER_MPIXEL * frame_pixels(meta) / 1e6) if probing else 0.0
         deadline = t0 + time_budget_s - probe_s
         proven = _prove_queue(state, queue, prove, floor, memory_mb, per_worker, deadline, gop, span, is_remote(root),
-                              slot_decoders_mb(meta), reserve=1 if step_ms else 0)  # fmt: skip
+                              slot_decoders_mb(meta), reserve=1 if step_ms else 0, ranked_=ours)  # fmt: skip
     phases["prove_s"] = time.perf_counter() - t
 
     held: dict[str, dict] = {}  # candidate key: its run with the step held
@@ -742,9 +745,9 @@ def report(result: dict, plot: str | None = None) -> str:
         w = result["winner"]
         how = "predicted (another node: not run here)" if w["predicted"] else "measured"
         lines += ["## Answer", "",
-                  f"{w['loader']}: {w['frames_per_s_node']:,.0f} frames/s per node ({how}; the model predicted "
-                  f"{w['predicted_frames_per_s_node']:,.0f}), peak memory {w['peak_pss_mb']:,.0f} MB, "
-                  f"bound by {w['bound']}: {w['bound_means']}.", ""]  # fmt: skip
+                  f"{w['loader']}: {w['frames_per_s_node']:,.0f} frames/s per node ({how}; {_predicted(w)}), "
+                  f"peak memory {w['peak_pss_mb']:,.0f} MB"
+                  + (f", bound by {w['bound']}: {w['bound_means']}." if w["bound"] else "."), ""]  # fmt: skip
         if w.get("au") is not None:
             lines += [au_line(w, c) + ".", ""]
         if not w["predicted"]:
@@ -772,7 +775,8 @@ def report(result: dict, plot: str | None = None) -> str:
               "GPUs | AU held | verdict |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for p in result["proofs"]:
         au = f"{p['au']:.0%}, {p['gpus_fed']}" if p.get("au") is not None else "-"
-        lines.append(f"| {p['candidate']} | {p['predicted_fps']:,.0f} | {_f(p.get('frames_per_s_node'), 0)} | "
+        said = _f(p["predicted_fps"], 0) if p["predicted_fps"] else "-"  # a knob the model has no term for
+        lines.append(f"| {p['candidate']} | {said} | {_f(p.get('frames_per_s_node'), 0)} | "
                      f"{_f(p.get('shuffle_effective_batch'))} / {_f(p.get('shuffle_effective_window'))} | "
                      f"{_f(p.get('shuffle_distinct_frames'))} | {_f(p.get('peak_pss_mb'), 0)} | {au} | "
                      f"{_pct(p.get('au_at_step'))} | {'qualifies' if p['qualifies'] else p['why_not']} |")  # fmt: skip
@@ -819,6 +823,14 @@ def au_line(w: dict, c: dict) -> str:
     return (f"at a {c['step_ms']:g} ms step: AU {w['au']:.0%} on {gpus}, measured with the step held (its free-running "
             f"rate's bound {w['au_bound']:.0%}); it {verdict} {w['gpus_fed']} GPU(s) a node at >= "
             f"{trainer.AU_TARGET:.0%}")  # fmt: skip
+
+
+def _predicted(w: dict) -> str:
+    """What the model said of the winner: its prediction, or that it has no term for a knob the winner moved."""
+    if w["predicted_frames_per_s_node"]:
+        return f"the model predicted {w['predicted_frames_per_s_node']:,.0f}"
+    knobs = ", ".join(k for k in w["settings"] if k != "num_workers")
+    return f"not predicted: the model has no term for {knobs}"
 
 
 def _pct(v) -> str:

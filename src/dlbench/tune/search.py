@@ -100,6 +100,21 @@ def best_per_loader(candidates: list[Candidate]) -> dict[str, Candidate]:
     return best
 
 
+def derived(c: Candidate, move: dict) -> Candidate:
+    """`c` with `move` made. The model predicts (loader, workers) alone: a candidate differing from a ranked one by
+    a knob the model has no term for carries no prediction (0, shown as not predicted), not its parent's;
+    `predictions` gives one back where only the workers moved."""
+    return Candidate(c.loader, {**c.settings, **move})
+
+
+def predictions(c: Candidate, ranked: list[Candidate]) -> Candidate:
+    """`c` with the model's prediction of the ranked candidate of its loader and settings, where there is one."""
+    same = next((r for r in ranked if r.key == c.key), None)
+    if same is None:
+        return c
+    return Candidate(c.loader, c.settings, same.predicted_fps, same.predicted_pss_mb, same.bound, c.measured)
+
+
 def knob_moves(c: Candidate, measured: dict, floor: dict, episodes_per_worker: int) -> list[Candidate]:
     """What to try after a dlbench_stream candidate measured below the floor: one row a block where its batches
     repeat frames (distinct frames low), more live episodes where its batches are worth few items (`pool_needed`, up
@@ -114,20 +129,20 @@ def knob_moves(c: Candidate, measured: dict, floor: dict, episodes_per_worker: i
         return [n for n, v, _ in shortfalls.short(m, f, names) if v is not None]
 
     if below(measured, floor, ("distinct_frames",)) and c.settings.get("read_ahead") != 1:
-        moves.append(Candidate(c.loader, {**c.settings, "read_ahead": 1}, c.predicted_fps, c.predicted_pss_mb, c.bound))
+        moves.append(derived(c, {"read_ahead": 1}))
     pool = c.settings.get("pool_size") or episodes_per_worker  # unset: every piece live
     if pool < episodes_per_worker and below(measured, floor, ("effective_batch", "effective_window")):
         bigger = min(pool_needed(pool, measured, floor), episodes_per_worker)
         # the buffer grows with the pool: a batch draws from the items of every live episode (500 episodes, 2
         # workers: pool 64 alone 0.64 of nominal, with 2,048 items 0.69; pool 128 with 4,096 items 0.86)
         grown = {"pool_size": bigger, "buffer_size": ITEMS_PER_LIVE_EPISODE * bigger}
-        moves.append(Candidate(c.loader, {**c.settings, **grown}, c.predicted_fps, c.predicted_pss_mb, c.bound))
+        moves.append(derived(c, grown))
     elif not {"pool_size", "buffer_mb"} & set(c.settings) and below(
         measured, floor, ("effective_batch", "effective_window")
     ):
         # every piece is live by default: the lanes are bounded by the blocks buffer_mb keeps, so more buffer
         mb = 2 * c.settings.get("buffer_mb", BUFFER_MB)  # unset: the most the default takes
-        moves.append(Candidate(c.loader, {**c.settings, "buffer_mb": mb}, c.predicted_fps, c.predicted_pss_mb, c.bound))
+        moves.append(derived(c, {"buffer_mb": mb}))
     return moves
 
 
@@ -143,7 +158,7 @@ def memory_moves(c: Candidate) -> list[Candidate]:
         mb = c.settings.get("buffer_mb") or BUFFER_MB
         if mb / 2 >= 64:
             moves.append({"buffer_mb": mb / 2})
-    return [Candidate(c.loader, {**c.settings, **m}, c.predicted_fps, c.predicted_pss_mb, c.bound) for m in moves]
+    return [derived(c, m) for m in moves]
 
 
 def pool_needed(pool: int, measured: dict, floor: dict) -> int:
@@ -196,7 +211,7 @@ def speed_moves(c: Candidate, gop: int, span: int = 0, remote: bool = False, slo
         moves.append({"read_ahead": READ_AHEAD})
     if (remote or gop >= 8 and span >= gop) and c.settings.get("episode_order", "random") == "random":
         moves.append({"decode_ahead": DECODE_AHEAD})
-    return [Candidate(c.loader, {**c.settings, **m}, c.predicted_fps, c.predicted_pss_mb, c.bound) for m in moves]
+    return [derived(c, m) for m in moves]
 
 
 def meets(measured: dict, floor: dict, memory_mb: float | None) -> str:
