@@ -109,6 +109,11 @@ CROSS_FIELD = [
         "nodes (3) must not exceed ranks (2)",
     ),
     (
+        {"policy": "act", "mode": "sarm"},
+        "bench.scenarios.s.policy: give a policy or a mode (sarm), not both",
+        "--policy: give a policy or a mode (sarm), not both",
+    ),
+    (
         {"mode": "chunky"},
         "bench.scenarios.s.mode: 'chunky' is neither single, sarm nor a key of modes",
         "--mode: 'chunky' is neither single nor sarm; give its delta_timestamps",

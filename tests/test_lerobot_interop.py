@@ -581,3 +581,26 @@ def test_language_columns_are_in_items_and_left_out_of_batches(lerobot_recorded_
         assert all("language_persistent" not in b and "language_events" not in b for b in batches)
     with pytest.raises(UserError, match="'language_events' is a language column"):
         LeRobotMapDataset(root, delta_timestamps={"language_events": [0.0]})
+
+
+def test_a_matrix_run_with_a_policy_reads_its_window_and_is_judged_at_its_step(v30_h264, tmp_path):
+    """`policy: act` in a scenario: the bench job resolves ACT's window on the dataset once (LeRobot's config, in
+    its peer environment), every rank reads it and run.json's spec keeps it; with `step_ms` the run's target is
+    the frames/s that keep the node's GPU 90% busy at that step."""
+    from dlbench.bench.launch import SPEC_FILE, launch
+    from dlbench.loader.dataset_meta import DatasetMeta
+    from dlbench.report.aggregate import aggregate
+    from dlbench.run import spec as runspec
+
+    run = runspec.make_run({"root": str(v30_h264), "loader": "dlbench_map", "policy": "act", "step_ms": 20,
+                            "num_workers": 1, "ranks": 2, "batch_size": 4, "duration_s": 1, "repeats": 2,
+                            "warmup_s": 0.5, "min_batches": 4, "probe_samples": 0})  # fmt: skip
+    assert "policyact" in run.run_id and run.delta_timestamps is None  # resolved in the job, from the dataset
+    launch(run, tmp_path / "r")
+    ours, _ = trainer.policy_window("act", DatasetMeta.load(str(v30_h264)))
+    spec = json.loads((tmp_path / "r" / SPEC_FILE).read_text())
+    assert spec["policy"] == "act" and spec["delta_timestamps"] == ours and len(ours["action"]) == 100
+    row = aggregate([tmp_path / "r"], None).iloc[0]
+    assert row["status"] == "ok" and row["frames_verified"] > 0 and row["frames_wrong"] == 0
+    per_step = 4 * row["frames_per_sample"] * 2  # batch x frames a sample x ranks of the node, each 20 ms
+    assert row["target_frames_per_s_node"] == pytest.approx(0.9 * per_step * 1000 / 20)

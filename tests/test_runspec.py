@@ -60,7 +60,13 @@ def test_every_axis_shows_in_the_run_id():
     field) does too, and leaves the ids of runs at its default unchanged."""
     base = RunSpec(dataset="d", root="/d")
     other = {"dataset": "e", "loader": "dlbench_stream", "mode": "sarm", "batch_size": 4, "num_workers": 0}
-    other |= {"decode_device": "cuda", "step_ms": 10, "ray_shuffle": "blocks", "daft_shuffle": "global"}
+    other |= {
+        "decode_device": "cuda",
+        "step_ms": 10,
+        "policy": "act",
+        "ray_shuffle": "blocks",
+        "daft_shuffle": "global",
+    }
     assert set(other) == set(runspec.AXES)
     ids = {runspec.run_id(base)} | {runspec.run_id(replace(base, **{k: v})) for k, v in other.items()}
     assert len(ids) == len(other) + 1

@@ -221,10 +221,25 @@ def _gate_on_prewarm(run: RunSpec) -> None:
     print(f"warning: {message}", file=sys.stderr)
 
 
+def with_policy_window(run: RunSpec) -> RunSpec:
+    """`run` reading its policy's window: the delta_timestamps lerobot-train resolves for `run.policy` on this
+    dataset (`tune.trainer.policy_window`, LeRobot's config read in its peer environment), once, here, so that every
+    rank reads the same and run.json keeps it; a policy with no delta indices reads single frames."""
+    from ..loader.dataset_meta import DatasetMeta
+    from ..sources import apply_env
+    from ..tune.trainer import policy_window
+
+    apply_env(run.source_spec)
+    deltas, _ = policy_window(run.policy, DatasetMeta.load(run.root))
+    return replace(run, delta_timestamps=deltas) if deltas else run
+
+
 def launch(run: RunSpec, out_dir: str | Path) -> dict:
     """Run all ranks of one run (`ranks` of them) concurrently; verify their files; write and return run.json."""
     out_dir = atomic.make_dir(out_dir)
     shutil.rmtree(out_dir / ".barrier", ignore_errors=True)
+    if run.policy and run.delta_timestamps is None:
+        run = with_policy_window(run)
     world = run.world_size
     name = run.loader_name.peer
     if needs_peer(run.loader) and peer_python(name) is None:

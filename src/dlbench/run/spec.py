@@ -94,6 +94,7 @@ class RunSpec:
     num_workers: int | str = 2  # "auto": `resolve_workers`
     decode_device: str = "cpu"
     step_ms: int = 0
+    policy: str | None = None  # its window, resolved in the bench job (`bench.launch`), stands in for `mode`
     # processes and windows
     ranks: int = 1
     nodes: int = 1
@@ -266,7 +267,12 @@ def check(run: RunSpec, where: str, label=None) -> None:
 
 
 def _check_mode(run: RunSpec, label) -> None:
-    """The mode is built in, or comes with its delta_timestamps (config.yaml's `modes:`, or --delta-timestamps)."""
+    """The mode is built in, or comes with its delta_timestamps (config.yaml's `modes:`, or --delta-timestamps);
+    a policy's window stands in for both."""
+    if run.policy and (run.mode != "single" or run.delta_timestamps is not None):
+        raise UserError(
+            f"{label('policy')}: give a policy or a mode ({run.mode}), not both: the policy's config decides the window"
+        )
     if run.delta_timestamps is not None:
         check_deltas(run.delta_timestamps, label("delta_timestamps"))
     elif run.mode not in BUILTIN_MODES:
