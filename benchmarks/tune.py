@@ -16,7 +16,8 @@ number of episodes (goal: its time within 20% from the fewest to the most). `--p
 tune in the trainer's terms; printed per set, the answer's AU as tune states it (measured in its own run with the
 step held) against the AU of the answer run again with the step held, apart from tune and 3x as long (goal: within
 10 points), and in LeRobot 0.6.1's training data path with the printed swap and flags (peer environment,
-`dlbench.peer.lerobot_training --step-ms`) against the AU tune states there; `--no-sweep` stops there.
+`dlbench.peer.lerobot_training --step-ms`) against the AU tune states there; `--no-sweep` stops there;
+`--from-config`: the same tune from a train_config.json of that policy and batch size, as lerobot-train writes it.
 Where the answer keeps the GPUs at >= 90% AU it is the cheapest configuration that does, not the fastest: the sweep's
 goal then holds by that.
 """
@@ -77,12 +78,18 @@ def tune(root: str, out: Path, a, report: Report, *extra: str) -> tuple[dict, fl
     """`dlbench tune` of `root` from scratch (its calibration is timed too), in its own process: its result and wall
     time, or None where it failed (said)."""
     shutil.rmtree(out.with_suffix(".work"), ignore_errors=True)
-    t0 = time.perf_counter()
     trainer = ["--policy", a.policy] if a.policy else ["--mode", a.mode]
+    if a.from_config:  # the same policy and batch from a train_config.json, as lerobot-train wrote it
+        from dlbench.peer import write_train_config
+
+        cfg = write_train_config(out.with_suffix(".cfg"), root, a.policy, a.batch_size, max(a.workers))
+        trainer = ["--config-path", str(cfg)]
     if a.step_ms:
         trainer += ["--step-ms", str(a.step_ms), "--gpus", str(a.gpus)]
-    proc = subprocess.run([sys.executable, "-m", "dlbench", "tune", root, *trainer, "--batch-size",
-                           str(a.batch_size), "--out", str(out), *extra], capture_output=True, text=True)  # fmt: skip
+    dataset = [] if a.from_config else [root, "--batch-size", str(a.batch_size)]  # else the config's own
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "dlbench", "tune", *dataset, *trainer, "--out", str(out), *extra],
+                          capture_output=True, text=True)  # fmt: skip
     took = time.perf_counter() - t0
     if proc.returncode:
         report.line(f"{root}: tune failed: {proc.stderr.strip()[-500:]}")
@@ -145,7 +152,8 @@ def against_sweep(name: str, root: str, a, work: Path, report: Report, endpoint:
     from dlbench.sources import apply_env, spec_from_endpoint
 
     floor = defaults("shuffle_floor")
-    tuned = tune(root, work / f"tune-{name}-{a.mode}", a, report, *(["--endpoint-url", endpoint] if endpoint else []))
+    how = "config" if a.from_config else a.mode
+    tuned = tune(root, work / f"tune-{name}-{how}", a, report, *(["--endpoint-url", endpoint] if endpoint else []))
     if tuned is None:
         return
     result, took = tuned
@@ -161,7 +169,7 @@ def against_sweep(name: str, root: str, a, work: Path, report: Report, endpoint:
     deltas = result["constraints"]["delta_timestamps"]  # the policy's window, where one was given
     if a.step_ms:
         held_again(name, root, a, w, answer, deltas, spec, work, report)
-        loop = au_in_lerobots_loop(root, w, a.step_ms / a.gpus, work / f"loop-{name}-{a.mode}")
+        loop = au_in_lerobots_loop(root, w, a.step_ms / a.gpus, work / f"loop-{name}-{how}")
         if isinstance(loop, str):
             report.line(f"{name}: the printed swap in LeRobot's training loop not run: {loop}")
         else:
@@ -235,6 +243,9 @@ def main(argv=None) -> None:
     ap.add_argument("--step-ms", type=float, default=None, help="the training step: the answer in AU")
     ap.add_argument("--gpus", type=int, default=1, help="GPUs a node the step feeds")
     ap.add_argument("--no-sweep", action="store_true", help="tune alone (its AU checked), no sweep")
+    ap.add_argument("--from-config", action="store_true",
+                    help="tune from a train_config.json of --policy and --batch-size (LeRobot's own, written in the "
+                         "peer environment) in place of --policy")  # fmt: skip
     ap.add_argument("--roots", nargs="*", default=[], metavar="PATH", help="also these v3.0 datasets, as they are")
     ap.add_argument("--scale", nargs="*", type=int, default=[], metavar="EPISODES",
                     help="tune sets of small frames, alike but for these numbers of episodes")  # fmt: skip

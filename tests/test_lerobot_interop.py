@@ -420,24 +420,8 @@ def test_an_unknown_policy_or_a_config_that_is_not_lerobots_is_one_line(v30_h264
         assert len(proc.stderr.strip().splitlines()) == 1 and says in proc.stderr, proc.stderr
 
 
-def write_train_config(path, root, policy="act", batch_size=8, num_workers=2, **policy_kwargs) -> None:
-    """A train_config.json as lerobot-train writes it (TrainPipelineConfig._save_pretrained), in the peer."""
-    code = (
-        "import sys, json\nfrom pathlib import Path\n"
-        "from lerobot.configs.train import TrainPipelineConfig\nfrom lerobot.configs.default import DatasetConfig\n"
-        "from lerobot.policies.factory import make_policy_config\n"
-        "a = json.loads(sys.argv[1])\n"
-        "cfg = TrainPipelineConfig(dataset=DatasetConfig(repo_id='local/d', root=a['root']), "
-        "policy=make_policy_config(a['policy'], push_to_hub=False, **a['kw']), batch_size=a['b'], num_workers=a['w'])\n"
-        "Path(a['out']).mkdir(parents=True, exist_ok=True)\ncfg._save_pretrained(Path(a['out']))\n"
-    )
-    args = {"root": str(root), "policy": policy, "kw": policy_kwargs, "b": batch_size, "w": num_workers, "out": path}
-    subprocess.run([str(peer.require_peer()), "-c", code, json.dumps(args)], check=True, capture_output=True,
-                   timeout=300, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})  # fmt: skip
-
-
 def test_a_saved_train_config_says_the_policy_batch_and_workers(v30_h264, tmp_path):
-    write_train_config(str(tmp_path), v30_h264, "act", 4, 3, chunk_size=10, n_action_steps=10)
+    peer.write_train_config(str(tmp_path), v30_h264, "act", 4, 3, chunk_size=10, n_action_steps=10)
     t = trainer.train_config(str(tmp_path / "train_config.json"))
     assert (t["policy"], t["batch_size"], t["num_workers"], t["root"]) == ("act", 4, 3, str(v30_h264))
     assert t["action_delta_indices"] == list(range(10)) and t["streaming"] is False
@@ -450,7 +434,7 @@ def test_tune_from_a_train_config_answers_in_au_with_lerobots_flags(v30_h264, tm
     workers come from the config; every proof carries AU and GPUs fed by its rate; the AU the answer states is
     measured with the step held (one rank at 80 / 40 ms, the node's GPUs' load); the screen shows the code, the
     swap into lerobot-train and LeRobot's best as lerobot-train flags."""
-    write_train_config(str(tmp_path / "cfg"), v30_h264, "act", 4, 1, chunk_size=10, n_action_steps=10)
+    peer.write_train_config(str(tmp_path / "cfg"), v30_h264, "act", 4, 1, chunk_size=10, n_action_steps=10)
     out = tmp_path / "tune" / "h264"
     proc = subprocess.run(
         [sys.executable, "-m", "dlbench", "tune", "--config-path", str(tmp_path / "cfg" / "train_config.json"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from ..errors import UserError
 from .common import DELTAS_HELP, ENDPOINT_HELP, command, read_deltas, say
 
@@ -53,6 +55,7 @@ def add(sub) -> None:
 def tune(a) -> None:
     from pathlib import Path
 
+    from ..procstat import started_unix
     from ..sources import spec_from_endpoint
     from ..tune.run import tune as run_tune
     from ..tune.trainer import dataset_url, train_config
@@ -94,7 +97,7 @@ def tune(a) -> None:
         floor={k: v for k, v in floor.items() if v is not None}, time_budget_s=a.time_budget_s, cores=a.cores,
         nodes=a.nodes, source_spec=spec_from_endpoint(a.endpoint_url), lerobot=not a.no_lerobot, dataset=name,
         source=a.source, calibration=a.calibration, reencode=not a.no_reencode, policy=a.policy, step_ms=a.step_ms,
-        gpus=a.gpus, notes=notes, policy_config=policy_config,
+        gpus=a.gpus, notes=notes, policy_config=policy_config, started_unix=started_unix([os.getpid()]),
     )  # fmt: skip
     if "winner" not in result:
         raise UserError(f"{result['unmet']} ({out}.md)")

@@ -7,6 +7,7 @@ runs as a subprocess of the peer interpreter; the scripts in this package are wh
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Mapping
@@ -159,3 +160,31 @@ def lerobot_convert(src_copy: str | Path, timeout: float | None = None) -> subpr
     if proc.returncode != 0:
         raise UserError(f"LeRobot's converter failed on {src_copy}:\n{proc.stderr[-4000:]}")
     return proc
+
+
+# a train_config.json as lerobot-train writes it: TrainPipelineConfig._save_pretrained, in the peer environment
+_TRAIN_CONFIG = """import sys, json
+from pathlib import Path
+from lerobot.configs.train import TrainPipelineConfig
+from lerobot.configs.default import DatasetConfig
+from lerobot.policies.factory import make_policy_config
+a = json.loads(sys.argv[1])
+cfg = TrainPipelineConfig(dataset=DatasetConfig(repo_id='local/dataset', root=a['root']),
+                          policy=make_policy_config(a['policy'], push_to_hub=False, **a['kw']), batch_size=a['b'],
+                          num_workers=a['w'])
+Path(a['out']).mkdir(parents=True, exist_ok=True)
+cfg._save_pretrained(Path(a['out']))
+"""
+
+
+def write_train_config(out: str | Path, root: str | Path, policy: str = "act", batch_size: int = 8,
+                       num_workers: int = 2, **policy_kwargs) -> Path:  # fmt: skip
+    """`out`/train_config.json for training `policy` on the local dataset `root`, written by LeRobot's own
+    TrainPipelineConfig (as lerobot-train saves it), `policy_kwargs` set on the policy's config; its path."""
+    args = {"root": str(root), "policy": policy, "kw": policy_kwargs, "b": batch_size, "w": num_workers}
+    args["out"] = str(out)
+    proc = subprocess.run([str(require_peer()), "-c", _TRAIN_CONFIG, json.dumps(args)], capture_output=True,
+                          text=True, timeout=300, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})  # fmt: skip
+    if proc.returncode:
+        raise UserError(f"writing a train_config.json for {policy} failed: {proc.stderr.strip()[-500:]}")
+    return Path(out) / "train_config.json"

@@ -48,6 +48,7 @@ OTHER_LOAD = 0.25  # cores busy with other work while proving, as a share of the
 # the re-encoding probe's time per megapixel of a frame of every camera, kept from the proofs' budget (2 cores,
 # 2026-11-30: 2 x 480x640 22 s and 1280x720 31 s with 3 s clips; the clip shrinks for larger frames: `lever`)
 PROBE_S_PER_MPIXEL = 30.0
+WRITE_S = 3.0  # the report and its plot, written last (matplotlib's import and one figure: 2-3 s here)
 PROBE_MIN_S = 10.0  # and at least this (2 x 240x320: 9 s, 2026-12-07), its clips' encoding and opening
 
 
@@ -151,11 +152,13 @@ def tune(
     gpus: int = 1,
     notes: list[str] | None = None,
     policy_config: dict | None = None,
+    started_unix: float | None = None,
 ) -> dict:
     """Tune loading `root` for training with these constraints; writes `out`.json, .md and .png and returns the
     result (see the module docstring). `policy`: a LeRobot policy type whose window (at its defaults) is taken;
-    `policy_config`: a saved config's delta indices (`trainer.train_config`), taken in its place. A `UserError`
-    for an unreadable dataset or a constraint that cannot be read."""
+    `policy_config`: a saved config's delta indices (`trainer.train_config`), taken in its place;
+    `started_unix`: when the command started (its process: the budget is the user's clock, imports too). A
+    `UserError` for an unreadable dataset or a constraint that cannot be read."""
     from ..config import defaults
     from ..loader.dataset_meta import resolve_windows, window_span
     from ..loader.stream import slot_decoders_mb
@@ -163,6 +166,9 @@ def tune(
 
     t0 = time.perf_counter()
     phases: dict[str, float] = {}
+    if started_unix is not None:
+        phases["start_s"] = max(0.0, time.time() - started_unix)
+        t0 -= phases["start_s"]
     out = Path(out)
     work = out.with_suffix(".work")  # calibration and proofs kept between an interrupted tune and the next
     floor = {**defaults("shuffle_floor"), **(floor or {})}
@@ -183,7 +189,7 @@ def tune(
         memory_gb = trainer.default_memory_gb()
         memory_note = f"memory budget {memory_gb:g} GB: half of this host's RAM (--memory-gb to change)"
     memory_mb = memory_gb * 1024
-    phases["open_s"] = time.perf_counter() - t0
+    phases["open_s"] = time.perf_counter() - t0 - phases.get("start_s", 0.0)
     constraints = dict(mode=mode, delta_timestamps=delta_timestamps, batch_size=batch_size, memory_gb=memory_gb,
                        floor=floor, time_budget_s=time_budget_s, cores=cores, nodes=nodes, policy=policy,
                        step_ms=step_ms, gpus=gpus)  # fmt: skip
@@ -221,7 +227,7 @@ def tune(
         gop, span = meta.keyframe_interval(0), window_span(resolve_windows(mode, delta_timestamps, meta), meta.cameras)
         # the re-encoding probe runs after the proofs, within the budget too
         probe_s = max(PROBE_MIN_S, PROBE_S_PER_MPIXEL * frame_pixels(meta) / 1e6) if probing else 0.0
-        deadline = t0 + time_budget_s - probe_s
+        deadline = t0 + time_budget_s - probe_s - WRITE_S
         proven = _prove_queue(state, queue, prove, floor, memory_mb, per_worker, deadline, gop, span, is_remote(root),
                               slot_decoders_mb(meta), reserve=1 if step_ms else 0, ranked_=ours)  # fmt: skip
     phases["prove_s"] = time.perf_counter() - t
@@ -749,7 +755,8 @@ def report(result: dict, plot: str | None = None) -> str:
                   f"peak memory {w['peak_pss_mb']:,.0f} MB"
                   + (f", bound by {w['bound']}: {w['bound_means']}." if w["bound"] else "."), ""]  # fmt: skip
         if w.get("au") is not None:
-            lines += [au_line(w, c) + ".", ""]
+            said = au_line(w, c)
+            lines += [said[0].upper() + said[1:] + ".", ""]
         if not w["predicted"]:
             lines += [f"Effective / nominal batch size {w['shuffle_effective_batch']:.2f} over one batch, "
                       f"{_f(w['shuffle_effective_window'])} over 10; distinct frames "
@@ -802,7 +809,7 @@ def _reencode_lines(r: dict | None) -> list[str]:
         fps = r["predicted_fps"][r["best_after"]]
         worth = "the bigger lever." if r["bigger_lever"] else f"not worth re-encoding for (under {WORTH:g}x)."
         verdict = (f" Re-encoded, the best proven configuration of {r['best_after']} would reach about {fps:,} "
-                   f"frames/s against the answer's {r['answer_fps']:,}: {worth}")  # fmt: skip
+                   f"frames/s against the fastest proven's {r['answer_fps']:,} now: {worth}")  # fmt: skip
     return ["", "## Re-encoding (predicted from a probe, not measured)", "",
             f"{r['encoding']}: a random frame {r['random_ms_per_frame'][0]:.2f} -> {r['random_ms_per_frame'][1]:.2f} "
             f"ms, in order {r['order_ms_per_frame'][0]:.2f} -> {r['order_ms_per_frame'][1]:.2f} ms; "
