@@ -123,6 +123,8 @@ def test_dafts_reader_on_s3_reads_through_the_ranks_metering_proxy_every_frame_r
     "args, says",
     [
         (["--decode-device", "cuda"], "loader daft_data decodes on the CPU only"),
+        # its hf:// client has huggingface.co built in: a Hub of one's own (the loopback one too) cannot be read
+        (["--root", "hf://datasets/org/name"], "Daft 0.7.26 reads hf:// from huggingface.co only"),
     ],
 )
 def test_what_daft_data_cannot_do_is_one_line(v30_h264, tmp_path, args, says):

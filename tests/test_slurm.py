@@ -334,6 +334,28 @@ def test_ray_data_reads_on_a_ray_cluster_across_both_hosts(cluster, tmp_path, v3
     assert not left, f"a Ray process of the job outlived it: {left}"
 
 
+def test_daft_reads_on_both_hosts_each_rank_its_own_runner(cluster, tmp_path, v30_h264):
+    """daft_data's 2-node run: Daft's native runner in each rank (its runner is a process's own: no cluster to
+    join, unlike Ray's), each reading its own episodes on its host; every frame right, both hosts used."""
+    from dlbench import peer
+    from dlbench.report.aggregate import aggregate
+
+    if peer.peer_python() is None:
+        pytest.skip(f"LeRobot peer environment (with Daft) missing; create it with {peer.CREATE_COMMAND}")
+    daft_run = {"loader": "daft_data", "ranks": 2, "nodes": 2, "num_batches": 2}
+    bench = {**SLURM_TINY["bench"], "scenarios": {"daft_2node": daft_run}}
+    config = {**converted(v30_h264, SLURM_TINY), "bench": bench}
+    run_dir = tmp_path / "results/runs/daft_2node/synthetic-daft_data-single-b4-w1-cpu"
+    proc = snakemake_slurm(tmp_path, config, cluster, str(run_dir.relative_to(tmp_path)))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    row = aggregate([run_dir], None).iloc[0]
+    assert row["status"] == "ok" and row["frames_wrong"] == 0 and row["frames_verified"] > 0, row.get("reason")
+    assert row["hosts"] == "node1;node2" and row["nodes_used"] == 2
+    assert json.loads((run_dir / "run.json").read_text())["launcher"] == "srun"
+    a, b = (set(np.load(run_dir / f"rank{r}of2.samples.npy").tolist()) for r in range(2))
+    assert a and b and not a & b
+
+
 def test_a_node_dying_under_a_bench_run_records_it_failed_and_a_rerun_redoes_only_it(cluster, tmp_path, v30_h264):
     # no second chance from SLURM or Snakemake: the run must fail
     profile = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())

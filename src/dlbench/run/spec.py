@@ -356,13 +356,18 @@ def _check_ray(run: RunSpec, where: str) -> None:
 
 def _check_daft(run: RunSpec, where: str) -> None:
     """What daft_data (Daft 0.7.26's daft.datasets.lerobot) cannot do here: a GPU; remote sources other than S3 (its
-    S3 client reads through the rank's metering proxy, `daft_data.io_config`; its Hub client would not)."""
+    S3 client reads through the rank's metering proxy, `daft_data.io_config`; its hf:// client has
+    https://huggingface.co built in, with no endpoint setting in `HuggingFaceConfig` nor HF_ENDPOINT read, so a Hub
+    server of one's own, the loopback one included, cannot be read)."""
     if run.loader_name.base not in DAFT_LOADERS:
         return
     if run.decode_device != "cpu":
         raise UserError(f"{where}: loader daft_data decodes on the CPU only; use decode_device: cpu")
     if (is_remote(str(run.root)) and not str(run.root).startswith("s3://")) or run.data_files_root:
-        raise UserError(f"{where}: loader daft_data reads local and S3 datasets here; use source: local or an s3 one")
+        raise UserError(
+            f"{where}: loader daft_data reads local and S3 datasets here (Daft 0.7.26 reads hf:// from huggingface.co "
+            f"only, no other Hub endpoint); use source: local or an s3 one"
+        )
 
 
 # settings only dlbench's loaders have (LeRobot's would ignore them, measuring something else than asked)
