@@ -39,6 +39,8 @@ from dlbench.tune.search import ITEMS_PER_LIVE_EPISODE, POOLS, Candidate, meets
 from dlbench.tune.trainer import AU_TARGET
 
 HELD_AGAIN = 3.0  # the answer's run with the step held again: this many times as long as tune's
+AU_COLUMNS = ["set", "from", "answer", "tune_s", "au_bound", "au_stated", "au_again", "gpus_fed", "loop_stated",
+              "loop_measured"]  # fmt: skip
 
 
 def sweep_points(workers: list[int], gop: int) -> list[tuple[str, dict]]:
@@ -125,9 +127,10 @@ def au_in_lerobots_loop(root: str, w: dict, step_ms: float, work: Path) -> dict 
     return json.loads((work / "au.json").read_text())
 
 
-def held_again(name: str, root: str, a, w: dict, answer: Candidate, deltas, spec, work: Path, report: Report):
+def held_again(name: str, root: str, a, w: dict, answer: Candidate, deltas, spec, work: Path,
+               report: Report) -> float | None:  # fmt: skip
     """The answer run again with the step held, apart from tune and HELD_AGAIN times as long as its run: the AU
-    tune states (its own run with the step held) against this one (goal: within 10 points)."""
+    tune states (its own run with the step held) against this one (goal: within 10 points); the AU measured."""
     from dlbench.tune.run import PROOF_S, _prove
 
     step = max(1, round(a.step_ms / a.gpus))
@@ -136,17 +139,20 @@ def held_again(name: str, root: str, a, w: dict, answer: Candidate, deltas, spec
     stated = w.get("au")
     if m.get("data_wait_frac") is None:
         report.line(f"{name}: the answer's run with the step held did not run: {m.get('reason')}")
-        return
+        return None
     measured = 1.0 - m["data_wait_frac"]
     report.goal(f"{name}: AU stated within 10 points of AU measured again with the step held, {HELD_AGAIN:g}x as long",
                 stated is not None and abs(stated - measured) <= 0.10,
                 f"stated {stated or 0:.0%} (free-running bound {w.get('au_bound') or 0:.0%}), measured {measured:.0%}, "
                 f"at {a.step_ms:g} ms on {a.gpus} GPU(s); {w.get('gpus_fed')} GPU(s) fed at 90%")  # fmt: skip
+    return measured
 
 
-def against_sweep(name: str, root: str, a, work: Path, report: Report, endpoint: str | None = None) -> None:
+def against_sweep(name: str, root: str, a, work: Path, report: Report, endpoint: str | None = None,
+                  au_rows: list | None = None) -> None:  # fmt: skip
     """Tune `root`, then measure every point of the sweep and LeRobot's stream at its defaults the same way, and
-    print the goals: the answer within 5 minutes, >= 90% of the sweep's best at the floor, >= 1.5x LeRobot's."""
+    print the goals: the answer within 5 minutes, >= 90% of the sweep's best at the floor, >= 1.5x LeRobot's. With
+    a step, the set's AU figures go to `au_rows` (`AU_COLUMNS`)."""
     from dlbench.config import defaults
     from dlbench.loader.dataset_meta import DatasetMeta
     from dlbench.sources import apply_env, spec_from_endpoint
@@ -168,8 +174,14 @@ def against_sweep(name: str, root: str, a, work: Path, report: Report, endpoint:
     answer = Candidate(chosen.pop("loader"), chosen)
     deltas = result["constraints"]["delta_timestamps"]  # the policy's window, where one was given
     if a.step_ms:
-        held_again(name, root, a, w, answer, deltas, spec, work, report)
+        again = held_again(name, root, a, w, answer, deltas, spec, work, report)
         loop = au_in_lerobots_loop(root, w, a.step_ms / a.gpus, work / f"loop-{name}-{how}")
+        if au_rows is not None:
+            au_rows.append({"set": name, "from": how, "answer": answer.key, "tune_s": took,
+                            "au_bound": w.get("au_bound"), "au_stated": w.get("au"), "au_again": again,
+                            "gpus_fed": w.get("gpus_fed"),
+                            "loop_stated": w.get("au_lerobot_train"),
+                            "loop_measured": None if isinstance(loop, str) else loop["au"]})  # fmt: skip
         if isinstance(loop, str):
             report.line(f"{name}: the printed swap in LeRobot's training loop not run: {loop}")
         else:
@@ -256,17 +268,22 @@ def main(argv=None) -> None:
     report = Report(a, ["set", "point", "frames_per_s", "effective_1", "effective_10", "effective_fps", "distinct",
                         "pss_mb", "meets"], "tune")  # fmt: skip
     report.line(f"floor {defaults('shuffle_floor')}")
+    au_rows: list[dict] = []
     for name in a.sets:
-        against_sweep(name, str(model.dataset(work, name)), a, work, report)
+        against_sweep(name, str(model.dataset(work, name)), a, work, report, au_rows=au_rows)
     for root in a.roots:  # a dataset of the user's own, as it is
-        against_sweep(Path(root).name, str(Path(root).absolute()), a, work, report)
+        against_sweep(Path(root).name, str(Path(root).absolute()), a, work, report, au_rows=au_rows)
     if a.s3:
         local = {f"s3://dlbench-tune/{name}": model.dataset(work, name) for name in a.s3}
         with loopback_s3(work / "s3", local, a.latency_ms) as endpoint:
             for name, url in zip(a.s3, local):
-                against_sweep(f"{name}-s3-{a.latency_ms:g}ms", url, a, work, report, endpoint)
+                against_sweep(f"{name}-s3-{a.latency_ms:g}ms", url, a, work, report, endpoint, au_rows)
     if a.scale:
         scaling(a, work, report)
+    if au_rows:  # the trainer's terms, per set: AU stated against AU measured (again, and in LeRobot's loop)
+        report.table(AU_COLUMNS)
+        for r in au_rows:
+            report.row(**r)
     report.close()
 
 
