@@ -36,7 +36,7 @@ from benchmarks import model
 from benchmarks.common import Report, loopback_s3, parser
 from dlbench.synth import Camera, SynthConfig
 from dlbench.tune.search import ITEMS_PER_LIVE_EPISODE, POOLS, Candidate, meets
-from dlbench.tune.trainer import AU_TARGET
+from dlbench.tune.trainer import AU_TARGET, au_in_lerobot_train
 
 HELD_AGAIN = 3.0  # the answer's run with the step held again: this many times as long as tune's
 AU_COLUMNS = ["set", "from", "answer", "tune_s", "au_bound", "au_stated", "au_again", "gpus_fed", "loop_stated",
@@ -104,29 +104,6 @@ def tune(root: str, out: Path, a, report: Report, *extra: str) -> tuple[dict, fl
     return result, took
 
 
-def au_in_lerobots_loop(root: str, w: dict, step_ms: float, work: Path) -> dict | str:
-    """The answer's swap and lerobot-train flags, as tune printed them, run in LeRobot 0.6.1's training data path
-    in the peer environment with each batch held `step_ms` (`dlbench.peer.lerobot_training --step-ms`): its
-    result, or why it did not run."""
-    from dlbench import peer
-    from dlbench.errors import UserError
-    from dlbench.format.paths import is_remote
-
-    if peer.peer_python() is None:
-        return "no peer environment (make peer)"
-    if is_remote(root):
-        return "a remote set (the peer run reads local sets)"
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "swap.py").write_text(w["lerobot_swap"])
-    try:
-        peer.run_peer("lerobot_training", root, str(work / "au.json"), "--step-ms", f"{step_ms:g}", "--steps", "300",
-                      "--batches", "20", "--swap", str(work / "swap.py"), "--flags", w["lerobot_flags"],
-                      timeout=900)  # fmt: skip
-    except UserError as e:
-        return str(e).splitlines()[-1]
-    return json.loads((work / "au.json").read_text())
-
-
 def held_again(name: str, root: str, a, w: dict, answer: Candidate, deltas, spec, work: Path,
                report: Report) -> float | None:  # fmt: skip
     """The answer run again with the step held, apart from tune and HELD_AGAIN times as long as its run: the AU
@@ -175,7 +152,9 @@ def against_sweep(name: str, root: str, a, work: Path, report: Report, endpoint:
     deltas = result["constraints"]["delta_timestamps"]  # the policy's window, where one was given
     if a.step_ms:
         again = held_again(name, root, a, w, answer, deltas, spec, work, report)
-        loop = au_in_lerobots_loop(root, w, a.step_ms / a.gpus, work / f"loop-{name}-{how}")
+        # the printed swap and flags in LeRobot's training loop, longer than tune's own run of it
+        loop = au_in_lerobot_train(root, w["lerobot_swap"], w["lerobot_flags"], a.step_ms / a.gpus,
+                                   work / f"loop-{name}-{how}", steps=300, warmup=20)  # fmt: skip
         if au_rows is not None:
             au_rows.append({"set": name, "from": how, "answer": answer.key, "tune_s": took,
                             "au_bound": w.get("au_bound"), "au_stated": w.get("au"), "au_again": again,

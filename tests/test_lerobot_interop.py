@@ -282,11 +282,11 @@ def test_tunes_printed_swap_and_flags_run_as_printed_in_lerobots_training_data_p
     settings = {"num_workers": 1, **({"read_ahead": 8} if loader == "dlbench_stream" else {})}
     constraints = {"delta_timestamps": None, "mode": "single", "batch_size": 4, "policy": "act"}
     w = _winner(Candidate(loader, settings, predicted_fps=100.0), constraints, lerobot_recorded_v30, True)
-    (tmp_path / "swap.py").write_text(w["lerobot_swap"])
+    # as tune runs it (and benchmarks.tune, longer): `trainer.au_in_lerobot_train`
+    got = trainer.au_in_lerobot_train(str(lerobot_recorded_v30), w["lerobot_swap"], w["lerobot_flags"], 250,
+                                      tmp_path, steps=30, warmup=3)  # fmt: skip
+    assert isinstance(got, dict) and got["steps"] == 30, got
     out = tmp_path / "au.json"
-    args = ["--steps", "30", "--batches", "3", "--swap", str(tmp_path / "swap.py"), "--flags", w["lerobot_flags"]]
-    peer.run_peer("lerobot_training", str(lerobot_recorded_v30), str(out), "--step-ms", "250", *args, timeout=600)
-    got = json.loads(out.read_text())
     cls = "LeRobotStreamingDataset" if loader == "dlbench_stream" else "LeRobotMapDataset"
     assert got["dataset_class"].endswith(cls) and got["dataset_class"].startswith("dlbench.")
     assert (got["batch_size"], got["num_workers"], got["streaming"]) == (4, 1, loader == "dlbench_stream")
@@ -299,6 +299,9 @@ def test_tunes_printed_swap_and_flags_run_as_printed_in_lerobots_training_data_p
         peer.run_peer("lerobot_training", str(lerobot_recorded_v30), str(out), "--step-ms", "1", "--flags", bad)
     with pytest.raises(UserError, match=r"--steps >= 1"):  # no steps to measure: one line, not a division by zero
         peer.run_peer("lerobot_training", str(lerobot_recorded_v30), str(out), "--step-ms", "80", "--steps", "0")
+    # a remote dataset is not run there: why, in one line, and tune falls back on its model
+    why = trainer.au_in_lerobot_train("s3://b/d", w["lerobot_swap"], w["lerobot_flags"], 80, tmp_path, 1, 1)
+    assert why == "a remote dataset (the peer run reads local ones)"
 
 
 @pytest.mark.parametrize("cameras", [None, ["observation.images.top"]])
@@ -448,6 +451,8 @@ def test_tune_from_a_train_config_answers_in_au_with_lerobots_flags(v30_h264, tm
     assert c["delta_timestamps"]["action"] == pytest.approx([i / 30 for i in range(10)])
     assert c["memory_gb"] > 0 and any("half of this host's RAM" in n for n in result["notes"])
     assert any("LeRobot's map-style dataset with 1 worker(s)" in n for n in result["notes"])
+    # 40 GPUs' conversions share the cores: one rank in lerobot-train's loop cannot stand for them
+    assert any(n.startswith("lerobot-train's loop not run (40 GPUs a node") for n in result["notes"]), result["notes"]
     proven = [p for p in result["proofs"] if p.get("samples_per_s_node")]
     assert proven and all(0 < p["au"] <= 1 and p["gpus_fed"] >= 0 for p in proven)
     w = result["winner"]

@@ -97,6 +97,10 @@ def test_the_answer_states_the_au_in_lerobot_trains_loop_and_when_its_conversion
     assert "falls short of 90%; it keeps 0 GPU(s)" in screen
     assert "in lerobot-train's loop (the swap below): AU 29%" in screen and f"({convert_ms:,.0f} ms of a" in screen
     assert ("takes longer than the step" in screen) == says
+    assert "AU 29% by the model" in screen
+    w |= {"au_lerobot_train_steps": 60, "au_lerobot_train_model": 0.35}  # run there: the model's beside
+    screen = answer_screen({"winner": w, "constraints": {"step_ms": 80.0, "gpus": 1}, "lerobot_best": {}})
+    assert "AU 29% measured there over 60 steps (the model: 35%)" in screen
 
 
 @given(au=st.floats(0.01, 1.0), step=st.floats(1.0, 2000.0), gpus=st.integers(1, 16))

@@ -197,6 +197,17 @@ def test_no_proof_is_started_that_would_end_past_the_time_budget():
     proven = _prove_queue(State(), queue, prove, {}, None, 16, time.perf_counter() + 0.3)
     assert [p.key for p in proven] == ["dlbench_map num_workers=1"]
     assert "num_workers=2 and 1 more not proven" in notes[0]
+    # a proof of 0.1 s then one of 0.5 s: the next may be as long as the longest, so none starts at 0.6 of 1.0 (a
+    # mean's 0.3 would have started one that ended past the budget)
+    took = iter([0.1, 0.5, 0.5])
+
+    def uneven(c):
+        time.sleep(next(took))
+        return {"status": "ok", "frames_wrong": 0}
+
+    queue = [Candidate("dlbench_map", {"num_workers": w}) for w in (1, 2, 3)]
+    proven = _prove_queue(State(), queue, uneven, {}, None, 16, time.perf_counter() + 1.0)
+    assert len(proven) == 2 and "num_workers=3 and 0 more not proven" in notes[-1]
 
 
 @pytest.mark.slow  # a whole tune, about 2 minutes: scheduled with the end-to-end runs, not last

@@ -107,7 +107,7 @@ def tune(a) -> None:
 
 def answer_screen(result: dict) -> str:
     """The answer on one screen: the figures, the code, LeRobot's best and its lerobot-train flags."""
-    from ..tune.run import au_line
+    from ..tune.run import au_line, loop_line
 
     w, c = result["winner"], result["constraints"]
     how = "predicted for that node" if w["predicted"] else "measured"
@@ -118,9 +118,7 @@ def answer_screen(result: dict) -> str:
     if w.get("au") is not None:
         lines.append(au_line(w, c))
         if w.get("au_lerobot_train") is not None:
-            lines.append(f"in lerobot-train's loop (the swap below): AU {w['au_lerobot_train']:.0%}, its main process "
-                         f"turning each batch to float32 on the CPU ({w['lerobot_train_convert_ms']:,.0f} ms of a "
-                         f"core) before each step")  # fmt: skip
+            lines.append(loop_line(w))
             if w["lerobot_train_convert_ms"] > c["step_ms"]:
                 lines.append(
                     "  that conversion takes longer than the step: there the GPU waits for it, whichever "

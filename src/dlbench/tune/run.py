@@ -48,6 +48,9 @@ OTHER_LOAD = 0.25  # cores busy with other work while proving, as a share of the
 # the re-encoding probe's time per megapixel of a frame of every camera, kept from the proofs' budget (2 cores,
 # 2026-11-30: 2 x 480x640 22 s and 1280x720 31 s with 3 s clips; the clip shrinks for larger frames: `lever`)
 PROBE_S_PER_MPIXEL = 30.0
+# lerobot-train's loop, run with the printed swap: its steps, after its warm-up batches, and the time kept for it
+# (its environment's start, the factory's dataset and spawned workers: 15-20 s here, then the steps)
+LOOP_STEPS, LOOP_WARMUP, LOOP_S = 60, 8, 40.0
 WRITE_S = 3.0  # the report and its plot, written last (matplotlib's import and one figure: 2-3 s here)
 PROBE_MIN_S = 10.0  # and at least this (2 x 240x320: 9 s, 2026-12-07), its clips' encoding and opening
 
@@ -89,7 +92,7 @@ def _prove_queue(
     ranked_: list | None = None,
 ) -> list:
     """Prove candidates in turn until the queue is spent or the next proof would end past `deadline` (one at least,
-    proofs taking about as long as those before); a proof over the memory budget alone queues a smaller
+    a proof taking as long as the longest before it); a proof over the memory budget alone queues a smaller
     configuration next (`search.memory_moves`: a worker fewer, half a stream's buffer); a stream that misses the
     floor queues its knob moves next (`search.knob_moves`; the pool it grew to is where the next stream
     starts), one that meets it its speed moves
@@ -102,7 +105,7 @@ def _prove_queue(
         c = queue.pop(0)
         # a proof is started only where one as long as the others so far ends within the budget: the answer is due
         # then, not a proof later (realistic16 from S3 at +20 ms: 326 s against a budget of 300 when started late)
-        expected = sum(took) / len(took) if took else 0.0
+        expected = max(took) if took else 0.0  # the budget is a promise: the next may be as long as the longest
         if proven and time.perf_counter() + expected * (1 + reserve) > deadline:
             state.note(f"time budget spent: {c.key} and {len(queue)} more not proven (a proof takes {expected:.0f} s)")
             break
@@ -227,7 +230,11 @@ def tune(
         gop, span = meta.keyframe_interval(0), window_span(resolve_windows(mode, delta_timestamps, meta), meta.cameras)
         # the re-encoding probe runs after the proofs, within the budget too
         probe_s = max(PROBE_MIN_S, PROBE_S_PER_MPIXEL * frame_pixels(meta) / 1e6) if probing else 0.0
-        deadline = t0 + time_budget_s - probe_s - WRITE_S
+        from ..peer import peer_python
+
+        here = step_ms and gpus == 1 and lerobot and not is_remote(root) and peer_python() is not None
+        loop_s = LOOP_S if here else 0.0
+        deadline = t0 + time_budget_s - probe_s - WRITE_S - loop_s
         proven = _prove_queue(state, queue, prove, floor, memory_mb, per_worker, deadline, gop, span, is_remote(root),
                               slot_decoders_mb(meta), reserve=1 if step_ms else 0, ranked_=ours)  # fmt: skip
     phases["prove_s"] = time.perf_counter() - t
@@ -246,7 +253,10 @@ def tune(
     result = _answer(state, meta, cal, ours, best, lerobot_best, proven, floor, memory_mb, predicted_only,
                      constraints, root, dataset, source, held)  # fmt: skip
     if held and "winner" in result:
+        t = time.perf_counter()
         result["winner"] |= _in_lerobot_train(result["winner"], proven, constraints, meta, cores)
+        result["winner"] |= _loop_measured(state, result["winner"], constraints, root, work, deadline + loop_s, lerobot)
+        phases["lerobot_loop_s"] = time.perf_counter() - t
     if probing:
         from .reencode import lever
 
@@ -487,13 +497,13 @@ def _at_step(could: list[Candidate], fastest: Candidate | None, confirm, deadlin
     `could` are those whose free-running rate could (cheapest first, `_qualified`); the cheapest is run, then, where
     it falls short, the fastest of them, then those between in order of cost until one holds (where the fastest
     falls short too, none would). Without any that could: `fastest`, for the AU it does reach. One run at least, no
-    other that would end past `deadline` (runs taking about as long as those before). Returns each run's key: its
+    other that would end past `deadline` (a run taking as long as the longest before it). Returns each run's key: its
     result ({"au_measured": AU or None, ...})."""
     held: dict[str, dict] = {}
     took: list[float] = []
 
     def run(c: Candidate) -> bool:
-        if held and time.perf_counter() + sum(took) / len(took) > deadline:
+        if held and time.perf_counter() + max(took) > deadline:
             note(f"time budget spent: {c.key} not run with the step held")
             return False
         t = time.perf_counter()
@@ -616,6 +626,36 @@ def _in_lerobot_train(winner: dict, proven: list[Candidate], constraints: dict, 
                                   constraints["step_ms"], constraints["gpus"], convert, cores,
                                   None if worker_ms is None else worker_ms / 1000.0, wait)  # fmt: skip
     return {"au_lerobot_train": au, "lerobot_train_convert_ms": convert * 1000.0}
+
+
+def _loop_measured(state, winner: dict, constraints: dict, root, work: Path, deadline: float, lerobot: bool) -> dict:
+    """The winner's printed swap and flags run in lerobot-train's own loop (`trainer.au_in_lerobot_train`, LOOP_STEPS
+    steps held) where LeRobot's environment is here, the dataset local, one GPU a node (G ranks' conversions share
+    the cores: one rank cannot stand for them) and the budget has the time: the AU measured there becomes the
+    one stated for it, the model's kept beside it; else the model's, with why."""
+    why = None
+    if not lerobot:
+        why = "--no-lerobot"
+    elif constraints["gpus"] != 1:
+        why = f"{constraints['gpus']} GPUs a node: the model's (one rank cannot stand for their conversions)"
+    elif time.perf_counter() + LOOP_S > deadline:
+        why = "the time budget was spent"
+    if why is None:
+        m = trainer.au_in_lerobot_train(
+            str(root),
+            winner["lerobot_swap"],
+            winner["lerobot_flags"],
+            constraints["step_ms"],
+            work / "lerobot_loop",
+            LOOP_STEPS,
+            LOOP_WARMUP,
+        )
+        if isinstance(m, dict):
+            return {"au_lerobot_train": m["au"], "au_lerobot_train_model": winner["au_lerobot_train"],
+                    "au_lerobot_train_steps": m["steps"]}  # fmt: skip
+        why = m
+    state.note(f"lerobot-train's loop not run ({why}): its AU is the model's")
+    return {"au_lerobot_train_model": winner["au_lerobot_train"]}
 
 
 def _au_figures(measured: dict, constraints: dict) -> dict:
@@ -755,8 +795,8 @@ def report(result: dict, plot: str | None = None) -> str:
                   f"peak memory {w['peak_pss_mb']:,.0f} MB"
                   + (f", bound by {w['bound']}: {w['bound_means']}." if w["bound"] else "."), ""]  # fmt: skip
         if w.get("au") is not None:
-            said = au_line(w, c)
-            lines += [said[0].upper() + said[1:] + ".", ""]
+            for said in [au_line(w, c)] + ([loop_line(w)] if w.get("au_lerobot_train") is not None else []):
+                lines += [said[0].upper() + said[1:] + ".", ""]
         if not w["predicted"]:
             lines += [f"Effective / nominal batch size {w['shuffle_effective_batch']:.2f} over one batch, "
                       f"{_f(w['shuffle_effective_window'])} over 10; distinct frames "
@@ -830,6 +870,15 @@ def au_line(w: dict, c: dict) -> str:
     return (f"at a {c['step_ms']:g} ms step: AU {w['au']:.0%} on {gpus}, measured with the step held (its free-running "
             f"rate's bound {w['au_bound']:.0%}); it {verdict} {w['gpus_fed']} GPU(s) a node at >= "
             f"{trainer.AU_TARGET:.0%}")  # fmt: skip
+
+
+def loop_line(w: dict) -> str:
+    """The winner's AU in lerobot-train's loop in one line: measured there, or the model's."""
+    how = (f"measured there over {w['au_lerobot_train_steps']} steps (the model: {w['au_lerobot_train_model']:.0%})"
+           if w.get("au_lerobot_train_steps") else "by the model")  # fmt: skip
+    return (f"in lerobot-train's loop (the swap below): AU {w['au_lerobot_train']:.0%} {how}, its main process "
+            f"turning each batch to float32 on the CPU ({w['lerobot_train_convert_ms']:,.0f} ms of a core) before "
+            f"each step")  # fmt: skip
 
 
 def _predicted(w: dict) -> str:

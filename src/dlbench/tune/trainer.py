@@ -173,3 +173,29 @@ def gpus_fed(samples_per_s_node: float, batch_size: int, step_ms: float, target:
     if not samples_per_s_node or samples_per_s_node != samples_per_s_node:
         return 0
     return max(0, math.floor(samples_per_s_node * step_ms / 1000.0 / (target * batch_size) + 1e-9))
+
+
+def au_in_lerobot_train(root: str, swap: str, flags: str, step_ms: float, work, steps: int, warmup: int) -> dict | str:
+    """The swap and lerobot-train flags as tune prints them, run in LeRobot 0.6.1's training data path in the peer
+    environment (`dlbench.peer.lerobot_training --step-ms`: its factory, sampler and DataLoader; each batch turned
+    to float32, then held `step_ms`) for `steps` steps after `warmup` batches: its result ({"au", "steps", ...}),
+    or why it did not run (no peer environment; a remote dataset, which the peer run does not read)."""
+    from pathlib import Path
+
+    from .. import peer
+    from ..format.paths import is_remote
+
+    if peer.peer_python() is None:
+        return "no peer environment (make peer)"
+    if is_remote(root):
+        return "a remote dataset (the peer run reads local ones)"
+    work = Path(work)
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "swap.py").write_text(swap)
+    try:
+        peer.run_peer("lerobot_training", str(root), str(work / "au.json"), "--step-ms", f"{step_ms:g}", "--steps",
+                      str(steps), "--batches", str(warmup), "--swap", str(work / "swap.py"), "--flags", flags,
+                      timeout=900)  # fmt: skip
+    except UserError as e:
+        return str(e).strip().splitlines()[-1]
+    return json.loads((work / "au.json").read_text())
