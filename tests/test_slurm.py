@@ -260,6 +260,7 @@ def test_a_node_dying_under_a_conversion_worker_then_a_rerun_gives_identical_out
         _command(tmp_path, config, REPO / "profiles/slurm", "--retries", "0", target),
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    node = None  # the node killed, while it is down
     try:
         _, node = _job_running("rule_convert_work", env)
         leases = tmp_path / "results/convert/synthetic/work/leases"
@@ -283,12 +284,17 @@ def test_a_node_dying_under_a_conversion_worker_then_a_rerun_gives_identical_out
         assert takeovers, f"nobody took over {held.name} from the dead {node}"
         # the rest of the first run (the survivor's units at 2 s a file) is not what is tested: stopped as a user
         # would (Ctrl-C: Snakemake cancels its jobs), so the rerun also finds units a cancelled job held
+        # the node comes back first: cancelling the job SLURM still counts on a down node waits for that node, so
+        # Ctrl-C could outlast any timeout while the node stayed down (a fresh-clone run waited past 120 s)
+        revive_node(node, env)
+        node = None
         first.send_signal(signal.SIGINT)
         first.communicate(timeout=120)
     finally:
         if first.poll() is None:
             first.kill()
-        revive_node(node, env)
+        if node is not None:
+            revive_node(node, env)
 
     again = snakemake_slurm(tmp_path, config, cluster, target)  # no pause: the rerun only has to finish the units
     assert again.returncode == 0, again.stderr[-4000:]

@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # pandas (the workflow extra) only when comparing: `dlbench -
     import pandas as pd
 
 KEY = ["scenario", *IDENTITY, "world_size", "nodes"]  # a run, matched across the two results
-LATER_AXES = ("ray_shuffle", "daft_shuffle")  # axes added after summaries were written: absent there, they were unset
+LATER_AXES = ("ray_shuffle", "daft_shuffle", "policy")  # axes added after summaries were written: absent there, unset
 COLUMNS = [*KEY, "run_id", "metric", "base", "new", "change", "noise", "p_value", "test", "verdict"]
 THRESHOLD = 0.10  # a 10% change; below it nothing is flagged however clean the runs
 ALPHA = 0.05
