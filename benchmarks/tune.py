@@ -88,6 +88,7 @@ def tune(root: str, out: Path, a, report: Report, *extra: str) -> tuple[dict, fl
         trainer = ["--config-path", str(cfg)]
     if a.step_ms:
         trainer += ["--step-ms", str(a.step_ms), "--gpus", str(a.gpus)]
+        trainer += ["--step-sd-ms", str(a.step_sd_ms)] if a.step_sd_ms else []
     dataset = [] if a.from_config else [root, "--batch-size", str(a.batch_size)]  # else the config's own
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "dlbench", "tune", *dataset, *trainer, "--out", str(out), *extra],
@@ -111,7 +112,9 @@ def held_again(name: str, root: str, a, w: dict, answer: Candidate, deltas, spec
     from dlbench.tune.run import PROOF_S, _prove
 
     step = max(1, round(a.step_ms / a.gpus))
-    m = _prove(answer, root, a.mode, deltas, a.batch_size, spec, work / f"held-{name}", step_ms=step,
+    sd = {"step_sd_ms": a.step_sd_ms / a.gpus} if a.step_sd_ms else {}  # as tune holds it: over the GPUs
+    drawn = replace(answer, settings={**answer.settings, **sd})
+    m = _prove(drawn, root, a.mode, deltas, a.batch_size, spec, work / f"held-{name}", step_ms=step,
                window_s=HELD_AGAIN * PROOF_S)  # fmt: skip
     stated = w.get("au")
     if m.get("data_wait_frac") is None:
@@ -232,6 +235,7 @@ def main(argv=None) -> None:
     ap.add_argument("--latency-ms", type=float, default=20.0, help="added to each response of the S3 server")
     ap.add_argument("--policy", default=None, help="a LeRobot policy type: its window, in place of --mode")
     ap.add_argument("--step-ms", type=float, default=None, help="the training step: the answer in AU")
+    ap.add_argument("--step-sd-ms", type=float, default=None, help="the step's spread: each held step drawn around it")
     ap.add_argument("--gpus", type=int, default=1, help="GPUs a node the step feeds")
     ap.add_argument("--no-sweep", action="store_true", help="tune alone (its AU checked), no sweep")
     ap.add_argument("--from-config", action="store_true",

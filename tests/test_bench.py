@@ -292,6 +292,12 @@ def test_a_training_step_is_held_and_the_data_wait_measured(v30_h264):
     assert per_window["batches"] <= 1.5 / 0.150 + 2
     assert all(w["batches"] % 2 == 0 for w in fed["windows"])
     assert fed["samples_per_s"] <= 4 / 0.150 * 1.05
+    assert all(w["held_s"] == pytest.approx(w["batches"] * 0.150) and w["held_sd_ms"] < 1e-6 for w in fed["windows"])
+    # a step drawn around its mean, as DLIO's compute time: the steps held spread as asked, about the mean asked
+    drawn = measure_rank(RunSpec(**{**base, "num_workers": 2, "duration_s": 3.0}, step_ms=100, step_sd_ms=40))
+    held = drawn["metrics"]["windows"]
+    steps = sum(w["batches"] for w in held)
+    assert 0.07 < sum(w["held_s"] for w in held) / steps < 0.13 and all(15 < w["held_sd_ms"] < 70 for w in held)
 
 
 def test_resume_check_interrupts_an_epoch_and_resumes_it_with_one_worker_more(v30_h264, monkeypatch):

@@ -109,6 +109,11 @@ CROSS_FIELD = [
         "nodes (3) must not exceed ranks (2)",
     ),
     (
+        {"step_sd_ms": 10},
+        "bench.scenarios.s.step_sd_ms: a step's spread needs its mean",
+        "--step-sd-ms: a step's spread needs its mean",
+    ),
+    (
         {"policy": "act", "mode": "sarm"},
         "bench.scenarios.s.policy: give a policy or a mode (sarm), not both",
         "--policy: give a policy or a mode (sarm), not both",

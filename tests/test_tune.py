@@ -259,6 +259,7 @@ def test_tune_of_an_unreadable_dataset_or_a_bad_constraint_is_one_line(tmp_path)
     (tmp_path / "meta" / "info.json").write_text("{not json")
     for args in ([str(tmp_path / "nowhere")], [str(tmp_path)], [str(tmp_path), "--floor-effective-batch", "2"],
                  [str(tmp_path), "--batch-size", "0"], [str(tmp_path), "--step-ms", "0"],
+                 [str(tmp_path), "--step-sd-ms", "10"], [str(tmp_path), "--step-ms", "80", "--step-sd-ms", "-1"],
                  [str(tmp_path), "--gpus", "0"],
                  [str(tmp_path), "--config-path", str(tmp_path / "missing.json")], ["--policy", "act"]):  # fmt: skip
         proc = tune(*args, "--out", str(tmp_path / "t"))

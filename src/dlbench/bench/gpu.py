@@ -39,11 +39,13 @@ class GpuStep:
     so its pinned ring slot is not reused under its copy."""
 
     def __init__(self, step_ms: float):
-        self.cycles = max(1, int(step_ms * gpu_cycles_per_ms()))
+        self.per_ms = gpu_cycles_per_ms()
+        self.cycles = max(1, int(step_ms * self.per_ms))
         self.previous: tuple | None = None  # (event after the previous step, its batch)
 
-    def run(self, batch) -> None:
-        torch.cuda._sleep(self.cycles)
+    def run(self, batch, step_ms: float | None = None) -> None:
+        """One step: of `step_ms` where given (a step drawn from a distribution), else the constructor's."""
+        torch.cuda._sleep(self.cycles if step_ms is None else max(1, int(step_ms * self.per_ms)))
         done = torch.cuda.Event()
         done.record()
         if self.previous is not None:

@@ -4,6 +4,8 @@ windows a dummy consumer pulls batches through (moved to the GPU where torch see
 from __future__ import annotations
 
 import os
+import random
+import statistics
 import time
 from dataclasses import dataclass, field
 
@@ -296,6 +298,8 @@ def measure_window(
     cpu0, worker_cpu0, host_cpu0, checking = time.process_time(), cpu_seconds(workers), host_cpu_seconds(), 0.0
     wait0 = core_wait_seconds(workers)
     last, first_batch = w0, len(seen.latencies)
+    # each step held: step_ms, or drawn around it (`step_sd_ms`), each window its own draws, the same on a rerun
+    draws, held = random.Random(f"{run.seed}:{first_batch}"), []
     # workers hand batches over in turn, so a window of whole rounds (a batch of each) spans whole batches of every
     # worker's work; 3 batches of 2 workers that finish together count one of them twice (+/-30% on slow sets)
     rounds = max(1, len(workers))
@@ -327,10 +331,13 @@ def measure_window(
         for check in checks:
             check(batch)
         checking += time.thread_time() - c0
+        step = max(0.0, draws.gauss(run.step_ms, run.step_sd_ms)) if run.step_sd_ms else run.step_ms
+        if run.step_ms:
+            held.append(step / 1000.0)
         if gpu_step is not None:
-            gpu_step.run(batch)
+            gpu_step.run(batch, step)
         elif run.step_ms:  # the step as training takes it: the checks above run inside it when they fit
-            time.sleep(max(0.0, run.step_ms / 1000.0 - (time.perf_counter() - arrived)))
+            time.sleep(max(0.0, step / 1000.0 - (time.perf_counter() - arrived)))
     if gpu_step is not None:
         gpu_step.finish()
     elapsed = time.perf_counter() - w0
@@ -346,6 +353,8 @@ def measure_window(
         "batches": count,
         "seconds": elapsed,
         "data_wait_s": waited,
+        "held_s": sum(held),  # the steps held (their spread too: a step drawn around step_ms)
+        "held_sd_ms": statistics.stdev(held) * 1000.0 if len(held) > 1 else None,
         # where the CPU went: this process (hand-over, checks, consumer; its threads too), the checks alone, and
         # the DataLoader workers together (busy building items, as opposed to waiting on I/O or on a free slot)
         "main_cpu_s": main_cpu,

@@ -19,6 +19,12 @@ def add(sub) -> None:
     p.add_argument("--policy", default=None, help="LeRobot policy type (act, diffusion, smolvla, pi0, ...): its window")
     p.add_argument("--config-path", default=None, help="a train_config.json lerobot-train wrote: policy, batch, ...")
     p.add_argument("--step-ms", type=float, default=None, help="the policy's training step (ms): the verdict in AU")
+    p.add_argument(
+        "--step-sd-ms",
+        type=float,
+        default=None,
+        help="the step's standard deviation (ms): each held step drawn around --step-ms, as DLIO draws it",
+    )
     p.add_argument("--gpus", type=int, default=1, help="GPUs a node, one rank each (default: %(default)s)")
     p.add_argument("--mode", default="single", help="frame mode (single, sarm, ...) without a policy")
     p.add_argument("--delta-timestamps", default=None, help=DELTAS_HELP + ", without a policy")
@@ -79,6 +85,8 @@ def tune(a) -> None:
     a.batch_size = a.batch_size or 16
     if a.step_ms is not None and a.step_ms <= 0:
         raise UserError(f"--step-ms must be > 0 (got {a.step_ms:g})")
+    if a.step_sd_ms is not None and (a.step_sd_ms < 0 or a.step_ms is None):
+        raise UserError(f"--step-sd-ms must be >= 0 and come with --step-ms (got {a.step_sd_ms:g})")
     if a.gpus < 1:
         raise UserError(f"--gpus must be >= 1 (got {a.gpus})")
     if a.delta_timestamps:
@@ -97,6 +105,7 @@ def tune(a) -> None:
         floor={k: v for k, v in floor.items() if v is not None}, time_budget_s=a.time_budget_s, cores=a.cores,
         nodes=a.nodes, source_spec=spec_from_endpoint(a.endpoint_url), lerobot=not a.no_lerobot, dataset=name,
         source=a.source, calibration=a.calibration, reencode=not a.no_reencode, policy=a.policy, step_ms=a.step_ms,
+        step_sd_ms=a.step_sd_ms,
         gpus=a.gpus, notes=notes, policy_config=policy_config, started_unix=started_unix([os.getpid()]),
     )  # fmt: skip
     if "winner" not in result:

@@ -95,6 +95,7 @@ class RunSpec:
     decode_device: str = "cpu"
     step_ms: int = 0
     policy: str | None = None  # its window, resolved in the bench job (`bench.launch`), stands in for `mode`
+    step_sd_ms: float | None = None
     # processes and windows
     ranks: int = 1
     nodes: int = 1
@@ -260,6 +261,8 @@ def check(run: RunSpec, where: str, label=None) -> None:
     _check_ray(run, where)
     _check_daft(run, where)
     _check_dlbench_only(run, label)
+    if run.step_sd_ms and not run.step_ms:
+        raise UserError(f"{label('step_sd_ms')}: a step's spread needs its mean; give step_ms > 0 or unset it")
     if run.nodes > run.ranks:
         raise UserError(
             f"{where}: nodes ({run.nodes}) must not exceed ranks ({run.ranks}): every node runs at least one rank"

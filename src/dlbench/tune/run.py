@@ -152,6 +152,7 @@ def tune(
     reencode: bool = True,
     policy: str | None = None,
     step_ms: float | None = None,
+    step_sd_ms: float | None = None,
     gpus: int = 1,
     notes: list[str] | None = None,
     policy_config: dict | None = None,
@@ -195,7 +196,7 @@ def tune(
     phases["open_s"] = time.perf_counter() - t0 - phases.get("start_s", 0.0)
     constraints = dict(mode=mode, delta_timestamps=delta_timestamps, batch_size=batch_size, memory_gb=memory_gb,
                        floor=floor, time_budget_s=time_budget_s, cores=cores, nodes=nodes, policy=policy,
-                       step_ms=step_ms, gpus=gpus)  # fmt: skip
+                       step_ms=step_ms, step_sd_ms=step_sd_ms or None, gpus=gpus)  # fmt: skip
     # what the measurements depend on: floor, memory and budget only judge them, so a tune under other constraints
     # reuses the calibration and the proofs of this dataset, mode and batch size on this host
     state = _State(work, dataset, root, {k: constraints[k] for k in ("mode", "delta_timestamps", "batch_size")},
@@ -482,9 +483,12 @@ def _confirm_au(state, c: Candidate, constraints: dict, root, source_spec, work)
     as the node's GPUs together, the same load on its cores): AU measured, 1 less the share of time the consumer
     waited for a batch; or why it gave none."""
     step = max(1, round(constraints["step_ms"] / constraints["gpus"]))
+    # a step drawn around its mean (DLIO's): the node's G GPUs' demand spread as its mean is, over G
+    sd = {"step_sd_ms": constraints["step_sd_ms"] / constraints["gpus"]} if constraints.get("step_sd_ms") else {}
+    held = Candidate(c.loader, {**c.settings, **sd})
     m = state.proof(
-        Candidate(c.loader, {**c.settings, "step_ms": step}),
-        lambda: _prove(c, root, constraints["mode"], constraints["delta_timestamps"], constraints["batch_size"],
+        Candidate(c.loader, {**c.settings, "step_ms": step, **sd}),
+        lambda: _prove(held, root, constraints["mode"], constraints["delta_timestamps"], constraints["batch_size"],
                        source_spec, work, step_ms=step),
     )  # fmt: skip
     if m.get("status") not in (None, "ok") or m.get("data_wait_frac") is None:
@@ -651,6 +655,8 @@ def _loop_measured(state, winner: dict, constraints: dict, root, work: Path, dea
             LOOP_WARMUP,
         )
         if isinstance(m, dict):
+            if constraints.get("step_sd_ms"):
+                state.note("lerobot-train's loop was run at the mean step (its run holds one step)")
             return {"au_lerobot_train": m["au"], "au_lerobot_train_model": winner["au_lerobot_train"],
                     "au_lerobot_train_steps": m["steps"]}  # fmt: skip
         why = m
@@ -863,13 +869,18 @@ def au_line(w: dict, c: dict) -> str:
     gpus = f"{c['gpus']} GPU(s)"
     if w.get("au_measured") is None:
         why = w.get("au_measured_note") or ("another node's" if w.get("predicted") else "the time budget was spent")
-        return (f"at a {c['step_ms']:g} ms step: AU {w['au']:.0%} on {gpus} by its free-running rate (not measured "
+        return (f"at a {_step(c)} ms step: AU {w['au']:.0%} on {gpus} by its free-running rate (not measured "
                 f"with the step held: {why}); it could feed {w['gpus_fed']} "
                 f"GPU(s) a node at >= {trainer.AU_TARGET:.0%}")  # fmt: skip
     verdict = "keeps" if w["au"] >= trainer.AU_TARGET else f"falls short of {trainer.AU_TARGET:.0%}; it keeps"
-    return (f"at a {c['step_ms']:g} ms step: AU {w['au']:.0%} on {gpus}, measured with the step held (its free-running "
+    return (f"at a {_step(c)} ms step: AU {w['au']:.0%} on {gpus}, measured with the step held (its free-running "
             f"rate's bound {w['au_bound']:.0%}); it {verdict} {w['gpus_fed']} GPU(s) a node at >= "
             f"{trainer.AU_TARGET:.0%}")  # fmt: skip
+
+
+def _step(c: dict) -> str:
+    """The step as given: its mean, and its spread where it is drawn around it."""
+    return f"{c['step_ms']:g}" + (f" +/- {c['step_sd_ms']:g}" if c.get("step_sd_ms") else "")
 
 
 def loop_line(w: dict) -> str:
