@@ -297,6 +297,8 @@ def test_a_node_dying_under_a_conversion_worker_then_a_rerun_gives_identical_out
             first.kill()
             first.communicate()
             _cancel_all(env)
+            # a killed Snakemake leaves its lock: what `snakemake --unlock` removes, as the user then runs
+            shutil.rmtree(tmp_path / ".snakemake" / "locks", ignore_errors=True)
     finally:
         if first.poll() is None:
             first.kill()
