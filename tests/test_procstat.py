@@ -38,3 +38,27 @@ def test_peak_pss_counts_a_child_and_reads_pss_only_when_rss_grows(monkeypatch):
     finally:
         child.kill()
         child.wait()
+
+
+BURN = "import time\nwhile time.process_time() < {s}: pass\ntime.sleep({then})"
+
+
+def test_worker_cpu_counts_a_reaped_child_and_never_subtracts_one_that_ended():
+    """A window's worker CPU: a raylet's worker that ended in the window counts through its parent, which waited for
+    it; a process that ended in the window is not taken away from the rest (Ray ends idle workers mid-window)."""
+    spawn_then_idle = f"import subprocess, sys, time\ntime.sleep(0.3)\nsubprocess.run([sys.executable, '-c', {BURN.format(s=0.6, then=0)!r}])\ntime.sleep(30)"  # noqa: E501
+    parent = subprocess.Popen([sys.executable, "-c", spawn_then_idle])
+    ended = subprocess.Popen([sys.executable, "-c", BURN.format(s=0.3, then=0.5)])
+    try:
+        time.sleep(0.25)
+        before = procstat.cpu_by_pid([parent.pid, ended.pid])
+        ended.wait(timeout=30)
+        deadline = time.time() + 30
+        while procstat.cpu_by_pid([parent.pid])[parent.pid] - before[parent.pid] < 0.4 and time.time() < deadline:
+            time.sleep(0.1)
+        spent = procstat.cpu_since(before)
+        assert 0.4 <= spent < 2.0, spent  # the child's 0.6 s, started in the window
+        assert list(procstat.cpu_by_pid([parent.pid, ended.pid])) == [parent.pid]
+    finally:
+        parent.kill()
+        parent.wait()

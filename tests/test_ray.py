@@ -87,6 +87,9 @@ def test_two_ranks_read_disjoint_episodes_on_one_ray_cluster(v30_h264, tmp_path)
     assert episodes[0] and episodes[1] and not episodes[0] & episodes[1]
     # the node's Ray processes count once, in its first rank's memory
     assert ranks[0]["metrics"]["peak_pss_workers_mb"] > 100 > ranks[1]["metrics"]["peak_pss_workers_mb"]
+    # and their CPU: the joined node's workers are no rank's children, yet they decode every frame
+    cpu = [rec["metrics"]["worker_cpu_ms_per_sample"] for rec in ranks]
+    assert cpu[0] > 0.1 and cpu[1] is None, cpu
     assert "ray start" not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
 
 

@@ -350,6 +350,10 @@ def test_ray_data_reads_on_a_ray_cluster_across_both_hosts(cluster, tmp_path, v3
     assert "Ray runtime started" in log and log.count("Ray runtime started") == 2  # the head and node2's worker
     a, b = (set(np.load(run_dir / f"rank{r}of2.samples.npy").tolist()) for r in range(2))
     assert a and b and not a & b
+    # each host's Ray workers, no rank's children, count as its rank's worker CPU (they decode every frame)
+    for r in range(2):
+        metrics = json.loads((run_dir / f"rank{r}of2.json").read_text())["metrics"]
+        assert metrics["worker_cpu_ms_per_sample"] > 0.1, (r, metrics["worker_cpu_ms_per_sample"])
     # this job's raylets only (their sockets under the job's /tmp/ray-PORT-NODE); other tests run local Ray instances
     # at the same time. A raylet that is still exiting gets a few seconds.
     ours = ["pgrep", "-f", r"raylet/raylet .*/tmp/ray-[0-9]+-node[0-9]+/"]

@@ -101,16 +101,24 @@ def host_cpu_seconds() -> float:
     return sum(t) - t.idle - getattr(t, "iowait", 0.0)
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """CPU time (user + system, s) the processes `pids` have used so far; a process that has ended counts 0."""
-    total = 0.0
+def cpu_by_pid(pids: list[int]) -> dict[int, float]:
+    """CPU time (s) each of the processes `pids` has used so far, with its children's that it has waited for (a
+    raylet's workers that ended); a process that has ended is left out."""
+    found = {}
     for pid in pids:
         try:
             t = psutil.Process(pid).cpu_times()
-            total += t.user + t.system
         except psutil.Error:
-            pass
-    return total
+            continue
+        found[pid] = t.user + t.system + t.children_user + t.children_system
+    return found
+
+
+def cpu_since(before: dict[int, float]) -> float:
+    """CPU time (s) the processes counted in `before` have used since, over those still running: one that ended
+    meanwhile is not subtracted as if its time had been undone (Ray ends idle workers mid-window)."""
+    now = cpu_by_pid(list(before))
+    return sum(max(0.0, now[pid] - before[pid]) for pid in now)
 
 
 def started_unix(pids: list[int]) -> float | None:

@@ -16,7 +16,7 @@ from ..errors import UserError
 from ..format.paths import is_remote
 from ..loader.collate import collate
 from ..loader.dataloader import DataLoader
-from ..procstat import MemorySampler, core_wait_seconds, cpu_seconds, host_cpu_seconds, started_unix
+from ..procstat import MemorySampler, core_wait_seconds, cpu_by_pid, cpu_since, host_cpu_seconds, started_unix
 from ..run.spec import MIN_WINDOWS, RunSpec
 from .checks.effective import BatchMeans
 from .gpu import GpuStep, host_bytes, to_device
@@ -295,7 +295,7 @@ def measure_window(
     gpu_step = GpuStep(run.step_ms) if run.step_ms and consumer.type == "cuda" else None
     workers = batches.worker_pids()
     window_start_unix, w0 = time.time(), time.perf_counter()
-    cpu0, worker_cpu0, host_cpu0, checking = time.process_time(), cpu_seconds(workers), host_cpu_seconds(), 0.0
+    cpu0, worker_cpu0, host_cpu0, checking = time.process_time(), cpu_by_pid(workers), host_cpu_seconds(), 0.0
     wait0 = core_wait_seconds(workers)
     last, first_batch = w0, len(seen.latencies)
     # each step held: step_ms, or drawn around it (`step_sd_ms`), each window its own draws, the same on a rerun
@@ -341,7 +341,7 @@ def measure_window(
     if gpu_step is not None:
         gpu_step.finish()
     elapsed = time.perf_counter() - w0
-    main_cpu, worker_cpu = time.process_time() - cpu0, cpu_seconds(workers) - worker_cpu0
+    main_cpu, worker_cpu = time.process_time() - cpu0, cpu_since(worker_cpu0)
     host_cpu = host_cpu_seconds() - host_cpu0
     wait1 = core_wait_seconds(workers)
     # the window's own latency percentiles: their spread over the windows is the noise `dlbench compare` tests against

@@ -19,6 +19,7 @@ a driver of its own share of the episodes (every W-th), whose read tasks Ray pla
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import warnings
@@ -60,6 +61,24 @@ def first_on_node(rank: int) -> bool:
     the node's Ray processes, which every rank on the node shares."""
     local = os.environ.get("SLURM_LOCALID")
     return int(local) == 0 if local is not None else rank == 0
+
+
+def rank_processes(rank: int) -> list:
+    """The Ray processes whose CPU this rank counts as its workers': its own instance's (its children), or on a
+    joined cluster the node's (its raylet and GCS and their children, the workers among them), counted by the
+    node's first rank only, as its memory is: every rank on the node shares them, and none is a rank's child."""
+    import psutil
+
+    if not os.environ.get(RAY_ADDRESS_ENV):
+        return psutil.Process().children(recursive=True)
+    if not first_on_node(rank):
+        return []
+    roots = node_processes()
+    found = list(roots)
+    for p in roots:
+        with contextlib.suppress(psutil.Error):
+            found.extend(p.children(recursive=True))
+    return found
 
 
 def node_processes() -> list:
@@ -208,15 +227,15 @@ class RayBatches:
         )
         if self.current is not None:
             self.current.close()
-        self.current = _Batches(iter(it), self.cameras)
+        self.current = _Batches(iter(it), self.cameras, run.rank)
         return self.current
 
 
 class _Batches:
     """One pass's batches, each as tensors with its items' infos (latency: each item's share of the wait)."""
 
-    def __init__(self, it, cameras: set[str]):
-        self.it, self.cameras = it, cameras
+    def __init__(self, it, cameras: set[str], rank: int):
+        self.it, self.cameras, self.rank = it, cameras, rank
 
     def __iter__(self):
         return self
@@ -247,7 +266,5 @@ class _Batches:
 
     @property
     def worker_pids(self) -> list[int]:
-        """Ray's processes this rank started (its own instance: all of them; a joined cluster's are not children)."""
-        import psutil
-
-        return [p.pid for p in psutil.Process().children(recursive=True)]
+        """Ray's processes this rank counts (`rank_processes`); listed each window: Ray starts workers as it goes."""
+        return [p.pid for p in rank_processes(self.rank)]
