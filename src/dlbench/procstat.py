@@ -101,24 +101,29 @@ def host_cpu_seconds() -> float:
     return sum(t) - t.idle - getattr(t, "iowait", 0.0)
 
 
-def cpu_by_pid(pids: list[int]) -> dict[int, float]:
-    """CPU time (s) each of the processes `pids` has used so far, with its children's that it has waited for (a
-    raylet's workers that ended); a process that has ended is left out."""
+def cpu_by_pid(pids: list[int]) -> dict[int, tuple[float, int]]:
+    """For each of the processes `pids` still running: the CPU time (s) it has used so far, with its children's
+    that it has waited for (a raylet's workers that ended), and its parent's pid."""
     found = {}
     for pid in pids:
         try:
-            t = psutil.Process(pid).cpu_times()
+            p = psutil.Process(pid)
+            t, parent = p.cpu_times(), p.ppid()
         except psutil.Error:
             continue
-        found[pid] = t.user + t.system + t.children_user + t.children_system
+        found[pid] = (t.user + t.system + t.children_user + t.children_system, parent)
     return found
 
 
-def cpu_since(before: dict[int, float]) -> float:
-    """CPU time (s) the processes counted in `before` have used since, over those still running: one that ended
-    meanwhile is not subtracted as if its time had been undone (Ray ends idle workers mid-window)."""
+def cpu_since(before: dict[int, tuple[float, int]]) -> float:
+    """CPU time (s) the processes counted in `before` (`cpu_by_pid`) have used since. One that ended meanwhile
+    (Ray ends idle workers mid-window) is in its parent's children's time once waited for: where that parent is
+    counted, the ended one's time before comes off it; where not (a DataLoader worker of this process), the ended
+    one's time since is not known and is left out, never subtracted as if undone."""
     now = cpu_by_pid(list(before))
-    return sum(max(0.0, now[pid] - before[pid]) for pid in now)
+    total = sum(now[pid][0] - before[pid][0] for pid in now)
+    total -= sum(cpu for pid, (cpu, parent) in before.items() if pid not in now and parent in now)
+    return max(0.0, total)
 
 
 def started_unix(pids: list[int]) -> float | None:
