@@ -21,6 +21,7 @@ from .helpers import (
     SMALL_FILES,
     dlbench,
     free_port,
+    made_once,
     synth_cached,
     tiny_config,
 )
@@ -166,8 +167,11 @@ def lerobot_recorded_v30(tmp_path_factory):
     64x96, 6-dim state and action), made in the peer environment; skips without it."""
     if peer.peer_python() is None:
         pytest.skip(f"LeRobot peer environment missing or incomplete; create it with {peer.CREATE_COMMAND}")
-    return peer.lerobot_record(
-        tmp_path_factory.mktemp("lerobot_rec") / "v30", episodes=3, cameras=RECORDED_CAMERAS, seed=0, timeout=600
+    return made_once(
+        tmp_path_factory,
+        "lerobot_rec",
+        "v30",
+        lambda root: peer.lerobot_record(root, episodes=3, cameras=RECORDED_CAMERAS, seed=0, timeout=600),
     )
 
 
@@ -175,10 +179,12 @@ def lerobot_recorded_v30(tmp_path_factory):
 def lerobot_recorded_language_v30(lerobot_recorded_images_v30, tmp_path_factory):
     """`lerobot_recorded_images_v30` with LeRobot 0.6.1's language columns (`language_persistent`,
     `language_events`) written in its own Arrow types by the peer (`peer/lerobot_language.py`)."""
-    root = tmp_path_factory.mktemp("lerobot_rec_language") / "v30"
-    shutil.copytree(lerobot_recorded_images_v30, root)
-    peer.run_peer("lerobot_language", str(root), timeout=300)
-    return root
+
+    def make(root):
+        shutil.copytree(lerobot_recorded_images_v30, root)
+        peer.run_peer("lerobot_language", str(root), timeout=300)
+
+    return made_once(tmp_path_factory, "lerobot_rec_language", "v30", make)
 
 
 @pytest.fixture(scope="session")
@@ -188,14 +194,19 @@ def lerobot_recorded_depth_v30(tmp_path_factory):
     as images (depth_top, 32x48: 16-bit TIFF in the data files) (2 episodes); skips without the peer."""
     if peer.peer_python() is None:
         pytest.skip(f"LeRobot peer environment missing or incomplete; create it with {peer.CREATE_COMMAND}")
-    return peer.lerobot_record(
-        tmp_path_factory.mktemp("lerobot_rec_depth") / "v30",
-        episodes=2,
-        cameras={"front": RECORDED_CAMERAS["front"]},
-        depth_cameras={"depth": RECORDED_DEPTH_CAMERAS["depth"]},
-        depth_image_cameras={"depth_top": RECORDED_DEPTH_CAMERAS["depth_top"]},
-        seed=2,
-        timeout=600,
+    return made_once(
+        tmp_path_factory,
+        "lerobot_rec_depth",
+        "v30",
+        lambda root: peer.lerobot_record(
+            root,
+            episodes=2,
+            cameras={"front": RECORDED_CAMERAS["front"]},
+            depth_cameras={"depth": RECORDED_DEPTH_CAMERAS["depth"]},
+            depth_image_cameras={"depth_top": RECORDED_DEPTH_CAMERAS["depth_top"]},
+            seed=2,
+            timeout=600,
+        ),
     )
 
 
@@ -205,11 +216,16 @@ def lerobot_recorded_images_v30(tmp_path_factory):
     (top, 32x48), which LeRobot stores as PNG bytes in the data files (2 episodes); skips without the peer."""
     if peer.peer_python() is None:
         pytest.skip(f"LeRobot peer environment missing or incomplete; create it with {peer.CREATE_COMMAND}")
-    return peer.lerobot_record(
-        tmp_path_factory.mktemp("lerobot_rec_images") / "v30",
-        episodes=2,
-        cameras={"front": RECORDED_CAMERAS["front"]},
-        image_cameras=RECORDED_IMAGE_CAMERAS,
-        seed=1,
-        timeout=600,
+    return made_once(
+        tmp_path_factory,
+        "lerobot_rec_images",
+        "v30",
+        lambda root: peer.lerobot_record(
+            root,
+            episodes=2,
+            cameras={"front": RECORDED_CAMERAS["front"]},
+            image_cameras=RECORDED_IMAGE_CAMERAS,
+            seed=1,
+            timeout=600,
+        ),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import functools
 import hashlib
 import http.server
@@ -15,6 +16,7 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -59,6 +61,26 @@ def synth_cached(cfg: SynthConfig, out: Path) -> Path:
             shutil.rmtree(made, ignore_errors=True)
     shutil.copytree(cached, out)
     return out
+
+
+def made_once(tmp_path_factory, name: str, leaf: str, make: Callable[[Path], object]) -> Path:
+    """`name/leaf`, made by `make(path)` (a path that does not exist yet) once for the whole test run, pytest-xdist's
+    workers included: the first to ask makes it in the run's shared temporary folder under a lock, the others wait
+    and take it. For session fixtures that tests only read and that cost a peer start or more (each worker made its
+    own LeRobot recordings before, 15-35 s of the 2 cores each); a failed `make` leaves nothing for the next."""
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "made-once"
+    shared.mkdir(exist_ok=True)
+    done = shared / name
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not done.is_dir():
+            work = shared / f"{name}.{os.getpid()}.tmp"
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir()
+            make(work / leaf)
+            work.rename(done)  # whole or not at all
+    return done / leaf
 
 
 # what the `lerobot_recorded_v30` fixture records: camera name -> (height, width)

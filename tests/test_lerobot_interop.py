@@ -20,7 +20,7 @@ from dlbench.loader import LeRobotMapDataset
 from dlbench.tune import trainer
 from dlbench.validate import validate
 
-from .helpers import RECORDED_CAMERAS, RECORDED_DEPTH_CAMERAS, peer_tier
+from .helpers import RECORDED_CAMERAS, RECORDED_DEPTH_CAMERAS, made_once, peer_tier
 
 pytestmark = peer_tier("Python 3.12 and the package index")
 
@@ -169,13 +169,18 @@ def test_items_equal_lerobot_dataset_key_by_key(recorded, request, tmp_path, mod
 EPISODES = [2, 0]  # out of order on purpose: LeRobot keeps `episodes` as given, and its train/eval split follows it
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def training_run(lerobot_recorded_v30, tmp_path_factory):
     """`peer/lerobot_training.py` over the recorded dataset, map-style with `episodes=` and an eval split: what
-    LeRobot's factory, EpisodeAwareSampler and DataLoader gave with LeRobot's classes and with dlbench's."""
-    out = tmp_path_factory.mktemp("training") / "map.pt"
+    LeRobot's factory, EpisodeAwareSampler and DataLoader gave with LeRobot's classes and with dlbench's (run once
+    for every xdist worker whose tests read it)."""
     args = ["--episodes", json.dumps(EPISODES), "--eval-split", "0.5", "--batches", "3", "--batch-size", "4"]
-    peer.run_peer("lerobot_training", str(lerobot_recorded_v30), str(out), *args, timeout=600)
+    out = made_once(
+        tmp_path_factory,
+        "lerobot_training",
+        "map.pt",
+        lambda out: peer.run_peer("lerobot_training", str(lerobot_recorded_v30), str(out), *args, timeout=600),
+    )
     return torch.load(out, weights_only=False)
 
 
