@@ -2,6 +2,8 @@
 lerobot-train flags of LeRobot's best (the policy's window and a train_config.json against LeRobot's own: in
 test_lerobot_interop.py)."""
 
+from types import SimpleNamespace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -144,6 +146,24 @@ def test_at_the_step_the_answer_is_the_cheapest_that_keeps_90_percent_measured_s
             assert all(c.key in got and au[c.key] < trainer.AU_TARGET for c in cheaper)
     else:
         assert au[answer.key] == max(au[k] for k in got) and len(got) <= 2
+
+
+def test_a_budget_spent_after_the_fastest_is_one_note_naming_every_run_left_out(monkeypatch):
+    """The cheapest falls short, the fastest holds the target and takes 10 s, so the two between would end past the
+    deadline: neither runs, and one note names both (not a note per candidate)."""
+    clock = {"now": 0.0}
+    could = _cands([300.0, 400.0, 500.0, 900.0])
+
+    def confirm(c):
+        fastest = c is could[3]
+        clock["now"] += 10.0 if fastest else 1.0
+        return {"au_measured": 0.95 if fastest else 0.5}
+
+    monkeypatch.setattr("dlbench.tune.run.time", SimpleNamespace(perf_counter=lambda: clock["now"]))
+    notes = []
+    got = _at_step(could, None, confirm, deadline=15.0, note=notes.append)
+    assert list(got) == [could[0].key, could[3].key]
+    assert notes == [f"time budget spent: {could[1].key}, {could[2].key} not run with the step held"]
 
 
 def test_at_the_step_a_spent_budget_stops_after_one_run_and_none_that_could_runs_the_fastest():

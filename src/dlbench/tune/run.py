@@ -506,9 +506,12 @@ def _at_step(could: list[Candidate], fastest: Candidate | None, confirm, deadlin
     held: dict[str, dict] = {}
     took: list[float] = []
 
-    def run(c: Candidate) -> bool:
+    def run(c: Candidate, then: list[Candidate] = ()) -> bool:
+        """Whether `c` kept AU_TARGET; False where the budget leaves no time for it, noted once with `then`, the
+        runs that would have followed it."""
         if held and time.perf_counter() + max(took) > deadline:
-            note(f"time budget spent: {c.key} not run with the step held")
+            keys = ", ".join(x.key for x in (c, *then))
+            note(f"time budget spent: {keys} not run with the step held")
             return False
         t = time.perf_counter()
         held[c.key] = confirm(c)
@@ -524,8 +527,9 @@ def _at_step(could: list[Candidate], fastest: Candidate | None, confirm, deadlin
     top = max(could[1:], key=lambda c: c.measured["frames_per_s_node"])
     if not run(top):
         return held
-    for c in could[1 : could.index(top)]:
-        if c.key not in held and run(c):
+    between = [c for c in could[1 : could.index(top)] if c.key not in held]
+    for i, c in enumerate(between):
+        if run(c, between[i + 1 :]) or c.key not in held:  # kept the target, or the budget is spent
             break
     return held
 
