@@ -302,6 +302,32 @@ def test_stored_proofs_are_kept_only_for_the_same_dataset_content_and_code(tmp_p
     assert not state("aaaa").data["proofs"]  # another code: measured anew
 
 
+def test_lerobot_trains_loop_is_kept_with_the_proofs_and_a_loop_that_did_not_run_is_not(tmp_path):
+    """A resumed tune reads the loop an earlier one ran for the same swap, flags and step instead of running it
+    again; a loop that did not run (its reason) is tried again next time."""
+    from dlbench.tune import run
+
+    def state():
+        return run._State(tmp_path / "work", "d", "/data/d", {"mode": "single", "batch_size": 16}, "aaaa")
+
+    runs = []
+
+    def loop(result):
+        def go():
+            runs.append(result)
+            return result
+
+        return go
+
+    assert state().loop("k", loop("no peer environment")) == "no peer environment"
+    assert not state().has_loop("k")  # a reason is not kept
+    assert state().loop("k", loop({"au": 0.8, "steps": 60})) == {"au": 0.8, "steps": 60}
+    resumed = state()
+    assert resumed.has_loop("k") and not resumed.has_loop("other")
+    assert resumed.loop("k", loop({"au": 0.1})) == {"au": 0.8, "steps": 60}
+    assert len(runs) == 2 and "lerobot-train's loop of an earlier tune reused" in resumed.notes
+
+
 def test_a_proof_over_the_memory_budget_alone_is_followed_by_a_smaller_configuration():
     """A stream of 2 workers that meets the floor in 856 MB against a 700 MB budget: a worker fewer and half its
     buffer are proven next, and the smaller that fits qualifies; a map loader of one worker has no smaller move."""

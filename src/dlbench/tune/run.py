@@ -16,7 +16,8 @@ Its timeline (each phase timed in the result):
    run again with the step held, cheapest first (fewest workers, then least memory), until one keeps the target
    measured so (`_at_step`); the answer is that one, or the best measured where none does, and the AU it states is
    the one measured with the step held (a free-running rate is only its bound: `trainer`). Its time is kept from
-   the proofs' budget.
+   the proofs' budget. The winner's swap is then run in lerobot-train's own loop where LeRobot's environment is
+   here (`_loop_measured`), kept with the proofs so that a resumed tune does not run it again.
 
 For another node (`cores`/`nodes` other than this host's) nothing can be proven here: the answer is the model's,
 marked predicted, with the command that proves it there.
@@ -359,6 +360,22 @@ class _State:
         self.save()
         return measured
 
+    def has_loop(self, key: str) -> bool:
+        return key in self.data.get("loops", {})
+
+    def loop(self, key: str, run) -> dict | str:
+        """lerobot-train's loop for `key` (the swap, flags and step it runs), kept as a proof is: a resumed tune
+        reads it instead of running the loop again. A loop that did not run (its reason, a str) is not kept."""
+        loops = self.data.setdefault("loops", {})
+        if key in loops:
+            self.note("lerobot-train's loop of an earlier tune reused")
+            return loops[key]
+        m = run()
+        if isinstance(m, dict):
+            loops[key] = m
+            self.save()
+        return m
+
 
 def _tuned_loaders(lerobot: bool, root: str) -> list[str]:
     """The loaders a tune calibrates and searches: dlbench's, and those of LeRobot's that read `root` where its
@@ -642,21 +659,25 @@ def _loop_measured(state, winner: dict, constraints: dict, root, work: Path, dea
     the cores: one rank cannot stand for them) and the budget has the time: the AU measured there becomes the
     one stated for it, the model's kept beside it; else the model's, with why."""
     why = None
+    key = json.dumps([winner["lerobot_swap"], winner["lerobot_flags"], constraints["step_ms"], LOOP_STEPS, LOOP_WARMUP])
     if not lerobot:
         why = "--no-lerobot"
     elif constraints["gpus"] != 1:
         why = f"{constraints['gpus']} GPUs a node: the model's (one rank cannot stand for their conversions)"
-    elif time.perf_counter() + LOOP_S > deadline:
+    elif time.perf_counter() + LOOP_S > deadline and not state.has_loop(key):
         why = "the time budget was spent"
     if why is None:
-        m = trainer.au_in_lerobot_train(
-            str(root),
-            winner["lerobot_swap"],
-            winner["lerobot_flags"],
-            constraints["step_ms"],
-            work / "lerobot_loop",
-            LOOP_STEPS,
-            LOOP_WARMUP,
+        m = state.loop(
+            key,
+            lambda: trainer.au_in_lerobot_train(
+                str(root),
+                winner["lerobot_swap"],
+                winner["lerobot_flags"],
+                constraints["step_ms"],
+                work / "lerobot_loop",
+                LOOP_STEPS,
+                LOOP_WARMUP,
+            ),
         )
         if isinstance(m, dict):
             if constraints.get("step_sd_ms"):
