@@ -24,6 +24,7 @@ import numpy as np
 
 from benchmarks import model
 from benchmarks.common import Report, bench_run, parser
+from dlbench.report.aggregate import effective_rate
 
 # (label, loader, run settings beside the defaults): the knobs each loader is moved along
 POINTS = (
@@ -135,10 +136,10 @@ def main(argv=None) -> None:
                     if m is None:
                         report.row(**where, note="skipped (no peer environment)")
                         continue
-                    worth = min(1.0, m.get("shuffle_effective_batch") or 0.0)  # not shown: worth nothing proven
+                    effective = m.get("shuffle_effective_batch")
                     report.row(**where, frames_per_s=m["frames_per_s_node"], peak_pss_mb=m["peak_pss_mb"],
-                               effective_samples_per_s=m["samples_per_s"] * worth,
-                               effective_batch=m.get("shuffle_effective_batch"),
+                               effective_samples_per_s=effective_rate(m["samples_per_s"], effective),
+                               effective_batch=effective,
                                effective_window=m.get("shuffle_effective_window"),
                                distinct_frames=m.get("shuffle_distinct_frames"))  # fmt: skip
     rows = [r for r in report.rows if "frames_per_s" in r]

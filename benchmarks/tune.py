@@ -34,6 +34,7 @@ from pathlib import Path
 
 from benchmarks import model
 from benchmarks.common import Report, loopback_s3, parser
+from dlbench.report.aggregate import effective_rate
 from dlbench.synth import Camera, SynthConfig
 from dlbench.tune.search import ITEMS_PER_LIVE_EPISODE, POOLS, Candidate, meets
 from dlbench.tune.trainer import AU_TARGET, au_in_lerobot_train
@@ -73,7 +74,7 @@ def measure(root: str, work: Path, loader: str, settings: dict, mode: str, batch
 def effective_fps(m: dict) -> float:
     """Frames/s worth what they claim: frames/s x effective / nominal batch over one batch (at most 1), as
     summary.csv's `effective_frames_per_s_node`; a point whose figure was not shown counts nothing."""
-    return m.get("frames_per_s_node", 0.0) * min(1.0, m.get("shuffle_effective_batch") or 0.0)
+    return effective_rate(m.get("frames_per_s_node", 0.0), m.get("shuffle_effective_batch"))
 
 
 def tune(root: str, out: Path, a, report: Report, *extra: str) -> tuple[dict, float] | None:

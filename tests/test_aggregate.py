@@ -604,3 +604,14 @@ def test_a_runs_rate_over_its_ranks_lies_within_its_windows_totals(windows):
     assert totals.min() * (1 - 1e-9) <= rate <= totals.max() * (1 + 1e-9)
     if len(per_rank) == 1:
         assert rate == pytest.approx(run_rate(per_rank[0], 0.05))
+
+
+@given(rate=st.floats(0, 1e5), effective=st.one_of(st.none(), st.just(float("nan")), st.floats(0, 3)))
+def test_an_effective_rate_counts_at_most_the_nominal_batch_and_nothing_for_a_figure_not_shown(rate, effective):
+    """The benchmarks' effective rate (`effective_rate`) is summary.csv's `worth` applied: capped at the nominal batch,
+    and a figure not shown proves nothing."""
+    got = agg.effective_rate(rate, effective)
+    if effective is None or effective != effective:
+        assert got == 0.0
+    else:
+        assert got == pytest.approx(rate * min(effective, 1.0)) and got <= rate

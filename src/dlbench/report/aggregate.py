@@ -435,7 +435,7 @@ def derive(df: pd.DataFrame, baseline: str, thrash: dict) -> pd.DataFrame:
     df["ratio_to_baseline"], df["baseline_run"] = zip(*_baseline_ratios(df, ok, baseline)) if len(df) else ((), ())
     # what training gets: frames/s at the batch size the order is worth (a loader that shuffles less gets less)
     eff = df["shuffle_effective_batch"].map(worth) if "shuffle_effective_batch" in df else float("nan")
-    df["effective_frames_per_s_node"] = (df["frames_per_s_node"] * eff).round(1)
+    df["effective_frames_per_s_node"] = (df["frames_per_s_node"] * eff).round(1)  # NaN where not shown: not 0
     df["effective_ratio_to_baseline"] = _effective_ratios(df)
     df["baseline_shuffle"] = _baseline_shuffle(df)
     df["decoder_thrash"] = (
@@ -496,6 +496,13 @@ def worth(value) -> float:
     independent draws (sampling without replacement, or an estimate's noise: over 10 batches it is +/-0.5 at 50
     batches), so two such runs are equal, not one better."""
     return float("nan") if value is None or pd.isna(value) else min(float(value), 1.0)
+
+
+def effective_rate(rate: float, effective_batch) -> float:
+    """`rate` (frames or samples per second) at the batch size its order is worth; a figure not shown proves nothing
+    and counts nothing (summary.csv's NaN, a benchmark's 0)."""
+    w = worth(effective_batch)
+    return float(rate) * (0.0 if pd.isna(w) else w)
 
 
 def shuffle_gap(faster: pd.Series | dict, other: pd.Series | dict) -> str:
