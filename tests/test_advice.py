@@ -398,6 +398,13 @@ def test_a_prescription_its_proof_withdrew_is_not_the_short_answer():
     proven = pd.DataFrame([{**proof, "verdict": "proven: reaches the floor (effective window 0.10 before), at 0.90x"}])
     first = advise(pd.DataFrame([few, low]), {("d", "local"): c}, verified=proven).split("# Per run")[0]
     assert "restore the shuffle of t: `buffer_size: 4000`, proven: reaches the floor" in first
+    # unproven, the answer says the change and its reason once, and names LeRobot's default only where it is the change
+    (unproven,) = [line for line in advise(pd.DataFrame([low]), {("d", "local"): c}).splitlines() if "- **" in line]
+    assert unproven.count("buffer_size: 4000") == 1 and "restore its shuffle" not in unproven, unproven
+    assert "not proven here" in unproven and "its own default" not in unproven, unproven
+    small = advise(pd.DataFrame([low]), {("d", "local"): c}, specs={("t", low["run_id"]): {"buffer_size": 100}})
+    (raised,) = [line for line in small.splitlines() if "- **" in line]
+    assert "`buffer_size: 1000` (" in raised and "1000, its own default, mixes" in raised, raised
 
 
 def test_the_cheapest_proof_of_a_run_below_the_floor_goes_first():
