@@ -87,9 +87,10 @@ def test_cuda_without_cuda_is_skipped_or_an_error(v30_h264, tmp_path):
     assert not (tmp_path / "err" / "rank0of1.json").exists()
 
 
-def test_peer_loader_without_peer_env_names_the_command(v30_h264, tmp_path, monkeypatch):
+def test_peer_loader_without_peer_env_names_the_command(v30_h264_one_file, tmp_path, monkeypatch):
     monkeypatch.setenv("DLBENCH_PEER_PYTHON", str(tmp_path / "no-such-python"))
-    spec = make_run({"root": str(v30_h264), "loader": "lerobot_stream", **FAST})
+    # each camera in one file: a set LeRobot's stream reads (the other's line is the next test's)
+    spec = make_run({"root": str(v30_h264_one_file), "loader": "lerobot_stream", **FAST})
     manifest = launch(spec, tmp_path / "run")
     rec = json.loads((tmp_path / "run" / "rank0of1.json").read_text())
     assert manifest["status"] == rec["status"] == "skipped" and "scripts/peer-env.sh" in rec["reason"]
@@ -497,3 +498,26 @@ def test_a_runs_rate_is_its_median_window_where_windows_agree_and_all_windows_wh
     mixed = [{"samples": r, "seconds": 1.0 + k % 2} for k, r in enumerate(steady)]
     rates = [w["samples"] / w["seconds"] for w in mixed]
     assert min(rates) * (1 - 1e-9) <= run_rate(mixed, 0.05) <= max(rates) * (1 + 1e-9)
+
+
+def test_lerobots_stream_on_video_files_that_roll_over_is_one_line_not_wrong_frames(
+    v30_h264, v30_h264_one_file, tmp_path
+):
+    """LeRobot 0.6.1's StreamingLeRobotDataset seeks video at a frame's dataset-wide index / fps (lerobot#4524): on
+    a dataset whose cameras' videos span several files it raises or returns other episodes' frames. Such a run is one
+    line naming the first episode it would misread; a dataset with each camera in one file runs."""
+    from dlbench.bench.launch import lerobot_stream_misreads
+
+    def run(root, loader="lerobot_stream", **kw):
+        return make_run({"root": str(root), "loader": loader, **kw})
+
+    said = lerobot_stream_misreads(run(v30_h264))
+    assert "huggingface/lerobot#4524" in said and "file-001.mp4" in said and "\n" not in said, said
+    assert lerobot_stream_misreads(run(v30_h264_one_file)) == ""
+    assert lerobot_stream_misreads(run(v30_h264, "lerobot_map")) == ""
+    assert lerobot_stream_misreads(run(v30_h264, "dlbench_stream")) == ""
+    with pytest.raises(UserError, match="lerobot#4524"):
+        launch(run(v30_h264, on_unavailable="error"), tmp_path / "r")
+    skipped = launch(run(v30_h264), tmp_path / "s")  # the workflow's runs: recorded, with the line
+    reason = json.loads((tmp_path / "s" / "rank0of1.json").read_text())["reason"]
+    assert skipped["status"] == "skipped" and "lerobot#4524" in reason, reason

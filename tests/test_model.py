@@ -522,3 +522,20 @@ def test_loaders_that_size_their_own_workers_get_one_pass_after_every_forked_loa
     for name in ("ray_data", "daft_data", "lerobot_map"):
         assert "not run here" in cal.one_pass(RunSpec(loader=name, num_workers=2), tmp_path, 1)
     assert [s.repeats for s in specs] == [cal.OWN_WORKERS_WINDOWS, cal.OWN_WORKERS_WINDOWS, 1]
+
+
+def test_a_pass_that_fails_says_its_error_once(monkeypatch, tmp_path):
+    """A loader's failure in a calibration pass is one line, its type named once: a DataLoader worker's error
+    arrives as its traceback, whose last line names the type already."""
+    import dlbench.model.calibrate as cal
+    from dlbench.run.spec import RunSpec
+
+    worker = IndexError("Caught IndexError in DataLoader worker process 0.\nOriginal Traceback (most recent call "
+                        "last):\n  File \"x.py\", line 1\nIndexError: Invalid frame index=69")  # fmt: skip
+    for error, said in ((worker, "IndexError: Invalid frame index=69"), (ValueError("bad"), "ValueError: bad")):
+
+        def launch(spec, out, error=error):
+            raise error
+
+        monkeypatch.setattr(cal, "launch", launch)
+        assert cal.one_pass(RunSpec(loader="lerobot_stream"), tmp_path, 1) == f"lerobot_stream single: {said}"

@@ -241,6 +241,11 @@ def launch(run: RunSpec, out_dir: str | Path) -> dict:
     if run.policy and run.delta_timestamps is None:
         run = with_policy_window(run)
     world = run.world_size
+    misread = lerobot_stream_misreads(run)  # the dataset's, whatever this machine has
+    if misread:
+        if run.on_unavailable != "skip":
+            raise UserError(misread)
+        return skip_run(run, out_dir, misread)
     name = run.loader_name.peer
     if needs_peer(run.loader) and peer_python(name) is None:
         create = f"snakemake -c1 {named_peer_ready(name)}" if name and name != DEFAULT_PEER else CREATE_COMMAND
@@ -316,6 +321,32 @@ def _check_ray_ranks(run: RunSpec) -> None:
             f"loader ray_data gives each rank whole episodes: {run.world_size} ranks for {episodes} episodes of "
             f"{run.root}; use at most {episodes} ranks"
         )
+
+
+def lerobot_stream_misreads(run: RunSpec) -> str:
+    """LeRobot 0.6.1's StreamingLeRobotDataset seeks a frame's video at its dataset-wide `index / fps`, which is its
+    time in the file only where an episode's video starts at its first row's time: in each camera's first file, not
+    after a file rolls over (huggingface/lerobot#4524, open). There it raises IndexError past the file's end or, short
+    of it, returns another episode's frames: one line before any process starts, else ''."""
+    if run.loader_name.base != "lerobot_stream":
+        return ""
+    from ..loader.dataset_meta import DatasetMeta
+
+    meta = DatasetMeta.load(run.root, data_files_root=run.data_files_root)
+    for cam, starts in meta.video_from.items():
+        # LeRobot decodes frame round(index) of the file where frame round(from_timestamp * fps + frame_index) is
+        # meant: another frame from half a frame's time apart
+        off = np.flatnonzero(np.abs(starts * meta.fps - meta.ep_from) >= 0.5)
+        if len(off):
+            e = int(off[0])
+            return (
+                f"loader lerobot_stream cannot read {run.root}: LeRobot 0.6.1's streaming dataset seeks video at a "
+                f"frame's dataset-wide index / fps (huggingface/lerobot#4524), and episode {e} of {cam} starts "
+                f"at {starts[e]:.3f} s of {meta.video_file[cam][e]}, not {meta.ep_from[e] / meta.fps:.3f} s "
+                f"({len(off)} episodes so): it would fail or return other episodes' frames; use lerobot_map "
+                "or dlbench_stream, or convert with a video_file_size_in_mb keeping each camera in one file"
+            )
+    return ""
 
 
 def _cluster(run: RunSpec, use_srun: bool, env: dict, out_dir: Path):

@@ -127,7 +127,9 @@ def one_pass(run: RunSpec, workdir: Path, workers: int, warmup_s: float | None =
             manifest = launch(spec.with_id(), out)
         except Exception as e:  # the loader's own failure: its bench runs will report it; the rest is calibrated
             last = (str(e).strip().splitlines() or [""])[-1]
-            return f"{run.loader} {run.mode}: {type(e).__name__}: {last}"
+            # a worker's error arrives as its traceback, whose last line names the type already
+            named = last if last.startswith(f"{type(e).__name__}: ") else f"{type(e).__name__}: {last}"
+            return f"{run.loader} {run.mode}: {named}"
         rec = recordmod.read(rank_file(out, 0, 1))
         if manifest["status"] not in ("ok", "unverified"):
             return f"{run.loader} {run.mode}: {rec.get('reason') or manifest['status']}"
