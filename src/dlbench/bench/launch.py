@@ -241,23 +241,12 @@ def launch(run: RunSpec, out_dir: str | Path) -> dict:
     if run.policy and run.delta_timestamps is None:
         run = with_policy_window(run)
     world = run.world_size
-    misread = lerobot_stream_misreads(run)  # the dataset's, whatever this machine has
-    if misread:
-        if run.on_unavailable != "skip":
-            raise UserError(misread)
-        return skip_run(run, out_dir, misread)
-    name = run.loader_name.peer
-    if needs_peer(run.loader) and peer_python(name) is None:
-        create = f"snakemake -c1 {named_peer_ready(name)}" if name and name != DEFAULT_PEER else CREATE_COMMAND
-        reason = f"loader {run.loader} needs the LeRobot peer environment, which is missing; create it with {create}"
+    # what keeps the run from running here, the dataset's reason before this machine's: skipped with it, or an error
+    reason = lerobot_stream_misreads(run) or _missing_peer_env(run) or _missing_package(run)
+    if reason:
         if run.on_unavailable != "skip":
             raise UserError(reason)
         return skip_run(run, out_dir, reason)
-    missing = _missing_package(run)
-    if missing:
-        if run.on_unavailable != "skip":
-            raise UserError(missing)
-        return skip_run(run, out_dir, missing)
     _check_ray_ranks(run)
     if world == 1 and not needs_peer(run.loader):  # one rank of our own: run it here, sparing an interpreter start
         run_rank(run, out_dir)
@@ -290,6 +279,15 @@ def launch(run: RunSpec, out_dir: str | Path) -> dict:
     if any(codes):
         raise UserError(f"{out_dir}: rank process(es) failed (exit codes {codes}); see the messages above")
     return finish(out_dir, world, "srun" if use_srun else "local")
+
+
+def _missing_peer_env(run: RunSpec) -> str:
+    """A peer loader whose environment is missing: one line saying how to create it, else ''."""
+    name = run.loader_name.peer
+    if not needs_peer(run.loader) or peer_python(name) is not None:
+        return ""
+    create = f"snakemake -c1 {named_peer_ready(name)}" if name and name != DEFAULT_PEER else CREATE_COMMAND
+    return f"loader {run.loader} needs the LeRobot peer environment, which is missing; create it with {create}"
 
 
 ADDED_LATER = {"ray_data": "Ray Data", "daft_data": "Daft"}  # peers an environment made before them may lack
@@ -331,7 +329,9 @@ def lerobot_stream_misreads(run: RunSpec) -> str:
     if run.loader_name.base != "lerobot_stream":
         return ""
     from ..loader.dataset_meta import DatasetMeta
+    from ..sources import apply_env
 
+    apply_env(run.source_spec)  # a remote root's endpoint and credentials, as the ranks read it
     meta = DatasetMeta.load(run.root, data_files_root=run.data_files_root)
     for cam, starts in meta.video_from.items():
         # LeRobot decodes frame round(index) of the file where frame round(from_timestamp * fps + frame_index) is
